@@ -1,0 +1,508 @@
+//! The exporter: one background thread per process that drains the probes' queue into
+//! Records frames over TCP to the collector (`docs/collector-protocol.md`), sends the
+//! host's clock status and the counters, reconnects with backoff, and flushes on shutdown.
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Relaxed, Release};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, ClockStatusSource, KernelClockStatus, SystemClock, realtime_ns};
+use crate::context::HopId;
+use crate::counters::CounterSnapshot;
+use crate::probe::{Probe, Shared};
+use crate::protocol::{
+    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
+    PROTOCOL_VERSION, RecordsWriter,
+};
+
+/// How an exporter reaches the collector and paces itself.
+#[derive(Debug, Clone)]
+pub struct ExporterConfig {
+    /// Collector address, `host:port`.
+    pub collector: String,
+    /// Token the collector requires on non-loopback listeners.
+    pub token: Option<String>,
+    /// Host name sent in Hello (default: this host's name).
+    pub host: String,
+    /// Process or component name sent in Hello.
+    pub process: String,
+    /// Records the queue holds before `report()` starts dropping (and counting).
+    pub queue_capacity: usize,
+    /// Most records per Records frame.
+    pub max_batch: usize,
+    /// Sleep when the queue is empty.
+    pub idle_wait: Duration,
+    /// How often the clock status is sent.
+    pub clock_interval: Duration,
+    /// How often the counters are sent.
+    pub counters_interval: Duration,
+    /// Timeout of one connection attempt (and of waiting for Welcome).
+    pub connect_timeout: Duration,
+    /// A write blocked longer than this (collector stalled) drops the connection.
+    pub write_timeout: Duration,
+    /// First retry delay after a failed connection; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+}
+
+impl ExporterConfig {
+    /// Defaults for a collector at `collector` (`host:port`).
+    #[must_use]
+    pub fn new(collector: impl Into<String>, process: impl Into<String>) -> Self {
+        Self {
+            collector: collector.into(),
+            token: None,
+            host: hostname(),
+            process: process.into(),
+            queue_capacity: 1 << 20,
+            max_batch: 8192,
+            idle_wait: Duration::from_millis(1),
+            clock_interval: Duration::from_secs(5),
+            counters_interval: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(2),
+            write_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why an exporter could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExporterError {
+    /// No hops, more than 16, or a hop id used twice: fix the hop list.
+    #[error("invalid hop list: {0}")]
+    Hops(String),
+    /// A probe was asked for a hop the exporter did not announce.
+    #[error("hop {0:?} was not declared when the exporter started")]
+    UnknownHop(HopId),
+    /// The background thread could not be spawned.
+    #[error("cannot spawn the exporter thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+/// What happened to everything reported, after [`Exporter::shutdown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportSummary {
+    /// Final counters.
+    pub counters: CounterSnapshot,
+    /// Whether the collector received the final Counters and Goodbye.
+    pub clean: bool,
+}
+
+/// Runs the exporter thread and hands out [`Probe`]s that feed it.
+#[derive(Debug)]
+pub struct Exporter {
+    shared: Arc<Shared>,
+    hops: Vec<(HopId, String)>,
+    control: Arc<Mutex<Vec<Frame>>>,
+    status: Arc<Mutex<Status>>,
+    shutdown_timeout_ns: Arc<AtomicU64>,
+    thread: Option<JoinHandle<bool>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Status {
+    connected: bool,
+    run_id: Option<String>,
+    last_error: Option<String>,
+}
+
+impl Exporter {
+    /// Starts an exporter announcing `hops`, reading the clock status from the kernel.
+    ///
+    /// The connection is made in the background; `report()` works at once and queues
+    /// until the collector is reachable.
+    ///
+    /// # Errors
+    /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Spawn`].
+    pub fn start(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
+        Self::start_with(config, hops, Box::new(KernelClockStatus))
+    }
+
+    /// As [`Exporter::start`], with a clock status source of the caller's.
+    ///
+    /// # Errors
+    /// As [`Exporter::start`].
+    pub fn start_with(
+        config: ExporterConfig,
+        hops: &[(HopId, &str)],
+        clock_status: Box<dyn ClockStatusSource>,
+    ) -> Result<Self, ExporterError> {
+        if hops.is_empty() || hops.len() > MAX_HOPS {
+            return Err(ExporterError::Hops(format!(
+                "{} hops given, 1 to {MAX_HOPS} allowed",
+                hops.len()
+            )));
+        }
+        let mut ids: Vec<u8> = hops.iter().map(|(h, _)| h.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != hops.len() {
+            return Err(ExporterError::Hops("a hop id appears twice".into()));
+        }
+        let shared = Arc::new(Shared::new(config.queue_capacity));
+        let hops: Vec<(HopId, String)> = hops.iter().map(|(h, n)| (*h, (*n).to_owned())).collect();
+        let control = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(Mutex::new(Status::default()));
+        let shutdown_timeout_ns = Arc::new(AtomicU64::new(duration_ns(
+            config.connect_timeout.max(Duration::from_secs(5)),
+        )));
+        let mut worker = Worker {
+            hello: Hello {
+                version: PROTOCOL_VERSION,
+                instance_id: std::hash::RandomState::new().build_hasher().finish(),
+                host: config.host.clone(),
+                process: config.process.clone(),
+                software: concat!("hoptrace-probe ", env!("CARGO_PKG_VERSION")).to_owned(),
+                token: config.token.clone().unwrap_or_default(),
+                hops: hops.clone(),
+            },
+            config,
+            shared: Arc::clone(&shared),
+            control: Arc::clone(&control),
+            status: Arc::clone(&status),
+            clock_status,
+            shutdown_timeout_ns: Arc::clone(&shutdown_timeout_ns),
+        };
+        let thread = std::thread::Builder::new()
+            .name("hoptrace-exporter".into())
+            .spawn(move || worker.run())?;
+        Ok(Self {
+            shared,
+            hops,
+            control,
+            status,
+            shutdown_timeout_ns,
+            thread: Some(thread),
+        })
+    }
+
+    /// A probe for `hop`, stamping with CLOCK_REALTIME.
+    ///
+    /// # Errors
+    /// [`ExporterError::UnknownHop`] when `hop` was not declared at start.
+    pub fn probe(&self, hop: HopId) -> Result<Probe, ExporterError> {
+        self.probe_with_clock(hop, SystemClock)
+    }
+
+    /// A probe for the hop named `name`.
+    ///
+    /// # Errors
+    /// [`ExporterError::Hops`] when no declared hop has that name.
+    pub fn probe_named(&self, name: &str) -> Result<Probe, ExporterError> {
+        let hop = self
+            .hops
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(h, _)| *h)
+            .ok_or_else(|| ExporterError::Hops(format!("no hop named {name:?} declared")))?;
+        self.probe(hop)
+    }
+
+    /// A probe for `hop` reading `clock` (tests inject a skewed or manual clock).
+    ///
+    /// # Errors
+    /// [`ExporterError::UnknownHop`] when `hop` was not declared at start.
+    pub fn probe_with_clock<C: Clock>(
+        &self,
+        hop: HopId,
+        clock: C,
+    ) -> Result<Probe<C>, ExporterError> {
+        if !self.hops.iter().any(|(h, _)| *h == hop) {
+            return Err(ExporterError::UnknownHop(hop));
+        }
+        Ok(Probe::new(hop, clock, Arc::clone(&self.shared)))
+    }
+
+    /// Queues a frame other than records (a publisher's Sent frame) for the collector.
+    /// Frames queued before [`Exporter::shutdown`] are sent before Goodbye.
+    pub fn send_frame(&self, frame: Frame) {
+        self.control
+            .lock()
+            .expect("control queue poisoned")
+            .push(frame);
+    }
+
+    /// Current counters.
+    #[must_use]
+    pub fn counters(&self) -> CounterSnapshot {
+        self.shared
+            .counters
+            .snapshot(self.shared.queue.len() as u64)
+    }
+
+    /// Whether the exporter is connected to the collector.
+    #[must_use]
+    pub fn is_connected(&self) -> bool {
+        self.status.lock().expect("status poisoned").connected
+    }
+
+    /// The run id the collector announced in Welcome.
+    #[must_use]
+    pub fn run_id(&self) -> Option<String> {
+        self.status.lock().expect("status poisoned").run_id.clone()
+    }
+
+    /// The last connection error, if any.
+    #[must_use]
+    pub fn last_error(&self) -> Option<String> {
+        self.status
+            .lock()
+            .expect("status poisoned")
+            .last_error
+            .clone()
+    }
+
+    /// Sets how long [`Exporter::shutdown`] keeps trying to deliver what is queued.
+    #[must_use]
+    pub fn with_shutdown_timeout(self, timeout: Duration) -> Self {
+        self.shutdown_timeout_ns
+            .store(duration_ns(timeout), Relaxed);
+        self
+    }
+
+    /// Flushes everything queued, sends the final counters and Goodbye, and stops.
+    /// Records that cannot be delivered within the shutdown timeout are counted as
+    /// `send_failed` and logged at ERROR.
+    pub fn shutdown(mut self) -> ExportSummary {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> ExportSummary {
+        self.shared.shutdown.store(true, Release);
+        let clean = self
+            .thread
+            .take()
+            .is_some_and(|t| t.join().unwrap_or(false));
+        ExportSummary {
+            counters: self.counters(),
+            clean,
+        }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.stop();
+        }
+    }
+}
+
+struct Worker {
+    config: ExporterConfig,
+    hello: Hello,
+    shared: Arc<Shared>,
+    control: Arc<Mutex<Vec<Frame>>>,
+    status: Arc<Mutex<Status>>,
+    clock_status: Box<dyn ClockStatusSource>,
+    shutdown_timeout_ns: Arc<AtomicU64>,
+}
+
+impl Worker {
+    /// The thread's body; returns whether the collector got Goodbye.
+    fn run(&mut self) -> bool {
+        let mut conn: Option<TcpStream> = None;
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut backoff = self.config.backoff_min;
+        let mut next_attempt = Instant::now();
+        let mut connected_once = false;
+        let mut last_clock: Option<Instant> = None;
+        let mut last_counters: Option<Instant> = None;
+        let mut deadline: Option<Instant> = None;
+        let max_batch = self.config.max_batch.clamp(1, MAX_RECORDS_PER_FRAME);
+        let clean = loop {
+            let now = Instant::now();
+            let stopping = self.shared.shutdown.load(Relaxed);
+            if stopping && deadline.is_none() {
+                deadline = Some(now + Duration::from_nanos(self.shutdown_timeout_ns.load(Relaxed)));
+            }
+            let past_deadline = deadline.is_some_and(|d| now >= d);
+            let Some(stream) = conn.as_mut() else {
+                if past_deadline {
+                    break false;
+                }
+                if now >= next_attempt {
+                    match self.connect() {
+                        Ok(s) => {
+                            if connected_once {
+                                self.shared.counters.reconnects.fetch_add(1, Relaxed);
+                            }
+                            connected_once = true;
+                            backoff = self.config.backoff_min;
+                            last_clock = None;
+                            last_counters = None;
+                            conn = Some(s);
+                            continue;
+                        }
+                        Err(e) => {
+                            self.set_status(false, None, Some(e.clone()));
+                            tracing::warn!(collector = %self.config.collector, "cannot reach the collector: {e}; retrying in {backoff:?}");
+                            next_attempt = now + backoff;
+                            backoff = (backoff * 2).min(self.config.backoff_max);
+                        }
+                    }
+                }
+                std::thread::sleep(
+                    next_attempt
+                        .saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(10)),
+                );
+                continue;
+            };
+
+            buf.clear();
+            if last_clock.is_none_or(|t| now.duration_since(t) >= self.config.clock_interval) {
+                Frame::Clock(self.clock_status.read()).encode(&mut buf);
+                last_clock = Some(now);
+            }
+            for frame in self
+                .control
+                .lock()
+                .expect("control queue poisoned")
+                .drain(..)
+            {
+                frame.encode(&mut buf);
+            }
+            let mut w = RecordsWriter::new(&mut buf);
+            while w.len() < max_batch {
+                match self.shared.queue.pop() {
+                    Some(r) => w.push(&r),
+                    None => break,
+                }
+            }
+            let n = w.finish() as u64;
+            self.shared.counters.dequeued.fetch_add(n, Relaxed);
+            let drained = n == 0 && self.shared.queue.is_empty();
+            let finishing = stopping && drained;
+            if finishing
+                || last_counters
+                    .is_none_or(|t| now.duration_since(t) >= self.config.counters_interval)
+            {
+                // Counted as if this frame's records were already sent, which they are
+                // once the write below succeeds; on failure the connection is dropped.
+                let mut snap = self
+                    .shared
+                    .counters
+                    .snapshot(self.shared.queue.len() as u64);
+                snap.sent += n;
+                Frame::Counters(CountersFrame {
+                    at_ns: realtime_ns(),
+                    values: snap.to_wire(),
+                })
+                .encode(&mut buf);
+                last_counters = Some(now);
+            }
+            if finishing {
+                Frame::Goodbye.encode(&mut buf);
+            }
+            if !buf.is_empty() {
+                if let Err(e) = stream.write_all(&buf) {
+                    self.shared.counters.send_failed.fetch_add(n, Relaxed);
+                    if n > 0 {
+                        tracing::error!(
+                            records = n,
+                            "lost a records frame: write to the collector failed: {e}"
+                        );
+                    }
+                    self.set_status(false, None, Some(format!("write failed: {e}")));
+                    conn = None;
+                    next_attempt = Instant::now();
+                    continue;
+                }
+                self.shared.counters.sent.fetch_add(n, Relaxed);
+            }
+            if finishing {
+                let _ = stream.flush();
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                break true;
+            }
+            if past_deadline {
+                break false;
+            }
+            if n == 0 {
+                std::thread::sleep(self.config.idle_wait);
+            }
+        };
+        // Whatever is still queued cannot be delivered any more: count it, say so.
+        let mut left = 0u64;
+        while self.shared.queue.pop().is_some() {
+            left += 1;
+        }
+        if left > 0 {
+            self.shared.counters.dequeued.fetch_add(left, Relaxed);
+            self.shared.counters.send_failed.fetch_add(left, Relaxed);
+            tracing::error!(records = left, collector = %self.config.collector, "exporter stopped with undelivered records; they are counted as send_failed");
+        }
+        self.set_status(false, None, None);
+        clean
+    }
+
+    fn connect(&mut self) -> Result<TcpStream, String> {
+        let addrs = self
+            .config
+            .collector
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {}: {e}", self.config.collector))?;
+        let mut last = format!("{} resolves to no address", self.config.collector);
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {
+                Ok(mut s) => {
+                    s.set_nodelay(true)
+                        .map_err(|e| format!("TCP_NODELAY: {e}"))?;
+                    s.set_write_timeout(Some(self.config.write_timeout))
+                        .and_then(|()| s.set_read_timeout(Some(self.config.connect_timeout)))
+                        .map_err(|e| format!("socket timeouts: {e}"))?;
+                    s.write_all(&Frame::Hello(self.hello.clone()).to_bytes())
+                        .map_err(|e| format!("sending hello to {addr}: {e}"))?;
+                    return match protocol::read_frame(&mut s, MAX_FRAME_LEN) {
+                        Ok(Frame::Welcome { run_id, .. }) => {
+                            tracing::info!(collector = %addr, run_id, "connected to the collector");
+                            self.set_status(true, Some(run_id), None);
+                            Ok(s)
+                        }
+                        Ok(Frame::Reject { code, reason }) => Err(format!(
+                            "collector {addr} rejected this probe (code {code}): {reason}"
+                        )),
+                        Ok(other) => Err(format!("collector {addr} answered hello with {other:?}")),
+                        Err(e) => Err(format!("no welcome from {addr}: {e}")),
+                    };
+                }
+                Err(e) => last = format!("connect to {addr}: {e}"),
+            }
+        }
+        Err(last)
+    }
+
+    fn set_status(&self, connected: bool, run_id: Option<String>, error: Option<String>) {
+        let mut s = self.status.lock().expect("status poisoned");
+        s.connected = connected;
+        if run_id.is_some() {
+            s.run_id = run_id;
+        }
+        if error.is_some() {
+            s.last_error = error;
+        }
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// This host's name, from the kernel.
+#[must_use]
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}

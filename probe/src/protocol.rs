@@ -1,0 +1,1006 @@
+//! Collector protocol v1: length-prefixed frames between probes and the collector.
+//! The byte layout is specified in `docs/collector-protocol.md`.
+
+use std::io::Read;
+
+use crate::clock::{ClockSource, ClockStatus, Leap};
+use crate::context::{HopId, TraceContext};
+use crate::context::{OtelTraceId, TRACE_ID_LEN, TraceKey};
+
+/// Protocol version spoken here.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Largest frame (type byte and body) either side sends or accepts.
+pub const MAX_FRAME_LEN: usize = 1 << 20;
+/// Magic at the start of a Hello body.
+pub const HELLO_MAGIC: [u8; 8] = *b"HOPTRACE";
+/// Longest string field.
+pub const MAX_STRING_LEN: usize = 1024;
+/// Most records in one Records frame.
+pub const MAX_RECORDS_PER_FRAME: usize = 20_000;
+/// Most entries in one Sent frame.
+pub const MAX_SENT_PER_FRAME: usize = 40_000;
+/// Most hops one exporter announces.
+pub const MAX_HOPS: usize = 16;
+/// Encoded length of a record without a trace id.
+pub const RECORD_LEN: usize = 36;
+
+/// Frame type bytes.
+pub mod frame_type {
+    /// Probe introduces itself.
+    pub const HELLO: u8 = 0x01;
+    /// A batch of hop records.
+    pub const RECORDS: u8 = 0x02;
+    /// The host's clock status.
+    pub const CLOCK: u8 = 0x03;
+    /// Cumulative counters.
+    pub const COUNTERS: u8 = 0x04;
+    /// What a publisher sent.
+    pub const SENT: u8 = 0x05;
+    /// Clean end of the conversation.
+    pub const GOODBYE: u8 = 0x06;
+    /// Collector accepts the probe.
+    pub const WELCOME: u8 = 0x81;
+    /// Collector refuses the probe.
+    pub const REJECT: u8 = 0x82;
+}
+
+/// One hop's stamp of one message, as sent to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// Which message.
+    pub key: TraceKey,
+    /// Which hop stamped it.
+    pub hop: HopId,
+    /// The hop's CLOCK_REALTIME reading.
+    pub stamp_ns: i64,
+    /// Metrics the message carries.
+    pub metric_count: u32,
+    /// The message's intended send time.
+    pub intended_ns: i64,
+    /// The message's OpenTelemetry trace id, if any.
+    pub otel_trace_id: Option<OtelTraceId>,
+}
+
+impl Record {
+    /// The record of `hop` stamping `ctx` at `stamp_ns`.
+    #[inline]
+    #[must_use]
+    pub fn new(ctx: &TraceContext, hop: HopId, stamp_ns: i64) -> Self {
+        Self {
+            key: ctx.key,
+            hop,
+            stamp_ns,
+            metric_count: ctx.metric_count,
+            intended_ns: ctx.intended_ns,
+            otel_trace_id: ctx.otel_trace_id,
+        }
+    }
+}
+
+/// Hello: who the probe is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hello {
+    /// Protocol version the probe speaks.
+    pub version: u16,
+    /// Random id of this exporter instance.
+    pub instance_id: u64,
+    /// Host name.
+    pub host: String,
+    /// Process or component name.
+    pub process: String,
+    /// Software name and version.
+    pub software: String,
+    /// Token, empty when none.
+    pub token: String,
+    /// The hops this exporter reports, with their names.
+    pub hops: Vec<(HopId, String)>,
+}
+
+/// Counter ids of the Counters frame.
+pub mod counter_id {
+    /// Records handed to `report()`.
+    pub const REPORTED: u16 = 1;
+    /// Records that could not be queued.
+    pub const QUEUE_FULL: u16 = 2;
+    /// Records written to the socket.
+    pub const SENT: u16 = 3;
+    /// Records in frames that failed to write.
+    pub const SEND_FAILED: u16 = 4;
+    /// Reconnections after the first connection.
+    pub const RECONNECTS: u16 = 5;
+    /// Messages without a trace context.
+    pub const NOT_TRACED: u16 = 6;
+    /// Contexts that failed to decode.
+    pub const BAD_CONTEXT: u16 = 7;
+    /// Stamps not appended in-band because the context was full.
+    pub const STAMPS_FULL: u16 = 8;
+    /// `traceparent` values ignored.
+    pub const BAD_TRACEPARENT: u16 = 9;
+
+    /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
+    #[must_use]
+    pub fn name(id: u16) -> Option<&'static str> {
+        Some(match id {
+            REPORTED => "reported",
+            QUEUE_FULL => "queue_full",
+            SENT => "sent",
+            SEND_FAILED => "send_failed",
+            RECONNECTS => "reconnects",
+            NOT_TRACED => "not_traced",
+            BAD_CONTEXT => "bad_context",
+            STAMPS_FULL => "stamps_full",
+            BAD_TRACEPARENT => "bad_traceparent",
+            _ => return None,
+        })
+    }
+}
+
+/// Cumulative counters of one exporter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CountersFrame {
+    /// When they were read.
+    pub at_ns: i64,
+    /// (counter id, value) pairs.
+    pub values: Vec<(u16, u64)>,
+}
+
+impl CountersFrame {
+    /// The value of counter `id`, 0 when absent.
+    #[must_use]
+    pub fn get(&self, id: u16) -> u64 {
+        self.values
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or(0, |(_, v)| *v)
+    }
+}
+
+/// What a publisher sent on one stream, cumulative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SentEntry {
+    /// Stream id.
+    pub stream: u32,
+    /// Messages sent.
+    pub messages: u64,
+    /// Metrics in those messages.
+    pub metrics: u64,
+    /// First sequence sent.
+    pub first_sequence: u64,
+    /// Last sequence sent.
+    pub last_sequence: u64,
+}
+
+/// Sent: a publisher's accounting.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SentFrame {
+    /// Publisher id.
+    pub publisher: u16,
+    /// Per stream.
+    pub entries: Vec<SentEntry>,
+}
+
+/// Reasons a collector rejects a probe.
+pub mod reject_code {
+    /// Bad magic or protocol version.
+    pub const VERSION: u16 = 1;
+    /// Bad or missing token.
+    pub const TOKEN: u16 = 2;
+    /// A hop the pipeline does not declare.
+    pub const UNKNOWN_HOP: u16 = 3;
+    /// A malformed frame.
+    pub const MALFORMED: u16 = 4;
+    /// Too many connections or too much load.
+    pub const OVERLOADED: u16 = 5;
+}
+
+/// Any frame of protocol v1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// 0x01.
+    Hello(Hello),
+    /// 0x02.
+    Records(Vec<Record>),
+    /// 0x03.
+    Clock(ClockStatus),
+    /// 0x04.
+    Counters(CountersFrame),
+    /// 0x05.
+    Sent(SentFrame),
+    /// 0x06.
+    Goodbye,
+    /// 0x81: protocol version and run id.
+    Welcome {
+        /// Protocol version of the collector.
+        version: u16,
+        /// The run the records go to.
+        run_id: String,
+    },
+    /// 0x82.
+    Reject {
+        /// One of [`reject_code`].
+        code: u16,
+        /// Human-readable reason.
+        reason: String,
+    },
+}
+
+/// Why bytes are not a valid frame. Names follow `docs/collector-protocol.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The length prefix exceeds the maximum frame size: a broken or hostile peer.
+    #[error("frame of {0} bytes exceeds the maximum of {MAX_FRAME_LEN}")]
+    FrameTooLarge(u32),
+    /// A length prefix of 0.
+    #[error("empty frame")]
+    EmptyFrame,
+    /// An unknown frame type byte: a peer of another protocol or version.
+    #[error("unknown frame type {0:#04x}")]
+    UnknownType(u8),
+    /// The body ended before its fields did.
+    #[error("truncated frame body")]
+    Truncated,
+    /// Bytes left over after the last field.
+    #[error("{0} trailing bytes in frame body")]
+    TrailingBytes(usize),
+    /// A string longer than 1024 bytes or not UTF-8.
+    #[error("bad string field")]
+    BadString,
+    /// Hello does not start with `HOPTRACE`: not a hoptrace probe.
+    #[error("bad hello magic")]
+    BadMagic,
+    /// A protocol version this side does not speak.
+    #[error("unsupported protocol version {0}")]
+    UnsupportedVersion(u16),
+    /// A count outside its allowed range.
+    #[error("count {0} out of range")]
+    BadCount(u32),
+    /// Reserved flag bits set.
+    #[error("reserved bits set: {0:#04x}")]
+    ReservedBits(u8),
+    /// The connection failed or closed mid-frame.
+    #[error("i/o: {0:?}")]
+    Io(std::io::ErrorKind),
+}
+
+impl ProtocolError {
+    /// The error's name in `docs/collector-protocol.md`, used as a counter label.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::FrameTooLarge(_) => "frame_too_large",
+            Self::EmptyFrame => "empty_frame",
+            Self::UnknownType(_) => "unknown_type",
+            Self::Truncated => "truncated",
+            Self::TrailingBytes(_) => "trailing_bytes",
+            Self::BadString => "bad_string",
+            Self::BadMagic => "bad_magic",
+            Self::UnsupportedVersion(_) => "unsupported_version",
+            Self::BadCount(_) => "bad_count",
+            Self::ReservedBits(_) => "reserved_bits",
+            Self::Io(_) => "io",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoding
+
+/// Appends little-endian fields to a buffer.
+trait Put {
+    fn put_u8(&mut self, v: u8);
+    fn put_u16(&mut self, v: u16);
+    fn put_u32(&mut self, v: u32);
+    fn put_u64(&mut self, v: u64);
+    fn put_i64(&mut self, v: i64);
+    fn put_str(&mut self, s: &str);
+}
+
+impl Put for Vec<u8> {
+    fn put_u8(&mut self, v: u8) {
+        self.push(v);
+    }
+    fn put_u16(&mut self, v: u16) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+    fn put_u32(&mut self, v: u32) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+    fn put_u64(&mut self, v: u64) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+    fn put_i64(&mut self, v: i64) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+    /// Strings longer than [`MAX_STRING_LEN`] are cut at a char boundary.
+    fn put_str(&mut self, s: &str) {
+        let mut end = s.len().min(MAX_STRING_LEN);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.put_u16(u16::try_from(end).expect("at most 1024"));
+        self.extend_from_slice(&s.as_bytes()[..end]);
+    }
+}
+
+/// Starts a frame of type `ty` in `out`; returns where its length goes.
+fn begin(out: &mut Vec<u8>, ty: u8) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, ty]);
+    at
+}
+
+/// Writes the length of the frame started at `at`.
+fn finish(out: &mut [u8], at: usize) {
+    let len = u32::try_from(out.len() - at - 4).expect("frames are at most 1 MiB");
+    debug_assert!(len as usize <= MAX_FRAME_LEN);
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Appends one record's 36 or 52 bytes.
+#[inline]
+pub fn put_record(out: &mut Vec<u8>, r: &Record) {
+    out.put_u8(u8::from(r.otel_trace_id.is_some()));
+    out.put_u8(r.hop.0);
+    out.put_u16(r.key.publisher);
+    out.put_u32(r.key.stream);
+    out.put_u64(r.key.sequence);
+    out.put_i64(r.stamp_ns);
+    out.put_u32(r.metric_count);
+    out.put_i64(r.intended_ns);
+    if let Some(id) = r.otel_trace_id {
+        out.extend_from_slice(&id.0);
+    }
+}
+
+/// Builds a Records frame record by record, without an intermediate `Vec<Record>`.
+#[derive(Debug)]
+pub struct RecordsWriter<'a> {
+    out: &'a mut Vec<u8>,
+    at: usize,
+    count: u32,
+}
+
+impl<'a> RecordsWriter<'a> {
+    /// Starts a Records frame at the end of `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        let at = begin(out, frame_type::RECORDS);
+        out.put_u32(0);
+        Self { out, at, count: 0 }
+    }
+    /// Records so far.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+    /// Whether no record was added.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Whether the frame holds [`MAX_RECORDS_PER_FRAME`] records.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.count as usize >= MAX_RECORDS_PER_FRAME
+    }
+    /// Adds a record.
+    ///
+    /// # Panics
+    /// When the frame is already full.
+    #[inline]
+    pub fn push(&mut self, r: &Record) {
+        assert!(!self.is_full(), "records frame is full");
+        put_record(self.out, r);
+        self.count += 1;
+    }
+    /// Completes the frame; an empty one is removed again.
+    pub fn finish(self) -> usize {
+        if self.count == 0 {
+            self.out.truncate(self.at);
+            return 0;
+        }
+        let c = self.at + 5;
+        self.out[c..c + 4].copy_from_slice(&self.count.to_le_bytes());
+        finish(self.out, self.at);
+        self.count as usize
+    }
+}
+
+impl Frame {
+    /// Appends the frame's bytes (length prefix included) to `out`.
+    ///
+    /// # Panics
+    /// When a count exceeds the protocol's limit (more than 20,000 records, 40,000 sent
+    /// entries, 16 hops or 255 counters); split such data over several frames.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Hello(h) => {
+                let at = begin(out, frame_type::HELLO);
+                out.extend_from_slice(&HELLO_MAGIC);
+                out.put_u16(h.version);
+                out.put_u64(h.instance_id);
+                out.put_str(&h.host);
+                out.put_str(&h.process);
+                out.put_str(&h.software);
+                out.put_str(&h.token);
+                assert!(h.hops.len() <= MAX_HOPS, "at most 16 hops");
+                out.put_u8(h.hops.len() as u8);
+                for (id, name) in &h.hops {
+                    out.put_u8(id.0);
+                    out.put_str(name);
+                }
+                finish(out, at);
+            }
+            Self::Records(records) => {
+                let mut w = RecordsWriter::new(out);
+                for r in records {
+                    w.push(r);
+                }
+                w.finish();
+            }
+            Self::Clock(c) => {
+                let at = begin(out, frame_type::CLOCK);
+                out.put_i64(c.at_ns);
+                out.put_u8(c.source as u8);
+                out.put_u8(u8::from(c.synced));
+                out.put_u8(c.leap as u8);
+                out.put_i64(c.offset_ns);
+                out.put_u64(c.error_bound_ns);
+                out.put_str(&c.detail);
+                finish(out, at);
+            }
+            Self::Counters(c) => {
+                let at = begin(out, frame_type::COUNTERS);
+                out.put_i64(c.at_ns);
+                assert!(c.values.len() <= 255, "at most 255 counters");
+                out.put_u8(c.values.len() as u8);
+                for (id, v) in &c.values {
+                    out.put_u16(*id);
+                    out.put_u64(*v);
+                }
+                finish(out, at);
+            }
+            Self::Sent(s) => {
+                let at = begin(out, frame_type::SENT);
+                out.put_u16(s.publisher);
+                assert!(
+                    s.entries.len() <= MAX_SENT_PER_FRAME,
+                    "at most 40,000 entries"
+                );
+                out.put_u32(s.entries.len() as u32);
+                for e in &s.entries {
+                    out.put_u32(e.stream);
+                    out.put_u64(e.messages);
+                    out.put_u64(e.metrics);
+                    out.put_u64(e.first_sequence);
+                    out.put_u64(e.last_sequence);
+                }
+                finish(out, at);
+            }
+            Self::Goodbye => {
+                let at = begin(out, frame_type::GOODBYE);
+                finish(out, at);
+            }
+            Self::Welcome { version, run_id } => {
+                let at = begin(out, frame_type::WELCOME);
+                out.put_u16(*version);
+                out.put_str(run_id);
+                finish(out, at);
+            }
+            Self::Reject { code, reason } => {
+                let at = begin(out, frame_type::REJECT);
+                out.put_u16(*code);
+                out.put_str(reason);
+                finish(out, at);
+            }
+        }
+    }
+
+    /// The frame's bytes as a new buffer.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decoding
+
+/// Reads little-endian fields from a body, failing with `Truncated` at its end.
+#[derive(Debug)]
+struct Cursor<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
+        if self.b.len() < n {
+            return Err(ProtocolError::Truncated);
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], ProtocolError> {
+        Ok(self.take(N)?.try_into().expect("took N bytes"))
+    }
+    fn u8(&mut self) -> Result<u8, ProtocolError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, ProtocolError> {
+        self.arr().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Result<u32, ProtocolError> {
+        self.arr().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, ProtocolError> {
+        self.arr().map(u64::from_le_bytes)
+    }
+    fn i64(&mut self) -> Result<i64, ProtocolError> {
+        self.arr().map(i64::from_le_bytes)
+    }
+    fn string(&mut self) -> Result<String, ProtocolError> {
+        let n = usize::from(self.u16()?);
+        if n > MAX_STRING_LEN {
+            return Err(ProtocolError::BadString);
+        }
+        let bytes = self.take(n)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| ProtocolError::BadString)
+    }
+    fn count(&mut self, max: usize, min: usize) -> Result<usize, ProtocolError> {
+        let n = self.u32()?;
+        if (n as usize) < min || n as usize > max {
+            return Err(ProtocolError::BadCount(n));
+        }
+        Ok(n as usize)
+    }
+    fn end(&self) -> Result<(), ProtocolError> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(ProtocolError::TrailingBytes(self.b.len()))
+        }
+    }
+}
+
+/// Decodes the records of a Records frame body lazily.
+#[derive(Debug)]
+pub struct RecordsIter<'a> {
+    cur: Cursor<'a>,
+    left: usize,
+}
+
+impl<'a> RecordsIter<'a> {
+    /// Iterates the records of `body` (a Records frame body, after the type byte).
+    ///
+    /// # Errors
+    /// [`ProtocolError::BadCount`] when the count is 0 or above the limit.
+    pub fn new(body: &'a [u8]) -> Result<Self, ProtocolError> {
+        let mut cur = Cursor { b: body };
+        let left = cur.count(MAX_RECORDS_PER_FRAME, 1)?;
+        Ok(Self { cur, left })
+    }
+
+    fn next_record(&mut self) -> Result<Record, ProtocolError> {
+        let c = &mut self.cur;
+        let flags = c.u8()?;
+        if flags & !1 != 0 {
+            return Err(ProtocolError::ReservedBits(flags));
+        }
+        let hop = HopId(c.u8()?);
+        let key = TraceKey {
+            publisher: c.u16()?,
+            stream: c.u32()?,
+            sequence: c.u64()?,
+        };
+        let stamp_ns = c.i64()?;
+        let metric_count = c.u32()?;
+        let intended_ns = c.i64()?;
+        let otel_trace_id = if flags & 1 == 1 {
+            Some(OtelTraceId(c.arr::<TRACE_ID_LEN>()?))
+        } else {
+            None
+        };
+        Ok(Record {
+            key,
+            hop,
+            stamp_ns,
+            metric_count,
+            intended_ns,
+            otel_trace_id,
+        })
+    }
+}
+
+impl Iterator for RecordsIter<'_> {
+    type Item = Result<Record, ProtocolError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return if self.cur.b.is_empty() {
+                None
+            } else {
+                let e = self.cur.end().unwrap_err();
+                self.cur.b = &[];
+                Some(Err(e))
+            };
+        }
+        self.left -= 1;
+        let r = self.next_record();
+        if r.is_err() {
+            self.left = 0;
+            self.cur.b = &[];
+        }
+        Some(r)
+    }
+}
+
+impl Frame {
+    /// Decodes a frame from its type byte and body.
+    ///
+    /// # Errors
+    /// A [`ProtocolError`] naming what is wrong with the body.
+    pub fn decode(ty: u8, body: &[u8]) -> Result<Self, ProtocolError> {
+        let mut c = Cursor { b: body };
+        let frame = match ty {
+            frame_type::HELLO => {
+                if c.take(8).map_err(|_| ProtocolError::BadMagic)? != HELLO_MAGIC {
+                    return Err(ProtocolError::BadMagic);
+                }
+                let version = c.u16()?;
+                if version != PROTOCOL_VERSION {
+                    return Err(ProtocolError::UnsupportedVersion(version));
+                }
+                let instance_id = c.u64()?;
+                let host = c.string()?;
+                let process = c.string()?;
+                let software = c.string()?;
+                let token = c.string()?;
+                let n = c.u8()?;
+                if n == 0 || usize::from(n) > MAX_HOPS {
+                    return Err(ProtocolError::BadCount(u32::from(n)));
+                }
+                let mut hops = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    hops.push((HopId(c.u8()?), c.string()?));
+                }
+                Self::Hello(Hello {
+                    version,
+                    instance_id,
+                    host,
+                    process,
+                    software,
+                    token,
+                    hops,
+                })
+            }
+            frame_type::RECORDS => {
+                let records = RecordsIter::new(body)?.collect::<Result<Vec<_>, _>>()?;
+                return Ok(Self::Records(records));
+            }
+            frame_type::CLOCK => Self::Clock(ClockStatus {
+                at_ns: c.i64()?,
+                source: ClockSource::from_code(c.u8()?),
+                synced: c.u8()? != 0,
+                leap: Leap::from_code(c.u8()?),
+                offset_ns: c.i64()?,
+                error_bound_ns: c.u64()?,
+                detail: c.string()?,
+            }),
+            frame_type::COUNTERS => {
+                let at_ns = c.i64()?;
+                let n = c.u8()?;
+                let values = (0..n)
+                    .map(|_| Ok((c.u16()?, c.u64()?)))
+                    .collect::<Result<_, ProtocolError>>()?;
+                Self::Counters(CountersFrame { at_ns, values })
+            }
+            frame_type::SENT => {
+                let publisher = c.u16()?;
+                let n = c.count(MAX_SENT_PER_FRAME, 0)?;
+                if c.b.len() < n * 36 {
+                    return Err(ProtocolError::Truncated);
+                }
+                let entries = (0..n)
+                    .map(|_| {
+                        Ok(SentEntry {
+                            stream: c.u32()?,
+                            messages: c.u64()?,
+                            metrics: c.u64()?,
+                            first_sequence: c.u64()?,
+                            last_sequence: c.u64()?,
+                        })
+                    })
+                    .collect::<Result<_, ProtocolError>>()?;
+                Self::Sent(SentFrame { publisher, entries })
+            }
+            frame_type::GOODBYE => Self::Goodbye,
+            frame_type::WELCOME => {
+                let version = c.u16()?;
+                if version != PROTOCOL_VERSION {
+                    return Err(ProtocolError::UnsupportedVersion(version));
+                }
+                Self::Welcome {
+                    version,
+                    run_id: c.string()?,
+                }
+            }
+            frame_type::REJECT => Self::Reject {
+                code: c.u16()?,
+                reason: c.string()?,
+            },
+            other => return Err(ProtocolError::UnknownType(other)),
+        };
+        c.end()?;
+        Ok(frame)
+    }
+}
+
+/// Finds the first complete frame in `buf`.
+///
+/// Returns `Ok(None)` when more bytes are needed, or `Ok(Some((type, body range, frame
+/// length)))`: the frame occupies `buf[..frame length]`.
+///
+/// # Errors
+/// [`ProtocolError::FrameTooLarge`] or [`ProtocolError::EmptyFrame`] as soon as the length
+/// prefix is read, before any body arrives.
+pub fn split_frame(
+    buf: &[u8],
+    max_frame_len: usize,
+) -> Result<Option<(u8, std::ops::Range<usize>, usize)>, ProtocolError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes(prefix.try_into().expect("4 bytes"));
+    if len == 0 {
+        return Err(ProtocolError::EmptyFrame);
+    }
+    if len as usize > max_frame_len {
+        return Err(ProtocolError::FrameTooLarge(len));
+    }
+    let total = 4 + len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    Ok(Some((buf[4], 5..total, total)))
+}
+
+/// Decodes every complete frame at the start of `buf`, calling `f` for each; returns the
+/// bytes consumed. Incomplete trailing bytes are left for the next call.
+///
+/// # Errors
+/// The first [`ProtocolError`]; frames before it were already passed to `f`.
+pub fn decode_frames(
+    buf: &[u8],
+    max_frame_len: usize,
+    mut f: impl FnMut(Frame),
+) -> Result<usize, ProtocolError> {
+    let mut at = 0;
+    while let Some((ty, body, len)) = split_frame(&buf[at..], max_frame_len)? {
+        f(Frame::decode(ty, &buf[at + body.start..at + body.end])?);
+        at += len;
+    }
+    Ok(at)
+}
+
+/// Reads exactly one frame from a blocking reader.
+///
+/// # Errors
+/// [`ProtocolError::Io`] when the reader fails or ends mid-frame, otherwise as
+/// [`Frame::decode`].
+pub fn read_frame<R: Read>(r: &mut R, max_frame_len: usize) -> Result<Frame, ProtocolError> {
+    let mut prefix = [0u8; 4];
+    r.read_exact(&mut prefix)
+        .map_err(|e| ProtocolError::Io(e.kind()))?;
+    let len = u32::from_le_bytes(prefix);
+    if len == 0 {
+        return Err(ProtocolError::EmptyFrame);
+    }
+    if len as usize > max_frame_len {
+        return Err(ProtocolError::FrameTooLarge(len));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)
+        .map_err(|e| ProtocolError::Io(e.kind()))?;
+    Frame::decode(body[0], &body[1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_string() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9 _.\u{e9}-]{0,40}"
+    }
+
+    fn arb_record() -> impl Strategy<Value = Record> {
+        (
+            any::<(u8, u16, u32, u64, i64, u32, i64)>(),
+            proptest::option::of(any::<[u8; 16]>()),
+        )
+            .prop_map(|((h, p, s, q, t, m, i), id)| Record {
+                key: TraceKey {
+                    publisher: p,
+                    stream: s,
+                    sequence: q,
+                },
+                hop: HopId(h),
+                stamp_ns: t,
+                metric_count: m,
+                intended_ns: i,
+                otel_trace_id: id.map(OtelTraceId),
+            })
+    }
+
+    fn arb_frame() -> impl Strategy<Value = Frame> {
+        prop_oneof![
+            (
+                any::<u64>(),
+                arb_string(),
+                arb_string(),
+                arb_string(),
+                arb_string(),
+                proptest::collection::vec((any::<u8>(), arb_string()), 1..=16)
+            )
+                .prop_map(|(instance_id, host, process, software, token, hops)| {
+                    Frame::Hello(Hello {
+                        version: PROTOCOL_VERSION,
+                        instance_id,
+                        host,
+                        process,
+                        software,
+                        token,
+                        hops: hops.into_iter().map(|(i, n)| (HopId(i), n)).collect(),
+                    })
+                }),
+            proptest::collection::vec(arb_record(), 1..50).prop_map(Frame::Records),
+            (any::<(i64, bool, i64, u64)>(), 0u8..5, 0u8..4, arb_string()).prop_map(
+                |((at_ns, synced, offset_ns, error_bound_ns), s, l, detail)| {
+                    Frame::Clock(ClockStatus {
+                        at_ns,
+                        source: ClockSource::from_code(s),
+                        synced,
+                        leap: Leap::from_code(l),
+                        offset_ns,
+                        error_bound_ns,
+                        detail,
+                    })
+                }
+            ),
+            (
+                any::<i64>(),
+                proptest::collection::vec(any::<(u16, u64)>(), 0..20)
+            )
+                .prop_map(|(at_ns, values)| Frame::Counters(CountersFrame { at_ns, values })),
+            (
+                any::<u16>(),
+                proptest::collection::vec(any::<(u32, u64, u64, u64, u64)>(), 0..20)
+            )
+                .prop_map(|(publisher, e)| Frame::Sent(SentFrame {
+                    publisher,
+                    entries: e
+                        .into_iter()
+                        .map(
+                            |(stream, messages, metrics, first_sequence, last_sequence)| {
+                                SentEntry {
+                                    stream,
+                                    messages,
+                                    metrics,
+                                    first_sequence,
+                                    last_sequence,
+                                }
+                            }
+                        )
+                        .collect()
+                })),
+            Just(Frame::Goodbye),
+            arb_string().prop_map(|run_id| Frame::Welcome {
+                version: PROTOCOL_VERSION,
+                run_id
+            }),
+            (any::<u16>(), arb_string()).prop_map(|(code, reason)| Frame::Reject { code, reason }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn frames_round_trip(frames in proptest::collection::vec(arb_frame(), 1..8)) {
+            let mut buf = Vec::new();
+            for f in &frames {
+                f.encode(&mut buf);
+            }
+            let mut got = Vec::new();
+            let used = decode_frames(&buf, MAX_FRAME_LEN, |f| got.push(f)).unwrap();
+            prop_assert_eq!(used, buf.len());
+            prop_assert_eq!(&got, &frames);
+            let mut r = &buf[..];
+            for f in &frames {
+                prop_assert_eq!(&read_frame(&mut r, MAX_FRAME_LEN).unwrap(), f);
+            }
+        }
+
+        #[test]
+        fn split_points_never_lose_frames(frames in proptest::collection::vec(arb_frame(), 1..5), cut in any::<usize>()) {
+            let mut buf = Vec::new();
+            for f in &frames {
+                f.encode(&mut buf);
+            }
+            let cut = cut % (buf.len() + 1);
+            let mut got = Vec::new();
+            let used = decode_frames(&buf[..cut], MAX_FRAME_LEN, |f| got.push(f)).unwrap();
+            let rest = decode_frames(&buf[used..], MAX_FRAME_LEN, |f| got.push(f)).unwrap();
+            prop_assert_eq!(used + rest, buf.len());
+            prop_assert_eq!(got, frames);
+        }
+
+        #[test]
+        fn garbage_never_panics(ty in any::<u8>(), body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Frame::decode(ty, &body);
+            let _ = decode_frames(&body, MAX_FRAME_LEN, |_| {});
+        }
+    }
+
+    #[test]
+    fn oversized_and_empty_frames_are_refused_before_the_body() {
+        let mut buf = u32::try_from(MAX_FRAME_LEN + 1)
+            .unwrap()
+            .to_le_bytes()
+            .to_vec();
+        assert_eq!(
+            split_frame(&buf, MAX_FRAME_LEN),
+            Err(ProtocolError::FrameTooLarge(MAX_FRAME_LEN as u32 + 1))
+        );
+        buf = vec![0, 0, 0, 0];
+        assert_eq!(
+            split_frame(&buf, MAX_FRAME_LEN),
+            Err(ProtocolError::EmptyFrame)
+        );
+    }
+
+    #[test]
+    fn wrong_version_and_magic_are_named() {
+        let mut hello = Frame::Hello(Hello {
+            version: 2,
+            hops: vec![(HopId(0), "publish".into())],
+            ..Hello::default()
+        })
+        .to_bytes();
+        assert_eq!(
+            Frame::decode(hello[4], &hello[5..]),
+            Err(ProtocolError::UnsupportedVersion(2))
+        );
+        hello[5] = b'X';
+        assert_eq!(
+            Frame::decode(hello[4], &hello[5..]),
+            Err(ProtocolError::BadMagic)
+        );
+        assert_eq!(
+            Frame::decode(0x7f, &[]),
+            Err(ProtocolError::UnknownType(0x7f))
+        );
+    }
+
+    #[test]
+    fn records_frame_size_is_documented() {
+        let r = Record {
+            key: TraceKey::default(),
+            hop: HopId(1),
+            stamp_ns: 1,
+            metric_count: 1,
+            intended_ns: 1,
+            otel_trace_id: None,
+        };
+        assert_eq!(
+            Frame::Records(vec![r; 3]).to_bytes().len(),
+            4 + 1 + 4 + 3 * RECORD_LEN
+        );
+        let too_many = MAX_RECORDS_PER_FRAME * (RECORD_LEN + 16) + 9;
+        assert!(
+            too_many <= MAX_FRAME_LEN,
+            "a full frame with trace ids fits"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! A minimal collector for the probe's own tests: accepts connections, answers Hello
+//! with Welcome (or Reject), and keeps every frame it receives.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::Frame;
+use hoptrace_probe::protocol::{self, MAX_FRAME_LEN};
+
+/// Frames received, tagged with the connection number they came on.
+pub type Received = Arc<Mutex<Vec<(usize, Frame)>>>;
+
+pub struct MiniCollector {
+    pub addr: SocketAddr,
+    pub frames: Received,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl MiniCollector {
+    pub fn start(reject: Option<&'static str>) -> Self {
+        Self::start_on(TcpListener::bind("127.0.0.1:0").unwrap(), reject)
+    }
+
+    pub fn start_on(listener: TcpListener, reject: Option<&'static str>) -> Self {
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let frames: Received = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (f, s, c) = (frames.clone(), stop.clone(), conns.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        stream.set_nonblocking(false).unwrap();
+                        c.lock().unwrap().push(stream.try_clone().unwrap());
+                        let f = f.clone();
+                        let id = n;
+                        n += 1;
+                        std::thread::spawn(move || serve(stream, id, &f, reject));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self {
+            addr,
+            frames,
+            stop,
+            conns,
+        }
+    }
+
+    /// Cuts every open connection (the collector "crashes" but keeps listening).
+    pub fn cut_connections(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.cut_connections();
+    }
+
+    pub fn records(&self) -> Vec<hoptrace_probe::Record> {
+        self.frames
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Frame::Records(r) => Some(r.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    pub fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&[(usize, Frame)]) -> bool,
+    ) {
+        let t = Instant::now();
+        while !pred(&self.frames.lock().unwrap()) {
+            assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, id: usize, frames: &Received, reject: Option<&'static str>) {
+    let Ok(hello) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) else {
+        return;
+    };
+    frames.lock().unwrap().push((id, hello));
+    let answer = match reject {
+        Some(reason) => Frame::Reject {
+            code: protocol::reject_code::TOKEN,
+            reason: reason.into(),
+        },
+        None => Frame::Welcome {
+            version: protocol::PROTOCOL_VERSION,
+            run_id: "test-run".into(),
+        },
+    };
+    use std::io::Write;
+    if stream.write_all(&answer.to_bytes()).is_err() || reject.is_some() {
+        return;
+    }
+    while let Ok(frame) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) {
+        frames.lock().unwrap().push((id, frame));
+    }
+}

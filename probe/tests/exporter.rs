@@ -1,0 +1,236 @@
+//! The exporter against a minimal collector over real loopback TCP: delivery, counters,
+//! reconnection, rejection, and a skewed clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::MiniCollector;
+use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
+use hoptrace_probe::protocol::{Frame, counter_id};
+use hoptrace_probe::{
+    ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext, TraceKey,
+};
+
+const HOPS: &[(HopId, &str)] = &[
+    (HopId(0), "publish"),
+    (HopId(1), "broker"),
+    (HopId(2), "flow_in"),
+];
+
+fn config(addr: std::net::SocketAddr) -> ExporterConfig {
+    let mut c = ExporterConfig::new(addr.to_string(), "exporter-test");
+    c.backoff_min = Duration::from_millis(5);
+    c.backoff_max = Duration::from_millis(50);
+    c.counters_interval = Duration::from_millis(20);
+    c
+}
+
+fn ctx(seq: u64) -> TraceContext {
+    TraceContext::new(
+        TraceKey {
+            publisher: 9,
+            stream: (seq % 7) as u32,
+            sequence: seq,
+        },
+        3,
+        1_000 + seq as i64,
+    )
+}
+
+fn last_counters(frames: &[(usize, Frame)]) -> hoptrace_probe::protocol::CountersFrame {
+    frames
+        .iter()
+        .rev()
+        .find_map(|(_, f)| match f {
+            Frame::Counters(c) => Some(c.clone()),
+            _ => None,
+        })
+        .expect("a counters frame")
+}
+
+#[test]
+fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
+    let mc = MiniCollector::start(None);
+    let status = ClockStatus {
+        source: ClockSource::Injected,
+        synced: true,
+        error_bound_ns: 1234,
+        detail: "test".into(),
+        ..ClockStatus::default()
+    };
+    let exp =
+        Exporter::start_with(config(mc.addr), HOPS, Box::new(StaticClockStatus(status))).unwrap();
+    let probes: Vec<_> = HOPS.iter().map(|(h, _)| exp.probe(*h).unwrap()).collect();
+    for seq in 0..30_000u64 {
+        let mut c = ctx(seq);
+        for p in &probes {
+            p.record(&mut c).unwrap();
+        }
+        assert_eq!(c.stamps().len(), 3);
+    }
+    let summary = exp.shutdown();
+    assert!(summary.clean, "{summary:?}");
+    assert_eq!(summary.counters.reported, 90_000);
+    assert_eq!(summary.counters.sent, 90_000);
+    assert_eq!(summary.counters.lost(), 0);
+
+    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
+        f.iter().any(|(_, f)| *f == Frame::Goodbye)
+    });
+    let frames = mc.frames.lock().unwrap().clone();
+    let Frame::Hello(hello) = &frames[0].1 else {
+        panic!("first frame is {:?}", frames[0].1)
+    };
+    assert_eq!(hello.process, "exporter-test");
+    assert_eq!(hello.hops.len(), 3);
+    assert_eq!(hello.hops[2], (HopId(2), "flow_in".to_owned()));
+    let clock = frames.iter().find_map(|(_, f)| match f {
+        Frame::Clock(c) => Some(c.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        clock.map(|c| (c.source, c.error_bound_ns)),
+        Some((ClockSource::Injected, 1234))
+    );
+    assert_eq!(frames.last().unwrap().1, Frame::Goodbye);
+    let counters = last_counters(&frames);
+    assert_eq!(counters.get(counter_id::REPORTED), 90_000);
+    assert_eq!(counters.get(counter_id::SENT), 90_000);
+    assert_eq!(counters.get(counter_id::QUEUE_FULL), 0);
+
+    let records = mc.records();
+    assert_eq!(records.len(), 90_000);
+    let mut keys: Vec<_> = records.iter().map(|r| (r.key.sequence, r.hop.0)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 90_000, "every (message, hop) exactly once");
+    // Stamps of one message are taken in hop order on one clock.
+    let mut by_seq = std::collections::HashMap::<u64, Vec<(u8, i64)>>::new();
+    for r in &records {
+        assert_eq!(r.metric_count, 3);
+        assert_eq!(r.intended_ns, 1_000 + r.key.sequence as i64);
+        by_seq
+            .entry(r.key.sequence)
+            .or_default()
+            .push((r.hop.0, r.stamp_ns));
+    }
+    for stamps in by_seq.values_mut() {
+        stamps.sort_unstable();
+        assert!(stamps.windows(2).all(|w| w[0].1 <= w[1].1), "{stamps:?}");
+    }
+}
+
+#[test]
+fn records_queue_until_the_collector_comes_up() {
+    // Reserve a port, close it, report while nothing listens, then listen there.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let exp = Exporter::start(config(addr), HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..1000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!exp.is_connected());
+    assert!(exp.last_error().is_some());
+    let mc = MiniCollector::start_on(std::net::TcpListener::bind(addr).unwrap(), None);
+    let summary = exp.shutdown();
+    assert!(summary.clean);
+    assert_eq!((summary.counters.sent, summary.counters.lost()), (1000, 0));
+    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
+        f.iter().any(|(_, f)| *f == Frame::Goodbye)
+    });
+    assert_eq!(mc.records().len(), 1000);
+}
+
+#[test]
+fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let p = exp.probe(HopId(1)).unwrap();
+    let mut reported = 0u64;
+    for round in 0..20 {
+        for seq in 0..2000 {
+            if p.record(&mut ctx(round * 10_000 + seq)).is_ok() {
+                reported += 1;
+            }
+        }
+        if round % 5 == 2 {
+            mc.cut_connections();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let summary = exp.shutdown();
+    let c = summary.counters;
+    assert!(summary.clean);
+    assert!(c.reconnects >= 1, "{c:?}");
+    assert_eq!(c.reported, 40_000);
+    assert_eq!(c.reported, reported + c.queue_full);
+    // Every record reported was either delivered or counted as lost.
+    assert_eq!(c.sent + c.send_failed + c.queue_full, c.reported, "{c:?}");
+    let received = mc.records().len() as u64;
+    assert!(received <= c.sent, "received {received} > sent {}", c.sent);
+    // The final counters frame tells the collector the same.
+    let frames = mc.frames.lock().unwrap().clone();
+    let last = last_counters(&frames);
+    assert_eq!(last.get(counter_id::SENT), c.sent);
+    assert_eq!(last.get(counter_id::SEND_FAILED), c.send_failed);
+}
+
+#[test]
+fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
+    let mc = MiniCollector::start(Some("bad token"));
+    let exp = Exporter::start(config(mc.addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::from_millis(200));
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..10 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
+    std::thread::sleep(Duration::from_millis(50));
+    let err = exp.last_error().expect("an error");
+    assert!(
+        err.contains("rejected") && err.contains("bad token"),
+        "{err}"
+    );
+    let summary = exp.shutdown();
+    assert!(!summary.clean);
+    assert_eq!(
+        (summary.counters.sent, summary.counters.send_failed),
+        (0, 10)
+    );
+}
+
+#[test]
+fn undeclared_hops_and_bad_hop_lists_are_refused() {
+    let addr = "127.0.0.1:9".parse().unwrap();
+    assert!(Exporter::start(config(addr), &[]).is_err());
+    assert!(Exporter::start(config(addr), &[(HopId(1), "a"), (HopId(1), "b")]).is_err());
+    let exp = Exporter::start(config(addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::ZERO);
+    assert!(exp.probe(HopId(7)).is_err());
+    assert!(exp.probe_named("nope").is_err());
+}
+
+#[test]
+fn a_skewed_host_stamps_with_its_offset() {
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let honest = exp.probe(HopId(0)).unwrap();
+    // The second host's clock runs 5 ms behind: its later stamp reads earlier.
+    let skewed = exp
+        .probe_with_clock(HopId(1), OffsetClock::new(SystemClock, -5_000_000))
+        .unwrap();
+    let mut c = ctx(1);
+    let a = honest.record(&mut c).unwrap();
+    let b = skewed.record(&mut c).unwrap();
+    assert!(b.ns - a.ns < -4_000_000, "delta {}", b.ns - a.ns);
+    assert!(exp.shutdown().clean);
+    let recs = mc.records();
+    assert_eq!(recs.len(), 2);
+    assert!(recs.iter().any(|r| r.hop == HopId(1) && r.stamp_ns == b.ns));
+}
