@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs what the hoptrace test services need on a Debian 12 machine and fetches the Kafka
+# jars. Safe to run again: it only does work that is missing.
+#
+#   Debian packages: mosquitto mosquitto-clients (MQTT broker and CLI clients),
+#                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss)
+#   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
+#
+# The packages' own system services are not wanted: the project runs its own broker instances
+# on its own ports (infra/mosquitto/mosquitto.sh). If an install started the stock mosquitto or
+# chronyd daemon, this script stops it again.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2)
+
+log() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+installed() {
+    [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]
+}
+
+# stop_system_daemon NAME: stop a daemon that a package's maintainer scripts started.
+# Our own mosquitto runs with a configuration under $HOPTRACE_RUN and is left alone.
+stop_system_daemon() {
+    local name=$1 pids pid
+    pids=$(pgrep -x "$name" || true)
+    [[ -n $pids ]] || return 0
+    for pid in $pids; do
+        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'hoptrace'; then
+            continue
+        fi
+        log "stopping the $name service started by the package install (pid $pid)"
+        service "$name" stop >/dev/null 2>&1 || true
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+        fi
+    done
+}
+
+install_packages() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        installed "$p" || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
+
+    command -v apt-get >/dev/null || die "apt-get not found; install by hand: ${missing[*]}"
+    ((EUID == 0)) || die "installing ${missing[*]} needs root (rerun as root or install them by hand)"
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    local aptlog
+    aptlog=$(mktemp)
+    if ! apt-get update -q >"$aptlog" 2>&1; then
+        tail -n 20 "$aptlog" >&2
+        die "apt-get update failed (full output: $aptlog)"
+    fi
+    if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
+        tail -n 20 "$aptlog" >&2
+        die "apt-get install ${missing[*]} failed (full output: $aptlog)"
+    fi
+    rm -f "$aptlog"
+    for p in "${missing[@]}"; do
+        installed "$p" || die "package $p is still not installed after apt-get install"
+    done
+
+    # Debian's maintainer scripts start services unless a policy-rc.d forbids it.
+    stop_system_daemon mosquitto
+    stop_system_daemon chronyd
+    log "installed ${missing[*]}"
+}
+
+install_packages
+"$HERE/kafka/kafka.sh" fetch --quiet
+log "ok (packages present, Kafka jars in ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})"
