@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs and starts what the tests need
+# (Mosquitto, a KRaft Kafka, chrony, Python test packages), runs every test with
+# HOPTRACE_INTEGRATION=1 (a missing broker is a failure, not a skip), stops the services,
+# and ends with one summary line "tests: N passed, M failed".
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# A target directory outside the clone, reused between runs to save build time.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/hoptrace-target}
+export HOPTRACE_INTEGRATION=1
+LOG=$(mktemp -d /tmp/hoptrace-test.XXXXXX)
+
+infra/services.sh up
+trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
+# shellcheck source=env.sh
+source infra/env.sh
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "python: reference implementation of the trace format"
+python3 -m pytest -q -p no:cacheprovider probe/testdata | tee "$LOG/pytest.txt"
+
+step "rust: build, lint and test the workspace"
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$LOG/cargo.txt"
+rc=${PIPESTATUS[0]}
+
+passed=0
+failed=0
+while read -r p f; do
+    passed=$((passed + p))
+    failed=$((failed + f))
+done < <(
+    sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo.txt"
+    sed -nE 's/^(([0-9]+) failed, )?([0-9]+) passed.*/\3 \2/p' "$LOG/pytest.txt" | awk '{print $1, ($2 == "" ? 0 : $2)}'
+)
+echo
+echo "tests: $passed passed, $failed failed"
+if ((rc != 0 || failed != 0)); then
+    exit 1
+fi

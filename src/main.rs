@@ -1,0 +1,48 @@
+//! `hoptrace`: one binary, one subcommand per job. Each subcommand is a thin wrapper over
+//! a library `run` function so tests can drive it in-process.
+
+use clap::{Parser, Subcommand};
+
+mod roundtrip;
+mod units;
+
+/// Measure end-to-end and per-hop latency of MQTT and Kafka ingestion pipelines.
+#[derive(Debug, Parser)]
+#[command(name = "hoptrace", version, about)]
+struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Send traced messages through a chain of in-process hops, export every stamp over
+    /// TCP with the collector protocol, join them and print per-stage latency.
+    Roundtrip(roundtrip::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let default = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Roundtrip(args) => roundtrip::run(&args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
