@@ -19,6 +19,10 @@ source infra/env.sh
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "python test packages (independent Parquet readers)"
+python3 -c 'import pyarrow, duckdb' 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check pyarrow duckdb
+
 step "format"
 cargo fmt --all -- --check
 

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod collect;
 mod roundtrip;
 mod units;
 
@@ -22,6 +23,11 @@ enum Command {
     /// Send traced messages through a chain of in-process hops, export every stamp over
     /// TCP with the collector protocol, join them and print per-stage latency.
     Roundtrip(roundtrip::Args),
+    /// Receive probe records, join them per message and write the run's Parquet dataset,
+    /// run.json and the accounting, until SIGINT/SIGTERM.
+    Collect(collect::Args),
+    /// Print a commented default pipeline spec (the five stages of the reference report).
+    GenerateConfig,
 }
 
 fn main() {
@@ -40,6 +46,11 @@ fn main() {
         .init();
     let result = match cli.command {
         Command::Roundtrip(args) => roundtrip::run(&args),
+        Command::Collect(args) => collect::run(&args),
+        Command::GenerateConfig => {
+            collect::generate_config();
+            Ok(())
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -12,7 +12,9 @@ pub mod kafka_header;
 pub mod mqtt_property;
 
 use crate::context::{DecodeError, TraceContext};
-use crate::traceparent::{self, TraceparentError};
+#[cfg(any(feature = "kafka", feature = "mqtt"))]
+use crate::traceparent;
+use crate::traceparent::TraceparentError;
 
 /// Header and user-property name of the trace context.
 pub const HEADER: &str = "hoptrace";
@@ -39,6 +41,7 @@ pub struct Extracted {
 }
 
 /// Combines the last `hoptrace` value and the last `traceparent` value of a message.
+#[cfg(any(feature = "kafka", feature = "mqtt"))]
 pub(crate) fn combine(
     context: Option<Result<TraceContext, DecodeError>>,
     traceparent: Option<&[u8]>,

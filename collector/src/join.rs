@@ -1,0 +1,1116 @@
+//! The join: records of one message (one [`TraceKey`]) arrive from many probes, in any
+//! order, and leave as one [`JoinedTrace`] with a stamp per hop.
+//!
+//! # Rules
+//! - A trace is **complete** as soon as every hop of the spec's `expected` set has
+//!   stamped it; it is emitted at once. Stamps of other (optional) hops that arrived
+//!   before that are included; ones arriving after it are late.
+//! - A trace still missing expected hops one window after its *first* record arrived
+//!   (the caller's monotonic clock, `arrival_ns`) is emitted **incomplete** by
+//!   [`Joiner::expire`], with the hops it lacks in [`JoinedTrace::missing_mask`].
+//!   Expiry happens only there: a record arriving for a trace that is past its window
+//!   but not yet expired still joins it. [`Joiner::drain`] emits every pending trace as
+//!   incomplete at shutdown.
+//! - A hop that stamps twice keeps its **first** stamp; the trace gets
+//!   [`flags::DUPLICATE`]. Records of one trace that disagree on `metric_count`,
+//!   `intended_ns` or the trace id keep the first value and set [`flags::CONFLICT`] (a
+//!   record without a trace id does not disagree; the first id seen is kept).
+//!   [`flags::NEGATIVE_DELTA`] marks a trace where some stage with both hops present ends
+//!   before it starts (clock error); [`flags::UNEXPECTED_HOP`] one stamped by a hop that
+//!   is not in `expected`.
+//! - Records of a hop id the spec does not declare are counted and dropped
+//!   ([`InsertOutcome::UnknownHop`]).
+//! - **Late records.** A record whose trace was already emitted cannot be merged; it is
+//!   counted and dropped ([`InsertOutcome::Late`]). To recognise such records the joiner
+//!   remembers the keys it emitted during the last window, at most `max_pending` of them
+//!   (the oldest are forgotten first; [`Joiner::with_late_memory`] changes the number). A
+//!   late record whose key has been forgotten is indistinguishable from the first record
+//!   of a new trace: it starts one, which later expires as an incomplete trace whose
+//!   missing hops are the ones that did stamp the first time (typically `publish`).
+//!   [`JoinStats::forgotten_early`] counts keys forgotten before their window was over.
+//!
+//! Every record is accounted for exactly once:
+//! `records = stored + duplicates + late + unknown_hop`, and every trace started ends in
+//! one place: `traces = completed + expired + drained + pending`.
+//!
+//! # Memory
+//! Pending traces live in a slab of fixed-size slots (key, metadata and flags: 56 bytes)
+//! with their stamps in a parallel array of `hops × 8` bytes, found through a
+//! `hashbrown` table of 4-byte slot indices (5 bytes per bucket with its control byte, at
+//! a load of 7/16 to 7/8). A FIFO of 16-byte entries orders traces by first arrival; it
+//! is compacted when it holds more than 1.5 entries per pending trace (plus 16). The slab
+//! and FIFO grow by a quarter at a time rather than doubling. Per pending trace that is
+//! `56 + 8 × hops + 16..24 + 6..11` bytes plus growth slack; measured with a counting
+//! allocator over 10k..2M pending traces:
+//!
+//! | hops | bytes per pending trace |
+//! | ---: | ---: |
+//! | 6 | 128-160 |
+//! | 8 | 144-180 |
+//! | 16 | 208-260 |
+//!
+//! A remembered emitted key keeps its bucket in the same table (so one lookup tells
+//! pending, late and new apart) plus a 24-byte FIFO entry: 31-41 bytes measured, for at
+//! most `max_pending` keys. [`Joiner::memory_bytes`] reports the total. In steady state
+//! inserting allocates nothing: freed slots, table buckets and FIFO space are reused.
+//!
+//! ```
+//! use hoptrace_collector::join::{InsertOutcome, Joiner};
+//! use hoptrace_collector::spec::PipelineSpec;
+//! use hoptrace_probe::protocol::Record;
+//! use hoptrace_probe::{HopId, TraceKey};
+//!
+//! let spec = PipelineSpec::default_pipeline().resolve().unwrap();
+//! let mut joiner = Joiner::new(&spec);
+//! let key = TraceKey { publisher: 1, stream: 2, sequence: 3 };
+//! let mut out = Vec::new();
+//! for hop in 0..6u8 {
+//!     let rec = Record {
+//!         key,
+//!         hop: HopId(hop),
+//!         stamp_ns: 1_000 * i64::from(hop),
+//!         metric_count: 50,
+//!         intended_ns: 0,
+//!         otel_trace_id: None,
+//!     };
+//!     let outcome = joiner.insert(&rec, u64::from(hop), &mut out);
+//!     assert_eq!(outcome == InsertOutcome::Completed, hop == 5);
+//! }
+//! assert!(out[0].complete);
+//! assert_eq!(out[0].stage_ns(&spec.stages()[0]), Some(1_000));
+//! ```
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher as _;
+
+use hashbrown::HashTable;
+use hoptrace_probe::protocol::{MAX_HOPS, Record};
+use hoptrace_probe::{OtelTraceId, TraceKey};
+use rustc_hash::FxBuildHasher;
+
+use crate::spec::{ResolvedSpec, ResolvedStage};
+
+/// Bits of [`JoinedTrace::flags`].
+pub mod flags {
+    /// A hop stamped the trace more than once; its first stamp is kept.
+    pub const DUPLICATE: u8 = 1;
+    /// Some stage with both hops present has `to < from` (clock error or reordering).
+    pub const NEGATIVE_DELTA: u8 = 2;
+    /// Records of the trace disagree on metric count, intended time or trace id; the
+    /// first record's values are kept.
+    pub const CONFLICT: u8 = 4;
+    /// A hop that is not in the spec's `expected` set stamped the trace.
+    pub const UNEXPECTED_HOP: u8 = 8;
+    /// Every flag.
+    pub const ALL: u8 = DUPLICATE | NEGATIVE_DELTA | CONFLICT | UNEXPECTED_HOP;
+}
+
+/// Internal slot flag: the slot holds a trace id.
+const HAS_TRACE_ID: u8 = 0x80;
+
+/// What [`Joiner::insert`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InsertOutcome {
+    /// Joined to a trace that still lacks expected hops (also for a duplicate stamp).
+    Pending,
+    /// The record completed its trace, which was pushed to `out`.
+    Completed,
+    /// The hop id is not in the spec: counted, not stored.
+    UnknownHop,
+    /// The record's trace was already emitted: counted, not stored.
+    Late,
+}
+
+/// One message's joined stamps, as emitted by the [`Joiner`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinedTrace {
+    /// Which message.
+    pub key: TraceKey,
+    /// Metrics the message carries (from its first record).
+    pub metric_count: u32,
+    /// The message's intended send time, `CLOCK_REALTIME` ns (from its first record).
+    pub intended_ns: i64,
+    /// The message's OpenTelemetry trace id (the first one seen).
+    pub otel_trace_id: Option<OtelTraceId>,
+    /// Hops that stamped: bit `i` is hop index `i`.
+    pub present_mask: u16,
+    /// `CLOCK_REALTIME` stamps by hop *index* (not wire id); 0 where the hop's bit in
+    /// `present_mask` is clear. Prefer [`Self::stamp`].
+    pub stamps_ns: [i64; MAX_HOPS],
+    /// Whether every expected hop stamped.
+    pub complete: bool,
+    /// Expected hops that did not stamp: bit `i` is hop index `i`.
+    pub missing_mask: u16,
+    /// [`flags`] bits.
+    pub flags: u8,
+}
+
+impl JoinedTrace {
+    /// The stamp of hop index `hop_index`, if that hop stamped.
+    #[inline]
+    #[must_use]
+    pub fn stamp(&self, hop_index: usize) -> Option<i64> {
+        (hop_index < MAX_HOPS && self.present_mask & (1 << hop_index) != 0)
+            .then(|| self.stamps_ns[hop_index])
+    }
+
+    /// `stamp(to_index) - stamp(from_index)` when both hops stamped, saturating at the
+    /// bounds of `i64`.
+    #[inline]
+    #[must_use]
+    pub fn delta_ns(&self, from_index: usize, to_index: usize) -> Option<i64> {
+        Some(
+            self.stamp(to_index)?
+                .saturating_sub(self.stamp(from_index)?),
+        )
+    }
+
+    /// The stage's duration, when both of its hops stamped.
+    #[inline]
+    #[must_use]
+    pub fn stage_ns(&self, stage: &ResolvedStage) -> Option<i64> {
+        self.delta_ns(stage.from_index, stage.to_index)
+    }
+
+    /// Whether all bits of `flag` are set.
+    #[inline]
+    #[must_use]
+    pub fn has_flag(&self, flag: u8) -> bool {
+        self.flags & flag == flag
+    }
+}
+
+/// Cumulative counters of a [`Joiner`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JoinStats {
+    /// Records given to [`Joiner::insert`].
+    pub records: u64,
+    /// Records whose stamp was stored in a trace.
+    pub stored: u64,
+    /// Records of a hop that had already stamped their trace (stamp not stored).
+    pub duplicates: u64,
+    /// Records of a trace already emitted.
+    pub late: u64,
+    /// Records of a hop id the spec does not declare.
+    pub unknown_hop: u64,
+    /// Records that disagreed with their trace's metadata (also counted in `stored` or
+    /// `duplicates`).
+    pub conflicts: u64,
+    /// Traces started (first record of a key not pending and not remembered).
+    pub traces: u64,
+    /// Traces emitted complete.
+    pub completed: u64,
+    /// Traces emitted incomplete by [`Joiner::expire`].
+    pub expired: u64,
+    /// Traces emitted incomplete by [`Joiner::drain`].
+    pub drained: u64,
+    /// Emitted keys forgotten before a window had passed, because the memory of emitted
+    /// keys was full: late records for them would start new traces.
+    pub forgotten_early: u64,
+    /// Most traces pending at once.
+    pub peak_pending: u64,
+    /// Records received per hop index, whatever became of them (stored, duplicate or
+    /// late); their sum is `records - unknown_hop`.
+    pub records_by_hop: [u64; MAX_HOPS],
+    /// Incomplete traces emitted, per expected hop index they miss.
+    pub missing_by_hop: [u64; MAX_HOPS],
+    /// Traces emitted with [`flags::DUPLICATE`].
+    pub duplicate_traces: u64,
+    /// Traces emitted with [`flags::NEGATIVE_DELTA`].
+    pub negative_delta_traces: u64,
+    /// Traces emitted with [`flags::CONFLICT`].
+    pub conflict_traces: u64,
+    /// Traces emitted with [`flags::UNEXPECTED_HOP`].
+    pub unexpected_hop_traces: u64,
+}
+
+/// A pending trace. 56 bytes.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key: TraceKey,
+    intended_ns: i64,
+    trace_id: [u8; 16],
+    metric_count: u32,
+    /// Bumped when the slot is freed, so FIFO entries of earlier traces do not match.
+    generation: u32,
+    /// Hops stamped; 0 for a free slot.
+    present: u16,
+    /// [`flags`] bits gathered so far, and [`HAS_TRACE_ID`].
+    flags: u8,
+}
+
+/// A pending trace in first-arrival order. 16 bytes.
+#[derive(Debug, Clone, Copy)]
+struct FifoEntry {
+    first_arrival_ns: u64,
+    slot: u32,
+    generation: u32,
+}
+
+/// Table values with this bit name an emitted key (its position in `Joiner::emitted`);
+/// other values are slot indices of pending traces.
+const REMEMBERED: u32 = 1 << 31;
+/// The position bits of a [`REMEMBERED`] value.
+const POSITION: u32 = REMEMBERED - 1;
+
+/// The key a table value stands for.
+#[inline]
+fn key_of(
+    slots: &[Slot],
+    emitted: &VecDeque<(u64, TraceKey)>,
+    emitted_head: u32,
+    value: u32,
+) -> TraceKey {
+    if value & REMEMBERED == 0 {
+        slots[value as usize].key
+    } else {
+        emitted[(value.wrapping_sub(emitted_head) & POSITION) as usize].1
+    }
+}
+
+/// Joins records into traces. See the [module documentation](self) for the rules.
+#[derive(Debug)]
+pub struct Joiner {
+    /// Hop index by wire id; `NO_HOP` for undeclared ids.
+    index_by_id: [u8; 256],
+    /// Hops per slot in `stamps`.
+    stride: usize,
+    expected: u16,
+    /// (from, to) hop indices of every stage.
+    stages: Vec<(usize, usize)>,
+    window_ns: u64,
+    max_pending: usize,
+    late_memory: usize,
+    /// Latest time seen; times are clamped to it so they never go backwards.
+    clock_ns: u64,
+    /// Pending traces (slot index) and remembered emitted keys ([`REMEMBERED`] | their
+    /// position), so one lookup finds either.
+    table: HashTable<u32>,
+    pending: usize,
+    slots: Vec<Slot>,
+    stamps: Vec<i64>,
+    free: Vec<u32>,
+    fifo: VecDeque<FifoEntry>,
+    /// Remembered emitted keys with their emission time, oldest first.
+    emitted: VecDeque<(u64, TraceKey)>,
+    /// Position (mod 2^31) of `emitted.front()`.
+    emitted_head: u32,
+    stats: JoinStats,
+}
+
+const NO_HOP: u8 = u8::MAX;
+
+#[inline]
+fn hash_key(key: &TraceKey) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// Makes room for one more element, growing by a quarter rather than doubling.
+#[inline]
+fn reserve_vec<T>(v: &mut Vec<T>, one: usize) {
+    if v.len() + one > v.capacity() {
+        v.reserve_exact((v.len() / 4).max(64 * one));
+    }
+}
+
+impl Joiner {
+    /// A joiner for `spec`'s hops, expected set, stages, window and `max_pending`; it
+    /// remembers up to `max_pending` emitted keys to recognise late records.
+    #[must_use]
+    pub fn new(spec: &ResolvedSpec) -> Self {
+        let mut index_by_id = [NO_HOP; 256];
+        for (index, id) in (0u8..).zip(spec.hop_ids()) {
+            index_by_id[usize::from(id.0)] = index;
+        }
+        let stages = spec
+            .stages()
+            .iter()
+            .map(|s| (s.from_index, s.to_index))
+            .collect();
+        Self {
+            index_by_id,
+            stride: spec.hop_count(),
+            expected: spec.expected_mask(),
+            stages,
+            window_ns: spec.window_ns(),
+            max_pending: spec.max_pending(),
+            late_memory: spec.max_pending(),
+            clock_ns: 0,
+            table: HashTable::new(),
+            pending: 0,
+            slots: Vec::new(),
+            stamps: Vec::new(),
+            free: Vec::new(),
+            fifo: VecDeque::new(),
+            emitted: VecDeque::new(),
+            emitted_head: 0,
+            stats: JoinStats::default(),
+        }
+    }
+
+    /// Remembers at most `keys` emitted keys (instead of `max_pending`; at most 2^31 - 1)
+    /// to recognise late records; 0 recognises none.
+    #[must_use]
+    pub fn with_late_memory(mut self, keys: usize) -> Self {
+        self.late_memory = keys.min(POSITION as usize);
+        self.trim_late_memory();
+        self
+    }
+
+    /// Joins one record. `arrival_ns` is the collector's monotonic clock when the record
+    /// arrived; a time earlier than one seen before counts as that earlier-seen latest
+    /// time. A trace the record completes is pushed to `out`.
+    #[inline]
+    pub fn insert(
+        &mut self,
+        rec: &Record,
+        arrival_ns: u64,
+        out: &mut Vec<JoinedTrace>,
+    ) -> InsertOutcome {
+        let now = self.advance(arrival_ns);
+        self.stats.records += 1;
+        let hop = self.index_by_id[usize::from(rec.hop.0)];
+        if hop == NO_HOP {
+            self.stats.unknown_hop += 1;
+            return InsertOutcome::UnknownHop;
+        }
+        self.stats.records_by_hop[usize::from(hop)] += 1;
+        let hash = hash_key(&rec.key);
+        let (slots, emitted, head) = (&self.slots, &self.emitted, self.emitted_head);
+        let found = self
+            .table
+            .find(hash, |&v| key_of(slots, emitted, head, v) == rec.key)
+            .copied();
+        let index = match found {
+            Some(v) if v & REMEMBERED != 0 => {
+                self.stats.late += 1;
+                return InsertOutcome::Late;
+            }
+            Some(i) => i,
+            None => self.start(rec, hash, now),
+        };
+
+        let slot = &mut self.slots[index as usize];
+        let mut conflict =
+            slot.metric_count != rec.metric_count || slot.intended_ns != rec.intended_ns;
+        if let Some(id) = rec.otel_trace_id {
+            if slot.flags & HAS_TRACE_ID == 0 {
+                slot.trace_id = id.0;
+                slot.flags |= HAS_TRACE_ID;
+            } else if slot.trace_id != id.0 {
+                conflict = true;
+            }
+        }
+        if conflict {
+            slot.flags |= flags::CONFLICT;
+            self.stats.conflicts += 1;
+        }
+        let bit = 1u16 << hop;
+        if slot.present & bit != 0 {
+            slot.flags |= flags::DUPLICATE;
+            self.stats.duplicates += 1;
+            return InsertOutcome::Pending;
+        }
+        slot.present |= bit;
+        self.stamps[index as usize * self.stride + usize::from(hop)] = rec.stamp_ns;
+        self.stats.stored += 1;
+        if slot.present & self.expected != self.expected {
+            return InsertOutcome::Pending;
+        }
+        self.emit(index, hash, true, now, out);
+        self.stats.completed += 1;
+        if self.fifo.len() > self.pending + self.pending / 2 + 16 {
+            let slots = &self.slots;
+            self.fifo
+                .retain(|e| slots[e.slot as usize].generation == e.generation);
+        }
+        InsertOutcome::Completed
+    }
+
+    /// Emits, as incomplete, every pending trace whose first record arrived more than one
+    /// window before `now_ns` (the clock of [`Self::insert`]); oldest first.
+    pub fn expire(&mut self, now_ns: u64, out: &mut Vec<JoinedTrace>) {
+        let now = self.advance(now_ns);
+        while let Some(&e) = self.fifo.front() {
+            if self.slots[e.slot as usize].generation != e.generation {
+                self.fifo.pop_front();
+                continue;
+            }
+            if now - e.first_arrival_ns <= self.window_ns {
+                break;
+            }
+            self.fifo.pop_front();
+            let hash = hash_key(&self.slots[e.slot as usize].key);
+            self.emit(e.slot, hash, false, now, out);
+            self.stats.expired += 1;
+        }
+    }
+
+    /// Emits every pending trace as incomplete, oldest first (clean shutdown). Their keys
+    /// are remembered as for any emission.
+    pub fn drain(&mut self, out: &mut Vec<JoinedTrace>) {
+        let now = self.clock_ns;
+        while let Some(e) = self.fifo.pop_front() {
+            if self.slots[e.slot as usize].generation != e.generation {
+                continue;
+            }
+            let hash = hash_key(&self.slots[e.slot as usize].key);
+            self.emit(e.slot, hash, false, now, out);
+            self.stats.drained += 1;
+        }
+        debug_assert_eq!(self.pending, 0);
+    }
+
+    /// Traces waiting for records.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether `max_pending` traces are pending: the caller should stop reading records
+    /// until [`Self::expire`] or completions make room. Inserting still works.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.pending() >= self.max_pending
+    }
+
+    /// The counters so far.
+    #[must_use]
+    pub fn stats(&self) -> JoinStats {
+        self.stats
+    }
+
+    /// Emitted keys currently remembered to recognise late records.
+    #[must_use]
+    pub fn remembered(&self) -> usize {
+        self.emitted.len()
+    }
+
+    /// Approximate heap bytes held: pending traces, the FIFO, the free list and the
+    /// memory of emitted keys, by capacity (high-water mark), not by use.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        // hashbrown keeps at least 8/7 buckets per item of capacity, each with a
+        // one-byte control byte, plus a group of trailing control bytes.
+        let buckets = |cap: usize| if cap == 0 { 0 } else { cap * 8 / 7 + 16 };
+        buckets(self.table.capacity()) * (size_of::<u32>() + 1)
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.stamps.capacity() * size_of::<i64>()
+            + self.free.capacity() * size_of::<u32>()
+            + self.fifo.capacity() * size_of::<FifoEntry>()
+            + self.emitted.capacity() * size_of::<(u64, TraceKey)>()
+    }
+
+    /// Moves the clock to `t_ns` (never backwards) and forgets emitted keys older than
+    /// one window.
+    #[inline]
+    fn advance(&mut self, t_ns: u64) -> u64 {
+        let now = t_ns.max(self.clock_ns);
+        self.clock_ns = now;
+        while let Some(&(at, _)) = self.emitted.front() {
+            if now - at <= self.window_ns {
+                break;
+            }
+            self.forget_oldest();
+        }
+        now
+    }
+
+    /// Forgets the oldest remembered key.
+    fn forget_oldest(&mut self) {
+        let (_, key) = self.emitted.pop_front().expect("a key is remembered");
+        let value = REMEMBERED | self.emitted_head;
+        let Ok(entry) = self.table.find_entry(hash_key(&key), |&v| v == value) else {
+            unreachable!("a remembered key is in the table");
+        };
+        entry.remove();
+        self.emitted_head = self.emitted_head.wrapping_add(1) & POSITION;
+    }
+
+    /// Starts a trace for `rec` and returns its slot.
+    fn start(&mut self, rec: &Record, hash: u64, now: u64) -> u32 {
+        let fresh = Slot {
+            key: rec.key,
+            intended_ns: rec.intended_ns,
+            trace_id: [0; 16],
+            metric_count: rec.metric_count,
+            generation: 0,
+            present: 0,
+            flags: 0,
+        };
+        let index = if let Some(i) = self.free.pop() {
+            let slot = &mut self.slots[i as usize];
+            *slot = Slot {
+                generation: slot.generation,
+                ..fresh
+            };
+            i
+        } else {
+            let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 pending traces");
+            reserve_vec(&mut self.slots, 1);
+            reserve_vec(&mut self.stamps, self.stride);
+            self.slots.push(fresh);
+            self.stamps.resize(self.stamps.len() + self.stride, 0);
+            i
+        };
+        if self.fifo.len() == self.fifo.capacity() {
+            self.fifo.reserve_exact((self.fifo.len() / 4).max(64));
+        }
+        self.fifo.push_back(FifoEntry {
+            first_arrival_ns: now,
+            slot: index,
+            generation: self.slots[index as usize].generation,
+        });
+        let (slots, emitted, head) = (&self.slots, &self.emitted, self.emitted_head);
+        self.table
+            .insert_unique(hash, index, |&v| hash_key(&key_of(slots, emitted, head, v)));
+        self.pending += 1;
+        self.stats.traces += 1;
+        self.stats.peak_pending = self.stats.peak_pending.max(self.pending as u64);
+        index
+    }
+
+    /// Pushes the trace in slot `index` to `out`, frees the slot and remembers the key.
+    fn emit(
+        &mut self,
+        index: u32,
+        hash: u64,
+        complete: bool,
+        now: u64,
+        out: &mut Vec<JoinedTrace>,
+    ) {
+        let slot = &mut self.slots[index as usize];
+        let present = slot.present;
+        let base = index as usize * self.stride;
+        let stamps = &self.stamps[base..base + self.stride];
+        let mut stamps_ns = [0i64; MAX_HOPS];
+        for (h, (dst, src)) in stamps_ns.iter_mut().zip(stamps).enumerate() {
+            if present & (1 << h) != 0 {
+                *dst = *src;
+            }
+        }
+        let mut trace_flags = slot.flags & flags::ALL;
+        if present & !self.expected != 0 {
+            trace_flags |= flags::UNEXPECTED_HOP;
+        }
+        let negative = self.stages.iter().any(|&(from, to)| {
+            let both = (1u16 << from) | (1u16 << to);
+            present & both == both && stamps_ns[to] < stamps_ns[from]
+        });
+        if negative {
+            trace_flags |= flags::NEGATIVE_DELTA;
+        }
+        let missing = self.expected & !present;
+        let stats = &mut self.stats;
+        if !complete {
+            for (h, n) in stats.missing_by_hop.iter_mut().enumerate() {
+                *n += u64::from(missing >> h & 1);
+            }
+        }
+        for (flag, n) in [
+            (flags::DUPLICATE, &mut stats.duplicate_traces),
+            (flags::NEGATIVE_DELTA, &mut stats.negative_delta_traces),
+            (flags::CONFLICT, &mut stats.conflict_traces),
+            (flags::UNEXPECTED_HOP, &mut stats.unexpected_hop_traces),
+        ] {
+            *n += u64::from(trace_flags & flag != 0);
+        }
+        let key = slot.key;
+        out.push(JoinedTrace {
+            key,
+            metric_count: slot.metric_count,
+            intended_ns: slot.intended_ns,
+            otel_trace_id: (slot.flags & HAS_TRACE_ID != 0).then_some(OtelTraceId(slot.trace_id)),
+            present_mask: present,
+            stamps_ns,
+            complete,
+            missing_mask: missing,
+            flags: trace_flags,
+        });
+
+        slot.present = 0;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(index);
+        self.pending -= 1;
+        let Ok(entry) = self.table.find_entry(hash, |&v| v == index) else {
+            unreachable!("a pending slot is in the table");
+        };
+        if self.late_memory == 0 {
+            entry.remove();
+            return;
+        }
+        // The key's table entry now stands for the remembered key: no second lookup.
+        let len = u32::try_from(self.emitted.len()).expect("at most 2^31 - 1 remembered keys");
+        *entry.into_mut() = REMEMBERED | (self.emitted_head.wrapping_add(len) & POSITION);
+        if self.emitted.len() == self.emitted.capacity() {
+            self.emitted.reserve_exact((self.emitted.len() / 4).max(64));
+        }
+        self.emitted.push_back((now, key));
+        self.trim_late_memory();
+    }
+
+    /// Forgets the oldest emitted keys beyond `late_memory`.
+    fn trim_late_memory(&mut self) {
+        while self.emitted.len() > self.late_memory {
+            self.forget_oldest();
+            self.stats.forgotten_early += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::PipelineSpec;
+    use hoptrace_probe::HopId;
+
+    /// Hops a(0), b(1), c(2) expected; tap (wire id 9) optional; stages a→b, b→c;
+    /// window 1 ms.
+    fn spec() -> ResolvedSpec {
+        PipelineSpec::from_toml_str(
+            r#"
+            name = "t"
+            expected = ["a", "b", "c"]
+            [[hops]]
+            name = "a"
+            [[hops]]
+            name = "b"
+            [[hops]]
+            name = "c"
+            [[hops]]
+            name = "tap"
+            id = 9
+            [[stages]]
+            name = "ab"
+            from = "a"
+            to = "b"
+            definition = ""
+            [[stages]]
+            name = "bc"
+            from = "b"
+            to = "c"
+            definition = ""
+            [join]
+            window_ms = 1
+            max_pending = 4
+            "#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap()
+    }
+
+    const WINDOW: u64 = 1_000_000;
+
+    fn key(sequence: u64) -> TraceKey {
+        TraceKey {
+            publisher: 7,
+            stream: 3,
+            sequence,
+        }
+    }
+
+    fn rec(sequence: u64, hop: u8, stamp_ns: i64) -> Record {
+        Record {
+            key: key(sequence),
+            hop: HopId(hop),
+            stamp_ns,
+            metric_count: 10,
+            intended_ns: 5,
+            otel_trace_id: None,
+        }
+    }
+
+    fn accounted(j: &Joiner) {
+        let s = j.stats();
+        assert_eq!(s.records, s.stored + s.duplicates + s.late + s.unknown_hop);
+        assert_eq!(
+            s.traces,
+            s.completed + s.expired + s.drained + j.pending() as u64
+        );
+    }
+
+    #[test]
+    fn layout_sizes_match_the_documented_footprint() {
+        assert_eq!(std::mem::size_of::<Slot>(), 56);
+        assert_eq!(std::mem::size_of::<FifoEntry>(), 16);
+    }
+
+    #[test]
+    fn completes_once_every_expected_hop_stamped_in_any_order() {
+        let s = spec();
+        let mut j = Joiner::new(&s);
+        let mut out = Vec::new();
+        assert_eq!(
+            j.insert(&rec(1, 2, 300), 0, &mut out),
+            InsertOutcome::Pending
+        );
+        assert_eq!(
+            j.insert(&rec(1, 0, 100), 1, &mut out),
+            InsertOutcome::Pending
+        );
+        assert_eq!(j.pending(), 1);
+        assert_eq!(
+            j.insert(&rec(1, 1, 250), 2, &mut out),
+            InsertOutcome::Completed
+        );
+        assert_eq!(j.pending(), 0);
+        assert_eq!(out.len(), 1);
+        let t = out[0];
+        assert!(t.complete);
+        assert_eq!(t.key, key(1));
+        assert_eq!((t.metric_count, t.intended_ns), (10, 5));
+        assert_eq!(t.missing_mask, 0);
+        assert_eq!(t.present_mask, 0b111);
+        assert_eq!(t.flags, 0);
+        assert_eq!(
+            [t.stamp(0), t.stamp(1), t.stamp(2), t.stamp(3)],
+            [Some(100), Some(250), Some(300), None]
+        );
+        assert_eq!(t.stage_ns(&s.stages()[0]), Some(150));
+        assert_eq!(t.stage_ns(&s.stages()[1]), Some(50));
+        assert_eq!(j.stats().completed, 1);
+        accounted(&j);
+    }
+
+    #[test]
+    fn optional_hop_joins_before_completion_and_is_late_after() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        j.insert(&rec(1, 9, 150), 0, &mut out);
+        for h in 0..3 {
+            j.insert(&rec(1, h, 100 + i64::from(h)), 0, &mut out);
+        }
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].stamp(3), Some(150));
+        assert!(out[0].has_flag(flags::UNEXPECTED_HOP));
+        assert!(out[0].complete);
+
+        for h in 0..3 {
+            j.insert(&rec(2, h, 100), 0, &mut out);
+        }
+        assert_eq!(j.insert(&rec(2, 9, 150), 1, &mut out), InsertOutcome::Late);
+        assert_eq!(j.insert(&rec(2, 0, 150), 1, &mut out), InsertOutcome::Late);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].flags, 0);
+        assert_eq!(j.stats().late, 2);
+        assert_eq!(j.pending(), 0);
+        accounted(&j);
+    }
+
+    #[test]
+    fn duplicate_stamp_keeps_the_first_and_is_flagged() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        j.insert(&rec(1, 0, 100), 0, &mut out);
+        assert_eq!(
+            j.insert(&rec(1, 0, 90), 0, &mut out),
+            InsertOutcome::Pending
+        );
+        j.insert(&rec(1, 1, 200), 0, &mut out);
+        j.insert(&rec(1, 2, 300), 0, &mut out);
+        assert_eq!(out[0].stamp(0), Some(100));
+        assert_eq!(out[0].flags, flags::DUPLICATE);
+        assert_eq!(j.stats().duplicates, 1);
+        assert_eq!(j.stats().stored, 3);
+        accounted(&j);
+    }
+
+    #[test]
+    fn conflicting_metadata_keeps_the_first_and_is_flagged() {
+        let id = |b| Some(OtelTraceId([b; 16]));
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        // No id first, then an id: adopted, no conflict.
+        j.insert(&rec(1, 0, 1), 0, &mut out);
+        j.insert(
+            &Record {
+                otel_trace_id: id(1),
+                ..rec(1, 1, 2)
+            },
+            0,
+            &mut out,
+        );
+        j.insert(&rec(1, 2, 3), 0, &mut out);
+        assert_eq!(out[0].otel_trace_id, id(1));
+        assert_eq!(out[0].flags, 0);
+        // Different id, metric count, intended time: each conflicts.
+        let variants = [
+            Record {
+                otel_trace_id: id(2),
+                ..rec(2, 1, 2)
+            },
+            Record {
+                metric_count: 11,
+                ..rec(2, 1, 2)
+            },
+            Record {
+                intended_ns: 6,
+                ..rec(2, 1, 2)
+            },
+        ];
+        for (n, bad) in variants.into_iter().enumerate() {
+            let seq = 10 + n as u64;
+            out.clear();
+            j.insert(
+                &Record {
+                    otel_trace_id: id(1),
+                    ..rec(seq, 0, 1)
+                },
+                0,
+                &mut out,
+            );
+            j.insert(
+                &Record {
+                    key: key(seq),
+                    ..bad
+                },
+                0,
+                &mut out,
+            );
+            j.insert(&rec(seq, 2, 3), 0, &mut out);
+            let t = out[0];
+            assert_eq!(t.flags, flags::CONFLICT, "variant {n}");
+            assert_eq!(
+                (t.metric_count, t.intended_ns, t.otel_trace_id),
+                (10, 5, id(1))
+            );
+        }
+        assert_eq!(j.stats().conflicts, 3);
+        accounted(&j);
+    }
+
+    #[test]
+    fn negative_delta_needs_both_hops_of_a_stage() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        for (h, ns) in [(0, 100), (1, 50), (2, 60)] {
+            j.insert(&rec(1, h, ns), 0, &mut out);
+        }
+        assert_eq!(out[0].flags, flags::NEGATIVE_DELTA);
+        assert_eq!(out[0].stage_ns(&spec().stages()[0]), Some(-50));
+        // a after c, but no stage a→c; b missing: no stage has both hops.
+        j.insert(&rec(2, 0, 100), 0, &mut out);
+        j.insert(&rec(2, 2, 50), 0, &mut out);
+        j.drain(&mut out);
+        assert_eq!(out[1].flags, 0);
+        assert!(!out[1].complete);
+        assert_eq!(out[1].missing_mask, 0b010);
+    }
+
+    #[test]
+    fn unknown_hops_are_counted_and_start_nothing() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        assert_eq!(
+            j.insert(&rec(1, 3, 1), 0, &mut out),
+            InsertOutcome::UnknownHop
+        );
+        assert_eq!(
+            j.insert(&rec(1, 255, 1), 0, &mut out),
+            InsertOutcome::UnknownHop
+        );
+        assert_eq!(j.pending(), 0);
+        assert_eq!(j.stats().unknown_hop, 2);
+        assert_eq!(j.stats().traces, 0);
+        accounted(&j);
+    }
+
+    #[test]
+    fn expiry_is_strictly_after_one_window_from_the_first_record() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        j.insert(&rec(1, 1, 1), 1_000, &mut out);
+        j.insert(&rec(2, 0, 1), 2_000, &mut out);
+        // A record one window after the first still joins: expiry needs more than that.
+        j.insert(&rec(1, 2, 2), 1_000 + WINDOW, &mut out);
+        j.expire(1_000 + WINDOW, &mut out);
+        assert_eq!(j.pending(), 2);
+        j.expire(1_001 + WINDOW, &mut out);
+        assert_eq!(j.pending(), 1);
+        assert_eq!(out.len(), 1);
+        let t = out[0];
+        assert_eq!(t.key, key(1));
+        assert!(!t.complete);
+        assert_eq!(t.missing_mask, 0b001);
+        assert_eq!(t.present_mask, 0b110);
+        j.expire(2_001 + WINDOW, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].key, key(2));
+        assert_eq!(j.stats().expired, 2);
+        accounted(&j);
+    }
+
+    #[test]
+    fn drain_emits_everything_incomplete_in_first_arrival_order() {
+        let mut j = Joiner::new(&spec()).with_late_memory(100);
+        let mut out = Vec::new();
+        for seq in [5, 3, 9, 1] {
+            j.insert(&rec(seq, 0, 1), seq, &mut out);
+        }
+        // 3 completes: its FIFO entry goes stale.
+        j.insert(&rec(3, 1, 1), 20, &mut out);
+        j.insert(&rec(3, 2, 1), 20, &mut out);
+        out.clear();
+        j.drain(&mut out);
+        let keys: Vec<u64> = out.iter().map(|t| t.key.sequence).collect();
+        assert_eq!(keys, [5, 9, 1]);
+        assert!(out.iter().all(|t| !t.complete && t.missing_mask == 0b110));
+        assert_eq!(j.pending(), 0);
+        assert_eq!(j.stats().drained, 3);
+        assert_eq!(j.remembered(), 4);
+        accounted(&j);
+    }
+
+    #[test]
+    fn late_records_after_the_memory_window_start_a_new_trace() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        for h in 0..3 {
+            j.insert(&rec(1, h, 1), 0, &mut out);
+        }
+        assert_eq!(
+            j.insert(&rec(1, 9, 1), WINDOW, &mut out),
+            InsertOutcome::Late
+        );
+        assert_eq!(j.remembered(), 1);
+        // One window after its emission the key is forgotten: the tap's record now starts
+        // a new trace, which expires with every expected hop missing.
+        assert_eq!(
+            j.insert(&rec(1, 9, 1), WINDOW + 1, &mut out),
+            InsertOutcome::Pending
+        );
+        assert_eq!(j.remembered(), 0);
+        j.expire(2 * WINDOW + 2, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].key, key(1));
+        assert_eq!(out[1].missing_mask, 0b111);
+        assert_eq!(j.stats().traces, 2);
+        assert_eq!(j.stats().forgotten_early, 0);
+        accounted(&j);
+    }
+
+    #[test]
+    fn late_memory_is_bounded_and_forgets_the_oldest_first() {
+        let mut j = Joiner::new(&spec()).with_late_memory(2);
+        let mut out = Vec::new();
+        for seq in 1..=3 {
+            for h in 0..3 {
+                j.insert(&rec(seq, h, 1), 0, &mut out);
+            }
+        }
+        assert_eq!(j.remembered(), 2);
+        assert_eq!(j.stats().forgotten_early, 1);
+        assert_eq!(j.insert(&rec(3, 9, 1), 0, &mut out), InsertOutcome::Late);
+        assert_eq!(j.insert(&rec(2, 9, 1), 0, &mut out), InsertOutcome::Late);
+        assert_eq!(j.insert(&rec(1, 9, 1), 0, &mut out), InsertOutcome::Pending);
+
+        let mut none = Joiner::new(&spec()).with_late_memory(0);
+        for h in 0..3 {
+            none.insert(&rec(1, h, 1), 0, &mut out);
+        }
+        assert_eq!(
+            none.insert(&rec(1, 0, 1), 0, &mut out),
+            InsertOutcome::Pending
+        );
+        assert_eq!(none.remembered(), 0);
+    }
+
+    #[test]
+    fn is_full_at_max_pending() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        for seq in 0..4 {
+            assert!(!j.is_full());
+            j.insert(&rec(seq, 0, 1), 0, &mut out);
+        }
+        assert!(j.is_full());
+        // Inserting past the limit still works; the caller is expected to stop reading.
+        j.insert(&rec(9, 0, 1), 0, &mut out);
+        assert_eq!(j.pending(), 5);
+        assert_eq!(j.stats().peak_pending, 5);
+        j.insert(&rec(9, 1, 1), 0, &mut out);
+        j.insert(&rec(9, 2, 1), 0, &mut out);
+        assert!(j.is_full());
+        j.expire(WINDOW + 1, &mut out);
+        assert!(!j.is_full());
+        assert_eq!(j.pending(), 0);
+    }
+
+    #[test]
+    fn time_going_backwards_is_clamped() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        j.insert(&rec(1, 0, 1), 5 * WINDOW, &mut out);
+        // Arrives "earlier": treated as 5 windows, so it does not expire with 1 window.
+        j.insert(&rec(2, 0, 1), 0, &mut out);
+        j.expire(6 * WINDOW + 1, &mut out);
+        assert_eq!(out.len(), 2);
+        j.insert(&rec(3, 0, 1), 0, &mut out);
+        j.expire(0, &mut out);
+        assert_eq!(j.pending(), 1);
+    }
+
+    #[test]
+    fn stage_deltas_saturate_and_absent_hops_give_none() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        j.insert(&rec(1, 0, i64::MAX), 0, &mut out);
+        j.insert(&rec(1, 1, i64::MIN), 0, &mut out);
+        j.drain(&mut out);
+        let t = out[0];
+        assert_eq!(t.delta_ns(0, 1), Some(i64::MIN));
+        assert_eq!(t.delta_ns(1, 0), Some(i64::MAX));
+        assert_eq!(t.delta_ns(1, 2), None);
+        assert_eq!(t.stamp(16), None);
+        assert_eq!(t.stamps_ns[2], 0);
+    }
+
+    #[test]
+    fn fifo_stays_bounded_when_traces_complete() {
+        let mut j = Joiner::new(&spec());
+        let mut out = Vec::new();
+        // One trace stays pending the whole time; 100k others complete.
+        j.insert(&rec(0, 0, 1), 0, &mut out);
+        for seq in 1..100_000 {
+            for h in 0..3 {
+                j.insert(&rec(seq, h, 1), 0, &mut out);
+            }
+            assert!(j.fifo.len() <= 1 + 16 + 1);
+        }
+        assert_eq!(j.pending(), 1);
+        assert!(j.slots.len() <= 2, "slots are reused");
+        j.drain(&mut out);
+        assert_eq!(out.last().unwrap().key, key(0));
+        accounted(&j);
+    }
+
+    /// Measures the bytes per pending trace with 8 hops at several sizes, including
+    /// right after the table and slab have grown.
+    #[test]
+    fn bytes_per_pending_trace_with_8_hops_is_at_most_200() {
+        let mut text = String::from("name = \"m\"\nstages = []\n[join]\nwindow_ms = 1000\n");
+        for h in 0..8 {
+            text.push_str(&format!("[[hops]]\nname = \"h{h}\"\n"));
+        }
+        let s = PipelineSpec::from_toml_str(&text)
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let mut j = Joiner::new(&s);
+        let mut out = Vec::new();
+        let mut worst = 0.0f64;
+        let mut seq = 0;
+        for target in [1_000u64, 7_169, 57_345, 100_000, 229_377, 300_000] {
+            while seq < target {
+                j.insert(&rec(seq, (seq % 8) as u8, 1), 0, &mut out);
+                seq += 1;
+            }
+            let per = j.memory_bytes() as f64 / j.pending() as f64;
+            worst = worst.max(per);
+            assert!(per <= 200.0, "{per:.1} bytes per pending trace at {target}");
+        }
+        assert!(worst > 8.0 * 8.0 + 56.0);
+    }
+}

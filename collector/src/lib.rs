@@ -1,0 +1,35 @@
+//! # hoptrace-collector
+//!
+//! Receives probe records over the collector protocol (`docs/collector-protocol.md`),
+//! joins the stamps of each message, and writes the run's dataset under
+//! `runs/<run-id>/`: `traces/part-NNNNN.parquet` (one row per message, a timestamp
+//! column per hop), and `run.json` (the pipeline, the probes, their clocks, the files and
+//! the accounting: every message sent is complete, incomplete or unseen).
+//!
+//! - [`spec`]: the pipeline spec (TOML): hops, expected hops, stages, join window, files.
+//! - [`join`]: the join of records into traces, bounded by the window.
+//! - [`writer`]: rolling Parquet files.
+//! - [`run`]: a whole run: listen, join, write, account.
+//!
+//! ```no_run
+//! use hoptrace_collector::run::{Collector, CollectorConfig};
+//! use hoptrace_collector::spec::PipelineSpec;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = CollectorConfig::new("127.0.0.1:7400", PipelineSpec::default_pipeline(), "runs");
+//! let collector = Collector::start(cfg)?;
+//! // ... probes connect and report ...
+//! let summary = collector.stop()?;
+//! assert!(summary.accounting.adds_up);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod join;
+pub mod run;
+pub mod server;
+pub mod spec;
+pub mod writer;
+
+pub use run::{Collector, CollectorConfig, CollectorError, RunSummary};
+pub use spec::{PipelineSpec, ResolvedSpec, SpecError};

@@ -1,0 +1,761 @@
+//! One collection run: listen, join, write `runs/<run-id>/`, account for every message.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::ClockStatus;
+use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, SentEntry, counter_id};
+use serde::Serialize;
+
+use crate::join::{JoinedTrace, Joiner};
+use crate::server::{self, ConnectionCounters, Event, ServerConfig};
+use crate::spec::{PipelineSpec, ResolvedSpec};
+use crate::writer::{PartFile, TraceWriter, TraceWriterConfig, WriteError};
+
+/// Events buffered between connection readers and the join thread; when full, readers
+/// block and TCP pushes back on probes.
+const CHANNEL_FRAMES: usize = 256;
+
+/// How a collector runs.
+#[derive(Debug, Clone)]
+pub struct CollectorConfig {
+    /// Address to listen on, e.g. `127.0.0.1:7400` (`:0` picks a port).
+    pub listen: String,
+    /// The pipeline.
+    pub spec: PipelineSpec,
+    /// Directory under which `<run-id>/` is created.
+    pub out_dir: PathBuf,
+    /// Run id; default `run-<UTC time>`.
+    pub run_id: Option<String>,
+    /// Token probes must present; required when `listen` is not a loopback address.
+    pub token: Option<String>,
+    /// Most probe connections at once.
+    pub max_connections: usize,
+    /// Time a connection has to send Hello.
+    pub hello_timeout: Duration,
+    /// On stop, how long to wait for connected probes to say Goodbye.
+    pub stop_timeout: Duration,
+}
+
+impl CollectorConfig {
+    /// Defaults for `spec`, listening on `listen`, writing under `out_dir`.
+    #[must_use]
+    pub fn new(listen: impl Into<String>, spec: PipelineSpec, out_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            listen: listen.into(),
+            spec,
+            out_dir: out_dir.into(),
+            run_id: None,
+            token: None,
+            max_connections: 256,
+            hello_timeout: Duration::from_secs(5),
+            stop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a collector could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    /// The pipeline spec is invalid.
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    /// `listen` is not loopback and no token was given: pass `--token` (or set
+    /// `HOPTRACE_TOKEN`), or listen on 127.0.0.1.
+    #[error("listening on {0} (not loopback) requires a token")]
+    TokenRequired(SocketAddr),
+    /// The listen address cannot be resolved or bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The run directory cannot be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Writing Parquet failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The join thread panicked (a bug).
+    #[error("the join thread panicked")]
+    Panicked,
+}
+
+/// Live figures, for progress lines and `/metrics`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Progress {
+    /// Hop records received.
+    pub records: u64,
+    /// Traces written complete.
+    pub complete: u64,
+    /// Traces written incomplete.
+    pub incomplete: u64,
+    /// Traces waiting for more hops.
+    pub pending: u64,
+    /// Probe connections open.
+    pub connections: u64,
+}
+
+/// A running collector.
+#[derive(Debug)]
+pub struct Collector {
+    addr: SocketAddr,
+    run_dir: PathBuf,
+    stop_accepting: Arc<AtomicBool>,
+    draining: Arc<AtomicBool>,
+    progress: Arc<Mutex<Progress>>,
+    accept: Option<JoinHandle<()>>,
+    join: Option<JoinHandle<Result<RunSummary, CollectorError>>>,
+}
+
+impl Collector {
+    /// Binds, creates `out_dir/<run-id>/` and starts accepting probes.
+    ///
+    /// # Errors
+    /// An invalid spec, a non-loopback address without token, a bind or directory error.
+    pub fn start(cfg: CollectorConfig) -> Result<Self, CollectorError> {
+        let spec = Arc::new(ResolvedSpec::new(&cfg.spec)?);
+        let listener = TcpListener::bind(&cfg.listen).map_err(|source| CollectorError::Listen {
+            addr: cfg.listen.clone(),
+            source,
+        })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| CollectorError::Listen {
+                addr: cfg.listen.clone(),
+                source,
+            })?;
+        if !addr.ip().is_loopback() && cfg.token.as_deref().is_none_or(str::is_empty) {
+            return Err(CollectorError::TokenRequired(addr));
+        }
+        let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+        let run_id = cfg
+            .run_id
+            .clone()
+            .unwrap_or_else(|| default_run_id(started_unix_ns));
+        let run_dir = cfg.out_dir.join(&run_id);
+        std::fs::create_dir_all(&run_dir).map_err(|source| CollectorError::Io {
+            path: run_dir.clone(),
+            source,
+        })?;
+        let out = &cfg.spec.output;
+        let writer = TraceWriter::new(TraceWriterConfig {
+            dir: run_dir.join("traces"),
+            run_id: run_id.clone(),
+            hop_names: spec.hop_names().to_vec(),
+            row_group_rows: out.row_group_rows,
+            roll_rows: out.roll_rows,
+            roll_seconds: out.roll_seconds,
+            zstd_level: out.zstd_level,
+        })?;
+
+        let (tx, rx) = mpsc::sync_channel(CHANNEL_FRAMES);
+        let stop_accepting = Arc::new(AtomicBool::new(false));
+        let draining = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let counters = Arc::new(ConnectionCounters::default());
+        let server_cfg = Arc::new(ServerConfig {
+            token: cfg.token.clone(),
+            run_id: run_id.clone(),
+            max_connections: cfg.max_connections,
+            hello_timeout: cfg.hello_timeout,
+        });
+        let accept = {
+            let (spec, stop, counters) = (
+                Arc::clone(&spec),
+                Arc::clone(&stop_accepting),
+                Arc::clone(&counters),
+            );
+            std::thread::Builder::new()
+                .name("collector-accept".into())
+                .spawn(move || {
+                    server::accept_loop(&listener, &server_cfg, &spec, &tx, &stop, &counters)
+                })
+                .map_err(|source| CollectorError::Io {
+                    path: run_dir.clone(),
+                    source,
+                })?
+        };
+        let join = {
+            let mut state = JoinState {
+                joiner: Joiner::new(&spec),
+                spec: Arc::clone(&spec),
+                writer: Some(writer),
+                run_id: run_id.clone(),
+                run_dir: run_dir.clone(),
+                started_unix_ns,
+                epoch: Instant::now(),
+                probes: BTreeMap::new(),
+                clock: Vec::new(),
+                sent: BTreeMap::new(),
+                tallies: HashMap::new(),
+                records: 0,
+                out: Vec::with_capacity(1024),
+                progress: Arc::clone(&progress),
+                counters,
+                stop_timeout: cfg.stop_timeout,
+            };
+            let draining = Arc::clone(&draining);
+            std::thread::Builder::new()
+                .name("collector-join".into())
+                .spawn(move || state.run(&rx, &draining))
+                .map_err(|source| CollectorError::Io {
+                    path: run_dir.clone(),
+                    source,
+                })?
+        };
+        tracing::info!(%addr, run_dir = %run_dir.display(), "collector listening");
+        Ok(Self {
+            addr,
+            run_dir,
+            stop_accepting,
+            draining,
+            progress,
+            accept: Some(accept),
+            join: Some(join),
+        })
+    }
+
+    /// The bound address.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `out_dir/<run-id>`.
+    #[must_use]
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Live figures.
+    #[must_use]
+    pub fn progress(&self) -> Progress {
+        self.progress.lock().expect("progress poisoned").clone()
+    }
+
+    /// Stops accepting, waits (up to the stop timeout) for connected probes to finish,
+    /// writes every pending trace as incomplete, closes every file and writes `run.json`.
+    ///
+    /// # Errors
+    /// A write error of the last files, or a panicked join thread.
+    pub fn stop(mut self) -> Result<RunSummary, CollectorError> {
+        self.stop_accepting.store(true, Relaxed);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        self.draining.store(true, Relaxed);
+        self.join
+            .take()
+            .expect("stop runs once")
+            .join()
+            .map_err(|_| CollectorError::Panicked)?
+    }
+}
+
+/// The run's record of one probe connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeInfo {
+    /// Exporter instance id.
+    pub instance_id: u64,
+    /// Host name the probe gave.
+    pub host: String,
+    /// Process name.
+    pub process: String,
+    /// Software and version.
+    pub software: String,
+    /// Hops it reports.
+    pub hops: Vec<String>,
+    /// Peer address.
+    pub peer: String,
+    /// Whether it said Goodbye.
+    pub clean_close: bool,
+    /// Its last counters, by name.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// Per publisher: what was sent and what became of it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PublisherAccount {
+    /// Publisher id.
+    pub publisher: u16,
+    /// Messages the publisher says it sent (Sent frames).
+    pub sent: u64,
+    /// Metrics in them.
+    pub sent_metrics: u64,
+    /// Traces with every expected hop.
+    pub complete: u64,
+    /// Traces missing at least one expected hop.
+    pub incomplete: u64,
+    /// Messages of which no stamp at all reached the collector.
+    pub unseen: u64,
+}
+
+/// The run's accounting: every message sent is complete, incomplete or unseen, and
+/// records the probes could not deliver are counted beside it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Accounting {
+    /// Per publisher.
+    pub publishers: Vec<PublisherAccount>,
+    /// Incomplete traces by the expected hop they miss.
+    pub missing_by_hop: BTreeMap<String, u64>,
+    /// Hop records received, by hop.
+    pub records_by_hop: BTreeMap<String, u64>,
+    /// Records lost by probes (queue full + send failed), from their final counters.
+    pub records_lost_by_probes: u64,
+    /// Traces flagged with a duplicate stamp.
+    pub duplicate_traces: u64,
+    /// Traces flagged with a negative stage delta.
+    pub negative_delta_traces: u64,
+    /// Records for traces already written (after their window).
+    pub late_records: u64,
+    /// Records of hops the spec does not declare.
+    pub unknown_hop_records: u64,
+    /// Traces still in the join at the end (0 after a clean stop).
+    pub in_flight: u64,
+    /// sent = complete + incomplete + unseen for every publisher, and nothing in flight.
+    pub adds_up: bool,
+}
+
+/// What `run.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub run_id: String,
+    /// The pipeline spec.
+    pub pipeline: PipelineSpec,
+    /// Start, Unix ns.
+    pub started_unix_ns: i64,
+    /// End, Unix ns.
+    pub ended_unix_ns: i64,
+    /// The collector's host.
+    pub collector_host: HostInfo,
+    /// Every probe connection.
+    pub probes: Vec<ProbeInfo>,
+    /// Clock statuses received (host, status), in arrival order.
+    pub clock: Vec<ClockRow>,
+    /// Files written.
+    pub files: Vec<PartFile>,
+    /// Accounting.
+    pub accounting: Accounting,
+    /// Connection outcomes.
+    pub connections: BTreeMap<String, u64>,
+}
+
+/// One clock status of one probe host.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClockRow {
+    /// Probe host.
+    pub host: String,
+    /// Exporter instance.
+    pub instance_id: u64,
+    /// When it was read (Unix ns).
+    pub at_ns: i64,
+    /// Source name.
+    pub source: String,
+    /// Synchronised.
+    pub synced: bool,
+    /// Offset, ns.
+    pub offset_ns: i64,
+    /// Error bound, ns.
+    pub error_bound_ns: u64,
+    /// Detail text.
+    pub detail: String,
+}
+
+/// CPU, memory and kernel of a host.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostInfo {
+    /// Host name.
+    pub host: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+impl HostInfo {
+    /// This host, from `/proc`.
+    #[must_use]
+    pub fn this_host() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let memory_bytes = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024);
+        Self {
+            host: hoptrace_probe::exporter::hostname(),
+            cpu_model,
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            memory_bytes,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+        }
+    }
+}
+
+struct ProbeConn {
+    hello: Hello,
+    peer: SocketAddr,
+    open: bool,
+    clean: bool,
+    counters: Option<CountersFrame>,
+}
+
+#[derive(Default)]
+struct Tally {
+    complete: u64,
+    incomplete: u64,
+}
+
+struct JoinState {
+    joiner: Joiner,
+    spec: Arc<ResolvedSpec>,
+    writer: Option<TraceWriter>,
+    run_id: String,
+    run_dir: PathBuf,
+    started_unix_ns: i64,
+    epoch: Instant,
+    probes: BTreeMap<u64, ProbeConn>,
+    clock: Vec<ClockRow>,
+    sent: BTreeMap<(u16, u32), SentEntry>,
+    tallies: HashMap<u16, Tally>,
+    records: u64,
+    out: Vec<JoinedTrace>,
+    progress: Arc<Mutex<Progress>>,
+    counters: Arc<ConnectionCounters>,
+    stop_timeout: Duration,
+}
+
+impl JoinState {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn run(
+        &mut self,
+        rx: &mpsc::Receiver<Event>,
+        draining: &AtomicBool,
+    ) -> Result<RunSummary, CollectorError> {
+        let mut drain_deadline: Option<Instant> = None;
+        let mut last_expire = Instant::now();
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(ev) => self.handle(ev)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if last_expire.elapsed() >= Duration::from_millis(100) {
+                last_expire = Instant::now();
+                self.joiner.expire(self.now_ns(), &mut self.out);
+                self.write_out()?;
+                if let Some(w) = self.writer.as_mut() {
+                    w.tick()?;
+                }
+                self.publish_progress();
+            }
+            if draining.load(Relaxed) {
+                let deadline =
+                    *drain_deadline.get_or_insert_with(|| Instant::now() + self.stop_timeout);
+                let open = self.probes.values().filter(|p| p.open).count();
+                if open == 0 || Instant::now() >= deadline {
+                    if open > 0 {
+                        tracing::warn!(
+                            open,
+                            "stopping with probes still connected; their unsent records are counted by them"
+                        );
+                    }
+                    // Take whatever is already queued before finishing.
+                    while let Ok(ev) = rx.try_recv() {
+                        self.handle(ev)?;
+                    }
+                    break;
+                }
+            }
+        }
+        self.finish()
+    }
+
+    fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
+        match ev {
+            Event::Connected(id, peer, hello) => {
+                self.probes.insert(
+                    id,
+                    ProbeConn {
+                        hello,
+                        peer,
+                        open: true,
+                        clean: false,
+                        counters: None,
+                    },
+                );
+            }
+            Event::Closed(id, clean) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    p.open = false;
+                    p.clean = clean;
+                }
+            }
+            Event::Frame(_, Frame::Records(recs)) => {
+                let now = self.now_ns();
+                self.records += recs.len() as u64;
+                for r in &recs {
+                    self.joiner.insert(r, now, &mut self.out);
+                }
+                self.write_out()?;
+            }
+            Event::Frame(id, Frame::Clock(c)) => {
+                let host = self
+                    .probes
+                    .get(&id)
+                    .map(|p| p.hello.host.clone())
+                    .unwrap_or_default();
+                let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
+                self.clock.push(clock_row(host, instance_id, &c));
+            }
+            Event::Frame(id, Frame::Counters(c)) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    p.counters = Some(c);
+                }
+            }
+            Event::Frame(_, Frame::Sent(s)) => {
+                for e in s.entries {
+                    self.sent.insert((s.publisher, e.stream), e);
+                }
+            }
+            Event::Frame(..) => {}
+        }
+        Ok(())
+    }
+
+    fn write_out(&mut self) -> Result<(), CollectorError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        for t in self.out.drain(..) {
+            let tally = self.tallies.entry(t.key.publisher).or_default();
+            if t.complete {
+                tally.complete += 1;
+            } else {
+                tally.incomplete += 1;
+            }
+            w.push(&t)?;
+        }
+        Ok(())
+    }
+
+    fn publish_progress(&self) {
+        let mut p = self.progress.lock().expect("progress poisoned");
+        p.records = self.records;
+        p.complete = self.tallies.values().map(|t| t.complete).sum();
+        p.incomplete = self.tallies.values().map(|t| t.incomplete).sum();
+        p.pending = self.joiner.pending() as u64;
+        p.connections = self.probes.values().filter(|c| c.open).count() as u64;
+    }
+
+    fn finish(&mut self) -> Result<RunSummary, CollectorError> {
+        self.joiner.drain(&mut self.out);
+        self.write_out()?;
+        let files = self
+            .writer
+            .take()
+            .map(TraceWriter::finish)
+            .transpose()?
+            .unwrap_or_default();
+        self.publish_progress();
+        let summary = self.summary(files);
+        let path = self.run_dir.join("run.json");
+        let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
+        std::fs::write(&path, json).map_err(|source| CollectorError::Io { path, source })?;
+        Ok(summary)
+    }
+
+    fn summary(&self, files: Vec<PartFile>) -> RunSummary {
+        let stats = self.joiner.stats();
+        let names = self.spec.hop_names();
+        let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
+        for ((p, _), e) in &self.sent {
+            let a = publishers.entry(*p).or_insert_with(|| PublisherAccount {
+                publisher: *p,
+                ..Default::default()
+            });
+            a.sent += e.messages;
+            a.sent_metrics += e.metrics;
+        }
+        for (p, t) in &self.tallies {
+            let a = publishers.entry(*p).or_insert_with(|| PublisherAccount {
+                publisher: *p,
+                ..Default::default()
+            });
+            a.complete = t.complete;
+            a.incomplete = t.incomplete;
+        }
+        let mut adds_up = self.joiner.pending() == 0;
+        for a in publishers.values_mut() {
+            let seen = a.complete + a.incomplete;
+            a.unseen = a.sent.saturating_sub(seen);
+            adds_up &= a.sent == seen + a.unseen;
+        }
+        let probes: Vec<ProbeInfo> = self
+            .probes
+            .values()
+            .map(|p| ProbeInfo {
+                instance_id: p.hello.instance_id,
+                host: p.hello.host.clone(),
+                process: p.hello.process.clone(),
+                software: p.hello.software.clone(),
+                hops: p.hello.hops.iter().map(|(_, n)| n.clone()).collect(),
+                peer: p.peer.to_string(),
+                clean_close: p.clean,
+                counters: p
+                    .counters
+                    .iter()
+                    .flat_map(|c| c.values.iter())
+                    .map(|(id, v)| {
+                        (
+                            counter_id::name(*id)
+                                .map_or_else(|| format!("counter_{id}"), str::to_owned),
+                            *v,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        let records_lost_by_probes = self
+            .probes
+            .values()
+            .filter_map(|p| p.counters.as_ref())
+            .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
+            .sum();
+        let c = &self.counters;
+        let connections = [
+            ("accepted", &c.accepted),
+            ("refused_limit", &c.refused_limit),
+            ("hello_timeout", &c.hello_timeout),
+            ("bad_version", &c.bad_version),
+            ("bad_token", &c.bad_token),
+            ("unknown_hop", &c.unknown_hop),
+            ("malformed", &c.malformed),
+            ("too_large", &c.too_large),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
+        .collect();
+        RunSummary {
+            run_id: self.run_id.clone(),
+            pipeline: self.spec.spec().clone(),
+            started_unix_ns: self.started_unix_ns,
+            ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+            collector_host: HostInfo::this_host(),
+            probes,
+            clock: self.clock.clone(),
+            files,
+            accounting: Accounting {
+                publishers: publishers.into_values().collect(),
+                missing_by_hop: names
+                    .iter()
+                    .zip(stats.missing_by_hop.iter())
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(h, n)| (h.clone(), *n))
+                    .collect(),
+                records_by_hop: names
+                    .iter()
+                    .zip(stats.records_by_hop.iter())
+                    .map(|(h, n)| (h.clone(), *n))
+                    .collect(),
+                records_lost_by_probes,
+                duplicate_traces: stats.duplicate_traces,
+                negative_delta_traces: stats.negative_delta_traces,
+                late_records: stats.late,
+                unknown_hop_records: stats.unknown_hop,
+                in_flight: self.joiner.pending() as u64,
+                adds_up,
+            },
+            connections,
+        }
+    }
+}
+
+fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
+    ClockRow {
+        host,
+        instance_id,
+        at_ns: c.at_ns,
+        source: c.source.name().to_owned(),
+        synced: c.synced,
+        offset_ns: c.offset_ns,
+        error_bound_ns: c.error_bound_ns,
+        detail: c.detail.clone(),
+    }
+}
+
+/// `run-YYYYMMDDTHHMMSSZ` from Unix ns.
+fn default_run_id(unix_ns: i64) -> String {
+    let secs = unix_ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let tod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "run-{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        tod / 3600,
+        tod / 60 % 60,
+        tod % 60
+    )
+}
+
+/// Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_utc_times() {
+        assert_eq!(default_run_id(0), "run-19700101T000000Z");
+        assert_eq!(
+            default_run_id(1_700_000_000_000_000_000),
+            "run-20231114T221320Z"
+        );
+        assert_eq!(
+            default_run_id(1_709_210_096_000_000_000),
+            "run-20240229T123456Z"
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! The collector's network side: accepts probe connections, checks Hello (protocol
+//! version, token, hops against the pipeline spec), and forwards decoded frames to the
+//! join thread through a bounded channel. When the join thread falls behind the channel
+//! fills, readers stop reading, and TCP flow control pushes back on the probes, whose
+//! queues then count what they cannot hold: memory stays bounded and nothing is lost
+//! without being counted.
+
+use std::io::{BufReader, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::SyncSender;
+use std::time::Duration;
+
+use hoptrace_probe::protocol::{
+    self, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, ProtocolError, reject_code,
+};
+
+use crate::spec::ResolvedSpec;
+
+/// What a connection hands to the join thread.
+#[derive(Debug)]
+pub enum Event {
+    /// A probe connected (its Hello) from an address.
+    Connected(u64, SocketAddr, Hello),
+    /// A non-Hello frame from the connection with this id.
+    Frame(u64, Frame),
+    /// The connection ended; `clean` when Goodbye came first.
+    Closed(u64, bool),
+}
+
+/// Why connections were closed, counted per reason.
+#[derive(Debug, Default)]
+pub struct ConnectionCounters {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Refused: too many open connections.
+    pub refused_limit: AtomicU64,
+    /// Closed: no Hello within the timeout (slow or silent peer).
+    pub hello_timeout: AtomicU64,
+    /// Closed: bad magic or protocol version.
+    pub bad_version: AtomicU64,
+    /// Closed: wrong or missing token.
+    pub bad_token: AtomicU64,
+    /// Closed: a hop the spec does not declare (or with another id).
+    pub unknown_hop: AtomicU64,
+    /// Closed: a malformed frame after Hello.
+    pub malformed: AtomicU64,
+    /// Closed: oversized frame.
+    pub too_large: AtomicU64,
+}
+
+/// Network settings of the collector.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Token probes must present; required on non-loopback listeners.
+    pub token: Option<String>,
+    /// The run id sent in Welcome.
+    pub run_id: String,
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Time a new connection has to send Hello.
+    pub hello_timeout: Duration,
+}
+
+/// Accepts connections until `stop` is set; one reader thread per connection.
+pub(crate) fn accept_loop(
+    listener: &TcpListener,
+    cfg: &Arc<ServerConfig>,
+    spec: &Arc<ResolvedSpec>,
+    tx: &SyncSender<Event>,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<ConnectionCounters>,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut next_id = 0u64;
+    listener
+        .set_nonblocking(true)
+        .expect("listener can be non-blocking");
+    while !stop.load(Relaxed) {
+        let (stream, peer) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        counters.accepted.fetch_add(1, Relaxed);
+        if open.load(Relaxed) >= cfg.max_connections {
+            counters.refused_limit.fetch_add(1, Relaxed);
+            tracing::warn!(%peer, limit = cfg.max_connections, "refused a connection: too many open");
+            let _ = reject(&stream, reject_code::OVERLOADED, "too many connections");
+            continue;
+        }
+        next_id += 1;
+        let id = next_id;
+        let (cfg, spec, tx, counters, open) = (
+            Arc::clone(cfg),
+            Arc::clone(spec),
+            tx.clone(),
+            Arc::clone(counters),
+            Arc::clone(&open),
+        );
+        open.fetch_add(1, Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name(format!("collector-conn-{id}"))
+            .spawn(move || {
+                serve(stream, peer, id, &cfg, &spec, &tx, &counters);
+                open.fetch_sub(1, Relaxed);
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot spawn a connection thread: {e}");
+        }
+    }
+}
+
+fn reject(mut stream: &TcpStream, code: u16, reason: &str) -> std::io::Result<()> {
+    stream.write_all(
+        &Frame::Reject {
+            code,
+            reason: reason.to_owned(),
+        }
+        .to_bytes(),
+    )
+}
+
+fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    cfg: &ServerConfig,
+    spec: &ResolvedSpec,
+    tx: &SyncSender<Event>,
+    counters: &ConnectionCounters,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(cfg.hello_timeout));
+    let mut reader = BufReader::with_capacity(1 << 20, &stream);
+    let hello = match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
+        Ok(Frame::Hello(h)) => h,
+        Ok(other) => {
+            counters.malformed.fetch_add(1, Relaxed);
+            tracing::warn!(%peer, "closed: first frame is not hello: {other:?}");
+            let _ = reject(
+                &stream,
+                reject_code::MALFORMED,
+                "the first frame must be hello",
+            );
+            return;
+        }
+        Err(ProtocolError::Io(k)) => {
+            if matches!(
+                k,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                counters.hello_timeout.fetch_add(1, Relaxed);
+                tracing::warn!(%peer, timeout = ?cfg.hello_timeout, "closed: no hello in time");
+            }
+            return;
+        }
+        Err(e @ (ProtocolError::BadMagic | ProtocolError::UnsupportedVersion(_))) => {
+            counters.bad_version.fetch_add(1, Relaxed);
+            tracing::warn!(%peer, "closed: {e}");
+            let _ = reject(
+                &stream,
+                reject_code::VERSION,
+                &format!("{e}; this collector speaks protocol {PROTOCOL_VERSION}"),
+            );
+            return;
+        }
+        Err(e) => {
+            count_protocol_error(counters, &e);
+            tracing::warn!(%peer, "closed: bad hello: {e}");
+            let _ = reject(&stream, reject_code::MALFORMED, &e.to_string());
+            return;
+        }
+    };
+    if let Some(token) = &cfg.token
+        && !constant_time_eq(token.as_bytes(), hello.token.as_bytes())
+    {
+        counters.bad_token.fetch_add(1, Relaxed);
+        tracing::warn!(%peer, host = %hello.host, "closed: wrong or missing token");
+        let _ = reject(&stream, reject_code::TOKEN, "wrong or missing token");
+        return;
+    }
+    for (hop, name) in &hello.hops {
+        let ok = spec
+            .hop_index(*hop)
+            .is_some_and(|i| spec.hop_names()[i] == *name);
+        if !ok {
+            counters.unknown_hop.fetch_add(1, Relaxed);
+            let reason = format!(
+                "hop {name:?} (id {}) is not declared by pipeline {:?} (hops: {})",
+                hop.0,
+                spec.name(),
+                spec.hop_names().join(", ")
+            );
+            tracing::warn!(%peer, "closed: {reason}");
+            let _ = reject(&stream, reject_code::UNKNOWN_HOP, &reason);
+            return;
+        }
+    }
+    if (&stream)
+        .write_all(
+            &Frame::Welcome {
+                version: PROTOCOL_VERSION,
+                run_id: cfg.run_id.clone(),
+            }
+            .to_bytes(),
+        )
+        .is_err()
+    {
+        return;
+    }
+    tracing::info!(%peer, host = %hello.host, process = %hello.process, "probe connected");
+    if tx.send(Event::Connected(id, peer, hello)).is_err() {
+        return;
+    }
+    // After hello, a probe may be idle for long stretches: no read timeout.
+    let _ = stream.set_read_timeout(None);
+    let mut clean = false;
+    loop {
+        match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
+            Ok(Frame::Goodbye) => {
+                clean = true;
+                break;
+            }
+            Ok(f @ (Frame::Records(_) | Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_))) => {
+                // Blocks when the join thread is behind: that is the back-pressure.
+                if tx.send(Event::Frame(id, f)).is_err() {
+                    break;
+                }
+            }
+            Ok(other) => {
+                counters.malformed.fetch_add(1, Relaxed);
+                tracing::warn!(%peer, "closed: unexpected frame from a probe: {other:?}");
+                break;
+            }
+            Err(ProtocolError::Io(_)) => break,
+            Err(e) => {
+                count_protocol_error(counters, &e);
+                tracing::warn!(%peer, "closed: {e}");
+                let _ = reject(&stream, reject_code::MALFORMED, &e.to_string());
+                break;
+            }
+        }
+    }
+    let _ = tx.send(Event::Closed(id, clean));
+}
+
+fn count_protocol_error(counters: &ConnectionCounters, e: &ProtocolError) {
+    match e {
+        ProtocolError::FrameTooLarge(_) => counters.too_large.fetch_add(1, Relaxed),
+        _ => counters.malformed.fetch_add(1, Relaxed),
+    };
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,1042 @@
+//! The pipeline spec: which hops a message passes, which of them every message must pass,
+//! the stages (differences of two hops) the report measures, and how the collector joins
+//! and writes traces. It is a TOML file with `deny_unknown_fields` everywhere;
+//! [`DEFAULT_PIPELINE_TOML`] is a commented example that reproduces the five stages of an
+//! MQTT → stream processor → time-series store pipeline.
+//!
+//! [`PipelineSpec`] is the file as written; [`ResolvedSpec`] is the validated form the
+//! collector works with: hop indices instead of names, an O(1) table from wire id to hop
+//! index, and the expected hops as a bit mask.
+//!
+//! ```
+//! use hoptrace_collector::spec::PipelineSpec;
+//! use hoptrace_probe::HopId;
+//!
+//! let spec = PipelineSpec::default_pipeline().resolve().unwrap();
+//! assert_eq!(spec.hop_index(HopId(1)), Some(1));
+//! assert_eq!(spec.hop_names()[1], "flow_in");
+//! assert_eq!(spec.stages()[0].name, "Broker Time");
+//! ```
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use hoptrace_probe::HopId;
+use hoptrace_probe::protocol::MAX_HOPS;
+use serde::{Deserialize, Serialize};
+
+/// A commented pipeline spec for publisher → broker → stream processor → store, with the
+/// five stages of the reference report. [`PipelineSpec::default_pipeline`] parses it.
+pub const DEFAULT_PIPELINE_TOML: &str = r#"# hoptrace pipeline spec.
+#
+# A hop is a named point where a message is stamped with the hop's clock (CLOCK_REALTIME).
+# A stage is the difference of two hops' stamps (`to` minus `from`); the report prints
+# percentiles of every stage. Times are named by unit: `_ms` milliseconds.
+
+# Pipeline name, printed at the top of every report.
+name = "mqtt-flow-store"
+
+# Hops that every message must pass. A trace is complete once all of them have stamped it;
+# a trace that misses one is reported as incomplete, with the missing hops named. Hops
+# not listed here are optional (a sampled tap, for example): recorded when they stamp,
+# never counted as missing. Leave this out to expect every declared hop.
+# expected = ["publish", "flow_in", "flow_out", "store_in", "query_start", "queryable"]
+
+# The hops, in pipeline order. Up to 16.
+[[hops]]
+# Hop name: lower-case letters, digits and `_`; it names the hop's column in the results
+# (`publish_ns`) and must match the name the probe at this hop announces.
+name = "publish"
+# Wire id (0..=255) that the probe at this hop puts in its records; unique per pipeline.
+# Leave it out to use the hop's position in this list (0 for the first hop).
+id = 0
+# What the hop is, in one line, for people reading the spec and the report.
+description = "Publisher egress: the publisher hands the message to its MQTT or Kafka client."
+
+[[hops]]
+name = "flow_in"
+id = 1
+description = "Processor ingress: the stream processor receives the message from the broker."
+
+[[hops]]
+name = "flow_out"
+id = 2
+description = "Processor egress: the processor sends the processed data towards the store."
+
+[[hops]]
+name = "store_in"
+id = 3
+description = "Store ingress: the store receives the data from the processor."
+
+[[hops]]
+name = "query_start"
+id = 4
+description = "The visibility query that first found the data started."
+
+[[hops]]
+name = "queryable"
+id = 5
+description = "That query returned the data: from here on it is queryable."
+
+# The stages the report measures, in report order.
+[[stages]]
+# Stage name, as the report prints it; unique per pipeline.
+name = "Broker Time"
+# The hop whose stamp the stage starts at.
+from = "publish"
+# The hop whose stamp the stage ends at (the stage is `to - from`).
+to = "flow_in"
+# One-line definition printed under "Latency Stage Definitions" in the report.
+definition = "Time from message publish, through the broker, to arrival in the processor."
+# Whether the stage appears in the report's highlights table at the top.
+headline = false
+
+[[stages]]
+name = "Flow Internal"
+from = "flow_in"
+to = "flow_out"
+definition = "Processing time inside the stream processor, from ingress to egress."
+
+[[stages]]
+name = "Transmission"
+from = "flow_out"
+to = "store_in"
+definition = "Time for the network call carrying the data from the processor to the store."
+
+[[stages]]
+name = "Total Ingestion"
+from = "publish"
+to = "queryable"
+definition = "Total time from message publish to the data becoming queryable in the store."
+headline = true
+
+[[stages]]
+name = "Query Duration"
+from = "query_start"
+to = "queryable"
+definition = "Time the store took to execute the visibility query that first returned the data."
+headline = true
+
+# How the collector joins the records of one message.
+[join]
+# How long to wait for the rest of a message's stamps, counted from the arrival of its
+# first record at the collector (the collector's monotonic clock). A message still missing
+# expected hops after this long is written out as incomplete.
+window_ms = 10000
+# Most messages waiting for stamps at once. When reached, the collector stops reading
+# from probes until messages complete or expire (back-pressure, nothing is dropped).
+max_pending = 2000000
+
+# How the collector writes Parquet.
+[output]
+# Start a new Parquet file after this many rows.
+roll_rows = 20000000
+# Start a new Parquet file after this many seconds, even if it has fewer rows.
+roll_seconds = 300
+# Rows per Parquet row group.
+row_group_rows = 1000000
+# zstd compression level, 1 (fastest) to 22 (smallest files).
+zstd_level = 1
+"#;
+
+/// The pipeline as declared in its TOML file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Pipeline name, printed in reports.
+    pub name: String,
+    /// Hops every message is expected to pass, by name: a trace is complete when all of
+    /// them have stamped it. `None` expects every hop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Vec<String>>,
+    /// Hops in pipeline order (1 to 16).
+    pub hops: Vec<HopSpec>,
+    /// Stages the report measures, in report order.
+    pub stages: Vec<StageSpec>,
+    /// How records are joined into traces.
+    #[serde(default)]
+    pub join: JoinSpec,
+    /// How traces are written.
+    #[serde(default)]
+    pub output: OutputSpec,
+}
+
+/// One hop: a named point where messages are stamped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HopSpec {
+    /// Hop name: non-empty, `[a-z0-9_]+`, unique within the pipeline.
+    pub name: String,
+    /// Wire id the hop's probe puts in its records; `None` means the hop's index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u8>,
+    /// What the hop is, in one line.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// One stage: the difference of two hops' stamps, `to - from`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    /// Stage name as the report prints it; unique within the pipeline.
+    pub name: String,
+    /// Hop name the stage starts at.
+    pub from: String,
+    /// Hop name the stage ends at.
+    pub to: String,
+    /// One-line definition printed by the report.
+    pub definition: String,
+    /// Whether the stage is shown in the report's highlights.
+    #[serde(default)]
+    pub headline: bool,
+}
+
+/// Join settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSpec {
+    /// Milliseconds (collector monotonic clock) to wait, from a trace's first record, for
+    /// its other records before emitting it as incomplete.
+    #[serde(default = "default_window_ms")]
+    pub window_ms: u64,
+    /// Most traces pending at once; at this many the collector stops reading from probes.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: usize,
+}
+
+/// Parquet output settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// Rows after which a new file is started.
+    #[serde(default = "default_roll_rows")]
+    pub roll_rows: u64,
+    /// Seconds after which a new file is started.
+    #[serde(default = "default_roll_seconds")]
+    pub roll_seconds: u64,
+    /// Rows per row group.
+    #[serde(default = "default_row_group_rows")]
+    pub row_group_rows: usize,
+    /// zstd compression level, 1..=22.
+    #[serde(default = "default_zstd_level")]
+    pub zstd_level: i32,
+}
+
+fn default_window_ms() -> u64 {
+    10_000
+}
+fn default_max_pending() -> usize {
+    2_000_000
+}
+fn default_roll_rows() -> u64 {
+    20_000_000
+}
+fn default_roll_seconds() -> u64 {
+    300
+}
+fn default_row_group_rows() -> usize {
+    1_000_000
+}
+fn default_zstd_level() -> i32 {
+    1
+}
+
+impl Default for JoinSpec {
+    fn default() -> Self {
+        Self {
+            window_ms: default_window_ms(),
+            max_pending: default_max_pending(),
+        }
+    }
+}
+
+impl Default for OutputSpec {
+    fn default() -> Self {
+        Self {
+            roll_rows: default_roll_rows(),
+            roll_seconds: default_roll_seconds(),
+            row_group_rows: default_row_group_rows(),
+            zstd_level: default_zstd_level(),
+        }
+    }
+}
+
+/// Why a pipeline spec was refused. Each variant names the offending field and value.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The spec file could not be read: check the path and its permissions.
+    #[error("cannot read pipeline spec {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or a field is unknown, missing or of the wrong type: fix the spot the
+    /// message points at (line and column).
+    #[error("invalid pipeline spec: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// `name` is empty: name the pipeline, the reports print it.
+    #[error("`name` is empty: give the pipeline a name")]
+    EmptyName,
+    /// Too few or too many hops: declare between 1 and 16 `[[hops]]`.
+    #[error("`hops` declares {count} hops; declare between 1 and {MAX_HOPS}")]
+    HopCount {
+        /// Hops declared.
+        count: usize,
+    },
+    /// A hop without a name: give every `[[hops]]` a `name`.
+    #[error("hop #{index}: `name` is empty")]
+    EmptyHopName {
+        /// Position of the hop, from 0.
+        index: usize,
+    },
+    /// A hop name with characters other than `a-z`, `0-9` and `_`: rename the hop.
+    #[error("hop \"{name}\": `name` may only contain a-z, 0-9 and _")]
+    BadHopName {
+        /// The name.
+        name: String,
+    },
+    /// Two hops with the same name: rename one.
+    #[error("hop \"{name}\" is declared twice")]
+    DuplicateHopName {
+        /// The name.
+        name: String,
+    },
+    /// Two hops with the same wire id (explicit, or defaulted to the hop's index): give
+    /// one of them another `id`.
+    #[error("hop \"{name}\": `id` {id} is already used by hop \"{other}\"")]
+    DuplicateHopId {
+        /// The later hop.
+        name: String,
+        /// The id.
+        id: u8,
+        /// The earlier hop with that id.
+        other: String,
+    },
+    /// `expected` is an empty list: list at least one hop, or leave `expected` out to
+    /// expect every hop.
+    #[error("`expected` is empty: list at least one hop, or leave it out to expect all hops")]
+    EmptyExpected,
+    /// `expected` names a hop that `[[hops]]` does not declare: fix the name or declare it.
+    #[error("`expected`: hop \"{name}\" is not declared (hops: {hops})")]
+    UnknownExpectedHop {
+        /// The name.
+        name: String,
+        /// The declared hops, comma-separated.
+        hops: String,
+    },
+    /// `expected` lists a hop twice: remove one.
+    #[error("`expected` lists hop \"{name}\" twice")]
+    DuplicateExpectedHop {
+        /// The name.
+        name: String,
+    },
+    /// A stage without a name: give every `[[stages]]` a `name`.
+    #[error("stage #{index}: `name` is empty")]
+    EmptyStageName {
+        /// Position of the stage, from 0.
+        index: usize,
+    },
+    /// Two stages with the same name: rename one.
+    #[error("stage \"{name}\" is declared twice")]
+    DuplicateStageName {
+        /// The name.
+        name: String,
+    },
+    /// A stage's `from` or `to` names an undeclared hop: fix the name or declare the hop.
+    #[error("stage \"{stage}\": `{field}` hop \"{hop}\" is not declared (hops: {hops})")]
+    UnknownStageHop {
+        /// The stage.
+        stage: String,
+        /// `from` or `to`.
+        field: &'static str,
+        /// The undeclared name.
+        hop: String,
+        /// The declared hops, comma-separated.
+        hops: String,
+    },
+    /// A stage from a hop to itself, always 0: pick two different hops.
+    #[error(
+        "stage \"{stage}\": `from` and `to` are both \"{hop}\"; a stage spans two different hops"
+    )]
+    SameHop {
+        /// The stage.
+        stage: String,
+        /// The hop.
+        hop: String,
+    },
+    /// A setting that must be positive is 0: raise it.
+    #[error("`{field}` is 0; it must be greater than 0")]
+    Zero {
+        /// The setting, e.g. `join.window_ms`.
+        field: &'static str,
+    },
+    /// A zstd level zstd does not have: use 1 to 22.
+    #[error("`output.zstd_level` is {0}; use 1 (fastest) to 22 (smallest)")]
+    ZstdLevel(i32),
+}
+
+impl PipelineSpec {
+    /// Parses and validates a spec.
+    ///
+    /// # Errors
+    /// [`SpecError::Toml`] for TOML syntax errors, unknown or missing fields (the message
+    /// carries toml's line and column), any other variant for a spec that fails
+    /// [`Self::validate`].
+    pub fn from_toml_str(text: &str) -> Result<Self, SpecError> {
+        let spec: Self = toml::from_str(text)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Reads, parses and validates a spec file.
+    ///
+    /// # Errors
+    /// [`SpecError::Read`] when the file cannot be read, otherwise as
+    /// [`Self::from_toml_str`]; those errors do not name the file, so callers add it.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, SpecError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// The spec of [`DEFAULT_PIPELINE_TOML`].
+    ///
+    /// # Panics
+    /// Never: a test checks that the constant parses and validates.
+    #[must_use]
+    pub fn default_pipeline() -> Self {
+        Self::from_toml_str(DEFAULT_PIPELINE_TOML).expect("the default pipeline spec is valid")
+    }
+
+    /// Checks the rules of every field: hop names non-empty, unique and `[a-z0-9_]+`;
+    /// wire ids unique; 1 to 16 hops; `expected` names declared hops; stage names
+    /// non-empty and unique; stage hops declared and different; positive window,
+    /// `max_pending`, roll limits and row-group size; zstd level 1 to 22.
+    ///
+    /// # Errors
+    /// The first rule broken, as a [`SpecError`] naming the field and value.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        self.resolve().map(drop)
+    }
+
+    /// Validates the spec and resolves names to hop indices.
+    ///
+    /// # Errors
+    /// As [`Self::validate`].
+    pub fn resolve(&self) -> Result<ResolvedSpec, SpecError> {
+        ResolvedSpec::new(self)
+    }
+}
+
+/// A stage with its hops resolved to hop indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedStage {
+    /// Stage name.
+    pub name: String,
+    /// Index of the hop the stage starts at.
+    pub from_index: usize,
+    /// Index of the hop the stage ends at.
+    pub to_index: usize,
+    /// One-line definition.
+    pub definition: String,
+    /// Whether the report's highlights show it.
+    pub headline: bool,
+}
+
+/// A validated spec in the form the collector uses. Hops are addressed by *index* (their
+/// position in the spec, 0..16), which is what the join's bit masks and stamp arrays use;
+/// [`Self::hop_index`] maps a record's wire id to it.
+#[derive(Debug, Clone)]
+pub struct ResolvedSpec {
+    spec: PipelineSpec,
+    hop_names: Vec<String>,
+    hop_ids: Vec<HopId>,
+    index_by_id: [Option<u8>; 256],
+    expected_mask: u16,
+    stages: Vec<ResolvedStage>,
+}
+
+impl ResolvedSpec {
+    /// Validates `spec` and resolves it.
+    ///
+    /// # Errors
+    /// As [`PipelineSpec::validate`].
+    pub fn new(spec: &PipelineSpec) -> Result<Self, SpecError> {
+        if spec.name.trim().is_empty() {
+            return Err(SpecError::EmptyName);
+        }
+        let count = spec.hops.len();
+        if count == 0 || count > MAX_HOPS {
+            return Err(SpecError::HopCount { count });
+        }
+        let mut index_by_id = [None; 256];
+        let mut hop_names = Vec::with_capacity(count);
+        let mut hop_ids = Vec::with_capacity(count);
+        for (index, hop) in (0u8..).zip(&spec.hops) {
+            if hop.name.is_empty() {
+                return Err(SpecError::EmptyHopName {
+                    index: usize::from(index),
+                });
+            }
+            if !hop
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return Err(SpecError::BadHopName {
+                    name: hop.name.clone(),
+                });
+            }
+            if hop_names.contains(&hop.name) {
+                return Err(SpecError::DuplicateHopName {
+                    name: hop.name.clone(),
+                });
+            }
+            let id = hop.id.unwrap_or(index);
+            if let Some(other) = index_by_id[usize::from(id)] {
+                return Err(SpecError::DuplicateHopId {
+                    name: hop.name.clone(),
+                    id,
+                    other: spec.hops[usize::from(other)].name.clone(),
+                });
+            }
+            index_by_id[usize::from(id)] = Some(index);
+            hop_names.push(hop.name.clone());
+            hop_ids.push(HopId(id));
+        }
+        let declared = || hop_names.join(", ");
+        let find = |name: &str| hop_names.iter().position(|h| h == name);
+
+        let all_mask = all_hops_mask(count);
+        let expected_mask = match &spec.expected {
+            None => all_mask,
+            Some(names) if names.is_empty() => return Err(SpecError::EmptyExpected),
+            Some(names) => {
+                let mut mask = 0u16;
+                for name in names {
+                    let Some(i) = find(name) else {
+                        return Err(SpecError::UnknownExpectedHop {
+                            name: name.clone(),
+                            hops: declared(),
+                        });
+                    };
+                    if mask & (1 << i) != 0 {
+                        return Err(SpecError::DuplicateExpectedHop { name: name.clone() });
+                    }
+                    mask |= 1 << i;
+                }
+                mask
+            }
+        };
+
+        let mut stage_names = HashSet::new();
+        let mut stages = Vec::with_capacity(spec.stages.len());
+        for (index, stage) in spec.stages.iter().enumerate() {
+            if stage.name.trim().is_empty() {
+                return Err(SpecError::EmptyStageName { index });
+            }
+            if !stage_names.insert(stage.name.as_str()) {
+                return Err(SpecError::DuplicateStageName {
+                    name: stage.name.clone(),
+                });
+            }
+            let resolve = |field: &'static str, hop: &str| {
+                find(hop).ok_or_else(|| SpecError::UnknownStageHop {
+                    stage: stage.name.clone(),
+                    field,
+                    hop: hop.to_owned(),
+                    hops: declared(),
+                })
+            };
+            let from_index = resolve("from", &stage.from)?;
+            let to_index = resolve("to", &stage.to)?;
+            if from_index == to_index {
+                return Err(SpecError::SameHop {
+                    stage: stage.name.clone(),
+                    hop: stage.from.clone(),
+                });
+            }
+            stages.push(ResolvedStage {
+                name: stage.name.clone(),
+                from_index,
+                to_index,
+                definition: stage.definition.clone(),
+                headline: stage.headline,
+            });
+        }
+
+        let zero = |value: u64, field: &'static str| {
+            if value == 0 {
+                Err(SpecError::Zero { field })
+            } else {
+                Ok(())
+            }
+        };
+        zero(spec.join.window_ms, "join.window_ms")?;
+        zero(spec.join.max_pending as u64, "join.max_pending")?;
+        zero(spec.output.roll_rows, "output.roll_rows")?;
+        zero(spec.output.roll_seconds, "output.roll_seconds")?;
+        zero(spec.output.row_group_rows as u64, "output.row_group_rows")?;
+        if !(1..=22).contains(&spec.output.zstd_level) {
+            return Err(SpecError::ZstdLevel(spec.output.zstd_level));
+        }
+
+        Ok(Self {
+            spec: spec.clone(),
+            hop_names,
+            hop_ids,
+            index_by_id,
+            expected_mask,
+            stages,
+        })
+    }
+
+    /// The spec this was resolved from.
+    #[must_use]
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+
+    /// Pipeline name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The index of the hop with wire id `id`, or `None` for an id the spec does not
+    /// declare. O(1).
+    #[inline]
+    #[must_use]
+    pub fn hop_index(&self, id: HopId) -> Option<usize> {
+        self.index_by_id[usize::from(id.0)].map(usize::from)
+    }
+
+    /// Number of hops (1 to 16).
+    #[must_use]
+    pub fn hop_count(&self) -> usize {
+        self.hop_names.len()
+    }
+
+    /// Hop names in pipeline order (by index).
+    #[must_use]
+    pub fn hop_names(&self) -> &[String] {
+        &self.hop_names
+    }
+
+    /// Wire ids by hop index.
+    #[must_use]
+    pub fn hop_ids(&self) -> &[HopId] {
+        &self.hop_ids
+    }
+
+    /// The hops every trace must pass: bit `i` is hop index `i`.
+    #[must_use]
+    pub fn expected_mask(&self) -> u16 {
+        self.expected_mask
+    }
+
+    /// Every declared hop: bit `i` is hop index `i`.
+    #[must_use]
+    pub fn all_hops_mask(&self) -> u16 {
+        all_hops_mask(self.hop_count())
+    }
+
+    /// The names of the hops in `mask` (bit `i` = hop index `i`), in pipeline order.
+    #[must_use]
+    pub fn mask_names(&self, mask: u16) -> Vec<&str> {
+        self.hop_names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, n)| n.as_str())
+            .collect()
+    }
+
+    /// Stages in report order.
+    #[must_use]
+    pub fn stages(&self) -> &[ResolvedStage] {
+        &self.stages
+    }
+
+    /// The join window in nanoseconds (saturating).
+    #[must_use]
+    pub fn window_ns(&self) -> u64 {
+        self.spec.join.window_ms.saturating_mul(1_000_000)
+    }
+
+    /// Most pending traces before back-pressure.
+    #[must_use]
+    pub fn max_pending(&self) -> usize {
+        self.spec.join.max_pending
+    }
+
+    /// Output settings.
+    #[must_use]
+    pub fn output(&self) -> &OutputSpec {
+        &self.spec.output
+    }
+}
+
+fn all_hops_mask(count: usize) -> u16 {
+    if count >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << count) - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> PipelineSpec {
+        PipelineSpec::from_toml_str(
+            r#"
+            name = "p"
+            [[hops]]
+            name = "a"
+            [[hops]]
+            name = "b"
+            [[stages]]
+            name = "A to B"
+            from = "a"
+            to = "b"
+            definition = "d"
+            "#,
+        )
+        .unwrap()
+    }
+
+    /// The message of the error `edit` causes on the minimal spec.
+    fn error_of(edit: impl FnOnce(&mut PipelineSpec)) -> String {
+        let mut spec = minimal();
+        edit(&mut spec);
+        spec.validate().unwrap_err().to_string()
+    }
+
+    fn hop(name: &str, id: Option<u8>) -> HopSpec {
+        HopSpec {
+            name: name.into(),
+            id,
+            description: String::new(),
+        }
+    }
+
+    #[test]
+    fn default_pipeline_parses_validates_and_has_the_reference_stages() {
+        let spec = PipelineSpec::default_pipeline();
+        let resolved = spec.resolve().unwrap();
+        assert_eq!(
+            resolved.hop_names(),
+            [
+                "publish",
+                "flow_in",
+                "flow_out",
+                "store_in",
+                "query_start",
+                "queryable"
+            ]
+        );
+        for (i, id) in resolved.hop_ids().iter().enumerate() {
+            assert_eq!(usize::from(id.0), i);
+        }
+        assert_eq!(resolved.expected_mask(), 0b11_1111);
+        let stages: Vec<_> = resolved
+            .stages()
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    resolved.hop_names()[s.from_index].as_str(),
+                    resolved.hop_names()[s.to_index].as_str(),
+                    s.headline,
+                )
+            })
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                ("Broker Time", "publish", "flow_in", false),
+                ("Flow Internal", "flow_in", "flow_out", false),
+                ("Transmission", "flow_out", "store_in", false),
+                ("Total Ingestion", "publish", "queryable", true),
+                ("Query Duration", "query_start", "queryable", true),
+            ]
+        );
+        assert_eq!(
+            resolved.stages()[0].definition,
+            "Time from message publish, through the broker, to arrival in the processor."
+        );
+        assert!(spec.hops.iter().all(|h| !h.description.is_empty()));
+        assert!(spec.stages.iter().all(|s| !s.definition.is_empty()));
+        assert_eq!(spec.join, JoinSpec::default());
+        assert_eq!(spec.output, OutputSpec::default());
+    }
+
+    #[test]
+    fn default_pipeline_round_trips_through_toml() {
+        let spec = PipelineSpec::default_pipeline();
+        let text = toml::to_string(&spec).unwrap();
+        assert_eq!(PipelineSpec::from_toml_str(&text).unwrap(), spec);
+        let mut with_expected = spec.clone();
+        with_expected.expected = Some(vec!["publish".into(), "store_in".into()]);
+        with_expected.hops[0].id = None;
+        let text = toml::to_string(&with_expected).unwrap();
+        assert_eq!(PipelineSpec::from_toml_str(&text).unwrap(), with_expected);
+    }
+
+    #[test]
+    fn default_toml_comments_every_field() {
+        // Each `key = value` line of the first hop, first stage, [join] and [output]
+        // (and the top-level keys) has a comment line right above it.
+        let lines: Vec<&str> = DEFAULT_PIPELINE_TOML.lines().collect();
+        let mut seen = HashSet::new();
+        for (i, line) in lines.iter().enumerate() {
+            let line = line.trim_start_matches("# ");
+            let Some((key, _)) = line.split_once(" = ") else {
+                continue;
+            };
+            if key.contains(' ') || !seen.insert(key.to_owned()) {
+                continue;
+            }
+            assert!(
+                lines[i - 1].starts_with('#'),
+                "first `{key}` has no comment above it"
+            );
+        }
+        for key in [
+            "name",
+            "expected",
+            "id",
+            "description",
+            "from",
+            "to",
+            "definition",
+            "headline",
+            "window_ms",
+            "max_pending",
+            "roll_rows",
+            "roll_seconds",
+            "row_group_rows",
+            "zstd_level",
+        ] {
+            assert!(seen.contains(key), "`{key}` missing from the default spec");
+        }
+    }
+
+    #[test]
+    fn defaults_apply_to_omitted_sections_and_ids() {
+        let spec = minimal();
+        assert_eq!(spec.join.window_ms, 10_000);
+        assert_eq!(spec.join.max_pending, 2_000_000);
+        assert_eq!(spec.output.roll_rows, 20_000_000);
+        assert_eq!(spec.output.roll_seconds, 300);
+        assert_eq!(spec.output.row_group_rows, 1_000_000);
+        assert_eq!(spec.output.zstd_level, 1);
+        let r = spec.resolve().unwrap();
+        assert_eq!(r.hop_ids(), [HopId(0), HopId(1)]);
+        assert_eq!(r.window_ns(), 10_000_000_000);
+        assert_eq!(r.max_pending(), 2_000_000);
+        assert!(!r.stages()[0].headline);
+    }
+
+    #[test]
+    fn hop_index_maps_wire_ids_and_expected_mask_uses_indices() {
+        let mut spec = minimal();
+        spec.hops = vec![hop("x", Some(200)), hop("y", None), hop("z", Some(7))];
+        spec.stages.clear();
+        spec.expected = Some(vec!["z".into(), "x".into()]);
+        let r = spec.resolve().unwrap();
+        assert_eq!(r.hop_index(HopId(200)), Some(0));
+        assert_eq!(r.hop_index(HopId(1)), Some(1));
+        assert_eq!(r.hop_index(HopId(7)), Some(2));
+        assert_eq!(r.hop_index(HopId(0)), None);
+        assert_eq!(r.hop_index(HopId(2)), None);
+        assert_eq!(r.expected_mask(), 0b101);
+        assert_eq!(r.all_hops_mask(), 0b111);
+        assert_eq!(r.mask_names(0b110), ["y", "z"]);
+    }
+
+    #[test]
+    fn sixteen_hops_are_allowed_and_seventeen_are_not() {
+        let mut spec = minimal();
+        spec.hops = (0..16).map(|i| hop(&format!("h{i}"), None)).collect();
+        spec.stages[0].from = "h0".into();
+        spec.stages[0].to = "h15".into();
+        let r = spec.resolve().unwrap();
+        assert_eq!(r.expected_mask(), u16::MAX);
+        assert_eq!(r.all_hops_mask(), u16::MAX);
+        spec.hops.push(hop("h16", None));
+        let msg = spec.validate().unwrap_err().to_string();
+        assert!(msg.contains("17 hops"), "{msg}");
+    }
+
+    #[test]
+    fn no_hops_is_refused() {
+        let msg = error_of(|s| s.hops.clear());
+        assert!(msg.contains("`hops` declares 0 hops"), "{msg}");
+    }
+
+    #[test]
+    fn empty_pipeline_name_is_refused() {
+        let msg = error_of(|s| s.name = " ".into());
+        assert!(msg.contains("`name` is empty"), "{msg}");
+    }
+
+    #[test]
+    fn empty_hop_name_is_refused() {
+        let msg = error_of(|s| s.hops[1].name.clear());
+        assert_eq!(msg, "hop #1: `name` is empty");
+    }
+
+    #[test]
+    fn bad_hop_names_are_refused() {
+        for bad in ["Flow_In", "flow-in", "flow in", "flöw"] {
+            let msg = error_of(|s| s.hops[1].name = bad.into());
+            assert!(msg.contains(&format!("hop \"{bad}\"")), "{msg}");
+            assert!(msg.contains("a-z, 0-9 and _"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn duplicate_hop_name_is_refused() {
+        let msg = error_of(|s| s.hops[1].name = "a".into());
+        assert_eq!(msg, "hop \"a\" is declared twice");
+    }
+
+    #[test]
+    fn duplicate_hop_ids_are_refused_explicit_or_defaulted() {
+        let msg = error_of(|s| s.hops[1].id = Some(0));
+        assert_eq!(msg, "hop \"b\": `id` 0 is already used by hop \"a\"");
+        let msg = error_of(|s| s.hops[0].id = Some(1));
+        assert_eq!(msg, "hop \"b\": `id` 1 is already used by hop \"a\"");
+    }
+
+    #[test]
+    fn expected_must_name_declared_hops_once() {
+        let msg = error_of(|s| s.expected = Some(vec!["a".into(), "c".into()]));
+        assert_eq!(msg, "`expected`: hop \"c\" is not declared (hops: a, b)");
+        let msg = error_of(|s| s.expected = Some(vec!["a".into(), "a".into()]));
+        assert_eq!(msg, "`expected` lists hop \"a\" twice");
+        let msg = error_of(|s| s.expected = Some(vec![]));
+        assert!(msg.starts_with("`expected` is empty"), "{msg}");
+    }
+
+    #[test]
+    fn stage_names_must_be_non_empty_and_unique() {
+        let msg = error_of(|s| s.stages[0].name = String::new());
+        assert_eq!(msg, "stage #0: `name` is empty");
+        let msg = error_of(|s| {
+            let again = s.stages[0].clone();
+            s.stages.push(again);
+        });
+        assert_eq!(msg, "stage \"A to B\" is declared twice");
+    }
+
+    #[test]
+    fn stage_hops_must_exist_and_differ() {
+        let msg = error_of(|s| s.stages[0].from = "aa".into());
+        assert_eq!(
+            msg,
+            "stage \"A to B\": `from` hop \"aa\" is not declared (hops: a, b)"
+        );
+        let msg = error_of(|s| s.stages[0].to = "flow_inn".into());
+        assert_eq!(
+            msg,
+            "stage \"A to B\": `to` hop \"flow_inn\" is not declared (hops: a, b)"
+        );
+        let msg = error_of(|s| s.stages[0].to = "a".into());
+        assert!(
+            msg.starts_with("stage \"A to B\": `from` and `to` are both \"a\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn zero_settings_are_refused() {
+        type Edit = fn(&mut PipelineSpec);
+        let cases: [(&str, Edit); 5] = [
+            ("join.window_ms", |s| s.join.window_ms = 0),
+            ("join.max_pending", |s| s.join.max_pending = 0),
+            ("output.roll_rows", |s| s.output.roll_rows = 0),
+            ("output.roll_seconds", |s| s.output.roll_seconds = 0),
+            ("output.row_group_rows", |s| s.output.row_group_rows = 0),
+        ];
+        for (field, edit) in cases {
+            assert_eq!(
+                error_of(edit),
+                format!("`{field}` is 0; it must be greater than 0")
+            );
+        }
+    }
+
+    #[test]
+    fn zstd_level_must_be_1_to_22() {
+        for level in [0, 23, -1] {
+            let msg = error_of(|s| s.output.zstd_level = level);
+            assert!(
+                msg.starts_with(&format!("`output.zstd_level` is {level};")),
+                "{msg}"
+            );
+        }
+        for level in [1, 22] {
+            let mut spec = minimal();
+            spec.output.zstd_level = level;
+            spec.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn toml_syntax_errors_keep_line_and_column() {
+        let err = PipelineSpec::from_toml_str("name = \"p\"\n[[hops]\nname = \"a\"\n").unwrap_err();
+        assert!(matches!(err, SpecError::Toml(_)));
+        let msg = err.to_string();
+        assert!(msg.contains("line 2"), "{msg}");
+        assert!(msg.contains("column"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_and_missing_fields_are_refused() {
+        let text = DEFAULT_PIPELINE_TOML.replace("window_ms = 10000", "window_s = 10");
+        let msg = PipelineSpec::from_toml_str(&text).unwrap_err().to_string();
+        assert!(msg.contains("window_s"), "{msg}");
+        let text = DEFAULT_PIPELINE_TOML.replace("definition = \"Processing", "defn = \"P");
+        let msg = PipelineSpec::from_toml_str(&text).unwrap_err().to_string();
+        assert!(msg.contains("defn"), "{msg}");
+        let msg = PipelineSpec::from_toml_str("name = \"p\"\nstages = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("hops"), "{msg}");
+    }
+
+    #[test]
+    fn id_out_of_range_is_a_toml_error() {
+        let text = DEFAULT_PIPELINE_TOML.replace("id = 5", "id = 256");
+        let err = PipelineSpec::from_toml_str(&text).unwrap_err();
+        assert!(matches!(err, SpecError::Toml(_)), "{err}");
+    }
+
+    #[test]
+    fn load_reads_a_file_and_names_it_when_it_cannot() {
+        let dir = std::env::temp_dir().join(format!("hoptrace-spec-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pipeline.toml");
+        std::fs::write(&path, DEFAULT_PIPELINE_TOML).unwrap();
+        assert_eq!(
+            PipelineSpec::load(&path).unwrap(),
+            PipelineSpec::default_pipeline()
+        );
+        let missing = dir.join("missing.toml");
+        let err = PipelineSpec::load(&missing).unwrap_err();
+        assert!(matches!(err, SpecError::Read { .. }));
+        assert!(err.to_string().contains("missing.toml"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

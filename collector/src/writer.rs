@@ -1,0 +1,412 @@
+//! Rolling Parquet files of joined traces: `traces/part-NNNNN.parquet`, one row per
+//! message.
+//!
+//! Columns (all times are UTC nanoseconds since the Unix epoch, CLOCK_REALTIME of the
+//! host that took them, stored as `Timestamp(ns)` without a time zone):
+//!
+//! | column | type | meaning |
+//! | --- | --- | --- |
+//! | `run_id` | Utf8 | the run |
+//! | `publisher`, `stream`, `sequence` | UInt16, UInt32, UInt64 | the trace key |
+//! | `metric_count` | UInt32 | metrics the message carried |
+//! | `intended_ns` | Timestamp(ns) | when the open-loop schedule meant to send it |
+//! | `<hop>_ns` | Timestamp(ns), nullable | one per hop of the pipeline spec, in order |
+//! | `status` | Utf8 | `complete` or `incomplete` |
+//! | `missing_mask` | UInt16 | bit i set: expected hop i (spec order) never stamped |
+//! | `flags` | UInt8 | bit 0 duplicate stamp, 1 negative stage delta, 2 conflicting records, 3 unexpected hop |
+//! | `otel_trace_id` | FixedSizeBinary(16), nullable | W3C trace id, when one travelled |
+//!
+//! Stage latencies are not stored: a stage is the difference of two hop columns, and the
+//! analysis registers them as columns at query time (`<to>_ns - <from>_ns`), which keeps
+//! files small. Timestamps, sequences and intended times use delta encoding (neighbouring
+//! rows are close in time), the rest dictionary encoding, everything zstd; statistics are
+//! kept per column chunk so scans can prune row groups by time.
+//!
+//! A file is written as `part-NNNNN.parquet.inprogress` and renamed when closed, so a
+//! reader never sees a file without its footer.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{
+    ArrayRef, FixedSizeBinaryBuilder, RecordBatch, StringBuilder, TimestampNanosecondBuilder,
+    UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
+use parquet::schema::types::ColumnPath;
+
+use crate::join::JoinedTrace;
+
+/// Rows buffered in Arrow builders before they are handed to the Parquet writer.
+const BATCH_ROWS: usize = 65_536;
+
+/// Why writing traces failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The output directory or a file could not be created, written or renamed: check the
+    /// path, permissions and free space.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Parquet encoding failed.
+    #[error("writing parquet {path}: {source}")]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: parquet::errors::ParquetError,
+    },
+    /// Arrow rejected a batch (a bug: the builders disagree with the schema).
+    #[error("building a record batch: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+/// How traces are written.
+#[derive(Debug, Clone)]
+pub struct TraceWriterConfig {
+    /// Directory of the part files (`runs/<run-id>/traces`).
+    pub dir: PathBuf,
+    /// The run id written in every row.
+    pub run_id: String,
+    /// Hop names in spec order; one column each.
+    pub hop_names: Vec<String>,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// Rows per file before rolling to the next.
+    pub roll_rows: u64,
+    /// Seconds before rolling to the next file.
+    pub roll_seconds: u64,
+    /// zstd level (1 to 22).
+    pub zstd_level: i32,
+}
+
+/// A closed part file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartFile {
+    /// File name within `traces/`.
+    pub name: String,
+    /// Rows in it.
+    pub rows: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+}
+
+struct Columns {
+    run_id: StringBuilder,
+    publisher: UInt16Builder,
+    stream: UInt32Builder,
+    sequence: UInt64Builder,
+    metric_count: UInt32Builder,
+    intended: TimestampNanosecondBuilder,
+    hops: Vec<TimestampNanosecondBuilder>,
+    status: StringBuilder,
+    missing: UInt16Builder,
+    flags: UInt8Builder,
+    otel: FixedSizeBinaryBuilder,
+    rows: usize,
+}
+
+impl Columns {
+    fn new(n_hops: usize) -> Self {
+        Self {
+            run_id: StringBuilder::new(),
+            publisher: UInt16Builder::with_capacity(BATCH_ROWS),
+            stream: UInt32Builder::with_capacity(BATCH_ROWS),
+            sequence: UInt64Builder::with_capacity(BATCH_ROWS),
+            metric_count: UInt32Builder::with_capacity(BATCH_ROWS),
+            intended: TimestampNanosecondBuilder::with_capacity(BATCH_ROWS),
+            hops: (0..n_hops)
+                .map(|_| TimestampNanosecondBuilder::with_capacity(BATCH_ROWS))
+                .collect(),
+            status: StringBuilder::new(),
+            missing: UInt16Builder::with_capacity(BATCH_ROWS),
+            flags: UInt8Builder::with_capacity(BATCH_ROWS),
+            otel: FixedSizeBinaryBuilder::with_capacity(BATCH_ROWS, 16),
+            rows: 0,
+        }
+    }
+
+    fn push(&mut self, run_id: &str, t: &JoinedTrace) {
+        self.run_id.append_value(run_id);
+        self.publisher.append_value(t.key.publisher);
+        self.stream.append_value(t.key.stream);
+        self.sequence.append_value(t.key.sequence);
+        self.metric_count.append_value(t.metric_count);
+        self.intended.append_value(t.intended_ns);
+        for (i, b) in self.hops.iter_mut().enumerate() {
+            b.append_option(t.stamp(i));
+        }
+        self.status
+            .append_value(if t.complete { "complete" } else { "incomplete" });
+        self.missing.append_value(t.missing_mask);
+        self.flags.append_value(t.flags);
+        match t.otel_trace_id {
+            Some(id) => self.otel.append_value(id.0).expect("16 bytes"),
+            None => self.otel.append_null(),
+        }
+        self.rows += 1;
+    }
+
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.run_id.finish()),
+            Arc::new(self.publisher.finish()),
+            Arc::new(self.stream.finish()),
+            Arc::new(self.sequence.finish()),
+            Arc::new(self.metric_count.finish()),
+            Arc::new(self.intended.finish()),
+        ];
+        cols.extend(
+            self.hops
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
+        cols.push(Arc::new(self.status.finish()));
+        cols.push(Arc::new(self.missing.finish()));
+        cols.push(Arc::new(self.flags.finish()));
+        cols.push(Arc::new(self.otel.finish()));
+        self.rows = 0;
+        RecordBatch::try_new(Arc::clone(schema), cols)
+    }
+}
+
+/// The Arrow schema of a traces file for these hops.
+#[must_use]
+pub fn traces_schema(hop_names: &[String]) -> SchemaRef {
+    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let mut fields = vec![
+        Field::new("run_id", DataType::Utf8, false),
+        Field::new("publisher", DataType::UInt16, false),
+        Field::new("stream", DataType::UInt32, false),
+        Field::new("sequence", DataType::UInt64, false),
+        Field::new("metric_count", DataType::UInt32, false),
+        Field::new("intended_ns", ts(), false),
+    ];
+    fields.extend(
+        hop_names
+            .iter()
+            .map(|h| Field::new(format!("{h}_ns"), ts(), true)),
+    );
+    fields.extend([
+        Field::new("status", DataType::Utf8, false),
+        Field::new("missing_mask", DataType::UInt16, false),
+        Field::new("flags", DataType::UInt8, false),
+        Field::new("otel_trace_id", DataType::FixedSizeBinary(16), true),
+    ]);
+    Arc::new(Schema::new(fields))
+}
+
+/// Writes joined traces into rolling Parquet files.
+pub struct TraceWriter {
+    cfg: TraceWriterConfig,
+    schema: SchemaRef,
+    props: WriterProperties,
+    cols: Columns,
+    open: Option<OpenFile>,
+    next_index: u32,
+    closed: Vec<PartFile>,
+}
+
+impl std::fmt::Debug for TraceWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("dir", &self.cfg.dir)
+            .field("closed", &self.closed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct OpenFile {
+    writer: ArrowWriter<File>,
+    tmp: PathBuf,
+    name: String,
+    rows: u64,
+    opened: Instant,
+}
+
+impl TraceWriter {
+    /// Creates the directory; the first file opens with the first row.
+    ///
+    /// # Errors
+    /// [`WriteError::Io`] when the directory cannot be created.
+    pub fn new(cfg: TraceWriterConfig) -> Result<Self, WriteError> {
+        std::fs::create_dir_all(&cfg.dir).map_err(|source| WriteError::Io {
+            path: cfg.dir.clone(),
+            source,
+        })?;
+        let schema = traces_schema(&cfg.hop_names);
+        let props = writer_properties(&cfg.hop_names, cfg.row_group_rows, cfg.zstd_level);
+        let next_index = next_part_index(&cfg.dir);
+        Ok(Self {
+            cols: Columns::new(cfg.hop_names.len()),
+            cfg,
+            schema,
+            props,
+            open: None,
+            next_index,
+            closed: Vec::new(),
+        })
+    }
+
+    /// The schema of the files.
+    #[must_use]
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Adds one trace.
+    ///
+    /// # Errors
+    /// Any [`WriteError`] of flushing a batch or rolling a file.
+    pub fn push(&mut self, t: &JoinedTrace) -> Result<(), WriteError> {
+        self.cols.push(&self.cfg.run_id, t);
+        if self.cols.rows >= BATCH_ROWS {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Rolls the open file when it is older than `roll_seconds` (call periodically).
+    ///
+    /// # Errors
+    /// Any [`WriteError`] of closing the file.
+    pub fn tick(&mut self) -> Result<(), WriteError> {
+        let old = self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.opened.elapsed().as_secs() >= self.cfg.roll_seconds);
+        if old {
+            self.flush_batch()?;
+            self.close_file()?;
+        }
+        Ok(())
+    }
+
+    fn flush_batch(&mut self) -> Result<(), WriteError> {
+        if self.cols.rows == 0 {
+            return Ok(());
+        }
+        let n = self.cols.rows as u64;
+        let batch = self.cols.finish(&self.schema)?;
+        if self.open.is_none() {
+            self.open_file()?;
+        }
+        let o = self.open.as_mut().expect("opened above");
+        o.writer
+            .write(&batch)
+            .map_err(|source| WriteError::Parquet {
+                path: o.tmp.clone(),
+                source,
+            })?;
+        o.rows += n;
+        if o.rows >= self.cfg.roll_rows {
+            self.close_file()?;
+        }
+        Ok(())
+    }
+
+    fn open_file(&mut self) -> Result<(), WriteError> {
+        let name = format!("part-{:05}.parquet", self.next_index);
+        self.next_index += 1;
+        let tmp = self.cfg.dir.join(format!("{name}.inprogress"));
+        let file = File::create(&tmp).map_err(|source| WriteError::Io {
+            path: tmp.clone(),
+            source,
+        })?;
+        let writer = ArrowWriter::try_new(file, Arc::clone(&self.schema), Some(self.props.clone()))
+            .map_err(|source| WriteError::Parquet {
+                path: tmp.clone(),
+                source,
+            })?;
+        self.open = Some(OpenFile {
+            writer,
+            tmp,
+            name,
+            rows: 0,
+            opened: Instant::now(),
+        });
+        Ok(())
+    }
+
+    fn close_file(&mut self) -> Result<(), WriteError> {
+        let Some(o) = self.open.take() else {
+            return Ok(());
+        };
+        o.writer.close().map_err(|source| WriteError::Parquet {
+            path: o.tmp.clone(),
+            source,
+        })?;
+        let path = self.cfg.dir.join(&o.name);
+        std::fs::rename(&o.tmp, &path).map_err(|source| WriteError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        tracing::debug!(file = %path.display(), rows = o.rows, bytes, "closed traces file");
+        self.closed.push(PartFile {
+            name: o.name,
+            rows: o.rows,
+            bytes,
+        });
+        Ok(())
+    }
+
+    /// Writes what is buffered, closes the open file and returns every file written.
+    ///
+    /// # Errors
+    /// Any [`WriteError`] of the last batch or file.
+    pub fn finish(mut self) -> Result<Vec<PartFile>, WriteError> {
+        self.flush_batch()?;
+        self.close_file()?;
+        Ok(std::mem::take(&mut self.closed))
+    }
+}
+
+fn writer_properties(
+    hop_names: &[String],
+    row_group_rows: usize,
+    zstd_level: i32,
+) -> WriterProperties {
+    let level = ZstdLevel::try_new(zstd_level).unwrap_or_default();
+    let mut b = WriterProperties::builder()
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_compression(Compression::ZSTD(level))
+        .set_max_row_group_row_count(Some(row_group_rows.max(1)))
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_created_by(concat!("hoptrace-collector ", env!("CARGO_PKG_VERSION")).to_owned());
+    let delta = ["sequence", "intended_ns"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(hop_names.iter().map(|h| format!("{h}_ns")));
+    for col in delta {
+        let path = ColumnPath::from(col.as_str());
+        b = b
+            .set_column_dictionary_enabled(path.clone(), false)
+            .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+    }
+    b.build()
+}
+
+/// The index after the highest `part-NNNNN.parquet*` already in `dir`, so a restarted
+/// collector never overwrites a file.
+fn next_part_index(dir: &Path) -> u32 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("part-")?.get(..5)?.parse::<u32>().ok()
+        })
+        .max()
+        .map_or(0, |m| m + 1)
+}

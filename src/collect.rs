@@ -1,0 +1,136 @@
+//! `hoptrace collect` and `hoptrace generate-config`.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hoptrace_collector::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
+use hoptrace_collector::{Collector, CollectorConfig};
+
+/// Options of `hoptrace collect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on for probes. Any non-loopback address requires --token.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: String,
+    /// Pipeline spec (TOML); `hoptrace generate-config` prints a commented default.
+    /// Without it, that default is used.
+    #[arg(long)]
+    pub pipeline: Option<PathBuf>,
+    /// Directory under which the run directory `<run-id>/` is created.
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+    /// Run id (default: run-<UTC time>).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Token probes must present.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+}
+
+/// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
+/// writes `run.json` and prints the accounting.
+///
+/// # Errors
+/// A bad spec, a bind failure, a write failure.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let spec = match &args.pipeline {
+        Some(p) => {
+            PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?
+        }
+        None => PipelineSpec::default_pipeline(),
+    };
+    let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
+    cfg.run_id.clone_from(&args.run_id);
+    cfg.token.clone_from(&args.token);
+    let collector = Collector::start(cfg).context("starting the collector")?;
+    eprintln!(
+        "collecting on {} into {} (SIGINT or SIGTERM stops and flushes)",
+        collector.local_addr(),
+        collector.run_dir().display()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    let started = Instant::now();
+    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let tty = std::io::stderr().is_terminal();
+    let mut last = collector.progress();
+    let mut last_at = Instant::now();
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(200));
+        if last_at.elapsed() >= Duration::from_secs(1) {
+            let p = collector.progress();
+            let secs = last_at.elapsed().as_secs_f64();
+            let traces =
+                (p.complete + p.incomplete).saturating_sub(last.complete + last.incomplete);
+            let line = format!(
+                "{:>6.0}s  {:>9.0} traces/s  {:>9.0} records/s  complete {}  incomplete {}  pending {}  probes {}",
+                started.elapsed().as_secs_f64(),
+                traces as f64 / secs,
+                p.records.saturating_sub(last.records) as f64 / secs,
+                p.complete,
+                p.incomplete,
+                p.pending,
+                p.connections
+            );
+            if tty {
+                eprint!("\r{line}   ");
+            } else {
+                eprintln!("{line}");
+            }
+            last = p;
+            last_at = Instant::now();
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    eprintln!("stopping: waiting for probes to flush, then closing every file");
+    let summary = collector.stop().context("stopping the collector")?;
+    let a = &summary.accounting;
+    println!(
+        "run {} written to {}",
+        summary.run_id,
+        args.out.join(&summary.run_id).display()
+    );
+    for p in &a.publishers {
+        println!(
+            "publisher {}: sent {} = complete {} + incomplete {} + unseen {}",
+            p.publisher, p.sent, p.complete, p.incomplete, p.unseen
+        );
+    }
+    for (hop, n) in &a.missing_by_hop {
+        println!("  incomplete, missing {hop}: {n}");
+    }
+    println!(
+        "records lost by probes {}, duplicate traces {}, negative deltas {}, late records {}, in flight {}; counts add up: {}",
+        a.records_lost_by_probes,
+        a.duplicate_traces,
+        a.negative_delta_traces,
+        a.late_records,
+        a.in_flight,
+        if a.adds_up { "yes" } else { "NO" }
+    );
+    let rows: u64 = summary.files.iter().map(|f| f.rows).sum();
+    let bytes: u64 = summary.files.iter().map(|f| f.bytes).sum();
+    println!(
+        "{} parquet file(s), {rows} rows, {bytes} bytes",
+        summary.files.len()
+    );
+    Ok(())
+}
+
+/// Prints the commented default pipeline spec.
+pub fn generate_config() {
+    print!("{DEFAULT_PIPELINE_TOML}");
+}
