@@ -26,13 +26,21 @@ python3 -c 'import pyarrow, duckdb' 2>/dev/null ||
 step "format"
 cargo fmt --all -- --check
 
-step "python: reference implementation of the trace format"
-python3 -m pytest -q -p no:cacheprovider probe/testdata | tee "$LOG/pytest.txt"
-
 step "rust: build, lint and test the workspace"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+set +e
 cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$LOG/cargo.txt"
 rc=${PIPESTATUS[0]}
+set -e
+
+step "python: trace format reference implementation; HdrHistogram logs read by Java"
+cargo build --release --locked --bin hoptrace
+export HOPTRACE_BIN=$CARGO_TARGET_DIR/release/hoptrace
+set +e
+python3 -m pytest -q -p no:cacheprovider probe/testdata collector/tests 2>&1 | tee "$LOG/pytest.txt"
+pyrc=${PIPESTATUS[0]}
+set -e
+if ((pyrc != 0)); then rc=1; fi
 
 passed=0
 failed=0

@@ -3,25 +3,24 @@
 //! A publisher thread sends messages on an open-loop schedule through a chain of hop
 //! threads; every message is an enveloped byte buffer that each hop unwraps, stamps and
 //! wraps again, exactly as a processor embedding the probe would. Every stamp is also
-//! reported out of band through a real exporter over loopback TCP to a receiver that
-//! speaks the collector protocol, joins the stamps per message and prints per-stage HDR
-//! percentiles with the run's accounting.
+//! reported out of band through a real exporter over loopback TCP to an in-process
+//! collector, which joins the stamps per message, writes the run directory (Parquet,
+//! run.json, HDR interval logs) and yields per-stage HDR percentiles and the accounting.
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail, ensure};
-use hdrhistogram::Histogram;
+use anyhow::{Context as _, ensure};
+use hoptrace_collector::spec::{HopSpec, JoinSpec, OutputSpec, PipelineSpec, StageSpec};
+use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::protocol::{
-    self, CountersFrame, Frame, MAX_FRAME_LEN, PROTOCOL_VERSION, SentEntry, SentFrame, counter_id,
-};
+use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
 use hoptrace_probe::{
-    Exporter, ExporterConfig, HopId, OffsetClock, Record, SystemClock, TraceContext, TraceKey,
+    CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext,
+    TraceKey,
 };
 
 use crate::units::{fmt_ns, parse_count};
@@ -54,16 +53,9 @@ pub struct Args {
     /// Payload bytes per message.
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
-}
-
-/// What the receiver gathered.
-#[derive(Debug, Default)]
-struct Received {
-    records: Vec<Record>,
-    counters: HashMap<u64, CountersFrame>,
-    sent: HashMap<(u16, u32), SentEntry>,
-    goodbyes: usize,
-    connections: usize,
+    /// Directory under which the run directory is written.
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
 }
 
 /// Runs the roundtrip and prints its report.
@@ -82,41 +74,64 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .map(|(i, n)| (HopId(i as u8), n.as_str()))
         .collect();
 
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding the receiver")?;
-    let addr = listener.local_addr()?;
-    let received = Arc::new(Mutex::new(Received::default()));
-    let hop_names: Vec<String> = args.hops.clone();
-    {
-        let received = Arc::clone(&received);
-        std::thread::spawn(move || accept_loop(&listener, &received, &hop_names));
-    }
-
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", pipeline(&args.hops), &args.out);
+    cfg.run_id = Some(format!(
+        "roundtrip-{}",
+        hoptrace_probe::clock::realtime_ns() / 1_000_000
+    ));
+    let collector = Collector::start(cfg).context("starting the collector")?;
     let exporter = Exporter::start(
-        ExporterConfig::new(addr.to_string(), "hoptrace-roundtrip"),
+        ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip"),
         &hops,
     )
     .context("starting the exporter")?;
     let started = Instant::now();
     let sent = drive(args, &exporter, &hops)?;
     let elapsed = started.elapsed();
-    let summary = exporter.shutdown();
-
-    // Wait for the receiver to take everything the exporter says it sent.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = received.lock().expect("receiver poisoned");
-        if r.goodbyes >= 1 && r.records.len() as u64 >= summary.counters.sent {
-            break;
-        }
-        drop(r);
-        if Instant::now() > deadline {
-            bail!("the receiver did not get every record within 10 s (exporter: {summary:?})");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let r = received.lock().expect("receiver poisoned");
-    print_report(args, &r, sent, elapsed, &summary.counters);
+    let exported = exporter.shutdown();
+    let run_dir = collector.run_dir().to_owned();
+    let summary = collector.stop().context("stopping the collector")?;
+    print_report(args, &summary, sent, elapsed, &exported.counters);
+    println!("Run directory: {}", run_dir.display());
     Ok(())
+}
+
+/// A pipeline of `hops` in order: a stage between each pair of neighbours, and the total.
+fn pipeline(hops: &[String]) -> PipelineSpec {
+    let last = hops.len() - 1;
+    let mut stages: Vec<StageSpec> = hops
+        .windows(2)
+        .map(|w| StageSpec {
+            name: format!("{} -> {}", w[0], w[1]),
+            from: w[0].clone(),
+            to: w[1].clone(),
+            definition: format!("From the {} stamp to the {} stamp.", w[0], w[1]),
+            headline: false,
+        })
+        .collect();
+    stages.push(StageSpec {
+        name: format!("total ({} -> {})", hops[0], hops[last]),
+        from: hops[0].clone(),
+        to: hops[last].clone(),
+        definition: "From publish to the last hop.".into(),
+        headline: true,
+    });
+    PipelineSpec {
+        name: "roundtrip".into(),
+        expected: None,
+        hops: hops
+            .iter()
+            .enumerate()
+            .map(|(i, h)| HopSpec {
+                name: h.clone(),
+                id: Some(i as u8),
+                description: String::new(),
+            })
+            .collect(),
+        stages,
+        join: JoinSpec::default(),
+        output: OutputSpec::default(),
+    }
 }
 
 /// Publisher and hop threads; returns the messages sent.
@@ -230,213 +245,99 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
     Ok(sent)
 }
 
-fn accept_loop(listener: &TcpListener, received: &Arc<Mutex<Received>>, hops: &[String]) {
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let received = Arc::clone(received);
-        let hops = hops.to_vec();
-        std::thread::spawn(move || {
-            if let Err(e) = serve(stream, &received, &hops) {
-                tracing::warn!("receiver: connection closed: {e:#}");
-            }
-        });
-    }
-}
-
-fn serve(mut stream: TcpStream, received: &Mutex<Received>, hops: &[String]) -> anyhow::Result<()> {
-    stream.set_nodelay(true)?;
-    let Frame::Hello(hello) = protocol::read_frame(&mut stream, MAX_FRAME_LEN)? else {
-        bail!("first frame is not hello");
-    };
-    for (id, name) in &hello.hops {
-        if hops.get(usize::from(id.0)) != Some(name) {
-            stream.write_all(
-                &Frame::Reject {
-                    code: protocol::reject_code::UNKNOWN_HOP,
-                    reason: format!("hop {name:?} with id {} is not in this run", id.0),
-                }
-                .to_bytes(),
-            )?;
-            bail!("rejected unknown hop {name:?}");
-        }
-    }
-    stream.write_all(
-        &Frame::Welcome {
-            version: PROTOCOL_VERSION,
-            run_id: "roundtrip".into(),
-        }
-        .to_bytes(),
-    )?;
-    received.lock().expect("receiver poisoned").connections += 1;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, stream);
-    loop {
-        let frame = match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
-            Ok(f) => f,
-            Err(protocol::ProtocolError::Io(std::io::ErrorKind::UnexpectedEof)) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut r = received.lock().expect("receiver poisoned");
-        match frame {
-            Frame::Records(recs) => r.records.extend(recs),
-            Frame::Counters(c) => {
-                r.counters.insert(hello.instance_id, c);
-            }
-            Frame::Sent(s) => {
-                for e in s.entries {
-                    r.sent.insert((s.publisher, e.stream), e);
-                }
-            }
-            Frame::Goodbye => r.goodbyes += 1,
-            Frame::Clock(_) | Frame::Hello(_) | Frame::Welcome { .. } | Frame::Reject { .. } => {}
-        }
-    }
-}
-
-fn print_report(
-    args: &Args,
-    r: &Received,
-    sent: u64,
-    elapsed: Duration,
-    exp: &hoptrace_probe::CounterSnapshot,
-) {
-    let n_hops = args.hops.len();
-    let mut traces: HashMap<TraceKey, Vec<Option<i64>>> = HashMap::new();
-    let mut duplicates = 0u64;
-    for rec in &r.records {
-        let slot = &mut traces.entry(rec.key).or_insert_with(|| vec![None; n_hops])
-            [usize::from(rec.hop.0)];
-        if slot.is_some() {
-            duplicates += 1;
-        }
-        *slot = Some(rec.stamp_ns);
-    }
-    let mut stages: Vec<(String, usize, usize)> = (0..n_hops - 1)
-        .map(|i| {
-            (
-                format!("{} -> {}", args.hops[i], args.hops[i + 1]),
-                i,
-                i + 1,
-            )
-        })
-        .collect();
-    stages.push((
-        format!("total ({} -> {})", args.hops[0], args.hops[n_hops - 1]),
-        0,
-        n_hops - 1,
-    ));
-    let mut hists: Vec<Histogram<u64>> = stages
-        .iter()
-        .map(|_| Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"))
-        .collect();
-    let mut negative = vec![0u64; stages.len()];
-    let mut complete = 0u64;
-    let mut missing = vec![0u64; n_hops];
-    for stamps in traces.values() {
-        if stamps.iter().all(Option::is_some) {
-            complete += 1;
-        } else {
-            for (i, s) in stamps.iter().enumerate() {
-                if s.is_none() {
-                    missing[i] += 1;
-                }
-            }
-        }
-        for (k, (_, a, b)) in stages.iter().enumerate() {
-            if let (Some(a), Some(b)) = (stamps[*a], stamps[*b]) {
-                let d = b - a;
-                if d < 0 {
-                    negative[k] += 1;
-                } else {
-                    hists[k].saturating_record(d.max(1) as u64);
-                }
-            }
-        }
-    }
-    let incomplete = traces.len() as u64 - complete;
-    let reported_sent: u64 = r.sent.values().map(|e| e.messages).sum();
-    let lost_by_probe = exp.queue_full + exp.send_failed;
-
+fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: &CounterSnapshot) {
     println!(
-        "hoptrace roundtrip: {sent} messages in {:.2} s ({:.0} msg/s, target {} msg/s), {} hops over {} collector connection(s)",
+        "hoptrace roundtrip: {sent} messages in {:.2} s ({:.0} msg/s, target {} msg/s), {} hops, run {}",
         elapsed.as_secs_f64(),
         sent as f64 / elapsed.as_secs_f64(),
         args.rate,
-        n_hops,
-        r.connections
+        args.hops.len(),
+        r.run_id
     );
     println!();
-    println!("| Stage | Count | Min | P50 | P90 | P99 | P99.9 | Max | Negative |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for (k, (name, _, _)) in stages.iter().enumerate() {
-        let h = &hists[k];
-        let q = |p: f64| {
-            let v = h.value_at_quantile(p);
-            format!(
-                "{} ±{}",
-                fmt_ns(v as f64),
-                fmt_ns(h.equivalent_range(v) as f64)
-            )
+    println!("| Stage | Count | Min | P50 | P90 | P99 | P99.9 | Max | Mean | Std Dev | Negative |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for s in &r.stages {
+        let q = |quantile: f64| {
+            s.percentiles
+                .iter()
+                .find(|p| p.quantile == quantile)
+                .map_or_else(
+                    || "-".to_owned(),
+                    |p| {
+                        format!(
+                            "{} ±{}",
+                            fmt_ns(p.value_ns as f64),
+                            fmt_ns(p.precision_ns as f64)
+                        )
+                    },
+                )
         };
+        let exact = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), fmt_ns);
         println!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            h.len(),
-            fmt_ns(h.min() as f64),
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.name,
+            s.count,
+            exact(s.min_ns.map(|v| v as f64)),
             q(0.5),
             q(0.9),
             q(0.99),
             q(0.999),
-            fmt_ns(h.max() as f64),
-            negative[k]
+            exact(s.max_ns.map(|v| v as f64)),
+            exact(s.mean_ns),
+            exact(s.stddev_ns),
+            s.negative
         );
     }
     println!();
     println!(
-        "Percentiles: HdrHistogram, 3 significant digits; ± is the histogram bucket width at that value."
+        "Percentiles: HdrHistogram, 3 significant digits, value ± half its bucket; min, max, mean and std dev exact."
     );
+    let n = args.hops.len();
     println!(
         "Clocks: every hop reads this host's CLOCK_REALTIME{}.",
         if args.last_hop_skew_ns == 0 {
             String::new()
         } else {
             format!(
-                ", except {} which is skewed by {} (simulated)",
-                args.hops[n_hops - 1],
+                ", except {} which is skewed by {} (simulated); its negative deltas are counted, not hidden",
+                args.hops[n - 1],
                 fmt_ns(args.last_hop_skew_ns as f64)
             )
         }
     );
     println!();
-    println!(
-        "Accounting: sent {sent} (publisher reported {reported_sent}), complete {complete}, incomplete {incomplete}, duplicate stamps {duplicates}"
-    );
-    for (i, m) in missing.iter().enumerate() {
-        if *m > 0 {
-            println!("  missing {}: {m}", args.hops[i]);
-        }
+    let a = &r.accounting;
+    for p in &a.publishers {
+        println!(
+            "Accounting: sent {sent} (publisher reported {}) = complete {} + incomplete {} + unseen {}",
+            p.sent, p.complete, p.incomplete, p.unseen
+        );
+    }
+    for (hop, m) in &a.missing_by_hop {
+        println!("  incomplete, missing {hop}: {m}");
     }
     println!(
-        "Probe records: reported {}, sent {}, lost (queue full {} + send failed {}) {lost_by_probe}, received {}",
+        "Probe records: reported {}, sent {}, lost {} (queue full {}, send failed {})",
         exp.reported,
         exp.sent,
+        exp.lost(),
         exp.queue_full,
-        exp.send_failed,
-        r.records.len()
+        exp.send_failed
     );
-    let final_counters = r
-        .counters
-        .values()
-        .map(|c| c.get(counter_id::SENT))
-        .sum::<u64>();
+    let files = r.files.len();
+    let bytes: u64 = r.files.iter().map(|f| f.bytes).sum();
+    let rows: u64 = r.files.iter().map(|f| f.rows).sum();
     println!(
-        "Collector view: final counters say {final_counters} records sent, {} received",
-        r.records.len()
+        "Parquet: {files} file(s), {rows} rows, {bytes} bytes ({:.1} bytes/trace)",
+        bytes as f64 / rows.max(1) as f64
     );
-    let adds_up = sent == complete + incomplete + traces_never_seen(sent, traces.len() as u64)
-        && sent == reported_sent;
-    println!("Counts add up: {}", if adds_up { "yes" } else { "NO" });
-}
-
-/// Messages of which not even one stamp reached the receiver (all lost by probes).
-fn traces_never_seen(sent: u64, seen: u64) -> u64 {
-    sent.saturating_sub(seen)
+    println!(
+        "Counts add up: {}",
+        if a.adds_up && a.publishers.iter().all(|p| p.sent == sent) {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
 }

@@ -9,6 +9,7 @@
 //! - [`spec`]: the pipeline spec (TOML): hops, expected hops, stages, join window, files.
 //! - [`join`]: the join of records into traces, bounded by the window.
 //! - [`writer`]: rolling Parquet files.
+//! - [`stages`]: per-stage HDR histograms, exact statistics and interval logs.
 //! - [`run`]: a whole run: listen, join, write, account.
 //!
 //! ```no_run
@@ -29,6 +30,7 @@ pub mod join;
 pub mod run;
 pub mod server;
 pub mod spec;
+pub mod stages;
 pub mod writer;
 
 pub use run::{Collector, CollectorConfig, CollectorError, RunSummary};

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::join::{JoinedTrace, Joiner};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
 use crate::spec::{PipelineSpec, ResolvedSpec};
+use crate::stages::{StageRecorder, StageStats};
 use crate::writer::{PartFile, TraceWriter, TraceWriterConfig, WriteError};
 
 /// Events buffered between connection readers and the join thread; when full, readers
@@ -107,6 +108,8 @@ pub struct Progress {
     pub pending: u64,
     /// Probe connections open.
     pub connections: u64,
+    /// Last interval's (stage, p50 ns, p99 ns).
+    pub stages: Vec<(String, u64, u64)>,
 }
 
 /// A running collector.
@@ -194,6 +197,15 @@ impl Collector {
                 joiner: Joiner::new(&spec),
                 spec: Arc::clone(&spec),
                 writer: Some(writer),
+                stages: Some(
+                    StageRecorder::new(&spec, &run_dir, started_unix_ns).map_err(|source| {
+                        CollectorError::Io {
+                            path: run_dir.join("hdr"),
+                            source,
+                        }
+                    })?,
+                ),
+                last_interval: Instant::now(),
                 run_id: run_id.clone(),
                 run_dir: run_dir.clone(),
                 started_unix_ns,
@@ -349,6 +361,8 @@ pub struct RunSummary {
     pub clock: Vec<ClockRow>,
     /// Files written.
     pub files: Vec<PartFile>,
+    /// Per-stage statistics over the whole run.
+    pub stages: Vec<StageStats>,
     /// Accounting.
     pub accounting: Accounting,
     /// Connection outcomes.
@@ -437,6 +451,8 @@ struct JoinState {
     joiner: Joiner,
     spec: Arc<ResolvedSpec>,
     writer: Option<TraceWriter>,
+    stages: Option<StageRecorder>,
+    last_interval: Instant,
     run_id: String,
     run_dir: PathBuf,
     started_unix_ns: i64,
@@ -476,6 +492,18 @@ impl JoinState {
                 self.write_out()?;
                 if let Some(w) = self.writer.as_mut() {
                     w.tick()?;
+                }
+                if self.last_interval.elapsed() >= Duration::from_secs(1) {
+                    self.last_interval = Instant::now();
+                    if let Some(st) = self.stages.as_mut() {
+                        let interval = st.interval_p50_p99();
+                        st.end_interval(hoptrace_probe::clock::realtime_ns())
+                            .map_err(|source| CollectorError::Io {
+                                path: self.run_dir.join("hdr"),
+                                source,
+                            })?;
+                        self.progress.lock().expect("progress poisoned").stages = interval;
+                    }
                 }
                 self.publish_progress();
             }
@@ -554,10 +582,11 @@ impl JoinState {
     }
 
     fn write_out(&mut self) -> Result<(), CollectorError> {
-        let Some(w) = self.writer.as_mut() else {
+        let (Some(w), Some(st)) = (self.writer.as_mut(), self.stages.as_mut()) else {
             return Ok(());
         };
         for t in self.out.drain(..) {
+            st.record(&t);
             let tally = self.tallies.entry(t.key.publisher).or_default();
             if t.complete {
                 tally.complete += 1;
@@ -587,15 +616,24 @@ impl JoinState {
             .map(TraceWriter::finish)
             .transpose()?
             .unwrap_or_default();
+        let stages = match self.stages.take() {
+            Some(st) => st
+                .finish(hoptrace_probe::clock::realtime_ns())
+                .map_err(|source| CollectorError::Io {
+                    path: self.run_dir.join("hdr"),
+                    source,
+                })?,
+            None => Vec::new(),
+        };
         self.publish_progress();
-        let summary = self.summary(files);
+        let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
         let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
         std::fs::write(&path, json).map_err(|source| CollectorError::Io { path, source })?;
         Ok(summary)
     }
 
-    fn summary(&self, files: Vec<PartFile>) -> RunSummary {
+    fn summary(&self, files: Vec<PartFile>, stages: Vec<StageStats>) -> RunSummary {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
         let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
@@ -675,6 +713,7 @@ impl JoinState {
             probes,
             clock: self.clock.clone(),
             files,
+            stages,
             accounting: Accounting {
                 publishers: publishers.into_values().collect(),
                 missing_by_hop: names

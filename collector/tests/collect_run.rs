@@ -109,7 +109,36 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
         "the probe's clock status arrived"
     );
 
+    // Stages: every complete trace has Broker Time = flow_in - publish = 1.5 µs exactly.
+    let broker = summary
+        .stages
+        .iter()
+        .find(|s| s.name == "Broker Time")
+        .unwrap();
+    assert_eq!(broker.count, TRACES - TRACES / 25);
+    assert_eq!((broker.min_ns, broker.max_ns), (Some(1_500), Some(1_500)));
+    assert_eq!(broker.stddev_ns, Some(0.0));
+    let p50 = &broker.percentiles[0];
+    assert!(p50.value_ns.abs_diff(1_500) <= p50.precision_ns, "{p50:?}");
+    let transmission = summary
+        .stages
+        .iter()
+        .find(|s| s.name == "Transmission")
+        .unwrap();
+    assert_eq!(
+        transmission.count, complete,
+        "traces without store_in have no Transmission"
+    );
+
     let run_dir = tmp.join("test-run");
+    for s in &summary.stages {
+        let log = std::fs::read_to_string(run_dir.join(&s.hdr_log)).unwrap();
+        assert!(
+            log.contains("#[StartTime:") && log.contains("HISTFAAA"),
+            "{}: {log}",
+            s.hdr_log
+        );
+    }
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run_dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(json["accounting"]["adds_up"], true);
