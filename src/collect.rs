@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use hoptrace_collector::metrics::{MetricsServer, render};
 use hoptrace_collector::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 use hoptrace_collector::{Collector, CollectorConfig};
 
@@ -32,6 +33,9 @@ pub struct Args {
     /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration_s: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    pub metrics: Option<String>,
 }
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
@@ -49,12 +53,23 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
     cfg.run_id.clone_from(&args.run_id);
     cfg.token.clone_from(&args.token);
-    let collector = Collector::start(cfg).context("starting the collector")?;
+    let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {} into {} (SIGINT or SIGTERM stops and flushes)",
         collector.local_addr(),
         collector.run_dir().display()
     );
+    let _metrics = match &args.metrics {
+        Some(addr) => {
+            let c = std::sync::Arc::clone(&collector);
+            let server =
+                MetricsServer::start(addr, std::sync::Arc::new(move || render(&c.progress())))
+                    .with_context(|| format!("serving metrics on {addr}"))?;
+            eprintln!("metrics on http://{}/metrics", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -73,7 +88,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let secs = last_at.elapsed().as_secs_f64();
             let traces =
                 (p.complete + p.incomplete).saturating_sub(last.complete + last.incomplete);
-            let line = format!(
+            let mut line = format!(
                 "{:>6.0}s  {:>9.0} traces/s  {:>9.0} records/s  complete {}  incomplete {}  pending {}  probes {}",
                 started.elapsed().as_secs_f64(),
                 traces as f64 / secs,
@@ -83,6 +98,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 p.pending,
                 p.connections
             );
+            for (stage, p50, p99) in &p.stages {
+                line.push_str(&format!(
+                    "  {stage} p50 {} p99 {}",
+                    crate::units::fmt_ns(*p50 as f64),
+                    crate::units::fmt_ns(*p99 as f64)
+                ));
+            }
             if tty {
                 eprint!("\r{line}   ");
             } else {
@@ -96,6 +118,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         eprintln!();
     }
     eprintln!("stopping: waiting for probes to flush, then closing every file");
+    drop(_metrics);
+    let collector = std::sync::Arc::try_unwrap(collector)
+        .map_err(|_| anyhow::anyhow!("the metrics server still holds the collector"))?;
     let summary = collector.stop().context("stopping the collector")?;
     let a = &summary.accounting;
     println!(
@@ -104,10 +129,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.out.join(&summary.run_id).display()
     );
     for p in &a.publishers {
-        println!(
-            "publisher {}: sent {} = complete {} + incomplete {} + unseen {}",
-            p.publisher, p.sent, p.complete, p.incomplete, p.unseen
-        );
+        if p.sent < p.complete + p.incomplete {
+            println!(
+                "publisher {}: sent {} is less than seen (complete {} + incomplete {}): it did not report all it sent, the accounting cannot close",
+                p.publisher, p.sent, p.complete, p.incomplete
+            );
+        } else {
+            println!(
+                "publisher {}: sent {} = complete {} + incomplete {} + unseen {}",
+                p.publisher, p.sent, p.complete, p.incomplete, p.unseen
+            );
+        }
     }
     for (hop, n) in &a.missing_by_hop {
         println!("  incomplete, missing {hop}: {n}");

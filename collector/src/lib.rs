@@ -27,10 +27,12 @@
 //! ```
 
 pub mod join;
+pub mod metrics;
 pub mod run;
 pub mod server;
 pub mod spec;
 pub mod stages;
+pub mod tables;
 pub mod writer;
 
 pub use run::{Collector, CollectorConfig, CollectorError, RunSummary};

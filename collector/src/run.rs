@@ -17,6 +17,7 @@ use crate::join::{JoinedTrace, Joiner};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
 use crate::spec::{PipelineSpec, ResolvedSpec};
 use crate::stages::{StageRecorder, StageStats};
+use crate::tables::{CounterRow, write_clock, write_probes};
 use crate::writer::{PartFile, TraceWriter, TraceWriterConfig, WriteError};
 
 /// Events buffered between connection readers and the join thread; when full, readers
@@ -110,6 +111,8 @@ pub struct Progress {
     pub connections: u64,
     /// Last interval's (stage, p50 ns, p99 ns).
     pub stages: Vec<(String, u64, u64)>,
+    /// Connections refused or closed, by reason.
+    pub closed_connections: BTreeMap<String, u64>,
 }
 
 /// A running collector.
@@ -212,6 +215,7 @@ impl Collector {
                 epoch: Instant::now(),
                 probes: BTreeMap::new(),
                 clock: Vec::new(),
+                counter_rows: Vec::new(),
                 sent: BTreeMap::new(),
                 tallies: HashMap::new(),
                 records: 0,
@@ -459,6 +463,7 @@ struct JoinState {
     epoch: Instant,
     probes: BTreeMap<u64, ProbeConn>,
     clock: Vec<ClockRow>,
+    counter_rows: Vec<CounterRow>,
     sent: BTreeMap<(u16, u32), SentEntry>,
     tallies: HashMap<u16, Tally>,
     records: u64,
@@ -568,6 +573,13 @@ impl JoinState {
             }
             Event::Frame(id, Frame::Counters(c)) => {
                 if let Some(p) = self.probes.get_mut(&id) {
+                    self.counter_rows.push(CounterRow {
+                        instance_id: p.hello.instance_id,
+                        host: p.hello.host.clone(),
+                        process: p.hello.process.clone(),
+                        at_ns: c.at_ns,
+                        values: c.values.clone(),
+                    });
                     p.counters = Some(c);
                 }
             }
@@ -605,6 +617,8 @@ impl JoinState {
         p.incomplete = self.tallies.values().map(|t| t.incomplete).sum();
         p.pending = self.joiner.pending() as u64;
         p.connections = self.probes.values().filter(|c| c.open).count() as u64;
+        p.closed_connections = connection_counts(&self.counters);
+        p.closed_connections.remove("accepted");
     }
 
     fn finish(&mut self) -> Result<RunSummary, CollectorError> {
@@ -626,6 +640,8 @@ impl JoinState {
             None => Vec::new(),
         };
         self.publish_progress();
+        write_clock(&self.run_dir.join("clock.parquet"), &self.clock)?;
+        write_probes(&self.run_dir.join("probes.parquet"), &self.counter_rows)?;
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
         let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
@@ -690,20 +706,7 @@ impl JoinState {
             .filter_map(|p| p.counters.as_ref())
             .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
             .sum();
-        let c = &self.counters;
-        let connections = [
-            ("accepted", &c.accepted),
-            ("refused_limit", &c.refused_limit),
-            ("hello_timeout", &c.hello_timeout),
-            ("bad_version", &c.bad_version),
-            ("bad_token", &c.bad_token),
-            ("unknown_hop", &c.unknown_hop),
-            ("malformed", &c.malformed),
-            ("too_large", &c.too_large),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
-        .collect();
+        let connections = connection_counts(&self.counters);
         RunSummary {
             run_id: self.run_id.clone(),
             pipeline: self.spec.spec().clone(),
@@ -738,6 +741,23 @@ impl JoinState {
             connections,
         }
     }
+}
+
+/// Connection outcomes by reason.
+fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64> {
+    [
+        ("accepted", &c.accepted),
+        ("refused_limit", &c.refused_limit),
+        ("hello_timeout", &c.hello_timeout),
+        ("bad_version", &c.bad_version),
+        ("bad_token", &c.bad_token),
+        ("unknown_hop", &c.unknown_hop),
+        ("malformed", &c.malformed),
+        ("too_large", &c.too_large),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
+    .collect()
 }
 
 fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {

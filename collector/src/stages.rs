@@ -222,11 +222,13 @@ impl StageRecorder {
         }
     }
 
-    /// The last interval's p50 and p99 per stage (name, p50, p99), for progress lines.
+    /// The last interval's p50 and p99 per stage that saw traces (name, p50, p99), for
+    /// progress lines.
     #[must_use]
     pub fn interval_p50_p99(&self) -> Vec<(String, u64, u64)> {
         self.stages
             .iter()
+            .filter(|a| !a.interval.is_empty())
             .map(|a| {
                 (
                     a.stage.name.clone(),

@@ -410,3 +410,30 @@ fn next_part_index(dir: &Path) -> u32 {
         .max()
         .map_or(0, |m| m + 1)
 }
+
+/// Writes one small table (clock statuses, probe counters) as a single zstd Parquet file,
+/// through a temporary name so a reader never sees it half written.
+///
+/// # Errors
+/// [`WriteError`] when the file cannot be created, written or renamed.
+pub fn write_table(path: &Path, batch: &RecordBatch) -> Result<(), WriteError> {
+    let tmp = path.with_extension("parquet.inprogress");
+    let file = File::create(&tmp).map_err(|source| WriteError::Io {
+        path: tmp.clone(),
+        source,
+    })?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let parquet = |source| WriteError::Parquet {
+        path: tmp.clone(),
+        source,
+    };
+    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(parquet)?;
+    w.write(batch).map_err(parquet)?;
+    w.close().map_err(parquet)?;
+    std::fs::rename(&tmp, path).map_err(|source| WriteError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -66,6 +66,13 @@ def main(run_dir, traces):
         assert rows["status"][r] == ("complete" if complete else "incomplete"), (seq, rows["status"][r])
         mask = 0 if complete else sum(1 << i for i in range(6) if i not in present)
         assert rows["missing_mask"][r] == mask, (seq, rows["missing_mask"][r], mask)
+    clock = pq.read_table(os.path.join(run_dir, "clock.parquet"))
+    assert clock.num_rows >= 1
+    assert clock.schema.field("error_bound_ns").type == pa.uint64()
+    probes = pq.read_table(os.path.join(run_dir, "probes.parquet"))
+    probes = {n: probes.column(n).to_pylist() for n in ("sent", "queue_full")}
+    assert max(probes["sent"]) == traces * 6 - sum(6 - len(hops_of(s)) for s in range(traces)), probes["sent"]
+    assert max(probes["queue_full"]) == 0
     run = json.load(open(os.path.join(run_dir, "run.json")))
     acc = run["accounting"]
     assert acc["adds_up"] is True

@@ -1,0 +1,156 @@
+//! `hoptrace collect` as a user runs it: a separate process, probes over TCP, metrics
+//! scraped over HTTP, and SIGTERM flushing every file.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+
+const HOPS: [&str; 6] = [
+    "publish",
+    "flow_in",
+    "flow_out",
+    "store_in",
+    "query_start",
+    "queryable",
+];
+
+fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("collector output");
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return rest.to_owned();
+        }
+    }
+}
+
+#[test]
+fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
+    let out = std::env::temp_dir().join(format!("hoptrace-cli-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
+        .args([
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--run-id",
+            "cli-run",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let addr = wait_line(&rx, "collecting on ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    let metrics = wait_line(&rx, "metrics on http://")
+        .trim_end_matches("/metrics")
+        .to_owned();
+
+    let hops: Vec<(HopId, &str)> = HOPS
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (HopId(i as u8), *h))
+        .collect();
+    let exporter = Exporter::start(ExporterConfig::new(addr, "cli-test"), &hops).unwrap();
+    let probes: Vec<_> = hops
+        .iter()
+        .map(|(h, _)| exporter.probe(*h).unwrap())
+        .collect();
+    for seq in 0..20_000u64 {
+        let mut ctx = TraceContext::new(
+            TraceKey {
+                publisher: 1,
+                stream: (seq % 50) as u32,
+                sequence: seq,
+            },
+            5,
+            0,
+        );
+        for p in &probes {
+            p.record(&mut ctx).unwrap();
+        }
+    }
+    let summary = exporter.shutdown();
+    assert!(summary.clean && summary.counters.lost() == 0, "{summary:?}");
+
+    // Scrape until the collector has taken every record (progress refreshes every 100 ms).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        let mut page = String::new();
+        s.read_to_string(&mut page).unwrap();
+        if page.contains("\nhoptrace_traces_total{status=\"complete\"} 20000\n")
+            || Instant::now() > deadline
+        {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("\nhoptrace_records_total 120000\n"), "{page}");
+    assert!(
+        page.contains("\nhoptrace_traces_total{status=\"complete\"} 20000\n"),
+        "{page}"
+    );
+
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(
+        stdout.contains("sent 0 = complete 20000") || stdout.contains("complete 20000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("counts add up: yes") || stdout.contains("in flight 0"),
+        "{stdout}"
+    );
+
+    let run = out.join("cli-run");
+    for f in ["run.json", "clock.parquet", "probes.parquet"] {
+        assert!(run.join(f).is_file(), "{f} missing");
+    }
+    let parts: Vec<_> = std::fs::read_dir(run.join("traces"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !parts.is_empty() && parts.iter().all(|p| p.ends_with(".parquet")),
+        "{parts:?}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(json["accounting"]["in_flight"], 0);
+    assert_eq!(json["accounting"]["records_by_hop"]["queryable"], 20_000);
+    let _ = std::fs::remove_dir_all(&out);
+}
