@@ -59,6 +59,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         collector.local_addr(),
         collector.run_dir().display()
     );
+    if let Some(r) = collector.recovered() {
+        eprintln!(
+            "recovered: {} complete file(s) with {} rows kept from an earlier collector in this run directory",
+            r.files, r.rows
+        );
+        for (name, bytes) in &r.unfinished {
+            eprintln!(
+                "recovered: {name} ({bytes} bytes) was left open by a killed collector: its rows (one row group at most) are lost; set aside as .unfinished"
+            );
+        }
+        for (name, err) in &r.corrupt {
+            eprintln!("recovered: {name} does not read ({err}); set aside as .corrupt");
+        }
+    }
     let _metrics = match &args.metrics {
         Some(addr) => {
             let c = std::sync::Arc::clone(&collector);

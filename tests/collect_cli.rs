@@ -154,3 +154,102 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
     assert_eq!(json["accounting"]["records_by_hop"]["queryable"], 20_000);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
+    let out = std::env::temp_dir().join(format!("hoptrace-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = hoptrace_collector::spec::DEFAULT_PIPELINE_TOML
+        .replace("roll_rows = 1000000", "roll_rows = 1000")
+        .replace("row_group_rows = 1000000", "row_group_rows = 1000");
+    let spec_path = out.join("pipeline.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let start = || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
+            .args([
+                "collect",
+                "--listen",
+                "127.0.0.1:0",
+                "--run-id",
+                "killed",
+                "--pipeline",
+            ])
+            .arg(&spec_path)
+            .arg("--out")
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, rx)
+    };
+    let (mut child, rx) = start();
+    let addr = wait_line(&rx, "collecting on ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    let hops: Vec<(HopId, &str)> = HOPS
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (HopId(i as u8), *h))
+        .collect();
+    let exporter = Exporter::start(ExporterConfig::new(addr, "kill-test"), &hops).unwrap();
+    let probes: Vec<_> = hops
+        .iter()
+        .map(|(h, _)| exporter.probe(*h).unwrap())
+        .collect();
+    for seq in 0..5_500u64 {
+        let mut ctx = TraceContext::new(
+            TraceKey {
+                publisher: 1,
+                stream: 0,
+                sequence: seq,
+            },
+            1,
+            0,
+        );
+        for p in &probes {
+            p.record(&mut ctx).unwrap();
+        }
+    }
+    assert!(exporter.shutdown().clean);
+    // Wait until the five full files are closed, then kill without warning.
+    let traces = out.join("killed").join("traces");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(&traces).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+            .count()
+    }) < 5
+    {
+        assert!(Instant::now() < deadline, "files were not closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (mut child, rx) = start();
+    let line = wait_line(&rx, "recovered: ");
+    assert_eq!(
+        line,
+        "5 complete file(s) with 5000 rows kept from an earlier collector in this run directory"
+    );
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("killed").join("run.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["recovered"]["rows"], 5000);
+    let _ = std::fs::remove_dir_all(&out);
+}

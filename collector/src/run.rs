@@ -113,12 +113,15 @@ pub struct Progress {
     pub stages: Vec<(String, u64, u64)>,
     /// Connections refused or closed, by reason.
     pub closed_connections: BTreeMap<String, u64>,
+    /// Times the join filled up and the collector pushed back on probes.
+    pub backpressure_episodes: u64,
 }
 
 /// A running collector.
 #[derive(Debug)]
 pub struct Collector {
     addr: SocketAddr,
+    recovered: Option<crate::writer::Recovered>,
     run_dir: PathBuf,
     stop_accepting: Arc<AtomicBool>,
     draining: Arc<AtomicBool>,
@@ -157,6 +160,19 @@ impl Collector {
             path: run_dir.clone(),
             source,
         })?;
+        let recovered = crate::writer::recover(&run_dir.join("traces"))?;
+        if let Some(r) = &recovered {
+            tracing::warn!(
+                files = r.files,
+                rows = r.rows,
+                unfinished = r.unfinished.len(),
+                "run directory {} already held data: kept {} complete file(s) with {} rows; set aside {} unfinished file(s) a killed collector left open",
+                run_dir.display(),
+                r.files,
+                r.rows,
+                r.unfinished.len()
+            );
+        }
         let out = &cfg.spec.output;
         let writer = TraceWriter::new(TraceWriterConfig {
             dir: run_dir.join("traces"),
@@ -219,6 +235,8 @@ impl Collector {
                 sent: BTreeMap::new(),
                 tallies: HashMap::new(),
                 records: 0,
+                recovered: recovered.clone(),
+                backpressure_episodes: 0,
                 out: Vec::with_capacity(1024),
                 progress: Arc::clone(&progress),
                 counters,
@@ -236,6 +254,7 @@ impl Collector {
         tracing::info!(%addr, run_dir = %run_dir.display(), "collector listening");
         Ok(Self {
             addr,
+            recovered,
             run_dir,
             stop_accepting,
             draining,
@@ -249,6 +268,12 @@ impl Collector {
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What an earlier, interrupted collector left in the run directory, if anything.
+    #[must_use]
+    pub fn recovered(&self) -> Option<&crate::writer::Recovered> {
+        self.recovered.as_ref()
     }
 
     /// `out_dir/<run-id>`.
@@ -342,6 +367,9 @@ pub struct Accounting {
     pub unknown_hop_records: u64,
     /// Traces still in the join at the end (0 after a clean stop).
     pub in_flight: u64,
+    /// Times the join filled up (`join.max_pending`) and the collector pushed back on
+    /// probes through TCP.
+    pub backpressure_episodes: u64,
     /// sent = complete + incomplete + unseen for every publisher, and nothing in flight.
     pub adds_up: bool,
 }
@@ -367,6 +395,9 @@ pub struct RunSummary {
     pub files: Vec<PartFile>,
     /// Per-stage statistics over the whole run.
     pub stages: Vec<StageStats>,
+    /// What an earlier, interrupted collector left in this run directory (its files are
+    /// not in `files` nor in the accounting).
+    pub recovered: Option<crate::writer::Recovered>,
     /// Accounting.
     pub accounting: Accounting,
     /// Connection outcomes.
@@ -467,6 +498,8 @@ struct JoinState {
     sent: BTreeMap<(u16, u32), SentEntry>,
     tallies: HashMap<u16, Tally>,
     records: u64,
+    recovered: Option<crate::writer::Recovered>,
+    backpressure_episodes: u64,
     out: Vec<JoinedTrace>,
     progress: Arc<Mutex<Progress>>,
     counters: Arc<ConnectionCounters>,
@@ -485,11 +518,30 @@ impl JoinState {
     ) -> Result<RunSummary, CollectorError> {
         let mut drain_deadline: Option<Instant> = None;
         let mut last_expire = Instant::now();
+        let mut pushing_back = false;
         loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(ev) => self.handle(ev)?,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            if self.joiner.is_full() {
+                // Bounded memory: take no more frames until traces complete or expire.
+                // Readers block on the full channel and TCP pushes back on the probes.
+                if !pushing_back {
+                    pushing_back = true;
+                    self.backpressure_episodes += 1;
+                    tracing::warn!(
+                        pending = self.joiner.pending(),
+                        "join is full: pushing back on probes until traces complete or expire"
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            } else {
+                if pushing_back {
+                    pushing_back = false;
+                    tracing::info!("join has room again: reading from probes");
+                }
+                match rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(ev) => self.handle(ev)?,
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
             }
             if last_expire.elapsed() >= Duration::from_millis(100) {
                 last_expire = Instant::now();
@@ -618,6 +670,7 @@ impl JoinState {
         p.pending = self.joiner.pending() as u64;
         p.connections = self.probes.values().filter(|c| c.open).count() as u64;
         p.closed_connections = connection_counts(&self.counters);
+        p.backpressure_episodes = self.backpressure_episodes;
         p.closed_connections.remove("accepted");
     }
 
@@ -717,6 +770,7 @@ impl JoinState {
             clock: self.clock.clone(),
             files,
             stages,
+            recovered: self.recovered.clone(),
             accounting: Accounting {
                 publishers: publishers.into_values().collect(),
                 missing_by_hop: names
@@ -736,6 +790,7 @@ impl JoinState {
                 late_records: stats.late,
                 unknown_hop_records: stats.unknown_hop,
                 in_flight: self.joiner.pending() as u64,
+                backpressure_episodes: self.backpressure_episodes,
                 adds_up,
             },
             connections,

@@ -127,12 +127,14 @@ window_ms = 10000
 # from probes until messages complete or expire (back-pressure, nothing is dropped).
 max_pending = 2000000
 
-# How the collector writes Parquet.
+# How the collector writes Parquet. A Parquet file is readable only once closed (its
+# footer is written last), so a crash loses the open file: by default every file holds
+# one row group, and a killed collector loses at most that one.
 [output]
 # Start a new Parquet file after this many rows.
-roll_rows = 20000000
+roll_rows = 1000000
 # Start a new Parquet file after this many seconds, even if it has fewer rows.
-roll_seconds = 300
+roll_seconds = 60
 # Rows per Parquet row group.
 row_group_rows = 1000000
 # zstd compression level, 1 (fastest) to 22 (smallest files).
@@ -230,10 +232,10 @@ fn default_max_pending() -> usize {
     2_000_000
 }
 fn default_roll_rows() -> u64 {
-    20_000_000
+    1_000_000
 }
 fn default_roll_seconds() -> u64 {
-    300
+    60
 }
 fn default_row_group_rows() -> usize {
     1_000_000
@@ -836,8 +838,8 @@ mod tests {
         let spec = minimal();
         assert_eq!(spec.join.window_ms, 10_000);
         assert_eq!(spec.join.max_pending, 2_000_000);
-        assert_eq!(spec.output.roll_rows, 20_000_000);
-        assert_eq!(spec.output.roll_seconds, 300);
+        assert_eq!(spec.output.roll_rows, 1_000_000);
+        assert_eq!(spec.output.roll_seconds, 60);
         assert_eq!(spec.output.row_group_rows, 1_000_000);
         assert_eq!(spec.output.zstd_level, 1);
         let r = spec.resolve().unwrap();

@@ -125,16 +125,14 @@ impl std::fmt::Debug for StageRecorder {
 /// A file-name- and tag-safe form of a stage name: `Broker Time` -> `broker_time`.
 #[must_use]
 pub fn slug(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('_') {
+            s.push('_');
+        }
+    }
     s.trim_matches('_').to_owned()
 }
 

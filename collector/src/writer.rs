@@ -269,7 +269,10 @@ impl TraceWriter {
     /// Any [`WriteError`] of flushing a batch or rolling a file.
     pub fn push(&mut self, t: &JoinedTrace) -> Result<(), WriteError> {
         self.cols.push(&self.cfg.run_id, t);
-        if self.cols.rows >= BATCH_ROWS {
+        // A batch never straddles a file boundary, so files hold exactly `roll_rows`.
+        let in_file = self.open.as_ref().map_or(0, |o| o.rows);
+        let room = self.cfg.roll_rows.saturating_sub(in_file).max(1);
+        if self.cols.rows >= BATCH_ROWS.min(usize::try_from(room).unwrap_or(usize::MAX)) {
             self.flush_batch()?;
         }
         Ok(())
@@ -394,6 +397,75 @@ fn writer_properties(
             .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
     }
     b.build()
+}
+
+/// What a restarted collector found in a run directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recovered {
+    /// Complete part files kept.
+    pub files: u64,
+    /// Rows in them.
+    pub rows: u64,
+    /// Unfinished files (no footer: the open row group of a killed collector), renamed
+    /// to `*.unfinished` and not read: (name, bytes).
+    pub unfinished: Vec<(String, u64)>,
+    /// Part files whose footer does not read, renamed to `*.corrupt`: (name, error).
+    pub corrupt: Vec<(String, String)>,
+}
+
+/// Checks the part files an earlier collector left in `dir`: counts the complete ones and
+/// their rows, and sets aside (renames) files left open by a killed collector and files
+/// that do not read. `None` when `dir` holds nothing.
+///
+/// # Errors
+/// [`WriteError::Io`] when the directory cannot be listed or a file renamed.
+pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| WriteError::Io { path, source }
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(None);
+    };
+    let mut r = Recovered::default();
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("part-"))
+        .collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        if name.ends_with(".inprogress") {
+            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let to = dir.join(name.replace(".inprogress", ".unfinished"));
+            std::fs::rename(&path, &to).map_err(io(&path))?;
+            r.unfinished.push((name, bytes));
+        } else if name.ends_with(".parquet") {
+            let rows = File::open(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    parquet::file::reader::SerializedFileReader::new(f).map_err(|e| e.to_string())
+                })
+                .map(|reader| {
+                    use parquet::file::reader::FileReader as _;
+                    reader.metadata().file_metadata().num_rows()
+                });
+            match rows {
+                Ok(n) => {
+                    r.files += 1;
+                    r.rows += u64::try_from(n).unwrap_or(0);
+                }
+                Err(e) => {
+                    let to = dir.join(format!("{name}.corrupt"));
+                    std::fs::rename(&path, &to).map_err(io(&path))?;
+                    r.corrupt.push((name, e));
+                }
+            }
+        }
+    }
+    let empty = r.files == 0 && r.unfinished.is_empty() && r.corrupt.is_empty();
+    Ok((!empty).then_some(r))
 }
 
 /// The index after the highest `part-NNNNN.parquet*` already in `dir`, so a restarted
