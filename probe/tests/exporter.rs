@@ -234,3 +234,43 @@ fn a_skewed_host_stamps_with_its_offset() {
     assert_eq!(recs.len(), 2);
     assert!(recs.iter().any(|r| r.hop == HopId(1) && r.stamp_ns == b.ns));
 }
+
+#[test]
+fn many_threads_report_and_exit_and_nothing_is_lost() {
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let p = exp.probe(HopId((t % 3) as u8)).unwrap();
+            std::thread::spawn(move || {
+                for seq in 0..5_000 {
+                    p.record(&mut ctx(t * 100_000 + seq)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap(); // each thread's ring outlives it until drained
+    }
+    let summary = exp.shutdown();
+    assert!(summary.clean);
+    assert_eq!(
+        (
+            summary.counters.reported,
+            summary.counters.sent,
+            summary.counters.lost()
+        ),
+        (40_000, 40_000, 0)
+    );
+    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
+        f.iter().any(|(_, f)| *f == Frame::Goodbye)
+    });
+    let mut keys: Vec<_> = mc
+        .records()
+        .iter()
+        .map(|r| (r.key.sequence, r.hop.0))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 40_000);
+}
