@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod collect;
 mod roundtrip;
 mod units;
@@ -28,6 +29,9 @@ enum Command {
     Collect(collect::Args),
     /// Print a commented default pipeline spec (the five stages of the reference report).
     GenerateConfig,
+    /// Whole-run benchmarks (results belong in reports/ with the command and machine).
+    #[command(subcommand)]
+    Bench(bench::Which),
 }
 
 fn main() {
@@ -47,6 +51,7 @@ fn main() {
     let result = match cli.command {
         Command::Roundtrip(args) => roundtrip::run(&args),
         Command::Collect(args) => collect::run(&args),
+        Command::Bench(which) => bench::run(&which),
         Command::GenerateConfig => {
             collect::generate_config();
             Ok(())

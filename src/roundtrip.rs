@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use hoptrace_collector::spec::{HopSpec, JoinSpec, OutputSpec, PipelineSpec, StageSpec};
+use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_probe::carrier::envelope;
 use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
@@ -74,7 +74,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .map(|(i, n)| (HopId(i as u8), n.as_str()))
         .collect();
 
-    let mut cfg = CollectorConfig::new("127.0.0.1:0", pipeline(&args.hops), &args.out);
+    let spec = PipelineSpec::chain("roundtrip", &args.hops).context("--hops")?;
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &args.out);
     cfg.run_id = Some(format!(
         "roundtrip-{}",
         hoptrace_probe::clock::realtime_ns() / 1_000_000
@@ -94,44 +95,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     print_report(args, &summary, sent, elapsed, &exported.counters);
     println!("Run directory: {}", run_dir.display());
     Ok(())
-}
-
-/// A pipeline of `hops` in order: a stage between each pair of neighbours, and the total.
-fn pipeline(hops: &[String]) -> PipelineSpec {
-    let last = hops.len() - 1;
-    let mut stages: Vec<StageSpec> = hops
-        .windows(2)
-        .map(|w| StageSpec {
-            name: format!("{} -> {}", w[0], w[1]),
-            from: w[0].clone(),
-            to: w[1].clone(),
-            definition: format!("From the {} stamp to the {} stamp.", w[0], w[1]),
-            headline: false,
-        })
-        .collect();
-    stages.push(StageSpec {
-        name: format!("total ({} -> {})", hops[0], hops[last]),
-        from: hops[0].clone(),
-        to: hops[last].clone(),
-        definition: "From publish to the last hop.".into(),
-        headline: true,
-    });
-    PipelineSpec {
-        name: "roundtrip".into(),
-        expected: None,
-        hops: hops
-            .iter()
-            .enumerate()
-            .map(|(i, h)| HopSpec {
-                name: h.clone(),
-                id: Some(i as u8),
-                description: String::new(),
-            })
-            .collect(),
-        stages,
-        join: JoinSpec::default(),
-        output: OutputSpec::default(),
-    }
 }
 
 /// Publisher and hop threads; returns the messages sent.

@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod bench;
 pub mod join;
 pub mod metrics;
 pub mod run;

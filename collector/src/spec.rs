@@ -417,6 +417,52 @@ impl PipelineSpec {
         Self::from_toml_str(DEFAULT_PIPELINE_TOML).expect("the default pipeline spec is valid")
     }
 
+    /// A pipeline of `hops` in order (ids 0, 1, ...), every hop expected, with a stage
+    /// between each pair of neighbours (`a -> b`) and a headline stage over the whole chain
+    /// (`total (first -> last)`).
+    ///
+    /// # Errors
+    /// As [`Self::validate`] (fewer than 2 or more than 16 hops, bad or repeated names).
+    pub fn chain(name: &str, hops: &[String]) -> Result<Self, SpecError> {
+        let mut stages: Vec<StageSpec> = hops
+            .windows(2)
+            .map(|w| StageSpec {
+                name: format!("{} -> {}", w[0], w[1]),
+                from: w[0].clone(),
+                to: w[1].clone(),
+                definition: format!("From the {} stamp to the {} stamp.", w[0], w[1]),
+                headline: false,
+            })
+            .collect();
+        if let (Some(first), Some(last)) = (hops.first(), hops.last()) {
+            stages.push(StageSpec {
+                name: format!("total ({first} -> {last})"),
+                from: first.clone(),
+                to: last.clone(),
+                definition: format!("From the {first} stamp to the {last} stamp."),
+                headline: true,
+            });
+        }
+        let spec = Self {
+            name: name.to_owned(),
+            expected: None,
+            hops: hops
+                .iter()
+                .enumerate()
+                .map(|(i, h)| HopSpec {
+                    name: h.clone(),
+                    id: u8::try_from(i).ok(),
+                    description: String::new(),
+                })
+                .collect(),
+            stages,
+            join: JoinSpec::default(),
+            output: OutputSpec::default(),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// Checks the rules of every field: hop names non-empty, unique and `[a-z0-9_]+`;
     /// wire ids unique; 1 to 16 hops; `expected` names declared hops; stage names
     /// non-empty and unique; stage hops declared and different; positive window,

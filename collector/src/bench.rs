@@ -1,0 +1,1119 @@
+//! A whole-run benchmark of the collector (`hoptrace bench collector`).
+//!
+//! [`run`] starts a real [`Collector`] in this process on `127.0.0.1:0` with a pipeline of
+//! `hops` hops (`h0`, `h1`, ...; a stage between each pair of neighbours and a total, see
+//! [`pipeline`]) and feeds it synthetic traffic through `exporters` real [`Exporter`]s, one
+//! per simulated probe process, each owning a contiguous run of hops and sending its
+//! records over loopback TCP. When every trace has been generated, delivered, joined and
+//! written, the collector is stopped and the run is summed up in a [`BenchReport`]:
+//! throughput, CPU, peak memory, Parquet bytes per trace and the accounting.
+//!
+//! # Traffic
+//! - Trace `t` (0-based) is message `t / 3000` of stream `t % 3000` of publisher 1
+//!   (sequential sequences per stream over [`STREAMS`] streams), carrying 10 metrics.
+//! - Its intended send time is the run's start plus `t / rate` (with no rate, stamps are
+//!   spaced as if sent at [`NOMINAL_RATE`] traces/s: they are synthetic and do not depend
+//!   on when the generator produced them). `h0` stamps 0.15-2 µs after the intended time;
+//!   every later hop stamps 3 µs plus an exponentially distributed delay after the
+//!   previous hop (means of 400 µs, 60 µs and 1.2 ms in turn, capped at 20 ms). Stamps
+//!   are a pure function of `(t, hop)`, so generators owning different hops agree on
+//!   every trace without talking to each other.
+//! - With a rate the load is **open loop**: the generator of an exporter whose first hop
+//!   is `hN` releases trace `t` at `start + t / rate + N × 0.5 ms` and never waits for the
+//!   collector; a full probe queue drops the record and the exporter counts it
+//!   (`queue_full`), which the report shows as `lost_by_probes`. How late the generators
+//!   ran against their schedule is [`BenchReport::max_behind_schedule_s`].
+//! - Without a rate the load is **closed loop**: a generator waits while its exporter
+//!   holds more than 128 Ki unsent records, and while it is more than 64 Ki traces ahead
+//!   of the slowest generator, so the records of one trace reach the collector close
+//!   together, as in a pipeline. Nothing is dropped; the run measures how fast the
+//!   collector absorbs records.
+//!
+//! # Measurements
+//! - `seconds`: from the first generated trace until [`Collector::stop`] returned (every
+//!   record received, joined and written, files closed, `run.json` written).
+//! - `peak_rss_bytes`: `VmHWM` of this process, reset (through `/proc/self/clear_refs`)
+//!   once the collector and exporters are up. It includes the generator and exporter
+//!   threads of the benchmark, above all the exporters' probe queues, which are allocated
+//!   and touched when they are created ([`BenchReport::probe_queue_bytes`]); their share
+//!   is in [`BenchReport::rss_before_traffic_bytes`], `VmRSS` just before traffic starts,
+//!   so `peak_rss_bytes - rss_before_traffic_bytes` is what the run added.
+//! - `collector_cpu_seconds`: user + system CPU of this process over the run
+//!   (`/proc/self/stat`, which includes threads that have exited) minus the CPU of the
+//!   generator threads (each reads its own `/proc/thread-self/stat` when it ends), the
+//!   exporter threads (sampled from `/proc/self/task/*/stat` every 100 ms and once more
+//!   just before they are shut down) and the calling thread. What remains is the
+//!   collector's accept, connection reader (socket reads and frame decoding) and join
+//!   threads (join, stage histograms, Parquet encoding, zstd and file writes), and the
+//!   kernel work of their system calls; any other thread of the host process is counted
+//!   there too. Resolution is one clock tick (10 ms).
+//!
+//! ```no_run
+//! use hoptrace_collector::bench::{self, BenchOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let opts = BenchOptions {
+//!     traces: 1_000_000,
+//!     rate: None,
+//!     hops: 4,
+//!     exporters: 2,
+//!     out_dir: "runs".into(),
+//!     window_ms: 10_000,
+//! };
+//! let report = bench::run(&opts, |p| eprintln!("{:.0} records/s", p.records_per_s))?;
+//! println!("{:.0} records/s, {:.1} bytes/trace", report.records_per_s, report.bytes_per_trace);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
+use hoptrace_probe::{
+    Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
+};
+use serde::Serialize;
+
+use crate::run::{Collector, CollectorConfig, CollectorError};
+use crate::spec::PipelineSpec;
+
+/// Streams the traces are spread over.
+pub const STREAMS: u32 = 3000;
+/// Publisher id of every trace.
+pub const PUBLISHER: u16 = 1;
+/// Metrics each trace carries.
+pub const METRICS_PER_TRACE: u32 = 10;
+/// Records each exporter's probe queue holds.
+pub const PROBE_QUEUE_RECORDS: usize = 1 << 21;
+/// Spacing of the synthetic stamps, traces/s, when the run has no rate.
+pub const NOMINAL_RATE: u64 = 1_000_000;
+
+/// Traces a generator produces between two looks at the clock or its exporter.
+const CHUNK: u64 = 1024;
+/// How far (traces) a closed-loop generator may run ahead of the slowest one.
+const LEAD_TRACES: u64 = 65_536;
+/// Records a closed-loop generator lets its exporter hold unsent. Small next to the
+/// queue, so exporters stay close to each other and the records of one trace reach the
+/// collector within a fraction of a second of each other, as in a pipeline.
+const MAX_IN_FLIGHT_RECORDS: u64 = 131_072;
+/// A run in which nothing moves for this long is abandoned.
+const STALL: Duration = Duration::from_secs(30);
+/// How often the calling thread samples threads and the collector.
+const POLL: Duration = Duration::from_millis(100);
+/// `/proc` clock ticks per second (`USER_HZ`, fixed at 100 by the Linux ABI).
+const USER_HZ: f64 = 100.0;
+
+/// What to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchOptions {
+    /// Traces (messages) to generate; each produces `hops` records.
+    pub traces: u64,
+    /// Traces per second, open loop; `None` sends as fast as the collector absorbs them.
+    pub rate: Option<u64>,
+    /// Hops of the pipeline (2 to 16).
+    pub hops: usize,
+    /// Simulated probe processes: separate exporters, each owning a contiguous run of
+    /// hops (1 to `hops`).
+    pub exporters: usize,
+    /// Directory under which the run directory `bench-<unix ms>/` is written.
+    pub out_dir: PathBuf,
+    /// The collector's join window, milliseconds.
+    pub window_ms: u64,
+}
+
+impl Default for BenchOptions {
+    /// 20M traces as fast as possible, 4 hops, 2 exporters, a 10 s window, under `runs`.
+    fn default() -> Self {
+        Self {
+            traces: 20_000_000,
+            rate: None,
+            hops: 4,
+            exporters: 2,
+            out_dir: PathBuf::from("runs"),
+            window_ms: 10_000,
+        }
+    }
+}
+
+/// A live view of a run, passed to the progress callback about once a second.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BenchProgress {
+    /// Seconds since traffic started.
+    pub elapsed_s: f64,
+    /// Traces every generator has produced (the slowest generator's count).
+    pub traces_generated: u64,
+    /// Traces the collector has written (complete + incomplete).
+    pub traces_done: u64,
+    /// Hop records the collector has received.
+    pub records: u64,
+    /// Hop records received per second over the last interval.
+    pub records_per_s: f64,
+    /// Traces waiting in the join for more hops.
+    pub pending: u64,
+    /// Records the exporters dropped so far (queue full + send failed).
+    pub lost_by_probes: u64,
+    /// `VmRSS` of this process (collector and generators).
+    pub rss_bytes: u64,
+    /// The join's memory estimated from its pending traces and the emitted keys it
+    /// remembers for one window, with the per-trace sizes documented in [`crate::join`].
+    pub join_memory_estimate_bytes: u64,
+    /// Seconds until every trace is written, at the average rate so far; `None` before
+    /// the first trace is written.
+    pub eta_s: Option<f64>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Traces generated (the publisher's count).
+    pub traces: u64,
+    /// Hop records the collector received.
+    pub records: u64,
+    /// Wall time from the first generated trace until the collector had stopped.
+    pub seconds: f64,
+    /// `records / seconds`.
+    pub records_per_s: f64,
+    /// Traces written (complete + incomplete) per second.
+    pub traces_per_s: f64,
+    /// `VmHWM` of this process during the run; includes the generators (see the module
+    /// documentation and [`Self::rss_before_traffic_bytes`]).
+    pub peak_rss_bytes: u64,
+    /// Bytes of the Parquet files written.
+    pub parquet_bytes: u64,
+    /// `parquet_bytes` per row written.
+    pub bytes_per_trace: f64,
+    /// Traces written complete.
+    pub complete: u64,
+    /// Traces written incomplete.
+    pub incomplete: u64,
+    /// Records the exporters could not deliver (queue full + send failed), from their
+    /// final counters.
+    pub lost_by_probes: u64,
+    /// CPU seconds of the collector's threads over the run (see the module
+    /// documentation for what is included).
+    pub collector_cpu_seconds: f64,
+    /// Of which the join thread (join, stage histograms, Parquet): the collector's CPU
+    /// minus its reader and accept threads.
+    pub join_thread_cpu_seconds: f64,
+    /// Of which the connection reader threads (socket reads, frame decoding).
+    pub reader_threads_cpu_seconds: f64,
+    /// CPU seconds of the generator and exporter threads.
+    pub generator_cpu_seconds: f64,
+    /// CPU seconds of the whole process over the run.
+    pub process_cpu_seconds: f64,
+    /// Wall time the generators took to produce every trace.
+    pub generation_seconds: f64,
+    /// Open loop: the most a generator ran behind its schedule, seconds (0 without a
+    /// rate).
+    pub max_behind_schedule_s: f64,
+    /// `VmRSS` once the collector and the exporters were up, before any traffic.
+    pub rss_before_traffic_bytes: u64,
+    /// Bytes of the exporters' probe queues (allocated and touched at start, part of
+    /// every RSS figure).
+    pub probe_queue_bytes: u64,
+    /// Highest [`BenchProgress::join_memory_estimate_bytes`] seen.
+    pub peak_join_memory_estimate_bytes: u64,
+    /// Messages sent of which no record reached the collector.
+    pub unseen: u64,
+    /// Whether the collector's accounting adds up (sent = complete + incomplete + unseen,
+    /// nothing in flight).
+    pub adds_up: bool,
+    /// The run directory (Parquet, `run.json`, HDR logs); left in place.
+    pub run_dir: PathBuf,
+}
+
+/// Why a benchmark could not run or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// An option is out of range: give at least one trace, a positive rate and window,
+    /// 2 to 16 hops and 1 to `hops` exporters.
+    #[error("invalid bench options: {0}")]
+    Options(String),
+    /// The in-process collector could not start or stop.
+    #[error(transparent)]
+    Collector(#[from] CollectorError),
+    /// An exporter could not start.
+    #[error(transparent)]
+    Exporter(#[from] ExporterError),
+    /// An exporter could not reach the in-process collector within 10 s: check that
+    /// loopback TCP works here (firewall rules, the open-file limit).
+    #[error("exporter {index} could not connect to the collector: {reason}")]
+    Connect {
+        /// The exporter.
+        index: usize,
+        /// Its last connection error.
+        reason: String,
+    },
+    /// A generator thread could not be spawned: raise the thread or memory limits.
+    #[error("cannot spawn a generator thread: {0}")]
+    Spawn(std::io::Error),
+    /// A generator thread panicked (a bug).
+    #[error("a generator thread panicked")]
+    Panicked,
+    /// Nothing moved for 30 s: the collector or an exporter is stuck (look for errors in
+    /// the log). The collector was stopped and its files closed.
+    #[error("the run stalled: the collector received {records} of {expected} records")]
+    Stalled {
+        /// Records received.
+        records: u64,
+        /// Records the exporters sent.
+        expected: u64,
+    },
+}
+
+/// The benchmark's pipeline: hops `h0..h{hops-1}` with wire ids 0.., a stage between each
+/// pair of neighbours, a headline total from the first to the last hop when there are
+/// more than two hops, the given join window and default output settings.
+#[must_use]
+pub fn pipeline(hops: usize, window_ms: u64) -> PipelineSpec {
+    let names: Vec<String> = (0..hops).map(|i| format!("h{i}")).collect();
+    let mut spec = PipelineSpec::chain("collector-bench", &names)
+        .expect("h0..hN is a valid chain of 2 to 16 hops");
+    spec.join.window_ms = window_ms;
+    spec
+}
+
+/// Runs the benchmark; `progress` is called about once a second on the calling thread.
+///
+/// # Errors
+/// [`BenchError::Options`] for options out of range; a collector or exporter that cannot
+/// start, connect or stop; a generator that cannot be spawned or panics; a run that
+/// stalls. The collector is stopped (files closed) before any error after it started.
+pub fn run(
+    opts: &BenchOptions,
+    progress: impl FnMut(&BenchProgress),
+) -> Result<BenchReport, BenchError> {
+    validate(opts)?;
+    let spec = pipeline(opts.hops, opts.window_ms);
+    let names: Vec<String> = spec.hops.iter().map(|h| h.name.clone()).collect();
+    let max_pending = spec.join.max_pending as u64;
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &opts.out_dir);
+    cfg.run_id = Some(format!(
+        "bench-{}",
+        hoptrace_probe::clock::realtime_ns() / 1_000_000
+    ));
+    cfg.stop_timeout = Duration::from_secs(60);
+    let collector = Collector::start(cfg)?;
+    let run_dir = collector.run_dir().to_owned();
+    let addr = collector.local_addr().to_string();
+
+    let parts = partition(opts.hops, opts.exporters);
+    let mut exporters: Vec<Exporter> = Vec::with_capacity(parts.len());
+    for (e, range) in parts.iter().enumerate() {
+        let hops: Vec<(HopId, &str)> = range
+            .clone()
+            .map(|h| (hop_id(h), names[h].as_str()))
+            .collect();
+        let mut ecfg = ExporterConfig::new(addr.clone(), format!("bench-probe-{e}"));
+        ecfg.queue_capacity = PROBE_QUEUE_RECORDS;
+        ecfg.backoff_min = Duration::from_millis(5);
+        match Exporter::start(ecfg, &hops) {
+            Ok(x) => exporters.push(x.with_shutdown_timeout(Duration::from_secs(60))),
+            Err(err) => {
+                abandon(exporters, collector);
+                return Err(err.into());
+            }
+        }
+    }
+    let connect_deadline = Instant::now() + Duration::from_secs(10);
+    while let Some(index) = exporters.iter().position(|x| !x.is_connected()) {
+        if Instant::now() >= connect_deadline {
+            let reason = exporters[index]
+                .last_error()
+                .unwrap_or_else(|| "no answer".into());
+            abandon(exporters, collector);
+            return Err(BenchError::Connect { index, reason });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut gen_probes: Vec<Vec<Probe>> = Vec::with_capacity(parts.len());
+    for (x, range) in exporters.iter().zip(&parts) {
+        match range.clone().map(|h| x.probe(hop_id(h))).collect() {
+            Ok(p) => gen_probes.push(p),
+            Err(err) => {
+                abandon(exporters, collector);
+                return Err(err.into());
+            }
+        }
+    }
+
+    // Traffic starts here: reset the RSS high-water mark and take the baselines.
+    let hwm_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    if !hwm_reset {
+        tracing::warn!("cannot reset VmHWM; the peak RSS covers the whole life of this process");
+    }
+    let rss_before = status_bytes("VmRSS:");
+    let process_cpu0 = process_ticks();
+    let self_cpu0 = thread_ticks();
+    let t0 = Instant::now();
+    let start_ns = hoptrace_probe::clock::realtime_ns();
+    let mut mon = Monitor::new(opts, max_pending, progress, t0);
+
+    let done: Vec<AtomicU64> = (0..parts.len()).map(|_| AtomicU64::new(0)).collect();
+    let abort = AtomicBool::new(false);
+    let rate = opts.rate;
+    let stamp_period_ns = 1e9 / rate.unwrap_or(NOMINAL_RATE) as f64;
+    let (gen_results, spawn_error, stalled) = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(parts.len());
+        let mut spawn_error = None;
+        for (g, (probes, range)) in gen_probes.into_iter().zip(&parts).enumerate() {
+            let plan = GenPlan {
+                me: g,
+                traces: opts.traces,
+                hops: range.clone(),
+                rate,
+                t0,
+                start_ns,
+                stamp_period_ns,
+                lag_ns: range.start as f64 * 500_000.0,
+                max_in_flight: MAX_IN_FLIGHT_RECORDS,
+            };
+            let (done, abort) = (&done, &abort);
+            match std::thread::Builder::new()
+                .name(format!("bench-gen-{g}"))
+                .spawn_scoped(s, move || generate(&plan, &probes, done, abort))
+            {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    abort.store(true, Relaxed);
+                    spawn_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut stalled = false;
+        while !handles
+            .iter()
+            .all(std::thread::ScopedJoinHandle::is_finished)
+        {
+            let generated = done.iter().map(|d| d.load(Relaxed)).min().unwrap_or(0);
+            if mon.step(&collector, &exporters, generated) && !stalled {
+                stalled = true;
+                abort.store(true, Relaxed);
+            }
+        }
+        let results: Vec<Option<GenResult>> = handles.into_iter().map(|h| h.join().ok()).collect();
+        (results, spawn_error, stalled)
+    });
+    let generation_seconds = t0.elapsed().as_secs_f64();
+    let panicked = gen_results.iter().any(Option::is_none);
+    let gen_results: Vec<GenResult> = gen_results.into_iter().flatten().collect();
+    let generated = gen_results.first().map_or(0, |r| r.generated);
+
+    // Tell the collector what the publisher sent, so its accounting can add up.
+    let entries = sent_entries(generated);
+    for chunk in entries.chunks(MAX_SENT_PER_FRAME) {
+        exporters[0].send_frame(Frame::Sent(SentFrame {
+            publisher: PUBLISHER,
+            entries: chunk.to_vec(),
+        }));
+    }
+    // Let the exporters empty their queues, then shut them down.
+    let mut stalled = stalled;
+    while !stalled
+        && exporters.iter().any(|x| {
+            let c = x.counters();
+            c.reported > c.sent + c.lost()
+        })
+    {
+        stalled = mon.step(&collector, &exporters, generated);
+    }
+    mon.cpu.sample();
+    let summaries: Vec<_> = exporters.into_iter().map(Exporter::shutdown).collect();
+    let lost_by_probes: u64 = summaries.iter().map(|s| s.counters.lost()).sum();
+    let expected: u64 = summaries.iter().map(|s| s.counters.sent).sum();
+    while !stalled && collector.progress().records < expected {
+        stalled = mon.step(&collector, &[], generated);
+    }
+    mon.cpu.sample();
+    let received = collector.progress().records;
+    let summary = collector.stop()?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let peak_rss = status_bytes("VmHWM:");
+    let process_cpu = process_ticks().saturating_sub(process_cpu0);
+    let self_cpu = thread_ticks().saturating_sub(self_cpu0);
+    if let Some(e) = spawn_error {
+        return Err(BenchError::Spawn(e));
+    }
+    if panicked {
+        return Err(BenchError::Panicked);
+    }
+    if stalled {
+        return Err(BenchError::Stalled {
+            records: received,
+            expected,
+        });
+    }
+
+    let a = &summary.accounting;
+    let (complete, incomplete, unseen) = a.publishers.iter().fold((0, 0, 0), |acc, p| {
+        (acc.0 + p.complete, acc.1 + p.incomplete, acc.2 + p.unseen)
+    });
+    let records: u64 = a.records_by_hop.values().sum();
+    let parquet_bytes: u64 = summary.files.iter().map(|f| f.bytes).sum();
+    let rows: u64 = summary.files.iter().map(|f| f.rows).sum();
+    let gen_ticks: u64 =
+        gen_results.iter().map(|r| r.cpu_ticks).sum::<u64>() + mon.cpu.ticks(ThreadKind::Exporter);
+    let collector_ticks = process_cpu.saturating_sub(gen_ticks + self_cpu);
+    let readers = mon.cpu.ticks(ThreadKind::Reader);
+    let accept = mon.cpu.ticks(ThreadKind::Accept);
+    let secs = |ticks: u64| ticks as f64 / USER_HZ;
+    Ok(BenchReport {
+        traces: generated,
+        records,
+        seconds,
+        records_per_s: records as f64 / seconds,
+        traces_per_s: (complete + incomplete) as f64 / seconds,
+        peak_rss_bytes: peak_rss,
+        parquet_bytes,
+        bytes_per_trace: parquet_bytes as f64 / rows.max(1) as f64,
+        complete,
+        incomplete,
+        lost_by_probes,
+        collector_cpu_seconds: secs(collector_ticks),
+        join_thread_cpu_seconds: secs(collector_ticks.saturating_sub(readers + accept)),
+        reader_threads_cpu_seconds: secs(readers),
+        generator_cpu_seconds: secs(gen_ticks),
+        process_cpu_seconds: secs(process_cpu),
+        generation_seconds,
+        max_behind_schedule_s: gen_results
+            .iter()
+            .map(|r| r.max_behind_ns)
+            .fold(0.0, f64::max)
+            / 1e9,
+        rss_before_traffic_bytes: rss_before,
+        probe_queue_bytes: (parts.len() * PROBE_QUEUE_RECORDS * queue_slot_bytes()) as u64,
+        peak_join_memory_estimate_bytes: mon.peak_join_estimate,
+        unseen,
+        adds_up: a.adds_up,
+        run_dir,
+    })
+}
+
+fn validate(opts: &BenchOptions) -> Result<(), BenchError> {
+    let bad = |m: String| Err(BenchError::Options(m));
+    if opts.traces == 0 {
+        return bad("traces must be at least 1".into());
+    }
+    if opts.rate == Some(0) {
+        return bad("rate must be positive (leave it out to run as fast as possible)".into());
+    }
+    if !(2..=16).contains(&opts.hops) {
+        return bad(format!("hops is {}; use 2 to 16", opts.hops));
+    }
+    if !(1..=opts.hops).contains(&opts.exporters) {
+        return bad(format!(
+            "exporters is {}; use 1 to hops ({})",
+            opts.exporters, opts.hops
+        ));
+    }
+    if opts.window_ms == 0 {
+        return bad("window_ms must be positive".into());
+    }
+    Ok(())
+}
+
+/// Exporter `e` of `exporters` owns hops `e * hops / exporters ..`, contiguous.
+fn partition(hops: usize, exporters: usize) -> Vec<Range<usize>> {
+    (0..exporters)
+        .map(|e| e * hops / exporters..(e + 1) * hops / exporters)
+        .collect()
+}
+
+fn hop_id(index: usize) -> HopId {
+    HopId(u8::try_from(index).unwrap_or(u8::MAX))
+}
+
+/// Stops whatever was started, for an error before traffic.
+fn abandon(exporters: Vec<Exporter>, collector: Collector) {
+    for x in exporters {
+        let _ = x.shutdown();
+    }
+    let _ = collector.stop();
+}
+
+/// Per stream: the messages among traces `0..generated`.
+fn sent_entries(generated: u64) -> Vec<SentEntry> {
+    let streams = u64::from(STREAMS);
+    (0..STREAMS)
+        .filter_map(|s| {
+            let n = generated / streams + u64::from(u64::from(s) < generated % streams);
+            (n > 0).then(|| SentEntry {
+                stream: s,
+                messages: n,
+                metrics: n * u64::from(METRICS_PER_TRACE),
+                first_sequence: 0,
+                last_sequence: n - 1,
+            })
+        })
+        .collect()
+}
+
+/// Bytes of one probe queue slot: the record and the queue's sequence stamp.
+fn queue_slot_bytes() -> usize {
+    std::mem::size_of::<Record>() + std::mem::size_of::<usize>()
+}
+
+// ---------------------------------------------------------------------------------------
+// Generators
+
+struct GenPlan {
+    me: usize,
+    traces: u64,
+    hops: Range<usize>,
+    rate: Option<u64>,
+    t0: Instant,
+    start_ns: i64,
+    stamp_period_ns: f64,
+    lag_ns: f64,
+    max_in_flight: u64,
+}
+
+struct GenResult {
+    generated: u64,
+    cpu_ticks: u64,
+    max_behind_ns: f64,
+}
+
+fn generate(plan: &GenPlan, probes: &[Probe], done: &[AtomicU64], abort: &AtomicBool) -> GenResult {
+    let counters = probes[0].counters();
+    let per_trace = plan.hops.len() as u64;
+    let mut t = 0u64;
+    let mut pushed = 0u64;
+    let mut max_behind_ns = 0f64;
+    while t < plan.traces && !abort.load(Relaxed) {
+        let end = if let Some(rate) = plan.rate {
+            let period_ns = 1e9 / rate as f64;
+            let now_ns = plan.t0.elapsed().as_nanos() as f64 - plan.lag_ns;
+            let due = if now_ns < 0.0 {
+                0
+            } else {
+                ((now_ns / period_ns) as u64 + 1).min(plan.traces)
+            };
+            if due <= t {
+                let wait_ns = (t as f64 * period_ns - now_ns).clamp(20_000.0, 1_000_000.0);
+                std::thread::sleep(Duration::from_nanos(wait_ns as u64));
+                continue;
+            }
+            max_behind_ns = max_behind_ns.max(now_ns - t as f64 * period_ns);
+            due.min(t + CHUNK)
+        } else {
+            let c = counters.snapshot(0);
+            let in_flight = pushed.saturating_sub(c.sent + c.queue_full + c.send_failed);
+            let slowest = done
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != plan.me)
+                .map(|(_, d)| d.load(Relaxed))
+                .min()
+                .unwrap_or(u64::MAX);
+            if in_flight > plan.max_in_flight || t > slowest.saturating_add(LEAD_TRACES) {
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            (t + CHUNK).min(plan.traces)
+        };
+        for i in t..end {
+            emit(plan, probes, i);
+        }
+        pushed += (end - t) * per_trace;
+        t = end;
+        done[plan.me].store(t, Relaxed);
+    }
+    GenResult {
+        generated: t,
+        cpu_ticks: thread_ticks(),
+        max_behind_ns,
+    }
+}
+
+/// Reports trace `t`'s stamps of the plan's hops. A full queue is counted by the
+/// exporter (`queue_full`) and shows in the report; it is not retried.
+#[inline]
+fn emit(plan: &GenPlan, probes: &[Probe], t: u64) {
+    let streams = u64::from(STREAMS);
+    let key = TraceKey {
+        publisher: PUBLISHER,
+        stream: (t % streams) as u32,
+        sequence: t / streams,
+    };
+    let intended_ns = plan.start_ns + (t as f64 * plan.stamp_period_ns) as i64;
+    let ctx = TraceContext::new(key, METRICS_PER_TRACE, intended_ns);
+    let mut stamp_ns = intended_ns + egress_ns(t);
+    for h in 0..plan.hops.end {
+        if h > 0 {
+            stamp_ns += hop_delay_ns(t, h);
+        }
+        if h >= plan.hops.start {
+            let _ = probes[h - plan.hops.start].report_stamp(&ctx, stamp_ns);
+        }
+    }
+}
+
+/// SplitMix64's finaliser: a well-mixed 64-bit value of `(t, h, salt)`.
+#[inline]
+fn mix(t: u64, h: usize, salt: u64) -> u64 {
+    let mut z = t
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((h as u64).wrapping_mul(0xD1B5_4A32_D192_ED03))
+        .wrapping_add(salt);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `h0`'s stamp after the intended time: 150 ns to 2 µs.
+#[inline]
+fn egress_ns(t: u64) -> i64 {
+    150 + (mix(t, 0, 1) % 1_850) as i64
+}
+
+/// Hop `h`'s stamp after hop `h - 1`'s: 3 µs plus an exponential delay whose mean cycles
+/// through 400 µs, 60 µs and 1.2 ms, capped at 20 ms.
+#[inline]
+fn hop_delay_ns(t: u64, h: usize) -> i64 {
+    const MEAN_NS: [f64; 3] = [400_000.0, 60_000.0, 1_200_000.0];
+    // Uniform in (0, 1].
+    let u = ((mix(t, h, 2) >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let jitter = (-u.ln() * MEAN_NS[(h - 1) % 3]).min(20_000_000.0);
+    3_000 + jitter as i64
+}
+
+// ---------------------------------------------------------------------------------------
+// Monitoring: progress, CPU and memory
+
+struct Monitor<'a, F> {
+    opts: &'a BenchOptions,
+    max_pending: u64,
+    progress: F,
+    t0: Instant,
+    cpu: ThreadCpu,
+    last_report: Instant,
+    last_records: u64,
+    /// (seconds since t0, traces done), one per report, for the remembered-keys estimate.
+    history: VecDeque<(f64, u64)>,
+    peak_join_estimate: u64,
+    last_state: (u64, u64, u64),
+    last_change: Instant,
+    last_lost: u64,
+}
+
+impl<'a, F: FnMut(&BenchProgress)> Monitor<'a, F> {
+    fn new(opts: &'a BenchOptions, max_pending: u64, progress: F, t0: Instant) -> Self {
+        Self {
+            opts,
+            max_pending,
+            progress,
+            t0,
+            cpu: ThreadCpu::new(),
+            last_report: t0,
+            last_records: 0,
+            history: VecDeque::new(),
+            peak_join_estimate: 0,
+            last_state: (0, 0, 0),
+            last_change: t0,
+            last_lost: 0,
+        }
+    }
+
+    /// Waits one poll interval, samples thread CPU, reports progress when a second has
+    /// passed, and returns whether the run has stalled.
+    fn step(&mut self, collector: &Collector, exporters: &[Exporter], generated: u64) -> bool {
+        std::thread::sleep(POLL);
+        self.cpu.sample();
+        let p = collector.progress();
+        let (sent, lost) = exporters.iter().fold((0, 0), |acc, x| {
+            let c = x.counters();
+            (acc.0 + c.sent, acc.1 + c.lost())
+        });
+        // After the exporters shut down their loss is final: keep the last figure.
+        self.last_lost = self.last_lost.max(lost);
+        let state = (p.records, sent, generated);
+        if state != self.last_state {
+            self.last_state = state;
+            self.last_change = Instant::now();
+        }
+        let since = self.last_report.elapsed();
+        if since >= Duration::from_secs(1) {
+            let elapsed_s = self.t0.elapsed().as_secs_f64();
+            let traces_done = p.complete + p.incomplete;
+            self.history.push_back((elapsed_s, traces_done));
+            let window_s = self.opts.window_ms as f64 / 1e3;
+            while self
+                .history
+                .get(1)
+                .is_some_and(|(at, _)| *at <= elapsed_s - window_s)
+            {
+                self.history.pop_front();
+            }
+            let window_start = self
+                .history
+                .front()
+                .filter(|(at, _)| *at <= elapsed_s - window_s)
+                .map_or(0, |(_, n)| *n);
+            let remembered = (traces_done - window_start).min(self.max_pending);
+            let per_pending = (56 + 8 * self.opts.hops as u64 + 24 + 11) * 5 / 4;
+            let join_estimate = p.pending * per_pending + remembered * 41;
+            self.peak_join_estimate = self.peak_join_estimate.max(join_estimate);
+            let eta_s = (traces_done > 0).then(|| {
+                self.opts.traces.saturating_sub(traces_done) as f64
+                    / (traces_done as f64 / elapsed_s)
+            });
+            (self.progress)(&BenchProgress {
+                elapsed_s,
+                traces_generated: generated,
+                traces_done,
+                records: p.records,
+                records_per_s: (p.records - self.last_records) as f64 / since.as_secs_f64(),
+                pending: p.pending,
+                lost_by_probes: self.last_lost,
+                rss_bytes: status_bytes("VmRSS:"),
+                join_memory_estimate_bytes: join_estimate,
+                eta_s,
+            });
+            self.last_report = Instant::now();
+            self.last_records = p.records;
+        }
+        self.last_change.elapsed() >= STALL
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ThreadKind {
+    Reader,
+    Accept,
+    Exporter,
+    Other,
+}
+
+impl ThreadKind {
+    /// From the thread name as `/proc` shows it (15 bytes at most).
+    fn of(comm: &str) -> Self {
+        if comm.starts_with("collector-conn") {
+            Self::Reader
+        } else if comm.starts_with("collector-acce") {
+            Self::Accept
+        } else if comm.starts_with("hoptrace-expor") {
+            Self::Exporter
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// CPU ticks of this process's threads, sampled from `/proc/self/task`; the last value
+/// seen of each thread is kept after it exits. Threads alive at creation count from then.
+struct ThreadCpu {
+    base: HashMap<u32, u64>,
+    last: HashMap<u32, (ThreadKind, u64)>,
+}
+
+impl ThreadCpu {
+    fn new() -> Self {
+        let base = task_stats()
+            .into_iter()
+            .map(|(tid, _, t)| (tid, t))
+            .collect();
+        Self {
+            base,
+            last: HashMap::new(),
+        }
+    }
+
+    fn sample(&mut self) {
+        for (tid, comm, ticks) in task_stats() {
+            let ticks = ticks.saturating_sub(self.base.get(&tid).copied().unwrap_or(0));
+            self.last.insert(tid, (ThreadKind::of(&comm), ticks));
+        }
+    }
+
+    fn ticks(&self, kind: ThreadKind) -> u64 {
+        self.last
+            .values()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, t)| t)
+            .sum()
+    }
+}
+
+/// `(tid, name, utime + stime)` of every thread of this process.
+fn task_stats() -> Vec<(u32, String, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let tid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let text = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (comm, ticks) = parse_stat(&text)?;
+            Some((tid, comm, ticks))
+        })
+        .collect()
+}
+
+/// The name and `utime + stime` (clock ticks) of a `/proc/.../stat` line.
+fn parse_stat(text: &str) -> Option<(String, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    // After the name: field 3 (state) is index 0, utime (14) index 11, stime (15) 12.
+    let mut fields = text.get(close + 1..)?.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((comm, utime + stime))
+}
+
+/// CPU ticks of the whole process, exited threads included.
+fn process_ticks() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|t| parse_stat(&t))
+        .map_or(0, |(_, t)| t)
+}
+
+/// CPU ticks of the calling thread.
+fn thread_ticks() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|t| parse_stat(&t))
+        .map_or(0, |(_, t)| t)
+}
+
+/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`) in bytes; 0 when absent.
+fn status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix(field)?
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Runs one benchmark at a time: their CPU figures read the whole process.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    fn out_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "hoptrace-bench-{name}-{}-{}",
+            std::process::id(),
+            hoptrace_probe::clock::realtime_ns()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn check_all_complete(r: &BenchReport, opts: &BenchOptions) {
+        assert_eq!(r.traces, opts.traces, "{r:#?}");
+        assert_eq!(r.complete, opts.traces, "{r:#?}");
+        assert_eq!(
+            (r.incomplete, r.unseen, r.lost_by_probes),
+            (0, 0, 0),
+            "{r:#?}"
+        );
+        assert_eq!(r.records, opts.traces * opts.hops as u64, "{r:#?}");
+        assert!(r.adds_up, "{r:#?}");
+        assert!(r.parquet_bytes > 0 && r.bytes_per_trace > 0.0, "{r:#?}");
+        assert!(r.seconds > 0.0 && r.records_per_s > 0.0, "{r:#?}");
+        assert!(r.peak_rss_bytes >= r.probe_queue_bytes, "{r:#?}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(r.run_dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(json["accounting"]["adds_up"], true);
+        assert_eq!(
+            json["accounting"]["publishers"][0]["sent"].as_u64(),
+            Some(opts.traces)
+        );
+    }
+
+    #[test]
+    fn a_tiny_run_completes_every_trace_and_adds_up() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let opts = BenchOptions {
+            traces: 20_000,
+            rate: None,
+            hops: 4,
+            exporters: 2,
+            out_dir: out_dir("fast"),
+            window_ms: 2_000,
+        };
+        let r = run(&opts, |_| {}).unwrap();
+        check_all_complete(&r, &opts);
+        assert_eq!(r.max_behind_schedule_s, 0.0);
+        std::fs::remove_dir_all(&opts.out_dir).unwrap();
+    }
+
+    #[test]
+    fn a_paced_run_with_three_exporters_completes_every_trace() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let opts = BenchOptions {
+            traces: 30_000,
+            rate: Some(20_000),
+            hops: 5,
+            exporters: 3,
+            out_dir: out_dir("paced"),
+            window_ms: 2_000,
+        };
+        let mut calls = 0;
+        let r = run(&opts, |p| {
+            calls += 1;
+            assert!(p.traces_done <= opts.traces);
+        })
+        .unwrap();
+        check_all_complete(&r, &opts);
+        // 30k traces at 20k/s take at least 1.5 s, and progress is reported each second.
+        assert!(r.generation_seconds >= 1.4, "{r:#?}");
+        assert!(calls >= 1);
+        std::fs::remove_dir_all(&opts.out_dir).unwrap();
+    }
+
+    #[test]
+    fn options_out_of_range_are_refused() {
+        let base = BenchOptions {
+            traces: 10,
+            out_dir: out_dir("refused"),
+            ..BenchOptions::default()
+        };
+        for bad in [
+            BenchOptions {
+                traces: 0,
+                ..base.clone()
+            },
+            BenchOptions {
+                rate: Some(0),
+                ..base.clone()
+            },
+            BenchOptions {
+                hops: 1,
+                exporters: 1,
+                ..base.clone()
+            },
+            BenchOptions {
+                hops: 17,
+                ..base.clone()
+            },
+            BenchOptions {
+                exporters: 5,
+                ..base.clone()
+            },
+            BenchOptions {
+                exporters: 0,
+                ..base.clone()
+            },
+            BenchOptions {
+                window_ms: 0,
+                ..base.clone()
+            },
+        ] {
+            assert!(
+                matches!(run(&bad, |_| {}), Err(BenchError::Options(_))),
+                "{bad:?}"
+            );
+        }
+        std::fs::remove_dir_all(&base.out_dir).unwrap();
+    }
+
+    #[test]
+    fn hops_are_split_contiguously_and_stamps_follow_the_model() {
+        assert_eq!(partition(4, 2), vec![0..2, 2..4]);
+        assert_eq!(partition(5, 3), vec![0..1, 1..3, 3..5]);
+        assert_eq!(partition(4, 4), vec![0..1, 1..2, 2..3, 3..4]);
+        let spec = pipeline(4, 10_000).resolve().unwrap();
+        let stages: Vec<&str> = spec.stages().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            stages,
+            ["h0 -> h1", "h1 -> h2", "h2 -> h3", "total (h0 -> h3)"]
+        );
+        let n = 100_000u64;
+        let mut sum = [0f64; 4];
+        for t in 0..n {
+            assert!((150..2_000).contains(&egress_ns(t)));
+            for (h, s) in sum.iter_mut().enumerate().skip(1) {
+                let d = hop_delay_ns(t, h);
+                assert!((3_000..=20_003_000).contains(&d));
+                *s += d as f64;
+            }
+        }
+        // Exponential means of 400 µs, 60 µs and 1.2 ms, plus 3 µs, within 2 %.
+        for (h, mean) in [(1, 403_000.0), (2, 63_000.0), (3, 1_203_000.0)] {
+            let got = sum[h] / n as f64;
+            assert!((got / mean - 1.0).abs() < 0.02, "hop {h}: mean {got}");
+        }
+        let entries = sent_entries(6_001);
+        assert_eq!(entries.len(), 3000);
+        assert_eq!(entries.iter().map(|e| e.messages).sum::<u64>(), 6_001);
+        assert_eq!((entries[0].messages, entries[0].last_sequence), (3, 2));
+        assert_eq!(entries[1].messages, 2);
+    }
+
+    #[test]
+    fn stat_lines_parse_with_odd_names() {
+        let line = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0";
+        assert_eq!(parse_stat(line), Some(("a (b) c".to_owned(), 267)));
+        assert!(process_ticks() > 0 || cfg!(not(target_os = "linux")));
+    }
+
+    /// The measured runs: `HOPTRACE_BENCH_TRACES` (e.g. `10M`), `HOPTRACE_BENCH_RATE`
+    /// (traces/s; unset = as fast as possible), `HOPTRACE_BENCH_HOPS` (4),
+    /// `HOPTRACE_BENCH_EXPORTERS` (2), `HOPTRACE_BENCH_WINDOW_MS` (10000),
+    /// `HOPTRACE_BENCH_OUT` (a temporary directory, removed afterwards unless set).
+    #[test]
+    #[ignore = "a long benchmark; run with --release -- --ignored --nocapture"]
+    fn bench_from_env() {
+        fn var(name: &str) -> Option<String> {
+            std::env::var(format!("HOPTRACE_BENCH_{name}")).ok()
+        }
+        fn count(s: &str) -> u64 {
+            let (num, mult) = match s.trim().as_bytes().last() {
+                Some(b'k' | b'K') => (&s[..s.len() - 1], 1e3),
+                Some(b'M') => (&s[..s.len() - 1], 1e6),
+                Some(b'G') => (&s[..s.len() - 1], 1e9),
+                _ => (s, 1.0),
+            };
+            (num.trim().parse::<f64>().expect("a count like 10M") * mult) as u64
+        }
+        let keep = var("OUT").is_some();
+        let opts = BenchOptions {
+            traces: var("TRACES").map_or(1_000_000, |s| count(&s)),
+            rate: var("RATE").map(|s| count(&s)),
+            hops: var("HOPS").map_or(4, |s| count(&s) as usize),
+            exporters: var("EXPORTERS").map_or(2, |s| count(&s) as usize),
+            out_dir: var("OUT").map_or_else(|| out_dir("env"), PathBuf::from),
+            window_ms: var("WINDOW_MS").map_or(10_000, |s| count(&s)),
+        };
+        eprintln!("{opts:?}");
+        let r = run(&opts, |p| {
+            eprintln!(
+                "{:6.1} s  {:>11} records  {:>10.0} rec/s  {:>10} traces done  pending {:>8}  lost {}  rss {:.0} MiB  join est {:.0} MiB  ETA {}",
+                p.elapsed_s,
+                p.records,
+                p.records_per_s,
+                p.traces_done,
+                p.pending,
+                p.lost_by_probes,
+                p.rss_bytes as f64 / 1048576.0,
+                p.join_memory_estimate_bytes as f64 / 1048576.0,
+                p.eta_s.map_or_else(|| "-".into(), |s| format!("{s:.0} s")),
+            );
+        })
+        .unwrap();
+        println!("{}", serde_json::to_string_pretty(&r).unwrap());
+        if !keep {
+            std::fs::remove_dir_all(&opts.out_dir).unwrap();
+        }
+    }
+}

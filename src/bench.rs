@@ -1,0 +1,93 @@
+//! `hoptrace bench ...`: whole-run benchmarks whose results go into `reports/`.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use hoptrace_collector::bench::{self, BenchOptions};
+
+use crate::units::parse_count;
+
+/// Which benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub enum Which {
+    /// Synthetic probe traffic over loopback into an in-process collector: sustained hop
+    /// records/s including Parquet writing, peak RSS, bytes per trace on disk.
+    Collector(CollectorArgs),
+}
+
+/// Options of `hoptrace bench collector`.
+#[derive(Debug, clap::Args)]
+pub struct CollectorArgs {
+    /// Traces (messages) to generate.
+    #[arg(long, default_value = "10M", value_parser = parse_count)]
+    pub traces: u64,
+    /// Traces per second (open loop); omit for as fast as the collector takes them.
+    #[arg(long, value_parser = parse_count)]
+    pub rate: Option<u64>,
+    /// Hops per trace.
+    #[arg(long, default_value_t = 4)]
+    pub hops: usize,
+    /// Exporters (simulated probe processes), each owning a share of the hops.
+    #[arg(long, default_value_t = 2)]
+    pub exporters: usize,
+    /// Join window, milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub window_ms: u64,
+    /// Where the run directory is written.
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+}
+
+/// Runs a benchmark and prints its figures as JSON after a progress line.
+///
+/// # Errors
+/// Invalid options, or a failure of the collector or the generators.
+pub fn run(which: &Which) -> anyhow::Result<()> {
+    match which {
+        Which::Collector(a) => {
+            let opts = BenchOptions {
+                traces: a.traces,
+                rate: a.rate,
+                hops: a.hops,
+                exporters: a.exporters,
+                out_dir: a.out.clone(),
+                window_ms: a.window_ms,
+            };
+            let tty = std::io::stderr().is_terminal();
+            let report = bench::run(&opts, |p| {
+                let line = format!(
+                    "{:>5.0}s  {:>10.0} records/s  traces {}/{}  pending {}  lost {}  rss {} MiB  ETA {}",
+                    p.elapsed_s,
+                    p.records_per_s,
+                    p.traces_done,
+                    opts.traces,
+                    p.pending,
+                    p.lost_by_probes,
+                    p.rss_bytes >> 20,
+                    p.eta_s.map_or_else(|| "-".to_owned(), |e| format!("{e:.0}s"))
+                );
+                if tty {
+                    eprint!("\r{line}   ");
+                } else {
+                    eprintln!("{line}");
+                }
+            })
+            .context("collector benchmark")?;
+            if tty {
+                eprintln!();
+            }
+            println!(
+                "{:.2}M hop records/s, {:.0} traces/s, {:.2} bytes/trace, peak RSS {} MiB, lost by probes {}, counts add up: {}",
+                report.records_per_s / 1e6,
+                report.traces_per_s,
+                report.bytes_per_trace,
+                report.peak_rss_bytes >> 20,
+                report.lost_by_probes,
+                if report.adds_up { "yes" } else { "NO" }
+            );
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+    }
+}
