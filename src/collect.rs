@@ -44,6 +44,12 @@ pub struct Args {
 /// # Errors
 /// A bad spec, a bind failure, a write failure.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    // First of all, so a signal that arrives while starting still flushes and exits cleanly.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
     let spec = match &args.pipeline {
         Some(p) => {
             PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?
@@ -85,11 +91,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         None => None,
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
     let started = Instant::now();
     let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
     let tty = std::io::stderr().is_terminal();
