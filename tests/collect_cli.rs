@@ -29,21 +29,11 @@ fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
     }
 }
 
-#[test]
-fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
-    let out = std::env::temp_dir().join(format!("hoptrace-cli-{}", std::process::id()));
+/// Starts `hoptrace collect` with `args`; its stderr lines arrive on the receiver.
+fn spawn_collect(args: &[&std::ffi::OsStr]) -> (std::process::Child, mpsc::Receiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
-        .args([
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics",
-            "127.0.0.1:0",
-            "--run-id",
-            "cli-run",
-            "--out",
-        ])
-        .arg(&out)
+        .arg("collect")
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -57,6 +47,23 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
             }
         }
     });
+    (child, rx)
+}
+
+#[test]
+fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
+    let out = std::env::temp_dir().join(format!("hoptrace-cli-{}", std::process::id()));
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let (mut child, rx) = spawn_collect(&[
+        os("--listen"),
+        os("127.0.0.1:0"),
+        os("--metrics"),
+        os("127.0.0.1:0"),
+        os("--run-id"),
+        os("cli-run"),
+        os("--out"),
+        out.as_os_str(),
+    ]);
     let addr = wait_line(&rx, "collecting on ")
         .split(' ')
         .next()
@@ -164,33 +171,18 @@ fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
         .replace("row_group_rows = 1000000", "row_group_rows = 1000");
     let spec_path = out.join("pipeline.toml");
     std::fs::write(&spec_path, spec).unwrap();
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
     let start = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
-            .args([
-                "collect",
-                "--listen",
-                "127.0.0.1:0",
-                "--run-id",
-                "killed",
-                "--pipeline",
-            ])
-            .arg(&spec_path)
-            .arg("--out")
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        (child, rx)
+        spawn_collect(&[
+            os("--listen"),
+            os("127.0.0.1:0"),
+            os("--run-id"),
+            os("killed"),
+            os("--pipeline"),
+            spec_path.as_os_str(),
+            os("--out"),
+            out.as_os_str(),
+        ])
     };
     let (mut child, rx) = start();
     let addr = wait_line(&rx, "collecting on ")
