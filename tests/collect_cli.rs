@@ -8,14 +8,44 @@ use std::time::{Duration, Instant};
 
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 
-const HOPS: [&str; 6] = [
-    "publish",
-    "flow_in",
-    "flow_out",
-    "store_in",
-    "query_start",
-    "queryable",
-];
+/// The default pipeline's hops with their wire ids, as `hoptrace collect` expects them.
+fn default_hops() -> Vec<(HopId, String)> {
+    hoptrace_collector::spec::PipelineSpec::default_pipeline()
+        .hops
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.clone()))
+        .collect()
+}
+
+/// Sends `traces` messages that pass every hop, from one exporter, to the collector at
+/// `addr`; stream of message `seq` is `seq % streams`. Returns the exporter's summary.
+fn send_complete_traces(
+    addr: String,
+    process: &str,
+    traces: u64,
+    streams: u64,
+) -> hoptrace_probe::ExportSummary {
+    let hops = default_hops();
+    let named: Vec<(HopId, &str)> = hops.iter().map(|(h, n)| (*h, n.as_str())).collect();
+    let exporter = Exporter::start(ExporterConfig::new(addr, process), &named).unwrap();
+    let probes: Vec<_> = hops
+        .iter()
+        .map(|(h, _)| exporter.probe(*h).unwrap())
+        .collect();
+    for seq in 0..traces {
+        let key = TraceKey {
+            publisher: 1,
+            stream: (seq % streams) as u32,
+            sequence: seq,
+        };
+        let mut ctx = TraceContext::new(key, 5, 0);
+        for p in &probes {
+            p.record(&mut ctx).unwrap();
+        }
+    }
+    exporter.shutdown()
+}
 
 fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -73,31 +103,7 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
         .trim_end_matches("/metrics")
         .to_owned();
 
-    let hops: Vec<(HopId, &str)> = HOPS
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (HopId(i as u8), *h))
-        .collect();
-    let exporter = Exporter::start(ExporterConfig::new(addr, "cli-test"), &hops).unwrap();
-    let probes: Vec<_> = hops
-        .iter()
-        .map(|(h, _)| exporter.probe(*h).unwrap())
-        .collect();
-    for seq in 0..20_000u64 {
-        let mut ctx = TraceContext::new(
-            TraceKey {
-                publisher: 1,
-                stream: (seq % 50) as u32,
-                sequence: seq,
-            },
-            5,
-            0,
-        );
-        for p in &probes {
-            p.record(&mut ctx).unwrap();
-        }
-    }
-    let summary = exporter.shutdown();
+    let summary = send_complete_traces(addr, "cli-test", 20_000, 50);
     assert!(summary.clean && summary.counters.lost() == 0, "{summary:?}");
 
     // Scrape until the collector has taken every record (progress refreshes every 100 ms).
@@ -190,31 +196,7 @@ fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
         .next()
         .unwrap()
         .to_owned();
-    let hops: Vec<(HopId, &str)> = HOPS
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (HopId(i as u8), *h))
-        .collect();
-    let exporter = Exporter::start(ExporterConfig::new(addr, "kill-test"), &hops).unwrap();
-    let probes: Vec<_> = hops
-        .iter()
-        .map(|(h, _)| exporter.probe(*h).unwrap())
-        .collect();
-    for seq in 0..5_500u64 {
-        let mut ctx = TraceContext::new(
-            TraceKey {
-                publisher: 1,
-                stream: 0,
-                sequence: seq,
-            },
-            1,
-            0,
-        );
-        for p in &probes {
-            p.record(&mut ctx).unwrap();
-        }
-    }
-    assert!(exporter.shutdown().clean);
+    assert!(send_complete_traces(addr, "kill-test", 5_500, 1).clean);
     // Wait until the five full files are closed, then kill without warning.
     let traces = out.join("killed").join("traces");
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -159,23 +159,17 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
                 .column_by_name("sequence")
                 .unwrap()
                 .as_primitive::<UInt64Type>();
-            let hop_cols: Vec<_> = [
-                "publish",
-                "flow_in",
-                "flow_out",
-                "store_in",
-                "query_start",
-                "queryable",
-            ]
-            .iter()
-            .map(|h| {
-                batch
-                    .column_by_name(&format!("{h}_ns"))
-                    .unwrap()
-                    .as_primitive::<TimestampNanosecondType>()
-                    .clone()
-            })
-            .collect();
+            let hop_cols: Vec<_> = PipelineSpec::default_pipeline()
+                .hops
+                .iter()
+                .map(|h| {
+                    batch
+                        .column_by_name(&format!("{}_ns", h.name))
+                        .unwrap()
+                        .as_primitive::<TimestampNanosecondType>()
+                        .clone()
+                })
+                .collect();
             for r in 0..batch.num_rows() {
                 let stamps: Vec<Option<i64>> = hop_cols
                     .iter()
