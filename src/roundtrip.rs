@@ -146,6 +146,8 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
     let mut per_stream: HashMap<u32, SentEntry> = HashMap::new();
     let mut seqs = vec![0u64; args.streams as usize];
     let mut sent = 0u64;
+    // A live line only on a terminal; the summary at the end is printed either way.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_progress = Instant::now();
     for i in 0..args.messages {
         let offset_ns = (i as f64 * period_ns) as u64;
@@ -180,7 +182,7 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
         e.messages += 1;
         e.metrics += u64::from(args.metrics_per_message);
         e.last_sequence = seq;
-        if last_progress.elapsed() >= Duration::from_secs(1) {
+        if tty && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = Instant::now();
             let rate = sent as f64 / start.elapsed().as_secs_f64();
             let eta = (args.messages - sent) as f64 / rate.max(1.0);
@@ -204,7 +206,9 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
             entries: chunk.to_vec(),
         }));
     }
-    eprintln!();
+    if tty {
+        eprintln!();
+    }
     Ok(sent)
 }
 
