@@ -1,0 +1,1 @@
+//! hoptrace analysis: SQL over run Parquet, HDR aggregates, reports and charts.

@@ -1,0 +1,1 @@
+//! hoptrace publisher: open-loop, rate-controlled traced load for MQTT and Kafka.
