@@ -170,6 +170,10 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
     assert_eq!(c.reported, reported + c.queue_full);
     // Every record reported was either delivered or counted as lost.
     assert_eq!(c.sent + c.send_failed + c.queue_full, c.reported, "{c:?}");
+    // The collector reads the last connection after shutdown returns: wait for its end.
+    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
+        f.iter().any(|(_, f)| *f == Frame::Goodbye)
+    });
     let received = mc.records().len() as u64;
     assert!(received <= c.sent, "received {received} > sent {}", c.sent);
     // The final counters frame tells the collector the same.
