@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod clock;
 mod collect;
 mod roundtrip;
 mod units;
@@ -32,6 +33,9 @@ enum Command {
     /// Whole-run benchmarks (results belong in reports/ with the command and machine).
     #[command(subcommand)]
     Bench(bench::Which),
+    /// This host's clock status (chrony, ptp4l or kernel): offset, error bound, leap;
+    /// with --max-error, a preflight that fails on an unsynchronised or too uncertain clock.
+    Clock(clock::Args),
 }
 
 fn main() {
@@ -52,6 +56,7 @@ fn main() {
         Command::Roundtrip(args) => roundtrip::run(&args),
         Command::Collect(args) => collect::run(&args),
         Command::Bench(which) => bench::run(&which),
+        Command::Clock(args) => clock::run(&args),
         Command::GenerateConfig => {
             collect::generate_config();
             Ok(())

@@ -18,6 +18,45 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
+/// Parses a duration that must carry its unit into nanoseconds: `500ns`, `250us` (or
+/// `µs`), `1ms`, `1.5s`, `2m`, `1h`.
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    duration_ns(s, None)
+}
+
+/// `bare`: the scale of a number without a unit, or `None` when a unit is required.
+fn duration_ns(s: &str, bare: Option<f64>) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let scale = match (unit.trim(), bare) {
+        ("ns", _) => 1.0,
+        ("us" | "µs", _) => 1e3,
+        ("ms", _) => 1e6,
+        ("s", _) => 1e9,
+        ("m" | "min", _) => 60e9,
+        ("h", _) => 3_600e9,
+        ("", Some(scale)) => scale,
+        ("", None) => return Err(format!("{s:?} needs a unit (ns, us, ms, s, m, h)")),
+        (other, _) => {
+            return Err(format!(
+                "{other:?} is not a time unit (ns, us, ms, s, m, h)"
+            ));
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 500us, 250ms, 30s, 5m)"))?;
+    let ns = (v * scale).round();
+    if !(ns.is_finite() && (0.0..1.8e19).contains(&ns)) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(ns as u64)
+}
+
 /// Formats nanoseconds with a unit that keeps 4 significant figures: `63.5µs`, `2.1ms`.
 pub fn fmt_ns(ns: f64) -> String {
     let a = ns.abs();
@@ -46,7 +85,21 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
+    fn durations_with_units() {
+        assert_eq!(parse_duration_ns("500ns"), Ok(500));
+        assert_eq!(parse_duration_ns("100us"), Ok(100_000));
+        assert_eq!(parse_duration_ns("100µs"), Ok(100_000));
+        assert_eq!(parse_duration_ns("1ms"), Ok(1_000_000));
+        assert_eq!(parse_duration_ns("1.5s"), Ok(1_500_000_000));
+        assert_eq!(parse_duration_ns("2m"), Ok(120_000_000_000));
+        assert_eq!(parse_duration_ns("1h"), Ok(3_600_000_000_000));
+        for bad in ["1", "ms", "1 parsec", "-1ms", "1e3ms", ""] {
+            assert!(parse_duration_ns(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn formatting() {
         assert_eq!(fmt_ns(512.0), "512ns");
         assert_eq!(fmt_ns(63_500.0), "63.5µs");
         assert_eq!(fmt_ns(2_100_000.0), "2.1ms");

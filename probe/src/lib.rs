@@ -52,6 +52,7 @@ pub mod counters;
 pub mod exporter;
 pub mod probe;
 pub mod protocol;
+pub mod sync;
 pub mod traceparent;
 
 pub use carrier::{CarrierError, Extracted};
