@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod clock;
 mod collect;
+mod publish;
 mod roundtrip;
 mod units;
 
@@ -36,6 +37,16 @@ enum Command {
     /// This host's clock status (chrony, ptp4l or kernel): offset, error bound, leap;
     /// with --max-error, a preflight that fails on an unsynchronised or too uncertain clock.
     Clock(clock::Args),
+    /// Publish traced messages to MQTT or Kafka on an open-loop schedule (or replay a
+    /// capture), report publish stamps and what was sent to the collector, print the
+    /// schedule lag.
+    Publish(publish::PublishArgs),
+    /// Subscribe to a broker and report an arrival stamp of every traced message to the
+    /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp.
+    Tap(publish::TapArgs),
+    /// Capture what a broker delivers (topic, payload, properties or headers, arrival
+    /// time) into a Parquet file for `publish --replay`.
+    Record(publish::RecordArgs),
 }
 
 fn main() {
@@ -57,6 +68,9 @@ fn main() {
         Command::Collect(args) => collect::run(&args),
         Command::Bench(which) => bench::run(&which),
         Command::Clock(args) => clock::run(&args),
+        Command::Publish(args) => publish::publish(&args),
+        Command::Tap(args) => publish::tap(&args),
+        Command::Record(args) => publish::record(&args),
         Command::GenerateConfig => {
             collect::generate_config();
             Ok(())

@@ -18,6 +18,13 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
+/// Parses a duration with a unit: `250ms`, `30s`, `5m`, `1h`, `1.5s`, `500us`, `100ns`
+/// (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let ns = duration_ns(s, Some(1e9))?;
+    Ok(std::time::Duration::from_nanos(ns))
+}
+
 /// Parses a duration that must carry its unit into nanoseconds: `500ns`, `250us` (or
 /// `µs`), `1ms`, `1.5s`, `2m`, `1h`.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
@@ -57,6 +64,17 @@ fn duration_ns(s: &str, bare: Option<f64>) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
+/// Formats a count or rate with an SI suffix: `950`, `12.5k`, `1.00M`.
+pub fn fmt_si(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
 /// Formats nanoseconds with a unit that keeps 4 significant figures: `63.5µs`, `2.1ms`.
 pub fn fmt_ns(ns: f64) -> String {
     let a = ns.abs();
@@ -74,6 +92,7 @@ pub fn fmt_ns(ns: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn counts() {
@@ -82,6 +101,19 @@ mod tests {
         assert_eq!(parse_count("1.5M"), Ok(1_500_000));
         assert!(parse_count("fast").is_err());
         assert!(parse_count("-1").is_err());
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500us"), Ok(Duration::from_micros(500)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
     }
 
     #[test]
@@ -100,6 +132,9 @@ mod tests {
 
     #[test]
     fn formatting() {
+        assert_eq!(fmt_si(950.0), "950");
+        assert_eq!(fmt_si(12_500.0), "12.5k");
+        assert_eq!(fmt_si(1e6), "1.00M");
         assert_eq!(fmt_ns(512.0), "512ns");
         assert_eq!(fmt_ns(63_500.0), "63.5µs");
         assert_eq!(fmt_ns(2_100_000.0), "2.1ms");

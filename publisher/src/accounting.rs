@@ -1,0 +1,295 @@
+//! What a publisher sent, per stream, for the collector's accounting (Sent frames), and
+//! the schedule lag histogram.
+
+use hdrhistogram::Histogram;
+use hoptrace_probe::protocol::{MAX_FRAME_LEN, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+
+/// Bytes of one Sent entry on the wire.
+const SENT_ENTRY_LEN: usize = 36;
+
+/// Most entries per Sent frame such that the frame fits in [`MAX_FRAME_LEN`] (the
+/// protocol's 40,000-entry limit alone would make a 1.44 MB frame).
+pub const SENT_ENTRIES_PER_FRAME: usize = {
+    let fit = (MAX_FRAME_LEN - 16) / SENT_ENTRY_LEN;
+    if fit < MAX_SENT_PER_FRAME {
+        fit
+    } else {
+        MAX_SENT_PER_FRAME
+    }
+};
+
+/// Per-stream counts of what was handed to the broker client.
+#[derive(Debug, Clone)]
+pub struct SentLedger {
+    publisher: u16,
+    entries: Vec<SentEntry>,
+    messages: u64,
+    metrics: u64,
+}
+
+impl SentLedger {
+    /// An empty ledger for `streams` streams of `publisher`.
+    #[must_use]
+    pub fn new(publisher: u16, streams: u32) -> Self {
+        Self {
+            publisher,
+            entries: (0..streams)
+                .map(|stream| SentEntry {
+                    stream,
+                    ..SentEntry::default()
+                })
+                .collect(),
+            messages: 0,
+            metrics: 0,
+        }
+    }
+
+    /// Counts message `sequence` of `stream`, carrying `metrics` metrics.
+    ///
+    /// # Panics
+    /// If `stream` is not below the stream count given to [`SentLedger::new`].
+    #[inline]
+    pub fn record(&mut self, stream: u32, sequence: u64, metrics: u32) {
+        let e = &mut self.entries[stream as usize];
+        if e.messages == 0 {
+            e.first_sequence = sequence;
+        }
+        e.messages += 1;
+        e.metrics += u64::from(metrics);
+        e.last_sequence = sequence;
+        self.messages += 1;
+        self.metrics += u64::from(metrics);
+    }
+
+    /// Messages counted.
+    #[must_use]
+    pub fn messages(&self) -> u64 {
+        self.messages
+    }
+
+    /// Metrics counted.
+    #[must_use]
+    pub fn metrics(&self) -> u64 {
+        self.metrics
+    }
+
+    /// Streams that sent at least one message.
+    #[must_use]
+    pub fn streams_used(&self) -> usize {
+        self.entries.iter().filter(|e| e.messages > 0).count()
+    }
+
+    /// The entry of `stream`.
+    #[must_use]
+    pub fn entry(&self, stream: u32) -> Option<&SentEntry> {
+        self.entries.get(stream as usize)
+    }
+
+    /// Sent frames (cumulative) for every stream that sent something, each within the
+    /// protocol's frame size.
+    #[must_use]
+    pub fn frames(&self) -> Vec<SentFrame> {
+        let used: Vec<SentEntry> = self
+            .entries
+            .iter()
+            .filter(|e| e.messages > 0)
+            .copied()
+            .collect();
+        used.chunks(SENT_ENTRIES_PER_FRAME)
+            .map(|c| SentFrame {
+                publisher: self.publisher,
+                entries: c.to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// One quantile of a histogram.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quantile {
+    /// The quantile, 0 to 1.
+    pub quantile: f64,
+    /// Its value, ns.
+    pub value_ns: u64,
+    /// Half the width of the HDR bucket the value stands for, ns.
+    pub precision_ns: u64,
+}
+
+/// Schedule lag statistics: egress stamp minus intended send time.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LagSummary {
+    /// Messages measured.
+    pub count: u64,
+    /// p50, p90, p99, p99.9 (HDR, 3 significant digits).
+    pub quantiles: Vec<Quantile>,
+    /// Largest lag, ns (exact up to the histogram's precision).
+    pub max_ns: u64,
+    /// Mean lag, ns.
+    pub mean_ns: f64,
+    /// Messages stamped before their intended time (clock stepped back): recorded as 0.
+    pub negative: u64,
+}
+
+impl LagSummary {
+    /// The value at `quantile`, when listed.
+    #[must_use]
+    pub fn at(&self, quantile: f64) -> Option<Quantile> {
+        self.quantiles
+            .iter()
+            .copied()
+            .find(|q| (q.quantile - quantile).abs() < 1e-9)
+    }
+}
+
+/// The lag histogram: 1 ns to 1 hour at 3 significant digits.
+#[derive(Debug, Clone)]
+pub struct LagHistogram {
+    hist: Histogram<u64>,
+    negative: u64,
+}
+
+impl Default for LagHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LagHistogram {
+    /// Longest lag recorded as itself; longer lags are recorded as this.
+    pub const MAX_NS: u64 = 3_600_000_000_000;
+
+    /// An empty histogram.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            hist: Histogram::new_with_bounds(1, Self::MAX_NS, 3).expect("valid bounds"),
+            negative: 0,
+        }
+    }
+
+    /// Records a lag (`egress - intended`, ns).
+    #[inline]
+    pub fn record(&mut self, lag_ns: i64) {
+        let v = if lag_ns < 0 {
+            self.negative += 1;
+            0
+        } else {
+            (lag_ns as u64).min(Self::MAX_NS)
+        };
+        self.hist.saturating_record(v);
+    }
+
+    /// Empties the histogram.
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.negative = 0;
+    }
+
+    /// Lags recorded.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Whether nothing was recorded.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.hist.is_empty()
+    }
+
+    /// The value at `quantile` (0 when empty).
+    #[must_use]
+    pub fn value_at(&self, quantile: f64) -> u64 {
+        if self.hist.is_empty() {
+            0
+        } else {
+            self.hist.value_at_quantile(quantile)
+        }
+    }
+
+    /// p50, p90, p99, p99.9, max and mean.
+    #[must_use]
+    pub fn summary(&self) -> LagSummary {
+        let h = &self.hist;
+        LagSummary {
+            count: h.len(),
+            quantiles: [0.5, 0.9, 0.99, 0.999]
+                .into_iter()
+                .map(|q| {
+                    let v = self.value_at(q);
+                    Quantile {
+                        quantile: q,
+                        value_ns: v,
+                        precision_ns: h.equivalent_range(v) / 2,
+                    }
+                })
+                .collect(),
+            max_ns: if h.is_empty() { 0 } else { h.max() },
+            mean_ns: if h.is_empty() { 0.0 } else { h.mean() },
+            negative: self.negative,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_counts_per_stream_and_frames_fit() {
+        let mut l = SentLedger::new(9, 70_000);
+        for s in 0..70_000u32 {
+            l.record(s, 5, 20);
+            l.record(s, 6, 20);
+        }
+        assert_eq!((l.messages(), l.metrics()), (140_000, 2_800_000));
+        let frames = l.frames();
+        assert_eq!(frames.len(), 70_000usize.div_ceil(SENT_ENTRIES_PER_FRAME));
+        let mut n = 0;
+        for f in &frames {
+            assert_eq!(f.publisher, 9);
+            let bytes = hoptrace_probe::protocol::Frame::Sent(f.clone()).to_bytes();
+            assert!(bytes.len() - 4 <= MAX_FRAME_LEN, "{} bytes", bytes.len());
+            for e in &f.entries {
+                assert_eq!(
+                    (e.messages, e.metrics, e.first_sequence, e.last_sequence),
+                    (2, 40, 5, 6)
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(n, 70_000);
+        assert_eq!(
+            SentLedger::new(1, 5).frames().len(),
+            0,
+            "idle streams are left out"
+        );
+    }
+
+    #[test]
+    fn lag_quantiles_against_sorted_values() {
+        let mut h = LagHistogram::new();
+        let mut values: Vec<i64> = (0..10_000).map(|i| (i * 7919) % 1_000_003).collect();
+        for v in &values {
+            h.record(*v);
+        }
+        h.record(-5);
+        values.push(0);
+        values.sort_unstable();
+        let s = h.summary();
+        assert_eq!(s.count, 10_001);
+        assert_eq!(s.negative, 1);
+        for q in &s.quantiles {
+            let idx = ((q.quantile * values.len() as f64).ceil() as usize).max(1) - 1;
+            let exact = values[idx] as u64;
+            assert!(
+                q.value_ns.abs_diff(exact) <= q.precision_ns.max(1) * 2,
+                "q {} hdr {} exact {}",
+                q.quantile,
+                q.value_ns,
+                exact
+            );
+        }
+        assert!(s.max_ns.abs_diff(*values.last().unwrap() as u64) <= 1000);
+    }
+}

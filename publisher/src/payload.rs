@@ -1,0 +1,159 @@
+//! Message payloads: a text scalar, a JSON scalar, a JSON batch of metrics, or raw bytes.
+//! Values are deterministic (a hash of stream, sequence and metric index), so a run can be
+//! repeated byte for byte.
+
+use std::io::Write as _;
+
+/// What a message's payload looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadFormat {
+    /// A number as text, e.g. `21.53` (one metric per message).
+    Text,
+    /// `{"timestamp_ms":1700000000000,"value":21.53}` (one metric per message).
+    Json,
+    /// `{"timestamp_ms":...,"metrics":[{"name":"m0","value":21.53},...]}`.
+    JsonBatch,
+    /// `bytes` bytes of `x` (any number of metrics; for throughput runs).
+    Raw {
+        /// Payload size.
+        bytes: usize,
+    },
+}
+
+impl PayloadFormat {
+    /// Parses `text`, `json`, `json-batch` or `raw:<bytes>`.
+    ///
+    /// # Errors
+    /// A message naming the accepted forms.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            "json-batch" | "json_batch" | "batch" => Ok(Self::JsonBatch),
+            _ => match s.strip_prefix("raw:").map(str::parse::<usize>) {
+                Some(Ok(bytes)) => Ok(Self::Raw { bytes }),
+                _ => Err(format!(
+                    "{s:?} is not a payload format: text, json, json-batch or raw:<bytes>"
+                )),
+            },
+        }
+    }
+
+    /// The default for `metrics_per_message`: a JSON scalar for one metric, a JSON batch
+    /// for more.
+    #[must_use]
+    pub fn default_for(metrics_per_message: u32) -> Self {
+        if metrics_per_message <= 1 {
+            Self::Json
+        } else {
+            Self::JsonBatch
+        }
+    }
+
+    /// Checks that the format can carry `metrics_per_message` metrics.
+    ///
+    /// # Errors
+    /// A message when a scalar format is asked to carry more than one metric.
+    pub fn check(self, metrics_per_message: u32) -> Result<(), String> {
+        match self {
+            Self::Text | Self::Json if metrics_per_message != 1 => Err(format!(
+                "a {} payload carries exactly one metric, not {metrics_per_message}: use json-batch or raw:<bytes>",
+                if self == Self::Text { "text" } else { "json" }
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the payload of message `sequence` of `stream` into `out` (cleared first).
+    pub fn write(
+        self,
+        out: &mut Vec<u8>,
+        stream: u32,
+        sequence: u64,
+        metrics: u32,
+        timestamp_ms: i64,
+    ) {
+        out.clear();
+        match self {
+            Self::Text => write_value(out, value(stream, sequence, 0)),
+            Self::Json => {
+                let _ = write!(out, "{{\"timestamp_ms\":{timestamp_ms},\"value\":");
+                write_value(out, value(stream, sequence, 0));
+                out.push(b'}');
+            }
+            Self::JsonBatch => {
+                let _ = write!(out, "{{\"timestamp_ms\":{timestamp_ms},\"metrics\":[");
+                for j in 0..metrics {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    let _ = write!(out, "{{\"name\":\"m{j}\",\"value\":");
+                    write_value(out, value(stream, sequence, j));
+                    out.push(b'}');
+                }
+                out.extend_from_slice(b"]}");
+            }
+            Self::Raw { bytes } => out.resize(bytes, b'x'),
+        }
+    }
+}
+
+/// A value in hundredths, from 0.00 to 99.99.
+#[inline]
+fn value(stream: u32, sequence: u64, metric: u32) -> u64 {
+    let mut h = crate::uns::SplitMix64::new(
+        u64::from(stream) << 32 ^ sequence.rotate_left(17) ^ u64::from(metric) << 48,
+    );
+    h.below(10_000)
+}
+
+fn write_value(out: &mut Vec<u8>, hundredths: u64) {
+    let _ = write!(out, "{}.{:02}", hundredths / 100, hundredths % 100);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        let mut out = Vec::new();
+        PayloadFormat::Text.write(&mut out, 1, 2, 1, 5);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.parse::<f64>().is_ok(), "{text}");
+        PayloadFormat::Json.write(&mut out, 1, 2, 1, 1_700_000_000_123);
+        let json = String::from_utf8(out.clone()).unwrap();
+        assert_eq!(
+            json,
+            format!("{{\"timestamp_ms\":1700000000123,\"value\":{text}}}")
+        );
+        PayloadFormat::JsonBatch.write(&mut out, 1, 2, 3, 7);
+        let batch = String::from_utf8(out.clone()).unwrap();
+        assert!(batch.starts_with("{\"timestamp_ms\":7,\"metrics\":[{\"name\":\"m0\",\"value\":"));
+        assert_eq!(batch.matches("\"name\"").count(), 3);
+        assert!(batch.ends_with("}]}"));
+        PayloadFormat::Raw { bytes: 100 }.write(&mut out, 1, 2, 3, 7);
+        assert_eq!(out, vec![b'x'; 100]);
+    }
+
+    #[test]
+    fn deterministic_values() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        PayloadFormat::JsonBatch.write(&mut a, 9, 99, 20, 1);
+        PayloadFormat::JsonBatch.write(&mut b, 9, 99, 20, 1);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn parse_and_check() {
+        assert_eq!(
+            PayloadFormat::parse("raw:64"),
+            Ok(PayloadFormat::Raw { bytes: 64 })
+        );
+        assert!(PayloadFormat::parse("xml").is_err());
+        assert!(PayloadFormat::Text.check(20).is_err());
+        assert!(PayloadFormat::JsonBatch.check(20).is_ok());
+        assert_eq!(PayloadFormat::default_for(1), PayloadFormat::Json);
+        assert_eq!(PayloadFormat::default_for(20), PayloadFormat::JsonBatch);
+    }
+}

@@ -1,0 +1,831 @@
+//! The publisher: sends traced messages on an open-loop schedule (generated load, or a
+//! replayed capture), stamps each one at egress, reports the stamps and what it sent to
+//! the collector, and measures how late each message left against its schedule.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::clock::realtime_ns;
+use hoptrace_probe::protocol::Frame;
+use hoptrace_probe::{
+    CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
+    TraceKey,
+};
+
+use crate::accounting::{LagHistogram, LagSummary, SentLedger};
+use crate::capture::{CaptureError, CapturedMessage};
+use crate::payload::PayloadFormat;
+use crate::schedule::{LoadShape, Schedule, ShapeError};
+use crate::target::{self, Outgoing, SendError, Target, TargetError, TargetStats};
+use crate::uns::TopicScheme;
+use crate::url::{Carrier, Endpoint, UrlError};
+
+/// Why a publish run could not start or finish. Each variant says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// An option is invalid or options contradict each other: see the message.
+    #[error("{0}")]
+    Config(String),
+    /// The load shape is invalid: fix the rate, streams or timing options.
+    #[error("load shape: {0}")]
+    Shape(#[from] ShapeError),
+    /// The broker address is invalid: fix `--to`.
+    #[error("broker address: {0}")]
+    Url(#[from] UrlError),
+    /// The broker cannot be used: see the message (unreachable, credentials, topic).
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The exporter to the collector could not start: fix the hop list.
+    #[error("exporter: {0}")]
+    Exporter(#[from] ExporterError),
+    /// The collector did not welcome this publisher: is `hoptrace collect` running at
+    /// that address, with a pipeline that declares this hop (name and id) and the same
+    /// token?
+    #[error(
+        "collector {addr} did not accept this publisher within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare hop {hop:?}? same --token?)"
+    )]
+    Collector {
+        /// The collector address.
+        addr: String,
+        /// The hop announced.
+        hop: String,
+        /// How long it was waited for.
+        waited_ms: u64,
+        /// The exporter's last error.
+        detail: String,
+    },
+    /// The capture to replay cannot be read: check the file.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+}
+
+/// Where and how to report to the collector.
+#[derive(Debug, Clone)]
+pub struct CollectorLink {
+    /// Collector address, `host:port`.
+    pub addr: String,
+    /// Token the collector requires.
+    pub token: Option<String>,
+    /// The publish hop: its id and name as the collector's pipeline declares them.
+    pub hop: (HopId, String),
+    /// How long to wait for the collector's Welcome before giving up.
+    pub wait: Duration,
+}
+
+impl CollectorLink {
+    /// A link to `addr` announcing hop 0 `publish` (the default pipeline's).
+    #[must_use]
+    pub fn new(addr: impl Into<String>) -> Self {
+        Self {
+            addr: addr.into(),
+            token: None,
+            hop: (HopId(0), "publish".into()),
+            wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A capture to replay instead of generated load.
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    /// The capture file (`hoptrace record`).
+    pub path: PathBuf,
+    /// Time scale: 2 replays twice as fast as captured.
+    pub speed: f64,
+    /// Copies of every message; with more than 1, copy `n` goes to `<topic>/f<n>` (for
+    /// Kafka: key `<key>/f<n>`).
+    pub fanout: u32,
+}
+
+/// What to publish, where, and how fast.
+#[derive(Debug, Clone)]
+pub struct PublishConfig {
+    /// The broker.
+    pub target: Endpoint,
+    /// The carrier, overriding the address's and the transport's default.
+    pub carrier: Option<Carrier>,
+    /// The load shape (ignored by a replay except for `duration`, `max_messages` and
+    /// `metrics_per_message`).
+    pub shape: LoadShape,
+    /// Stream topic names.
+    pub topics: TopicScheme,
+    /// Payload format; `None` picks JSON for one metric and a JSON batch for more.
+    pub payload: Option<PayloadFormat>,
+    /// Publisher id in the trace key; unique per publisher within a run.
+    pub publisher_id: u16,
+    /// The collector, if stamps are to be reported.
+    pub collector: Option<CollectorLink>,
+    /// Replay a capture instead of generating load.
+    pub replay: Option<ReplayConfig>,
+    /// How long to wait at the end for the broker to confirm what was sent.
+    pub flush_timeout: Duration,
+    /// How often the cumulative Sent frames go to the collector during the run.
+    pub sent_interval: Duration,
+    /// Process name announced to the collector.
+    pub process: String,
+}
+
+impl PublishConfig {
+    /// Generated load described by `shape` to `target`, with every other setting at its
+    /// default (UNS topics with seed 1, a random publisher id, no collector).
+    #[must_use]
+    pub fn new(target: Endpoint, shape: LoadShape) -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let id = (std::hash::RandomState::new().build_hasher().finish() as u16).max(1);
+        Self {
+            target,
+            carrier: None,
+            shape,
+            topics: TopicScheme::default(),
+            payload: None,
+            publisher_id: id,
+            collector: None,
+            replay: None,
+            flush_timeout: Duration::from_secs(10),
+            sent_interval: Duration::from_secs(1),
+            process: "hoptrace-publish".into(),
+        }
+    }
+}
+
+/// Live figures of a running publisher, for a progress line.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LiveSnapshot {
+    /// Time since the schedule started, ns (monotonic).
+    pub elapsed_ns: u64,
+    /// Messages handed to the broker client.
+    pub messages: u64,
+    /// Metrics in them.
+    pub metrics: u64,
+    /// Target rate now, metrics per second (`None` for a replay).
+    pub target_metrics_per_s: Option<f64>,
+    /// Messages that had to wait for the broker client (back-pressure).
+    pub backpressure_waits: u64,
+    /// Send errors.
+    pub errors: u64,
+    /// Schedule lag p99 over the last interval, ns.
+    pub lag_p99_ns: u64,
+    /// Largest schedule lag so far, ns.
+    pub lag_max_ns: u64,
+    /// Planned length of the run, ns (from `duration`).
+    pub planned_ns: Option<u64>,
+    /// Planned number of messages (`max_messages`, or the capture's size).
+    pub planned_messages: Option<u64>,
+    /// The run has ended.
+    pub done: bool,
+}
+
+/// What a publish run did.
+#[derive(Debug, Clone)]
+pub struct PublishSummary {
+    /// Publisher id.
+    pub publisher_id: u16,
+    /// The broker, without credentials.
+    pub target: String,
+    /// The carrier used.
+    pub carrier: Carrier,
+    /// Run id the collector announced.
+    pub run_id: Option<String>,
+    /// When the schedule started, CLOCK_REALTIME ns.
+    pub started_unix_ns: i64,
+    /// From the schedule's start to the last message handed over, ns (monotonic).
+    pub elapsed_ns: u64,
+    /// Intended send time of the last message sent, ns after the start: the span the
+    /// schedule covered. `schedule_span_ns / elapsed_ns` near 1 means the publisher kept
+    /// up with its schedule.
+    pub schedule_span_ns: u64,
+    /// Messages handed to the broker client (and reported as sent).
+    pub messages: u64,
+    /// Metrics in them.
+    pub metrics: u64,
+    /// Streams that sent at least one message.
+    pub streams: usize,
+    /// Target rate at full speed, metrics per second (`None` for a replay).
+    pub target_metrics_per_s: Option<f64>,
+    /// Messages whose send waited for the broker client at least once.
+    pub backpressure_waits: u64,
+    /// Time spent waiting for the broker client, ns.
+    pub backpressure_wait_ns: u64,
+    /// Send errors (the run stops at the first one).
+    pub errors: u64,
+    /// The run was stopped (shutdown) before its schedule ended.
+    pub stopped_early: bool,
+    /// Schedule lag: egress stamp minus intended send time.
+    pub lag: LagSummary,
+    /// What the broker client did with the messages.
+    pub broker: TargetStats,
+    /// The exporter's final counters, when a collector was given.
+    pub exporter: Option<CounterSnapshot>,
+    /// Whether the collector got everything (final counters and Goodbye).
+    pub exporter_clean: Option<bool>,
+}
+
+impl PublishSummary {
+    /// Achieved rate, metrics per second.
+    #[must_use]
+    pub fn metrics_per_s(&self) -> f64 {
+        self.metrics as f64 / (self.elapsed_ns.max(1) as f64 / 1e9)
+    }
+
+    /// How well the publisher kept up with its schedule: the schedule's span over the
+    /// time it took (1.0 when every message left on time; below when it fell behind).
+    #[must_use]
+    pub fn keep_up_ratio(&self) -> f64 {
+        if self.elapsed_ns == 0 {
+            1.0
+        } else {
+            self.schedule_span_ns as f64 / self.elapsed_ns as f64
+        }
+    }
+
+    /// Achieved rate, messages per second.
+    #[must_use]
+    pub fn messages_per_s(&self) -> f64 {
+        self.messages as f64 / (self.elapsed_ns.max(1) as f64 / 1e9)
+    }
+}
+
+/// The next message of a plan.
+#[derive(Debug, Clone, Copy)]
+struct Next {
+    stream: u32,
+    sequence: u64,
+    offset_ns: u64,
+    item: usize,
+}
+
+/// Where messages come from: the schedule of a load shape, or a capture.
+enum Plan {
+    Generated {
+        schedule: Schedule,
+        format: PayloadFormat,
+        metrics: u32,
+    },
+    Replay {
+        messages: Vec<CapturedMessage>,
+        /// Stream of copy 0 of each message.
+        base_stream: Vec<u32>,
+        fanout: u32,
+        speed: f64,
+        next: usize,
+        copy: u32,
+        seqs: Vec<u64>,
+        metrics: u32,
+        end_ns: Option<u64>,
+        max_messages: Option<u64>,
+        emitted: u64,
+    },
+}
+
+impl Plan {
+    fn next(&mut self) -> Option<Next> {
+        match self {
+            Self::Generated { schedule, .. } => schedule.next_slot().map(|s| Next {
+                stream: s.stream,
+                sequence: s.sequence,
+                offset_ns: s.offset_ns,
+                item: 0,
+            }),
+            Self::Replay {
+                messages,
+                base_stream,
+                fanout,
+                speed,
+                next,
+                copy,
+                seqs,
+                end_ns,
+                max_messages,
+                emitted,
+                ..
+            } => {
+                if max_messages.is_some_and(|m| *emitted >= m) {
+                    return None;
+                }
+                let m = messages.get(*next)?;
+                let t0 = messages[0].arrival_ns;
+                let offset_ns = ((m.arrival_ns - t0).max(0) as f64 / *speed).round() as u64;
+                if end_ns.is_some_and(|e| offset_ns >= e) {
+                    return None;
+                }
+                let stream = base_stream[*next] + *copy;
+                let sequence = seqs[stream as usize];
+                seqs[stream as usize] += 1;
+                let item = *next;
+                *copy += 1;
+                if *copy == *fanout {
+                    *copy = 0;
+                    *next += 1;
+                }
+                *emitted += 1;
+                Some(Next {
+                    stream,
+                    sequence,
+                    offset_ns,
+                    item,
+                })
+            }
+        }
+    }
+
+    /// Writes the payload of `n` into `buf`; returns its metric count.
+    fn fill(&self, n: &Next, intended_ns: i64, buf: &mut Vec<u8>) -> u32 {
+        match self {
+            Self::Generated {
+                format, metrics, ..
+            } => {
+                format.write(
+                    buf,
+                    n.stream,
+                    n.sequence,
+                    *metrics,
+                    intended_ns.div_euclid(1_000_000),
+                );
+                *metrics
+            }
+            Self::Replay {
+                messages, metrics, ..
+            } => {
+                buf.clear();
+                let p = &messages[n.item].payload;
+                match hoptrace_probe::carrier::envelope::unwrap(p) {
+                    Ok((_, inner)) => buf.extend_from_slice(inner),
+                    Err(_) => buf.extend_from_slice(p),
+                }
+                *metrics
+            }
+        }
+    }
+
+    fn headers(&self, n: &Next) -> &[(String, Vec<u8>)] {
+        match self {
+            Self::Generated { .. } => &[],
+            Self::Replay { messages, .. } => &messages[n.item].headers,
+        }
+    }
+
+    fn target_metrics_per_s(&self, offset_ns: u64) -> Option<f64> {
+        match self {
+            Self::Generated {
+                schedule, metrics, ..
+            } => Some(schedule.target_message_rate_at(offset_ns) * f64::from(*metrics)),
+            Self::Replay { .. } => None,
+        }
+    }
+}
+
+/// A publisher, connected and ready to run.
+pub struct Publisher {
+    config: PublishConfig,
+    plan: Plan,
+    topics: Vec<String>,
+    target: Box<dyn Target>,
+    exporter: Option<Exporter>,
+    probe: Option<Probe>,
+    hop: HopId,
+    live: Arc<Mutex<LiveSnapshot>>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("publisher_id", &self.config.publisher_id)
+            .field("target", &self.target.describe())
+            .field("streams", &self.topics.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Waits until `due`, sleeping while it is far and spinning for the last stretch;
+/// returns early (false) when `shutdown` is set.
+fn wait_until(due: Instant, shutdown: &AtomicBool) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(400) {
+            if shutdown.load(Relaxed) {
+                return false;
+            }
+            // Sleeps overshoot by tens of microseconds (timer slack): wake up early.
+            std::thread::sleep((left - Duration::from_micros(300)).min(Duration::from_millis(50)));
+        } else if left > Duration::from_micros(50) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Publisher {
+    /// Validates the configuration, connects to the broker and (when configured) to the
+    /// collector, waiting until the collector welcomed this publisher.
+    ///
+    /// # Errors
+    /// [`PublishError`]: invalid options, unreachable broker or collector, refused
+    /// credentials, missing topic, unreadable capture.
+    pub fn new(config: PublishConfig) -> Result<Self, PublishError> {
+        let carrier = config.target.carrier(config.carrier)?;
+        let prefix = match &config.target {
+            Endpoint::Mqtt(m) => m.prefix.clone(),
+            Endpoint::Kafka(_) => None,
+        };
+        let (plan, topics) = match &config.replay {
+            None => {
+                let schedule = Schedule::new(&config.shape)?;
+                let metrics = config.shape.metrics_per_message;
+                let format = config
+                    .payload
+                    .unwrap_or_else(|| PayloadFormat::default_for(metrics));
+                format.check(metrics).map_err(PublishError::Config)?;
+                let topics = config
+                    .topics
+                    .topics(prefix.as_deref(), config.shape.streams);
+                (
+                    Plan::Generated {
+                        schedule,
+                        format,
+                        metrics,
+                    },
+                    topics,
+                )
+            }
+            Some(r) => {
+                if !(r.speed.is_finite() && r.speed > 0.0) {
+                    return Err(PublishError::Config(
+                        "--speed must be a positive number".into(),
+                    ));
+                }
+                if r.fanout == 0 {
+                    return Err(PublishError::Config("--fanout must be at least 1".into()));
+                }
+                let mut messages = crate::capture::read_capture(&r.path)?;
+                messages.sort_by_key(|m| m.arrival_ns);
+                if messages.is_empty() {
+                    return Err(PublishError::Config(format!(
+                        "{} holds no messages to replay",
+                        r.path.display()
+                    )));
+                }
+                let is_kafka = matches!(config.target, Endpoint::Kafka(_));
+                let mut names: Vec<String> = Vec::new();
+                let mut index = std::collections::HashMap::new();
+                let mut base_stream = Vec::with_capacity(messages.len());
+                for m in &messages {
+                    let name = if is_kafka {
+                        m.key.as_deref().map_or_else(
+                            || m.topic.clone(),
+                            |k| String::from_utf8_lossy(k).into_owned(),
+                        )
+                    } else {
+                        m.topic.clone()
+                    };
+                    let next = index.len() as u32;
+                    let i = *index.entry(name.clone()).or_insert_with(|| {
+                        names.push(name);
+                        next
+                    });
+                    base_stream.push(i * r.fanout);
+                }
+                let mut topics = Vec::with_capacity(names.len() * r.fanout as usize);
+                for n in &names {
+                    for k in 0..r.fanout {
+                        topics.push(if r.fanout == 1 {
+                            n.clone()
+                        } else {
+                            format!("{n}/f{k}")
+                        });
+                    }
+                }
+                let seqs = vec![0; topics.len()];
+                (
+                    Plan::Replay {
+                        messages,
+                        base_stream,
+                        fanout: r.fanout,
+                        speed: r.speed,
+                        next: 0,
+                        copy: 0,
+                        seqs,
+                        metrics: config.shape.metrics_per_message,
+                        end_ns: config
+                            .shape
+                            .duration
+                            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+                        max_messages: config.shape.max_messages,
+                        emitted: 0,
+                    },
+                    topics,
+                )
+            }
+        };
+        if u32::try_from(topics.len()).is_err() {
+            return Err(PublishError::Config("too many streams".into()));
+        }
+        if let Endpoint::Mqtt(_) = &config.target
+            && let Some(bad) = topics
+                .iter()
+                .find(|t| !rumqttc::valid_topic(t) || t.is_empty())
+        {
+            return Err(PublishError::Config(format!(
+                "{bad:?} is not a valid MQTT topic name"
+            )));
+        }
+        let target = target::open_target(&config.target, carrier, "pub")?;
+        let (exporter, probe, hop) = match &config.collector {
+            None => (None, None, HopId(0)),
+            Some(link) => {
+                let mut ec = ExporterConfig::new(&link.addr, &config.process);
+                ec.token.clone_from(&link.token);
+                let exporter = Exporter::start(ec, &[(link.hop.0, link.hop.1.as_str())])?;
+                let started = Instant::now();
+                while !exporter.is_connected() && started.elapsed() < link.wait {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if !exporter.is_connected() {
+                    let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
+                    drop(exporter.with_shutdown_timeout(Duration::ZERO));
+                    return Err(PublishError::Collector {
+                        addr: link.addr.clone(),
+                        hop: link.hop.1.clone(),
+                        waited_ms: link.wait.as_millis() as u64,
+                        detail,
+                    });
+                }
+                let probe = exporter.probe(link.hop.0)?;
+                (Some(exporter), Some(probe), link.hop.0)
+            }
+        };
+        let planned_messages = match &plan {
+            Plan::Generated { .. } => config.shape.max_messages,
+            Plan::Replay {
+                messages, fanout, ..
+            } => Some(
+                (messages.len() as u64 * u64::from(*fanout))
+                    .min(config.shape.max_messages.unwrap_or(u64::MAX)),
+            ),
+        };
+        let live = Arc::new(Mutex::new(LiveSnapshot {
+            planned_ns: config
+                .shape
+                .duration
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            planned_messages,
+            ..LiveSnapshot::default()
+        }));
+        Ok(Self {
+            config,
+            plan,
+            topics,
+            target,
+            exporter,
+            probe,
+            hop,
+            live,
+        })
+    }
+
+    /// Live figures, updated by the running publisher four times a second.
+    #[must_use]
+    pub fn live(&self) -> Arc<Mutex<LiveSnapshot>> {
+        Arc::clone(&self.live)
+    }
+
+    /// One line naming the publisher, the broker and the load.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        format!(
+            "publisher {} -> {} ({} carrier), {} streams",
+            self.config.publisher_id,
+            self.target.describe(),
+            self.target.carrier(),
+            self.topics.len()
+        )
+    }
+
+    /// Topic names of the streams (for Kafka: record keys).
+    #[must_use]
+    pub fn topics(&self) -> &[String] {
+        &self.topics
+    }
+
+    /// Runs the schedule until it ends or `shutdown` is set, then waits for the broker
+    /// to confirm, sends the final Sent frames and closes the exporter.
+    ///
+    /// # Errors
+    /// [`PublishError::Target`] when the broker client fails during the run; what was
+    /// sent until then is still reported to the collector.
+    pub fn run(mut self, shutdown: &AtomicBool) -> Result<PublishSummary, PublishError> {
+        let streams = self.topics.len() as u32;
+        let publisher = self.config.publisher_id;
+        let mut ledger = SentLedger::new(publisher, streams);
+        let mut lag = LagHistogram::new();
+        let mut interval_lag = LagHistogram::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut backpressure_waits = 0u64;
+        let mut backpressure_wait_ns = 0u64;
+        let mut errors = 0u64;
+        let mut failure: Option<TargetError> = None;
+        let mut stopped_early = false;
+        let tick = Duration::from_millis(250);
+        let start = Instant::now();
+        let start_ns = realtime_ns();
+        let mut next_tick = start + tick;
+        let mut next_sent = start + self.config.sent_interval;
+        let mut last_egress = start;
+        let mut schedule_span_ns = 0u64;
+        'run: while let Some(n) = self.plan.next() {
+            let due = start + Duration::from_nanos(n.offset_ns);
+            if !wait_until(due, shutdown) || shutdown.load(Relaxed) {
+                stopped_early = true;
+                break;
+            }
+            let intended_ns = start_ns + n.offset_ns as i64;
+            let metrics = self.plan.fill(&n, intended_ns, &mut buf);
+            let key = TraceKey {
+                publisher,
+                stream: n.stream,
+                sequence: n.sequence,
+            };
+            let mut waited_since: Option<Instant> = None;
+            loop {
+                let mut ctx = TraceContext::new(key, metrics, intended_ns);
+                let stamp = match &self.probe {
+                    Some(p) => p.stamp(&mut ctx),
+                    None => {
+                        let s = Stamp {
+                            hop: self.hop,
+                            ns: realtime_ns(),
+                        };
+                        let _ = ctx.push_stamp(s);
+                        s
+                    }
+                };
+                let msg = Outgoing {
+                    stream: n.stream,
+                    topic: &self.topics[n.stream as usize],
+                    payload: &buf,
+                    context: &ctx,
+                    headers: self.plan.headers(&n),
+                };
+                match self.target.try_send(&msg) {
+                    Ok(()) => {
+                        if let Some(p) = &self.probe {
+                            // A full exporter queue is counted by the probe (queue_full)
+                            // and reported to the collector; nothing more to do here.
+                            let _ = p.report_stamp(&ctx, stamp.ns);
+                        }
+                        ledger.record(n.stream, n.sequence, metrics);
+                        let l = stamp.ns - intended_ns;
+                        lag.record(l);
+                        interval_lag.record(l);
+                        if let Some(w) = waited_since {
+                            backpressure_wait_ns += w.elapsed().as_nanos() as u64;
+                        }
+                        break;
+                    }
+                    Err(SendError::Full) => {
+                        if waited_since.is_none() {
+                            waited_since = Some(Instant::now());
+                            backpressure_waits += 1;
+                        }
+                        if shutdown.load(Relaxed) {
+                            stopped_early = true;
+                            break 'run;
+                        }
+                        self.target.wait_for_capacity(Duration::from_millis(1));
+                    }
+                    Err(SendError::Failed(e)) => {
+                        errors += 1;
+                        tracing::error!("publishing stopped: {e}");
+                        failure = Some(e);
+                        break 'run;
+                    }
+                }
+            }
+            let now = Instant::now();
+            last_egress = now;
+            schedule_span_ns = n.offset_ns;
+            if now >= next_tick {
+                next_tick = now + tick;
+                self.update_live(
+                    start,
+                    &ledger,
+                    &lag,
+                    &mut interval_lag,
+                    n.offset_ns,
+                    backpressure_waits,
+                    errors,
+                    false,
+                );
+            }
+            if now >= next_sent {
+                next_sent = now + self.config.sent_interval;
+                if let Some(e) = &self.exporter {
+                    for f in ledger.frames() {
+                        e.send_frame(Frame::Sent(f));
+                    }
+                }
+            }
+        }
+        let elapsed_ns = last_egress.duration_since(start).as_nanos() as u64;
+        let broker = self.target.close(self.config.flush_timeout);
+        let (exporter, exporter_clean, run_id) = match self.exporter.take() {
+            Some(e) => {
+                for f in ledger.frames() {
+                    e.send_frame(Frame::Sent(f));
+                }
+                let run_id = e.run_id();
+                let s = e.shutdown();
+                if !s.clean || s.counters.lost() > 0 {
+                    tracing::error!(
+                        lost = s.counters.lost(),
+                        clean = s.clean,
+                        "not every publish stamp reached the collector; the counts are in its accounting"
+                    );
+                }
+                (Some(s.counters), Some(s.clean), run_id)
+            }
+            None => (None, None, None),
+        };
+        let offset = elapsed_ns;
+        self.update_live(
+            start,
+            &ledger,
+            &lag,
+            &mut interval_lag,
+            offset,
+            backpressure_waits,
+            errors,
+            true,
+        );
+        if let Some(e) = failure {
+            return Err(PublishError::Target(e));
+        }
+        Ok(PublishSummary {
+            publisher_id: publisher,
+            target: self.target.describe(),
+            carrier: self.target.carrier(),
+            run_id,
+            started_unix_ns: start_ns,
+            elapsed_ns,
+            schedule_span_ns,
+            messages: ledger.messages(),
+            metrics: ledger.metrics(),
+            streams: ledger.streams_used(),
+            target_metrics_per_s: match &self.plan {
+                Plan::Generated { .. } => Some(self.config.shape.rate_metrics_per_s),
+                Plan::Replay { .. } => None,
+            },
+            backpressure_waits,
+            backpressure_wait_ns,
+            errors,
+            stopped_early,
+            lag: lag.summary(),
+            broker,
+            exporter,
+            exporter_clean,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn update_live(
+        &self,
+        start: Instant,
+        ledger: &SentLedger,
+        lag: &LagHistogram,
+        interval_lag: &mut LagHistogram,
+        offset_ns: u64,
+        backpressure_waits: u64,
+        errors: u64,
+        done: bool,
+    ) {
+        let mut l = self.live.lock().expect("live stats poisoned");
+        l.elapsed_ns = start.elapsed().as_nanos() as u64;
+        l.messages = ledger.messages();
+        l.metrics = ledger.metrics();
+        l.target_metrics_per_s = self.plan.target_metrics_per_s(offset_ns);
+        l.backpressure_waits = backpressure_waits;
+        l.errors = errors;
+        l.lag_p99_ns = interval_lag.value_at(0.99);
+        l.lag_max_ns = lag.summary().max_ns;
+        l.done = done;
+        interval_lag.reset();
+    }
+}
+
+/// Connects, runs the schedule until it ends or `shutdown` is set, and returns what was
+/// sent: [`Publisher::new`] then [`Publisher::run`].
+///
+/// # Errors
+/// As [`Publisher::new`] and [`Publisher::run`].
+pub fn run(
+    config: PublishConfig,
+    shutdown: Arc<AtomicBool>,
+) -> Result<PublishSummary, PublishError> {
+    Publisher::new(config)?.run(&shutdown)
+}

@@ -1,0 +1,455 @@
+//! Kafka through rdkafka: a threaded producer whose delivery reports are counted, and a
+//! consumer assigned to every partition of the tapped topics.
+//!
+//! Back-pressure: when librdkafka's producer queue is full, `send` gives the record back
+//! (`QueueFull`); the caller gets [`SendError::Full`], waits and retries.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::carrier::{HEADER, envelope, kafka_header};
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Headers as _, Message as _, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{
+    BrokerTime, Meta, Outgoing, Received, SendError, Source, Target, TargetError, TargetStats,
+};
+use crate::url::{Carrier, KafkaEndpoint, KeyMode, StartOffset};
+
+/// Delivery reports and client errors of a producer.
+#[derive(Debug, Default)]
+struct Reports {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    errors: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Reports {
+    fn note(&self, e: String) {
+        *self.last_error.lock().expect("poisoned") = Some(e);
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Ctx(Arc<Reports>);
+
+impl ClientContext for Ctx {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.errors.fetch_add(1, Relaxed);
+        tracing::warn!("Kafka client error: {error}: {reason}");
+        self.0.note(format!("{error}: {reason}"));
+    }
+}
+
+impl ProducerContext for Ctx {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, (): ()) {
+        match result {
+            Ok(_) => {
+                self.0.delivered.fetch_add(1, Relaxed);
+            }
+            Err((e, _)) => {
+                // ERROR: this record is lost; it is counted and the accounting shows it.
+                if self.0.failed.fetch_add(1, Relaxed) == 0 {
+                    tracing::error!("Kafka delivery failed: {e} (further failures are counted)");
+                }
+                self.0.note(e.to_string());
+            }
+        }
+    }
+}
+
+fn base_config(k: &KafkaEndpoint, client_id: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", k.bootstrap_servers())
+        .set("client.id", client_id)
+        .set("socket.nagle.disable", "true")
+        .set(
+            "socket.connection.setup.timeout.ms",
+            k.connect_timeout_ms.max(1000).to_string(),
+        );
+    c
+}
+
+/// Fetches the partition count of `topic`.
+fn partitions_of(
+    client: &rdkafka::client::Client<impl ClientContext>,
+    k: &KafkaEndpoint,
+    topic: &str,
+) -> Result<u32, TargetError> {
+    let timeout = Duration::from_millis(k.connect_timeout_ms);
+    let md = client
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| TargetError::Unreachable {
+            addr: k.bootstrap_servers(),
+            detail: format!("no metadata within {} ms: {e}", timeout.as_millis()),
+        })?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Err(TargetError::TopicMissing {
+            topic: topic.to_owned(),
+            bootstrap: k.bootstrap_servers(),
+        });
+    };
+    match t.error() {
+        None if !t.partitions().is_empty() => Ok(t.partitions().len() as u32),
+        None | Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {
+            Err(TargetError::TopicMissing {
+                topic: topic.to_owned(),
+                bootstrap: k.bootstrap_servers(),
+            })
+        }
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) => {
+            Err(TargetError::AuthRefused {
+                addr: k.bootstrap_servers(),
+                detail: format!("not authorized for topic {topic:?}"),
+            })
+        }
+        Some(e) => Err(TargetError::Client(format!(
+            "Kafka metadata for topic {topic:?}: {e:?}"
+        ))),
+    }
+}
+
+/// Produces to one Kafka topic.
+pub struct KafkaTarget {
+    producer: ThreadedProducer<Ctx>,
+    reports: Arc<Reports>,
+    topic: String,
+    partitions: Option<u32>,
+    key: KeyMode,
+    carrier: Carrier,
+    describe: String,
+    handed: u64,
+    closed: Option<TargetStats>,
+}
+
+impl std::fmt::Debug for KafkaTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaTarget")
+            .field("target", &self.describe)
+            .field("carrier", &self.carrier)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaTarget {
+    /// Creates the producer and checks that the cluster answers and the topic exists
+    /// (with enough partitions for `partitions=`).
+    ///
+    /// # Errors
+    /// [`TargetError::Unreachable`], [`TargetError::TopicMissing`],
+    /// [`TargetError::TooFewPartitions`], [`TargetError::Topic`] without exactly one topic,
+    /// [`TargetError::Client`] for a configuration librdkafka refuses.
+    pub fn connect(k: &KafkaEndpoint, carrier: Carrier, name: &str) -> Result<Self, TargetError> {
+        let [topic] = k.topics.as_slice() else {
+            return Err(TargetError::Topic(format!(
+                "a Kafka target needs exactly one topic in its address (kafka://host:port/topic), got {:?}",
+                k.topics
+            )));
+        };
+        if carrier == Carrier::Property {
+            return Err(TargetError::Client(
+                "Kafka cannot carry the context in a user property".into(),
+            ));
+        }
+        super::check_reachable(&k.bootstrap, Duration::from_millis(k.connect_timeout_ms))?;
+        let mut c = base_config(k, &super::client_tag(name));
+        c.set("acks", &k.acks)
+            .set("compression.type", k.compression.name());
+        if let Some(v) = k.linger_ms {
+            c.set("linger.ms", v.to_string());
+        }
+        if let Some(v) = k.batch_size {
+            c.set("batch.size", v.to_string());
+        }
+        if let Some(v) = k.batch_messages {
+            c.set("batch.num.messages", v.to_string());
+        }
+        if let Some(v) = k.queue_messages {
+            c.set("queue.buffering.max.messages", v.to_string());
+        }
+        for (key, v) in &k.extra {
+            c.set(key, v);
+        }
+        let ctx = Ctx::default();
+        let reports = Arc::clone(&ctx.0);
+        let producer: ThreadedProducer<Ctx> = c
+            .create_with_context(ctx)
+            .map_err(|e| TargetError::Client(format!("Kafka producer configuration: {e}")))?;
+        let has = partitions_of(producer.client(), k, topic)?;
+        if let Some(wanted) = k.partitions
+            && wanted > has
+        {
+            return Err(TargetError::TooFewPartitions {
+                topic: topic.clone(),
+                has,
+                wanted,
+            });
+        }
+        let describe = format!(
+            "kafka://{}/{topic} (acks={}, compression={}, {} partitions)",
+            k.bootstrap_servers(),
+            k.acks,
+            k.compression.name(),
+            has
+        );
+        tracing::info!(target = %describe, %carrier, "producer ready");
+        Ok(Self {
+            producer,
+            reports,
+            topic: topic.clone(),
+            partitions: k.partitions,
+            key: k.key,
+            carrier,
+            describe,
+            handed: 0,
+            closed: None,
+        })
+    }
+}
+
+impl Target for KafkaTarget {
+    fn try_send(&mut self, msg: &Outgoing<'_>) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(msg.headers.len() + 1);
+        for (k, v) in msg.headers {
+            if k != HEADER {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+        }
+        let enveloped;
+        let payload: &[u8] = if self.carrier == Carrier::Envelope {
+            enveloped = envelope::wrap(msg.context, msg.payload);
+            &enveloped
+        } else {
+            headers = kafka_header::inject(msg.context, headers);
+            msg.payload
+        };
+        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
+            .payload(payload)
+            .headers(headers);
+        if self.key == KeyMode::Stream {
+            record = record.key(msg.topic);
+        }
+        if let Some(n) = self.partitions {
+            record = record.partition((msg.stream % n) as i32);
+        }
+        match self.producer.send(record) {
+            Ok(()) => {
+                self.handed += 1;
+                Ok(())
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SendError::Full)
+            }
+            Err((e, _)) => Err(SendError::Failed(TargetError::Client(format!(
+                "Kafka producer refused a record for {}: {e}",
+                self.topic
+            )))),
+        }
+    }
+
+    fn wait_for_capacity(&mut self, max: Duration) {
+        // The producer's own thread serves delivery reports; polling here as well frees
+        // queue space as soon as reports arrive.
+        self.producer.poll(max.min(Duration::from_micros(200)));
+    }
+
+    fn stats(&self) -> TargetStats {
+        if let Some(s) = self.closed {
+            return s;
+        }
+        let delivered = self.reports.delivered.load(Relaxed);
+        TargetStats {
+            handed: self.handed,
+            written: delivered,
+            acked: delivered,
+            failed: self.reports.failed.load(Relaxed),
+            unconfirmed: 0,
+            reconnects: 0,
+            connection_errors: self.reports.errors.load(Relaxed),
+        }
+    }
+
+    fn close(&mut self, timeout: Duration) -> TargetStats {
+        if let Some(s) = self.closed {
+            return s;
+        }
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::error!(
+                topic = %self.topic,
+                in_flight = self.producer.in_flight_count(),
+                "Kafka flush did not finish within {timeout:?}: {e}"
+            );
+        }
+        let mut s = self.stats();
+        s.unconfirmed = self.handed.saturating_sub(s.acked + s.failed);
+        self.closed = Some(s);
+        s
+    }
+
+    fn carrier(&self) -> Carrier {
+        self.carrier
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+}
+
+/// Consumes Kafka topics: every partition assigned directly (or a consumer group when
+/// the address names one), starting at the end (or the beginning).
+pub struct KafkaSource {
+    consumer: BaseConsumer,
+    describe: String,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("source", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSource {
+    /// Creates the consumer. Without a group, every partition of `topics` (default: the
+    /// address's) is assigned at its current end (or beginning), so every record
+    /// produced after this returns is received.
+    ///
+    /// # Errors
+    /// [`TargetError::Unreachable`], [`TargetError::TopicMissing`], [`TargetError::Topic`]
+    /// without any topic.
+    pub fn connect(k: &KafkaEndpoint, topics: &[String], name: &str) -> Result<Self, TargetError> {
+        let topics: Vec<String> = if topics.is_empty() {
+            k.topics.clone()
+        } else {
+            topics.to_vec()
+        };
+        if topics.is_empty() {
+            return Err(TargetError::Topic(
+                "no Kafka topic to read: give --topics or kafka://host:port/topic".into(),
+            ));
+        }
+        super::check_reachable(&k.bootstrap, Duration::from_millis(k.connect_timeout_ms))?;
+        let tag = super::client_tag(name);
+        let mut c = base_config(k, &tag);
+        c.set("group.id", k.group.clone().unwrap_or_else(|| tag.clone()))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "100")
+            .set(
+                "auto.offset.reset",
+                match k.offset {
+                    StartOffset::End => "latest",
+                    StartOffset::Beginning => "earliest",
+                },
+            );
+        for (key, v) in &k.extra {
+            c.set(key, v);
+        }
+        let consumer: BaseConsumer = c
+            .create()
+            .map_err(|e| TargetError::Client(format!("Kafka consumer configuration: {e}")))?;
+        let timeout = Duration::from_millis(k.connect_timeout_ms);
+        if k.group.is_some() {
+            for t in &topics {
+                partitions_of(consumer.client(), k, t)?;
+            }
+            let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+            consumer
+                .subscribe(&refs)
+                .map_err(|e| TargetError::Client(format!("Kafka subscribe: {e}")))?;
+        } else {
+            let mut tpl = TopicPartitionList::new();
+            for t in &topics {
+                let n = partitions_of(consumer.client(), k, t)?;
+                for p in 0..n as i32 {
+                    let offset = match k.offset {
+                        StartOffset::Beginning => Offset::Beginning,
+                        StartOffset::End => {
+                            let (_, high) =
+                                consumer.fetch_watermarks(t, p, timeout).map_err(|e| {
+                                    TargetError::Unreachable {
+                                        addr: k.bootstrap_servers(),
+                                        detail: format!("offsets of {t}/{p}: {e}"),
+                                    }
+                                })?;
+                            Offset::Offset(high)
+                        }
+                    };
+                    tpl.add_partition_offset(t, p, offset)
+                        .map_err(|e| TargetError::Client(format!("assignment: {e}")))?;
+                }
+            }
+            consumer
+                .assign(&tpl)
+                .map_err(|e| TargetError::Client(format!("Kafka assign: {e}")))?;
+        }
+        let describe = format!("kafka://{}/{}", k.bootstrap_servers(), topics.join(","));
+        tracing::info!(source = %describe, "consuming");
+        Ok(Self { consumer, describe })
+    }
+}
+
+impl Source for KafkaSource {
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Received>, TargetError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(r) = self.consumer.poll(left) else {
+                return Ok(None);
+            };
+            let arrival_ns = hoptrace_probe::clock::realtime_ns();
+            match r {
+                Ok(m) => {
+                    return Ok(Some(Received {
+                        topic: m.topic().to_owned(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                        meta: m
+                            .headers()
+                            .filter(|h| h.count() > 0)
+                            .map_or(Meta::None, |h| Meta::Headers(h.detach())),
+                        arrival_ns,
+                        broker_time: match m.timestamp() {
+                            rdkafka::Timestamp::LogAppendTime(ms) => {
+                                Some(BrokerTime::LogAppendTimeMs(ms))
+                            }
+                            rdkafka::Timestamp::CreateTime(ms) => {
+                                Some(BrokerTime::CreateTimeMs(ms))
+                            }
+                            rdkafka::Timestamp::NotAvailable => None,
+                        },
+                    }));
+                }
+                Err(e) => {
+                    tracing::warn!(source = %self.describe, "Kafka consumer error: {e}");
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn close(&mut self) {
+        self.consumer.unassign().ok();
+    }
+}

@@ -1,0 +1,527 @@
+//! The publisher and the tap against the real brokers `infra/services.sh up` starts
+//! (Mosquitto on `HOPTRACE_MQTT` and `HOPTRACE_MQTT_AUTH`, Kafka on `HOPTRACE_KAFKA`),
+//! with a real in-process collector: every message sent is accounted for.
+//! With `HOPTRACE_INTEGRATION=1` a missing broker fails these tests instead of skipping.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use common::{broker, closed_port, collector, flag, link, tempdir, unique_id, wait_for};
+use hoptrace_collector::RunSummary;
+use hoptrace_probe::HopId;
+use hoptrace_probe::carrier::HEADER;
+use hoptrace_publisher::capture::{self, RecordConfig};
+use hoptrace_publisher::publish::{self, PublishConfig, PublishError, PublishSummary};
+use hoptrace_publisher::schedule::LoadShape;
+use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
+use hoptrace_publisher::target::{self, Meta, TargetError};
+use hoptrace_publisher::{Carrier, Endpoint, ReplayConfig};
+
+struct Outcome {
+    publish: PublishSummary,
+    tap: TapSummary,
+    run: RunSummary,
+}
+
+/// Runs a collector, a tap on `tap_from` and a publisher to `target`, and returns what
+/// each of them saw once the tap has seen every message.
+fn publish_through_tap(
+    target: &str,
+    tap_from: &str,
+    tap_topics: Vec<String>,
+    shape: LoadShape,
+    id: u16,
+) -> Outcome {
+    let dir = tempdir("run");
+    let collector = collector(&dir);
+    let mut tc = TapConfig::new(Endpoint::parse(tap_from).unwrap());
+    tc.topics = tap_topics;
+    tc.collector = Some(link(&collector, 1, "broker"));
+    tc.publishers = Some(vec![id]);
+    let tap = Tap::start(tc).unwrap();
+    let live = tap.live();
+    let stop = flag();
+    let tap_thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    let mut pc = PublishConfig::new(Endpoint::parse(target).unwrap(), shape);
+    pc.publisher_id = id;
+    pc.collector = Some(link(&collector, 0, "publish"));
+    let publish = publish::run(pc, flag()).unwrap();
+    wait_for("the tap to see every message", || {
+        live.traced.load(Relaxed) >= publish.messages
+    });
+    stop.store(true, Relaxed);
+    let tap = tap_thread.join().unwrap().unwrap();
+    let run = collector.stop().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("test").join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        json["accounting"]["adds_up"], true,
+        "run.json says the counts add up"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    Outcome { publish, tap, run }
+}
+
+/// Every message sent is complete (publish and broker stamps joined), per publisher, and
+/// the stage between them is measured for each.
+fn assert_accounted(o: &Outcome, id: u16, n: u64, metrics_per_message: u64) {
+    let p = &o.publish;
+    assert_eq!(p.messages, n, "messages handed to the client");
+    assert_eq!(p.metrics, n * metrics_per_message);
+    assert_eq!(p.errors, 0);
+    assert_eq!(p.broker.unconfirmed, 0, "{:?}", p.broker);
+    assert_eq!(p.lag.count, n, "every message's schedule lag is measured");
+    assert_eq!(p.exporter.unwrap().lost(), 0);
+    assert_eq!(p.exporter_clean, Some(true));
+    assert_eq!(p.run_id.as_deref(), Some("test"));
+
+    assert_eq!(o.tap.traced, n, "the tap saw every message");
+    assert_eq!((o.tap.not_traced, o.tap.bad_context), (0, 0));
+    assert_eq!(o.tap.exporter.unwrap().lost(), 0);
+
+    let a = &o.run.accounting;
+    let mine = a
+        .publishers
+        .iter()
+        .find(|x| x.publisher == id)
+        .expect("the collector knows this publisher");
+    assert_eq!(mine.sent, n, "Sent frames add up to what was sent");
+    assert_eq!(mine.sent_metrics, n * metrics_per_message);
+    assert_eq!(
+        mine.sent,
+        mine.complete + mine.incomplete + mine.unseen,
+        "sent = complete + incomplete + unseen"
+    );
+    assert_eq!((mine.complete, mine.incomplete, mine.unseen), (n, 0, 0));
+    assert!(a.adds_up);
+    assert_eq!(a.records_by_hop.get("publish"), Some(&n));
+    assert_eq!(a.records_by_hop.get("broker"), Some(&n));
+    let stage = o
+        .run
+        .stages
+        .iter()
+        .find(|s| s.name == "publish -> broker")
+        .unwrap();
+    assert_eq!(stage.count + stage.negative, n, "a delta for every message");
+}
+
+fn shape(rate_metrics: f64, streams: u32, metrics_per_message: u32, n: u64) -> LoadShape {
+    let mut s = LoadShape::uniform(rate_metrics, streams);
+    s.metrics_per_message = metrics_per_message;
+    s.zipf_exponent = 1.1;
+    s.max_messages = Some(n);
+    s.duration = Some(Duration::from_secs(20));
+    s
+}
+
+#[test]
+fn mqtt_v5_every_message_is_accounted_for() {
+    let Some(mqtt) = broker("HOPTRACE_MQTT") else {
+        return;
+    };
+    let id = unique_id();
+    let prefix = format!("hoptrace-test/pub-v5-{id}");
+    let n = 3000;
+    let o = publish_through_tap(
+        &format!("mqtt://{mqtt}/{prefix}?qos=1&connections=2"),
+        &format!("mqtt://{mqtt}?qos=1"),
+        vec![format!("{prefix}/#")],
+        shape(50_000.0, 200, 10, n),
+        id,
+    );
+    assert_accounted(&o, id, n, 10);
+    assert_eq!(o.publish.carrier, Carrier::Property);
+    assert_eq!(o.publish.broker.acked, n, "every PUBACK came");
+    assert_eq!(o.tap.arrival_stamps, n);
+    assert_eq!(o.tap.stamp_resolution_ns, None);
+    assert_eq!(o.tap.publish_to_arrival.count, n);
+    let stage = o
+        .run
+        .stages
+        .iter()
+        .find(|s| s.name == "publish -> broker")
+        .unwrap();
+    assert_eq!(
+        stage.negative, 0,
+        "one host, one clock: delivery is never negative"
+    );
+}
+
+#[test]
+fn mqtt_3_1_1_envelope_through_the_auth_listener() {
+    let Some(auth) = broker("HOPTRACE_MQTT_AUTH") else {
+        return;
+    };
+    let id = unique_id();
+    let prefix = format!("hoptrace-test/pub-v3-{id}");
+    let n = 2000;
+    let creds = "user=hoptrace&password=hoptrace-test&version=3.1.1&qos=1";
+    let o = publish_through_tap(
+        &format!("mqtt://{auth}/{prefix}?{creds}"),
+        &format!("mqtt://{auth}?{creds}"),
+        vec![format!("{prefix}/#")],
+        shape(2000.0, 30, 1, n),
+        id,
+    );
+    assert_accounted(&o, id, n, 1);
+    assert_eq!(o.publish.carrier, Carrier::Envelope);
+    assert_eq!(o.tap.carrier, Carrier::Envelope);
+}
+
+#[test]
+fn kafka_every_message_is_accounted_for_and_log_append_time_is_the_brokers_stamp() {
+    let Some(kafka) = broker("HOPTRACE_KAFKA") else {
+        return;
+    };
+    let id = unique_id();
+    let topic = format!("hoptrace-pub-test-{id}-{}", std::process::id());
+    kafka_admin::create_topic(&kafka, &topic, 3, true);
+    let n = 3000;
+    let o = publish_through_tap(
+        &format!("kafka://{kafka}/{topic}?acks=all&linger_ms=1&partitions=3&compression=lz4"),
+        &format!("kafka://{kafka}/{topic}"),
+        vec![],
+        shape(60_000.0, 100, 20, n),
+        id,
+    );
+    kafka_admin::delete_topic(&kafka, &topic);
+    assert_accounted(&o, id, n, 20);
+    assert_eq!(o.publish.carrier, Carrier::Header);
+    assert_eq!(
+        o.publish.broker.acked, n,
+        "a delivery report for every record"
+    );
+    assert_eq!(
+        (o.tap.log_append_time_stamps, o.tap.arrival_stamps),
+        (n, 0),
+        "the topic uses LogAppendTime: the broker's own stamp is reported"
+    );
+    assert_eq!(o.tap.stamp_resolution_ns, Some(1_000_000));
+}
+
+#[test]
+fn kafka_envelope_carrier_on_a_create_time_topic_uses_arrival_stamps() {
+    let Some(kafka) = broker("HOPTRACE_KAFKA") else {
+        return;
+    };
+    let id = unique_id();
+    let topic = format!("hoptrace-pub-env-{id}-{}", std::process::id());
+    kafka_admin::create_topic(&kafka, &topic, 1, false);
+    let n = 1000;
+    let o = publish_through_tap(
+        &format!("kafka://{kafka}/{topic}?carrier=envelope&key=none"),
+        &format!("kafka://{kafka}/{topic}?carrier=envelope"),
+        vec![],
+        shape(5000.0, 10, 1, n),
+        id,
+    );
+    kafka_admin::delete_topic(&kafka, &topic);
+    assert_accounted(&o, id, n, 1);
+    assert_eq!(o.publish.carrier, Carrier::Envelope);
+    assert_eq!((o.tap.log_append_time_stamps, o.tap.arrival_stamps), (0, n));
+}
+
+/// A client window of one message against a schedule far faster than a broker round
+/// trip: sends wait for the client (counted), and still every message is accounted for.
+#[test]
+fn backpressure_is_waited_on_and_counted_never_dropped() {
+    let (Some(mqtt), Some(kafka)) = (broker("HOPTRACE_MQTT"), broker("HOPTRACE_KAFKA")) else {
+        return;
+    };
+    let id = unique_id();
+    let prefix = format!("hoptrace-test/bp-{id}");
+    let n = 2000;
+    let o = publish_through_tap(
+        &format!("mqtt://{mqtt}/{prefix}?qos=1&inflight=1&request_capacity=1"),
+        &format!("mqtt://{mqtt}?qos=1"),
+        vec![format!("{prefix}/#")],
+        shape(1e6, 10, 1, n),
+        id,
+    );
+    assert_accounted(&o, id, n, 1);
+    assert!(
+        o.publish.backpressure_waits > 0,
+        "MQTT: {:?}",
+        o.publish.broker
+    );
+    assert!(o.publish.lag.max_ns > 0);
+
+    let id = unique_id().wrapping_add(7).max(1);
+    let topic = format!("hoptrace-pub-bp-{id}-{}", std::process::id());
+    kafka_admin::create_topic(&kafka, &topic, 1, false);
+    let o = publish_through_tap(
+        &format!("kafka://{kafka}/{topic}?queue_messages=5&linger_ms=1"),
+        &format!("kafka://{kafka}/{topic}"),
+        vec![],
+        shape(1e6, 10, 1, n),
+        id,
+    );
+    kafka_admin::delete_topic(&kafka, &topic);
+    assert_accounted(&o, id, n, 1);
+    assert!(
+        o.publish.backpressure_waits > 0,
+        "Kafka: {:?}",
+        o.publish.broker
+    );
+}
+
+fn publish_error(target: &str) -> PublishError {
+    let cfg = PublishConfig::new(Endpoint::parse(target).unwrap(), shape(100.0, 1, 1, 1));
+    publish::run(cfg, flag()).expect_err("must fail")
+}
+
+#[test]
+fn a_wrong_password_is_refused_clearly() {
+    let Some(auth) = broker("HOPTRACE_MQTT_AUTH") else {
+        return;
+    };
+    for version in ["5", "3.1.1"] {
+        for creds in ["user=hoptrace&password=wrong", "user=nobody&password=x", ""] {
+            let e = publish_error(&format!("mqtt://{auth}?version={version}&{creds}"));
+            assert!(
+                matches!(e, PublishError::Target(TargetError::AuthRefused { .. })),
+                "MQTT {version} {creds:?}: {e:?}"
+            );
+            assert!(
+                e.to_string().contains("refused the credentials")
+                    && e.to_string().contains("user= and password="),
+                "{e}"
+            );
+        }
+    }
+    // The tap reports it the same way.
+    let e = Tap::start(TapConfig::new(
+        Endpoint::parse(&format!("mqtt://hoptrace:wrong@{auth}")).unwrap(),
+    ))
+    .expect_err("must fail");
+    assert!(e.to_string().contains("refused the credentials"), "{e}");
+}
+
+#[test]
+fn an_unreachable_broker_is_reported_at_once() {
+    let port = closed_port();
+    for url in [
+        format!("mqtt://127.0.0.1:{port}"),
+        format!("mqtt://127.0.0.1:{port}?version=3.1.1"),
+        format!("kafka://127.0.0.1:{port}/t"),
+    ] {
+        let e = publish_error(&url);
+        assert!(
+            matches!(e, PublishError::Target(TargetError::Unreachable { .. })),
+            "{url}: {e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("127.0.0.1:{port} is unreachable"))
+                && text.contains("is it running?"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_kafka_topic_is_named() {
+    let Some(kafka) = broker("HOPTRACE_KAFKA") else {
+        return;
+    };
+    let topic = format!("hoptrace-no-such-topic-{}", unique_id());
+    let e = publish_error(&format!("kafka://{kafka}/{topic}"));
+    assert!(
+        matches!(&e, PublishError::Target(TargetError::TopicMissing { topic: t, .. }) if *t == topic),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("create-topic"), "{e}");
+    let e = publish_error(&format!("kafka://{kafka}/hoptrace-test?partitions=99"));
+    assert!(
+        matches!(
+            e,
+            PublishError::Target(TargetError::TooFewPartitions { wanted: 99, .. })
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_collector_that_is_not_there_is_reported() {
+    let Some(mqtt) = broker("HOPTRACE_MQTT") else {
+        return;
+    };
+    let mut cfg = PublishConfig::new(
+        Endpoint::parse(&format!("mqtt://{mqtt}")).unwrap(),
+        shape(100.0, 1, 1, 1),
+    );
+    let mut l = hoptrace_publisher::CollectorLink::new(format!("127.0.0.1:{}", closed_port()));
+    l.wait = Duration::from_millis(300);
+    cfg.collector = Some(l);
+    let e = publish::run(cfg, flag()).expect_err("must fail");
+    assert!(matches!(e, PublishError::Collector { .. }), "{e:?}");
+    assert!(e.to_string().contains("is hoptrace collect running"), "{e}");
+}
+
+/// Records live traffic, replays it twice as fast with a fanout of 2, and checks that
+/// every copy arrives in capture order with its payload unchanged, a fresh context, and
+/// an intended time exactly the captured inter-arrival time halved.
+#[test]
+fn record_and_replay_keep_order_payloads_and_scaled_timing() {
+    let Some(mqtt) = broker("HOPTRACE_MQTT") else {
+        return;
+    };
+    let id = unique_id();
+    let prefix = format!("hoptrace-test/rec-{id}");
+    let n = 400u64;
+    let dir = tempdir("replay");
+    let capture_path = dir.join("capture.parquet");
+
+    // Record while a publisher sends.
+    let src_ep = Endpoint::parse(&format!("mqtt://{mqtt}?qos=1")).unwrap();
+    let mut src = target::open_source(&src_ep, &[format!("{prefix}/#")], "test").unwrap();
+    let rc = RecordConfig {
+        source: src_ep.clone(),
+        topics: vec![],
+        out: capture_path.clone(),
+        duration: Some(Duration::from_secs(30)),
+        max_messages: Some(n),
+    };
+    let recorder =
+        std::thread::spawn(move || capture::record_from(src.as_mut(), &rc, &flag()).unwrap());
+    let mut pc = PublishConfig::new(
+        Endpoint::parse(&format!("mqtt://{mqtt}/{prefix}?qos=1")).unwrap(),
+        shape(2000.0, 5, 1, n),
+    );
+    pc.publisher_id = id;
+    let sent = publish::run(pc, flag()).unwrap();
+    assert_eq!(sent.messages, n);
+    let recorded = recorder.join().unwrap();
+    assert_eq!(recorded.messages, n);
+    let captured = capture::read_capture(&capture_path).unwrap();
+    assert_eq!(captured.len() as u64, n);
+    assert!(
+        captured
+            .iter()
+            .all(|m| m.headers.iter().any(|(k, _)| k == HEADER))
+    );
+
+    // Replay, and receive the copies.
+    let mut rx = target::open_source(&src_ep, &[format!("{prefix}/#")], "test").unwrap();
+    let replay_id = id.wrapping_add(1).max(1);
+    let mut rc = PublishConfig::new(
+        Endpoint::parse(&format!("mqtt://{mqtt}?qos=1")).unwrap(),
+        LoadShape::uniform(1.0, 1),
+    );
+    rc.publisher_id = replay_id;
+    rc.replay = Some(ReplayConfig {
+        path: capture_path,
+        speed: 2.0,
+        fanout: 2,
+    });
+    let replayed = publish::run(rc, flag()).unwrap();
+    assert_eq!(replayed.messages, 2 * n);
+    assert_eq!(replayed.streams, 2 * 5);
+    let mut got = Vec::new();
+    while (got.len() as u64) < 2 * n {
+        let m = rx
+            .recv(Duration::from_secs(10))
+            .unwrap()
+            .expect("every replayed copy arrives");
+        got.push(m);
+    }
+
+    let a0 = captured.iter().map(|m| m.arrival_ns).min().unwrap();
+    let mut by_topic: BTreeMap<&str, Vec<&capture::CapturedMessage>> = BTreeMap::new();
+    for m in &captured {
+        by_topic.entry(&m.topic).or_default().push(m);
+    }
+    let mut next_seq: BTreeMap<String, u64> = BTreeMap::new();
+    for m in &got {
+        let Meta::UserProperties(props) = &m.meta else {
+            panic!("a replayed MQTT 5 message carries properties")
+        };
+        assert_eq!(
+            props.iter().filter(|(k, _)| k == HEADER).count(),
+            1,
+            "the captured context is replaced, not duplicated"
+        );
+        let ctx = m.extract(Carrier::Property).unwrap().context;
+        assert_eq!(ctx.key.publisher, replay_id);
+        let (orig, copy) = m.topic.rsplit_once('/').unwrap();
+        assert!(copy == "f0" || copy == "f1", "{}", m.topic);
+        let seq = next_seq.entry(m.topic.clone()).or_default();
+        assert_eq!(ctx.key.sequence, *seq, "order kept within {}", m.topic);
+        *seq += 1;
+        let source = by_topic[orig][ctx.key.sequence as usize];
+        let mut payload_ctx_stripped = source.payload.clone();
+        if let Ok((_, inner)) = hoptrace_probe::carrier::envelope::unwrap(&source.payload) {
+            payload_ctx_stripped = inner.to_vec();
+        }
+        assert_eq!(m.payload, payload_ctx_stripped, "payload unchanged");
+        let expected_offset = ((source.arrival_ns - a0) as f64 / 2.0).round() as i64;
+        assert_eq!(
+            ctx.intended_ns - replayed.started_unix_ns,
+            expected_offset,
+            "intended time = captured inter-arrival time / speed"
+        );
+        assert!(ctx.stamp_of(HopId(0)).is_some(), "stamped at egress");
+    }
+    assert_eq!(replayed.lag.count, 2 * n);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Kafka topics for the tests, through the admin API.
+mod kafka_admin {
+    use std::time::Duration;
+
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::producer::{BaseProducer, Producer as _};
+
+    fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .unwrap()
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// Creates `name` and waits until its metadata lists every partition.
+    pub fn create_topic(bootstrap: &str, name: &str, partitions: i32, log_append_time: bool) {
+        let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        if log_append_time {
+            t = t.set("message.timestamp.type", "LogAppendTime");
+        }
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        for r in block_on(admin(bootstrap).create_topics([&t], &opts)).unwrap() {
+            r.unwrap();
+        }
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .unwrap();
+        super::wait_for("topic metadata", || {
+            p.client()
+                .fetch_metadata(Some(name), Duration::from_secs(1))
+                .is_ok_and(|m| {
+                    m.topics().first().is_some_and(|t| {
+                        t.error().is_none() && t.partitions().len() == partitions as usize
+                    })
+                })
+        });
+    }
+
+    pub fn delete_topic(bootstrap: &str, name: &str) {
+        let _ = block_on(admin(bootstrap).delete_topics(&[name], &AdminOptions::new()));
+    }
+}

@@ -1,0 +1,84 @@
+//! Helpers of the publisher's integration tests: broker addresses from the environment,
+//! an in-process collector, unique names.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_probe::HopId;
+use hoptrace_publisher::CollectorLink;
+
+/// `host:port` of a broker from the environment; `None` skips the test unless
+/// integration tests are required (`HOPTRACE_INTEGRATION=1`), which makes it a failure.
+pub fn broker(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            assert!(
+                std::env::var("HOPTRACE_INTEGRATION").as_deref() != Ok("1"),
+                "{var} is not set but HOPTRACE_INTEGRATION=1: start the brokers with infra/services.sh up"
+            );
+            eprintln!("skipped: {var} not set (run infra/test.sh)");
+            None
+        }
+    }
+}
+
+/// A publisher id unlikely to collide with earlier runs on the same broker.
+pub fn unique_id() -> u16 {
+    let id =
+        (std::process::id() as u16) ^ (hoptrace_probe::clock::realtime_ns() as u16).rotate_left(5);
+    id.max(1)
+}
+
+/// A fresh directory under the system temp dir.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hoptrace-pub-{tag}-{}-{}",
+        std::process::id(),
+        hoptrace_probe::clock::realtime_ns()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A collector on a loopback port for the pipeline `publish` (hop 0) -> `broker` (hop 1).
+pub fn collector(dir: &std::path::Path) -> Collector {
+    let spec = PipelineSpec::chain("publisher-test", &["publish".into(), "broker".into()]).unwrap();
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, dir);
+    cfg.run_id = Some("test".into());
+    cfg.stop_timeout = Duration::from_secs(5);
+    Collector::start(cfg).unwrap()
+}
+
+/// The link of hop `id` named `name` to `collector`.
+pub fn link(collector: &Collector, id: u8, name: &str) -> CollectorLink {
+    let mut l = CollectorLink::new(collector.local_addr().to_string());
+    l.hop = (HopId(id), name.to_owned());
+    l
+}
+
+/// Waits (polling a condition, never a fixed sleep) until `f` holds or 30 s pass.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A shutdown flag.
+pub fn flag() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+/// A loopback port nothing listens on.
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}

@@ -1,0 +1,572 @@
+//! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
+//! `hoptrace_publisher`.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_probe::HopId;
+use hoptrace_publisher::accounting::LagSummary;
+use hoptrace_publisher::capture::{self, RecordConfig};
+use hoptrace_publisher::payload::PayloadFormat;
+use hoptrace_publisher::publish::{
+    CollectorLink, PublishConfig, PublishSummary, Publisher, ReplayConfig,
+};
+use hoptrace_publisher::schedule::{Burst, LoadShape};
+use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
+use hoptrace_publisher::uns::TopicScheme;
+use hoptrace_publisher::url::{Carrier, Endpoint};
+
+use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration};
+
+fn parse_carrier(s: &str) -> Result<Carrier, String> {
+    Carrier::parse(s).map_err(|e| e.to_string())
+}
+
+/// Where to report to the collector (shared by publish and tap).
+#[derive(Debug, clap::Args)]
+pub struct CollectorArgs {
+    /// Collector address (`hoptrace collect --listen`); without it, nothing is reported.
+    #[arg(long)]
+    pub collector: Option<String>,
+    /// Token the collector requires.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The collector's pipeline spec, to look up the hop's id (default: the default
+    /// pipeline of `hoptrace generate-config`).
+    #[arg(long)]
+    pub pipeline: Option<PathBuf>,
+    /// The hop's wire id, when the pipeline spec is not at hand.
+    #[arg(long)]
+    pub hop_id: Option<u8>,
+}
+
+impl CollectorArgs {
+    fn link(&self, hop: &str) -> anyhow::Result<Option<CollectorLink>> {
+        let Some(addr) = &self.collector else {
+            return Ok(None);
+        };
+        let id = match self.hop_id {
+            Some(id) => id,
+            None => {
+                let spec = match &self.pipeline {
+                    Some(p) => PipelineSpec::load(p)
+                        .with_context(|| format!("pipeline spec {}", p.display()))?,
+                    None => PipelineSpec::default_pipeline(),
+                };
+                let Some((i, h)) = spec.hops.iter().enumerate().find(|(_, h)| h.name == hop) else {
+                    bail!(
+                        "hop {hop:?} is not declared by the pipeline {:?} ({}): pass the collector's spec with --pipeline, or the hop's id with --hop-id",
+                        spec.name,
+                        spec.hops
+                            .iter()
+                            .map(|h| h.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                };
+                h.id.unwrap_or(i as u8)
+            }
+        };
+        let mut l = CollectorLink::new(addr);
+        l.token.clone_from(&self.token);
+        l.hop = (HopId(id), hop.to_owned());
+        Ok(Some(l))
+    }
+}
+
+/// Options of `hoptrace publish`.
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// Broker: `mqtt://host:port[/prefix]?qos=1&version=5` or
+    /// `kafka://host:port/topic?acks=all&linger_ms=5` (options: see the publisher docs).
+    #[arg(long)]
+    pub to: String,
+    /// Target rate in metrics per second, over all streams (`100k`, `1M`).
+    #[arg(long, default_value = "10k", value_parser = parse_count)]
+    pub rate: u64,
+    /// Streams (topics, series) the load is spread over.
+    #[arg(long, default_value_t = 100)]
+    pub streams: u32,
+    /// Metrics per message (more than 1 sends JSON batches).
+    #[arg(long, default_value_t = 1)]
+    pub metrics_per_message: u32,
+    /// How long to publish (`30s`, `30m`), ramp-up included.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many messages.
+    #[arg(long, value_parser = parse_count)]
+    pub messages: Option<u64>,
+    /// Zipf exponent of the per-stream rates (0: uniform; 1.1: a few streams dominate).
+    #[arg(long, default_value_t = 0.0)]
+    pub zipf: f64,
+    /// Time over which the rate rises linearly from 0 to --rate.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub ramp_up: Duration,
+    /// Rate multiplier during bursts (with --burst-every and --burst-length).
+    #[arg(long, requires_all = ["burst_every", "burst_length"])]
+    pub burst_factor: Option<f64>,
+    /// Period of the bursts (`10s`).
+    #[arg(long, value_parser = parse_duration)]
+    pub burst_every: Option<Duration>,
+    /// Length of each burst (`500ms`).
+    #[arg(long, value_parser = parse_duration)]
+    pub burst_length: Option<Duration>,
+    /// MQTT QoS (overrides the address's `qos=`).
+    #[arg(long)]
+    pub qos: Option<u8>,
+    /// Carrier of the trace context: property (MQTT 5), header (Kafka) or envelope.
+    #[arg(long, value_parser = parse_carrier)]
+    pub carrier: Option<Carrier>,
+    /// Payload: text, json, json-batch or raw:<bytes> (default: json, or json-batch for
+    /// several metrics per message).
+    #[arg(long, value_parser = PayloadFormat::parse)]
+    pub payload: Option<PayloadFormat>,
+    /// Topic names: `uns` (enterprise/site/area/line/cell/tag) or `flat`.
+    #[arg(long, default_value = "uns")]
+    pub topics: String,
+    /// First topic level (the UNS enterprise).
+    #[arg(long)]
+    pub topic_root: Option<String>,
+    /// Seed of the UNS name shuffles.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Publisher id in the trace keys (default: random); unique per publisher in a run.
+    #[arg(long)]
+    pub publisher_id: Option<u16>,
+    /// Replay a capture (`hoptrace record`) instead of generating load.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// Replay speed: 2 sends twice as fast as captured.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Replay copies per captured message; copy n goes to `<topic>/f<n>`.
+    #[arg(long, default_value_t = 1)]
+    pub fanout: u32,
+    /// The hop the publish stamps are reported as.
+    #[arg(long, default_value = "publish")]
+    pub hop: String,
+    /// How long to wait at the end for the broker to confirm everything.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub flush_timeout: Duration,
+    #[command(flatten)]
+    pub collector: CollectorArgs,
+}
+
+/// Options of `hoptrace tap`.
+#[derive(Debug, clap::Args)]
+pub struct TapArgs {
+    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`.
+    #[arg(long)]
+    pub from: String,
+    /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
+    /// address's Kafka topics).
+    #[arg(long, value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// The hop the arrival stamps are reported as.
+    #[arg(long, default_value = "broker")]
+    pub hop: String,
+    /// Carrier to read the context from (default: per transport).
+    #[arg(long, value_parser = parse_carrier)]
+    pub carrier: Option<Carrier>,
+    /// Only report these publisher ids (comma-separated); others count as foreign.
+    #[arg(long, value_delimiter = ',')]
+    pub publishers: Vec<u16>,
+    /// Stamp Kafka records at arrival even when the topic uses LogAppendTime.
+    #[arg(long)]
+    pub no_log_append_time: bool,
+    /// Stop after this long (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this many traced messages.
+    #[arg(long, value_parser = parse_count)]
+    pub messages: Option<u64>,
+    #[command(flatten)]
+    pub collector: CollectorArgs,
+}
+
+/// Options of `hoptrace record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Broker: `mqtt://host:port` or `kafka://host:port/topic`.
+    #[arg(long)]
+    pub from: String,
+    /// MQTT topic filters or Kafka topics, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// The capture file (Parquet).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Stop after this long (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this many messages.
+    #[arg(long, value_parser = parse_count)]
+    pub messages: Option<u64>,
+}
+
+fn shutdown_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
+    let mut target = Endpoint::parse(&args.to).context("--to")?;
+    if let Some(q) = args.qos {
+        match &mut target {
+            Endpoint::Mqtt(m) if q <= 2 => m.qos = q,
+            Endpoint::Mqtt(_) => bail!("--qos must be 0, 1 or 2"),
+            Endpoint::Kafka(_) => bail!("--qos applies to MQTT; Kafka uses acks= in the address"),
+        }
+    }
+    let mut shape = LoadShape::uniform(args.rate as f64, args.streams);
+    shape.metrics_per_message = args.metrics_per_message;
+    shape.zipf_exponent = args.zipf;
+    shape.ramp_up = args.ramp_up;
+    shape.duration = Some(args.duration);
+    shape.max_messages = args.messages;
+    if let (Some(factor), Some(every), Some(length)) =
+        (args.burst_factor, args.burst_every, args.burst_length)
+    {
+        shape.burst = Some(Burst {
+            every,
+            length,
+            factor,
+        });
+    }
+    let mut c = PublishConfig::new(target, shape);
+    c.carrier = args.carrier;
+    c.payload = args.payload;
+    c.topics = match args.topics.as_str() {
+        "uns" => TopicScheme::Uns {
+            root: args.topic_root.clone(),
+            seed: args.seed,
+        },
+        "flat" => TopicScheme::Flat {
+            root: args.topic_root.clone(),
+        },
+        other => bail!("--topics {other:?}: expected uns or flat"),
+    };
+    if let Some(id) = args.publisher_id {
+        c.publisher_id = id;
+    }
+    c.collector = args.collector.link(&args.hop)?;
+    c.replay = args.replay.as_ref().map(|path| ReplayConfig {
+        path: path.clone(),
+        speed: args.speed,
+        fanout: args.fanout,
+    });
+    c.flush_timeout = args.flush_timeout;
+    Ok(c)
+}
+
+/// Runs `hoptrace publish`: a live line on a terminal, a summary always.
+///
+/// # Errors
+/// Invalid options, an unusable broker or collector, a failure during the run.
+pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
+    let stop = shutdown_flag()?;
+    let config = publish_config(args)?;
+    let planned_s = args.duration.as_secs_f64();
+    let publisher = Publisher::new(config).context("starting the publisher")?;
+    eprintln!(
+        "{} (SIGINT or SIGTERM stops, flushes and prints the summary)",
+        publisher.describe()
+    );
+    let live = publisher.live();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("publisher".into())
+            .spawn(move || publisher.run(&stop))
+            .context("starting the publisher thread")?
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = *live.lock().expect("live stats poisoned");
+    let mut last_at = Instant::now();
+    while !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if !tty || last_at.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let l = *live.lock().expect("live stats poisoned");
+        let secs = last_at.elapsed().as_secs_f64();
+        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / secs;
+        let elapsed_s = l.elapsed_ns as f64 / 1e9;
+        let eta = match (l.planned_messages, l.messages) {
+            (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
+                let by_count = (p.saturating_sub(m)) as f64 / (m as f64 / elapsed_s);
+                by_count.min((planned_s - elapsed_s).max(0.0))
+            }
+            _ => (planned_s - elapsed_s).max(0.0),
+        };
+        eprint!(
+            "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
+            l.target_metrics_per_s
+                .map_or_else(|| "replay".to_owned(), |t| format!("{} metrics/s", fmt_si(t))),
+            format_args!("{} metrics/s", fmt_si(achieved)),
+            l.messages,
+            l.backpressure_waits,
+            l.errors,
+            fmt_ns(l.lag_p99_ns as f64),
+            fmt_ns(l.lag_max_ns as f64),
+            eta
+        );
+        let _ = std::io::stderr().flush();
+        last = l;
+        last_at = Instant::now();
+    }
+    if tty {
+        eprintln!();
+    }
+    let summary = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
+    print_publish_summary(&summary);
+    Ok(())
+}
+
+fn lag_line(l: &LagSummary) -> String {
+    let q = |x: f64| {
+        l.at(x).map_or_else(
+            || "-".to_owned(),
+            |q| {
+                format!(
+                    "{} ±{}",
+                    fmt_ns(q.value_ns as f64),
+                    fmt_ns(q.precision_ns as f64)
+                )
+            },
+        )
+    };
+    format!(
+        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {}  ({} messages{})",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(0.999),
+        fmt_ns(l.max_ns as f64),
+        fmt_ns(l.mean_ns),
+        l.count,
+        if l.negative > 0 {
+            format!(
+                ", {} before their intended time (clock stepped back), counted as 0",
+                l.negative
+            )
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn print_publish_summary(s: &PublishSummary) {
+    println!(
+        "hoptrace publish: publisher {} -> {}, context in {}{}",
+        s.publisher_id,
+        s.target,
+        s.carrier,
+        s.run_id
+            .as_ref()
+            .map(|r| format!(", run {r}"))
+            .unwrap_or_default()
+    );
+    let secs = s.elapsed_ns as f64 / 1e9;
+    println!(
+        "sent {} messages ({} metrics) over {} streams in {secs:.2} s: {} metrics/s, {} messages/s{}{}",
+        s.messages,
+        s.metrics,
+        s.streams,
+        fmt_si(s.metrics_per_s()),
+        fmt_si(s.messages_per_s()),
+        s.target_metrics_per_s
+            .map(|t| format!(" (target {} metrics/s at full rate)", fmt_si(t)))
+            .unwrap_or_default(),
+        if s.stopped_early {
+            "; stopped early"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "kept up with the schedule: {:.4} (intended span {:.3} s / actual {secs:.3} s)",
+        s.keep_up_ratio(),
+        s.schedule_span_ns as f64 / 1e9
+    );
+    let b = &s.broker;
+    println!(
+        "broker: written {}, acknowledged {}, delivery failed {}, unconfirmed at close {}, reconnects {}, connection errors {}",
+        b.written, b.acked, b.failed, b.unconfirmed, b.reconnects, b.connection_errors
+    );
+    println!(
+        "back-pressure: {} messages waited for the client ({} in total); send errors {}",
+        s.backpressure_waits,
+        fmt_ns(s.backpressure_wait_ns as f64),
+        s.errors
+    );
+    println!(
+        "schedule lag (egress - intended, HDR 3 significant digits): {}",
+        lag_line(&s.lag)
+    );
+    match (&s.exporter, s.exporter_clean) {
+        (Some(c), clean) => println!(
+            "collector: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); Sent frames for {} streams; closed cleanly: {}",
+            c.reported,
+            c.sent,
+            c.lost(),
+            c.queue_full,
+            c.send_failed,
+            s.streams,
+            if clean == Some(true) { "yes" } else { "NO" }
+        ),
+        (None, _) => println!("collector: none (stamps only in-band)"),
+    }
+}
+
+/// Runs `hoptrace tap` until SIGINT/SIGTERM (or --duration / --messages).
+///
+/// # Errors
+/// Invalid options, an unusable broker or collector.
+pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
+    let stop = shutdown_flag()?;
+    let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
+    c.topics.clone_from(&args.topics);
+    c.carrier = args.carrier;
+    c.collector = args.collector.link(&args.hop)?;
+    c.use_log_append_time = !args.no_log_append_time;
+    c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
+    c.duration = args.duration;
+    c.max_messages = args.messages;
+    let tap = Tap::start(c).context("starting the tap")?;
+    eprintln!("tapping {} (SIGINT or SIGTERM stops)", tap.describe());
+    let live = tap.live();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("tap".into())
+            .spawn(move || tap.run(&stop))
+            .context("starting the tap thread")?
+    };
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last = 0u64;
+    let mut last_at = Instant::now();
+    while !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if !tty || last_at.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let traced = live.traced.load(Relaxed);
+        eprint!(
+            "\r{:>6.0}s  {:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}   ",
+            started.elapsed().as_secs_f64(),
+            traced.saturating_sub(last) as f64 / last_at.elapsed().as_secs_f64(),
+            live.received.load(Relaxed),
+            traced,
+            live.not_traced.load(Relaxed),
+            live.bad_context.load(Relaxed),
+            live.foreign.load(Relaxed),
+        );
+        let _ = std::io::stderr().flush();
+        last = traced;
+        last_at = Instant::now();
+    }
+    if tty {
+        eprintln!();
+    }
+    let s = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the tap thread panicked"))??;
+    print_tap_summary(&s);
+    Ok(())
+}
+
+fn print_tap_summary(s: &TapSummary) {
+    println!(
+        "hoptrace tap: {} ({} carrier){}{} for {:.1} s",
+        s.source,
+        s.carrier,
+        s.hop
+            .as_ref()
+            .map(|h| format!(", hop {h}"))
+            .unwrap_or_default(),
+        s.run_id
+            .as_ref()
+            .map(|r| format!(", run {r}"))
+            .unwrap_or_default(),
+        s.elapsed_ns as f64 / 1e9
+    );
+    println!(
+        "received {}: traced {}, untraced {}, undecodable context {}, other publishers {}; reconnects {}",
+        s.received, s.traced, s.not_traced, s.bad_context, s.foreign, s.reconnects
+    );
+    println!(
+        "stamps: {} at arrival in the tap (CLOCK_REALTIME), {} from Kafka LogAppendTime",
+        s.arrival_stamps, s.log_append_time_stamps
+    );
+    if let Some(r) = s.stamp_resolution_ns {
+        println!(
+            "note: LogAppendTime has {} resolution (truncated), so stages ending at this hop are up to {} short and may be negative",
+            fmt_ns(r as f64),
+            fmt_ns(r as f64)
+        );
+    }
+    if s.publish_to_arrival.count > 0 {
+        println!(
+            "publish stamp -> arrival here: {}",
+            lag_line(&s.publish_to_arrival)
+        );
+    }
+    if let Some(c) = &s.exporter {
+        println!(
+            "collector: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); closed cleanly: {}",
+            c.reported,
+            c.sent,
+            c.lost(),
+            c.queue_full,
+            c.send_failed,
+            if s.exporter_clean == Some(true) {
+                "yes"
+            } else {
+                "NO"
+            }
+        );
+    }
+}
+
+/// Runs `hoptrace record` until SIGINT/SIGTERM (or --duration / --messages).
+///
+/// # Errors
+/// Invalid options, an unusable broker, an unwritable file.
+pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
+    let stop = shutdown_flag()?;
+    let c = RecordConfig {
+        source: Endpoint::parse(&args.from).context("--from")?,
+        topics: args.topics.clone(),
+        out: args.out.clone(),
+        duration: args.duration,
+        max_messages: args.messages,
+    };
+    eprintln!(
+        "recording {} into {} (SIGINT or SIGTERM stops and closes the file)",
+        c.source.display(),
+        c.out.display()
+    );
+    let s = capture::record(&c, &stop).context("recording")?;
+    println!(
+        "hoptrace record: {} messages ({} payload bytes) from {} in {:.1} s into {}",
+        s.messages,
+        s.payload_bytes,
+        s.source,
+        s.elapsed_ns as f64 / 1e9,
+        s.out.display()
+    );
+    Ok(())
+}
