@@ -5,6 +5,9 @@
 #   Debian packages: mosquitto mosquitto-clients (MQTT broker and CLI clients),
 #                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss)
 #   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
+#   Chart libraries: npm ci in analysis/web (vega, vega-lite, vega-embed, inlined into
+#                    report.html and used to render report.md's SVG images)
+#   --browser:       also Debian's chromium, for the report's headless browser test
 #
 # The packages' own system services are not wanted: the project runs its own broker instances
 # on its own ports (infra/mosquitto/mosquitto.sh). If an install started the stock mosquitto or
@@ -12,7 +15,14 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
 PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2)
+for arg in "$@"; do
+    case $arg in
+    --browser) PACKAGES+=(chromium) ;;
+    *) printf 'setup: unknown option %s (known: --browser)\n' "$arg" >&2; exit 2 ;;
+    esac
+done
 
 log() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -71,6 +81,17 @@ install_packages() {
     log "installed ${missing[*]}"
 }
 
+# install_web: the chart libraries the reports inline, pinned by analysis/web/package-lock.json.
+install_web() {
+    local web=$ROOT/analysis/web
+    [[ -f $web/node_modules/vega-embed/build/vega-embed.min.js ]] && return 0
+    command -v npm >/dev/null || die "npm not found: install Node.js (the reports inline chart libraries from npm)"
+    log "installing the chart libraries (npm ci in analysis/web)"
+    npm ci --prefix "$web" --no-audit --no-fund --loglevel=error >/dev/null ||
+        die "npm ci in $web failed"
+}
+
 install_packages
+install_web
 "$HERE/kafka/kafka.sh" fetch --quiet
 log "ok (packages present, Kafka jars in ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})"

@@ -12,6 +12,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/hoptrace-target}
 export HOPTRACE_INTEGRATION=1
 LOG=$(mktemp -d /tmp/hoptrace-test.XXXXXX)
 
+infra/setup.sh --browser
 infra/services.sh up
 trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
 # shellcheck source=env.sh
@@ -20,8 +21,8 @@ source infra/env.sh
 step() { printf '\n== %s\n' "$*"; }
 
 step "python test packages (independent Parquet readers)"
-python3 -c 'import pyarrow, duckdb' 2>/dev/null ||
-    python3 -m pip install --quiet --disable-pip-version-check pyarrow duckdb
+python3 -c 'import pyarrow, duckdb, jsonschema' 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check pyarrow duckdb jsonschema
 
 step "format"
 cargo fmt --all -- --check
@@ -33,11 +34,13 @@ cargo test --workspace --all-features --locked --no-fail-fast 2>&1 | tee "$LOG/c
 rc=${PIPESTATUS[0]}
 set -e
 
-step "python: trace format reference implementation; HdrHistogram logs read by Java"
+step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium"
 cargo build --release --locked --bin hoptrace
 export HOPTRACE_BIN=$CARGO_TARGET_DIR/release/hoptrace
+# Screenshots and other artifacts tests keep.
+export HOPTRACE_ARTIFACTS=${HOPTRACE_ARTIFACTS:-$LOG/artifacts}
 set +e
-python3 -m pytest -q -p no:cacheprovider probe/testdata collector/tests 2>&1 | tee "$LOG/pytest.txt"
+python3 -m pytest -q -p no:cacheprovider probe/testdata collector/tests analysis/tests 2>&1 | tee "$LOG/pytest.txt"
 pyrc=${PIPESTATUS[0]}
 set -e
 if ((pyrc != 0)); then rc=1; fi
@@ -52,6 +55,7 @@ done < <(
     sed -nE 's/^(([0-9]+) failed, )?([0-9]+) passed.*/\3 \2/p' "$LOG/pytest.txt" | awk '{print $1, ($2 == "" ? 0 : $2)}'
 )
 echo
+echo "artifacts: $HOPTRACE_ARTIFACTS"
 echo "tests: $passed passed, $failed failed"
 if ((rc != 0 || failed != 0)); then
     exit 1

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod analyze;
 mod bench;
 mod clock;
 mod collect;
@@ -37,6 +38,13 @@ enum Command {
     /// This host's clock status (chrony, ptp4l or kernel): offset, error bound, leap;
     /// with --max-error, a preflight that fails on an unsynchronised or too uncertain clock.
     Clock(clock::Args),
+    /// Query one or many runs with SQL (DataFusion): traces, clock, probes, runs, stages,
+    /// and HDR functions such as hdr_percentile(total_ingestion_ns, 0.99).
+    Sql(analyze::SqlArgs),
+    /// Write a run's report: report.md, self-contained report.html, summary.json, charts.
+    Report(analyze::ReportArgs),
+    /// Compare stage percentiles of runs (the first is the baseline); gates for CI.
+    Compare(analyze::CompareArgs),
     /// Publish traced messages to MQTT or Kafka on an open-loop schedule (or replay a
     /// capture), report publish stamps and what was sent to the collector, print the
     /// schedule lag.
@@ -68,6 +76,9 @@ fn main() {
         Command::Collect(args) => collect::run(&args),
         Command::Bench(which) => bench::run(&which),
         Command::Clock(args) => clock::run(&args),
+        Command::Sql(args) => analyze::run_sql(&args),
+        Command::Report(args) => analyze::run_report(&args),
+        Command::Compare(args) => analyze::run_compare(&args),
         Command::Publish(args) => publish::publish(&args),
         Command::Tap(args) => publish::tap(&args),
         Command::Record(args) => publish::record(&args),

@@ -1,1 +1,118 @@
-//! hoptrace analysis: SQL over run Parquet, HDR aggregates, reports and charts.
+//! hoptrace analysis: SQL over the Parquet a collector wrote, HDR percentile tables,
+//! charts, and reports.
+//!
+//! - [`session`]: open run directories ([`RunSet`]) and get a DataFusion session with
+//!   `traces`, `clock`, `probes`, `runs` and `stages` registered;
+//! - [`hdr`]: the SQL functions `hdr_histogram`, `hdr_percentile`, `hdr_precision`, ...;
+//! - [`summary`]: everything a report says about a run, computed by SQL over its Parquet
+//!   (`summary.json` is this, serialized);
+//! - [`report`]: `report.md`, `report.html` and the Vega-Lite chart specs;
+//! - [`compare`]: percentiles of several runs side by side and CI gates.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), hoptrace_analysis::AnalysisError> {
+//! use hoptrace_analysis::RunSet;
+//! let runs = RunSet::open(&["runs/demo"])?;
+//! let ctx = runs.session().await?;
+//! let df = ctx
+//!     .sql("SELECT hdr_percentile(total_ingestion_ns, 0.99) AS p99 FROM traces")
+//!     .await?;
+//! df.show().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::PathBuf;
+
+pub mod charts;
+pub mod compare;
+pub mod format;
+pub mod hdr;
+pub mod report;
+pub mod session;
+pub mod sql;
+pub mod summary;
+
+pub use datafusion;
+pub use session::{Run, RunSet};
+pub use summary::Summary;
+
+/// Errors of the analysis layer.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    /// A path is not a run directory: give the directory a collector wrote (with `run.json`).
+    #[error("{dir} is not a run directory (no readable run.json): {source}")]
+    NotARun {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// `run.json` does not parse: it was not written by this version of hoptrace, or was
+    /// edited.
+    #[error("{path}: not a hoptrace run.json: {source}")]
+    RunJson {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// Nothing matched the paths given: check the run directory or glob.
+    #[error("no run directories match {0:?}")]
+    NoRuns(String),
+    /// Runs cannot be read together.
+    #[error("runs cannot be read together: {0}")]
+    Mismatch(String),
+    /// A Parquet file is truncated or not Parquet: the run's collector was killed before
+    /// closing it, or the file was damaged; move it aside (the collector's recovery does).
+    #[error("{path}: not a readable Parquet file: {reason}")]
+    BadParquet {
+        /// The file.
+        path: PathBuf,
+        /// What the reader said.
+        reason: String,
+    },
+    /// A query failed: the message names the column, table or function.
+    #[error(transparent)]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+    /// Writing an output failed.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A chart or report asset is missing or failed to render.
+    #[error("{0}")]
+    Render(String),
+    /// A comparison gate is malformed: see `hoptrace compare --help` for its grammar.
+    #[error("bad gate {gate:?}: {reason}")]
+    Gate {
+        /// The gate as given.
+        gate: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl From<datafusion::arrow::error::ArrowError> for AnalysisError {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        Self::DataFusion(e.into())
+    }
+}
+
+/// Writes `bytes` to `path`, creating its directory.
+///
+/// # Errors
+/// [`AnalysisError::Io`] naming the file.
+pub fn write_file(path: &std::path::Path, bytes: impl AsRef<[u8]>) -> Result<(), AnalysisError> {
+    let io = |source| AnalysisError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    std::fs::write(path, bytes).map_err(io)
+}

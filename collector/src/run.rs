@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hoptrace_probe::ClockStatus;
 use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, SentEntry, counter_id};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::join::{JoinedTrace, Joiner};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
@@ -308,7 +308,7 @@ impl Collector {
 }
 
 /// The run's record of one probe connection.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeInfo {
     /// Exporter instance id.
     pub instance_id: u64,
@@ -329,7 +329,7 @@ pub struct ProbeInfo {
 }
 
 /// Per publisher: what was sent and what became of it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PublisherAccount {
     /// Publisher id.
     pub publisher: u16,
@@ -347,7 +347,7 @@ pub struct PublisherAccount {
 
 /// The run's accounting: every message sent is complete, incomplete or unseen, and
 /// records the probes could not deliver are counted beside it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Accounting {
     /// Per publisher.
     pub publishers: Vec<PublisherAccount>,
@@ -375,7 +375,7 @@ pub struct Accounting {
 }
 
 /// What `run.json` holds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSummary {
     /// Run id.
     pub run_id: String,
@@ -405,7 +405,7 @@ pub struct RunSummary {
 }
 
 /// One clock status of one probe host.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClockRow {
     /// Probe host.
     pub host: String,
@@ -426,7 +426,7 @@ pub struct ClockRow {
 }
 
 /// CPU, memory and kernel of a host.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostInfo {
     /// Host name.
     pub host: String,

@@ -1,0 +1,340 @@
+//! Stage percentiles of several runs side by side, and gates for CI.
+//!
+//! The first run is the baseline; every other run is compared with it. A gate is
+//! `<stage>.<stat> <op> <threshold>`, failing when true for any compared run:
+//!
+//! - `stat`: `p50`, `p90`, `p95`, `p99`, `p99.9`, `p99.99`, `min`, `max`, `mean`;
+//! - `op`: `>`, `>=`, `<`, `<=`;
+//! - `threshold`: `+10%` / `-5%` (change relative to the baseline), `+500us` / `-1ms`
+//!   (absolute change), or `5ms` (the run's own value).
+//!
+//! Example: `--fail-if 'Total Ingestion.p99 > +10%'` fails when a run's P99 of Total
+//! Ingestion is more than 10 % above the baseline's.
+
+use std::fmt::Write as _;
+
+use crate::AnalysisError;
+use crate::format::{duration_f64, duration_ns};
+use crate::summary::{StageSummary, Summary};
+
+/// What a threshold is relative to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    /// Relative change from the baseline, as a fraction (0.1 = +10 %).
+    Relative(f64),
+    /// Absolute change from the baseline, ns.
+    Change(f64),
+    /// The run's own value, ns.
+    Value(f64),
+}
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+}
+
+impl Op {
+    fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            Self::Gt => a > b,
+            Self::Ge => a >= b,
+            Self::Lt => a < b,
+            Self::Le => a <= b,
+        }
+    }
+    fn symbol(self) -> &'static str {
+        match self {
+            Self::Gt => ">",
+            Self::Ge => ">=",
+            Self::Lt => "<",
+            Self::Le => "<=",
+        }
+    }
+}
+
+/// A parsed gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    /// As written.
+    pub text: String,
+    /// Stage name.
+    pub stage: String,
+    /// Statistic (`p99`, `mean`, ...), lower case.
+    pub stat: String,
+    /// Operator.
+    pub op: Op,
+    /// Threshold.
+    pub threshold: Threshold,
+}
+
+/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`.
+fn parse_ns(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_alphabetic() || c == 'µ')?;
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.trim().parse().ok()?;
+    let mult = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return None,
+    };
+    Some(v * mult)
+}
+
+impl std::str::FromStr for Gate {
+    type Err = AnalysisError;
+    fn from_str(text: &str) -> Result<Self, AnalysisError> {
+        let bad = |reason: &str| AnalysisError::Gate {
+            gate: text.to_owned(),
+            reason: reason.to_owned(),
+        };
+        // The rightmost `<` or `>`: stage names may contain arrows (`a -> b`), thresholds
+        // never contain either.
+        let at = text
+            .rfind(['<', '>'])
+            .ok_or_else(|| bad("no operator (>, >=, <, <=)"))?;
+        let eq = text[at + 1..].starts_with('=');
+        let op = match (&text[at..=at], eq) {
+            (">", false) => Op::Gt,
+            (">", true) => Op::Ge,
+            ("<", false) => Op::Lt,
+            _ => Op::Le,
+        };
+        let pos = (at, 1 + usize::from(eq));
+        let left = text[..pos.0].trim();
+        let right = text[pos.0 + pos.1..].trim();
+        let (stage, stat) = left
+            .rsplit_once('.')
+            .ok_or_else(|| bad("left side must be <stage>.<stat>"))?;
+        // `p99.9` contains a dot: re-split when the stat is a fraction of a percentile.
+        let (stage, stat) = match stage.rsplit_once('.') {
+            Some((st, p))
+                if p.starts_with(['p', 'P']) && stat.chars().all(|c| c.is_ascii_digit()) =>
+            {
+                (st, format!("{p}.{stat}"))
+            }
+            _ => (stage, stat.to_owned()),
+        };
+        let stat = stat.to_ascii_lowercase();
+        let known = [
+            "p50", "p90", "p95", "p99", "p99.9", "p99.99", "min", "max", "mean",
+        ];
+        if !known.contains(&stat.as_str()) {
+            return Err(bad(&format!(
+                "unknown statistic {stat:?}; use one of {known:?}"
+            )));
+        }
+        let threshold = if let Some(pct) = right.strip_suffix('%') {
+            let v: f64 = pct
+                .trim()
+                .parse()
+                .map_err(|_| bad("percentage must be a number, e.g. +10%"))?;
+            Threshold::Relative(v / 100.0)
+        } else if right.starts_with(['+', '-']) {
+            let v =
+                parse_ns(&right[1..]).ok_or_else(|| bad("change must have a unit, e.g. +2ms"))?;
+            Threshold::Change(if right.starts_with('-') { -v } else { v })
+        } else {
+            Threshold::Value(
+                parse_ns(right).ok_or_else(|| bad("value must have a unit, e.g. 5ms"))?,
+            )
+        };
+        Ok(Self {
+            text: text.to_owned(),
+            stage: stage.trim().to_owned(),
+            stat,
+            op,
+            threshold,
+        })
+    }
+}
+
+/// A statistic of a stage, ns.
+#[must_use]
+pub fn stat(s: &StageSummary, name: &str) -> Option<f64> {
+    match name {
+        "min" => s.min_ns.map(|v| v as f64),
+        "max" => s.max_ns.map(|v| v as f64),
+        "mean" => s.mean_ns,
+        p => s.percentile(p).map(|p| p.value_ns as f64),
+    }
+}
+
+/// The outcome of one gate on one run.
+#[derive(Debug, Clone)]
+pub struct GateResult {
+    /// The gate.
+    pub gate: String,
+    /// The run compared.
+    pub run_id: String,
+    /// Whether the gate's condition holds (the run fails).
+    pub failed: bool,
+    /// What was compared.
+    pub detail: String,
+}
+
+/// Evaluates `gate` on every run after the baseline (`summaries[0]`).
+///
+/// # Errors
+/// [`AnalysisError::Gate`] when the stage is not in a run.
+pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, AnalysisError> {
+    let find = |s: &Summary| -> Result<f64, AnalysisError> {
+        let st = s
+            .stages
+            .iter()
+            .find(|x| x.name.eq_ignore_ascii_case(&gate.stage))
+            .ok_or_else(|| AnalysisError::Gate {
+                gate: gate.text.clone(),
+                reason: format!(
+                    "no stage {:?}; stages: {:?}",
+                    gate.stage,
+                    s.stages.iter().map(|x| &x.name).collect::<Vec<_>>()
+                ),
+            })?;
+        stat(st, &gate.stat).ok_or_else(|| AnalysisError::Gate {
+            gate: gate.text.clone(),
+            reason: format!("stage {:?} has no data", gate.stage),
+        })
+    };
+    let Some(base) = summaries.first() else {
+        return Ok(Vec::new());
+    };
+    let b = find(base)?;
+    let mut out = Vec::new();
+    let candidates = if summaries.len() == 1 {
+        summaries
+    } else {
+        &summaries[1..]
+    };
+    for s in candidates {
+        let v = find(s)?;
+        let (lhs, shown) = match gate.threshold {
+            Threshold::Relative(_) => {
+                let rel = if b == 0.0 { 0.0 } else { (v - b) / b };
+                (rel, format!("{:+.1}%", rel * 100.0))
+            }
+            Threshold::Change(_) => (v - b, duration_f64(v - b)),
+            Threshold::Value(_) => (v, duration_f64(v)),
+        };
+        let rhs = match gate.threshold {
+            Threshold::Relative(x) | Threshold::Change(x) | Threshold::Value(x) => x,
+        };
+        out.push(GateResult {
+            gate: gate.text.clone(),
+            run_id: s.runs.first().map(|r| r.run_id.clone()).unwrap_or_default(),
+            failed: gate.op.holds(lhs, rhs),
+            detail: format!(
+                "{}.{}: baseline {}, run {} ({shown} {} threshold)",
+                gate.stage,
+                gate.stat,
+                duration_f64(b),
+                duration_f64(v),
+                gate.op.symbol()
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// A Markdown table of every stage's percentiles across runs, with deltas to the first.
+#[must_use]
+pub fn table(summaries: &[Summary]) -> String {
+    let mut out = String::new();
+    let Some(base) = summaries.first() else {
+        return out;
+    };
+    let ids: Vec<String> = summaries
+        .iter()
+        .map(|s| s.runs.first().map(|r| r.run_id.clone()).unwrap_or_default())
+        .collect();
+    let _ = write!(out, "| Stage | Stat | {}", ids[0]);
+    for id in &ids[1..] {
+        let _ = write!(out, " | {id} | Δ");
+    }
+    out.push_str(" |\n|");
+    out.push_str(&" --- |".repeat(3 + 2 * (ids.len() - 1)));
+    out.push('\n');
+    for st in &base.stages {
+        for stat_name in ["p50", "p90", "p99", "p99.9", "p99.99", "max"] {
+            let b = stat(st, stat_name);
+            let fmt = |v: Option<f64>| v.map_or_else(|| "-".into(), duration_f64);
+            let label = if stat_name.starts_with('p') {
+                stat_name.to_ascii_uppercase()
+            } else {
+                stat_name.to_owned()
+            };
+            let _ = write!(out, "| {} | {label} | {}", st.name, fmt(b));
+            for s in &summaries[1..] {
+                let v = s
+                    .stages
+                    .iter()
+                    .find(|x| x.name == st.name)
+                    .and_then(|x| stat(x, stat_name));
+                let delta = match (b, v) {
+                    (Some(b), Some(v)) if b > 0.0 => {
+                        format!("{:+.1}% ({})", (v - b) / b * 100.0, sign(v - b))
+                    }
+                    _ => "-".into(),
+                };
+                let _ = write!(out, " | {} | {delta}", fmt(v));
+            }
+            out.push_str(" |\n");
+        }
+    }
+    out
+}
+
+fn sign(ns: f64) -> String {
+    if ns >= 0.0 {
+        format!("+{}", duration_ns(ns as u64))
+    } else {
+        format!("-{}", duration_ns((-ns) as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gates_parse() {
+        let g: Gate = "Total Ingestion.p99 > +10%".parse().unwrap();
+        assert_eq!(g.stage, "Total Ingestion");
+        assert_eq!(g.stat, "p99");
+        assert_eq!(g.op, Op::Gt);
+        assert_eq!(g.threshold, Threshold::Relative(0.1));
+        let g: Gate = "Broker Time.p99.99 >= 5ms".parse().unwrap();
+        assert_eq!(g.stat, "p99.99");
+        assert_eq!(g.threshold, Threshold::Value(5e6));
+        let g: Gate = "Query Duration.mean < -250us".parse().unwrap();
+        assert_eq!(g.threshold, Threshold::Change(-250e3));
+        let g: Gate = "total (publish -> store_in).p99 <= 2ms".parse().unwrap();
+        assert_eq!(
+            (g.stage.as_str(), g.op),
+            ("total (publish -> store_in)", Op::Le)
+        );
+    }
+
+    #[test]
+    fn bad_gates_say_what_is_wrong() {
+        for (text, needle) in [
+            ("Total.p99 10%", "operator"),
+            ("Total.p42 > 1ms", "unknown statistic"),
+            ("Total.p99 > 5", "unit"),
+            ("p99 > 5ms", "<stage>.<stat>"),
+        ] {
+            let e = text.parse::<Gate>().unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}

@@ -1,0 +1,663 @@
+//! The report of a run, in the shape of the reference report: highlights, test
+//! environment, stage definitions, per-stage statistics with precision and clock
+//! uncertainty, throughput, accounting and charts.
+//!
+//! [`write`] produces, in one directory: `report.md` (tables and SVG chart images),
+//! `report.html` (self-contained and offline: vega, vega-lite and vega-embed inlined),
+//! `summary.json` and `charts/*.vl.json` (+ `charts/*.svg`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::charts::{self, Chart};
+use crate::format::{count, duration_f64, duration_ns, precision_ns, rate, span_s};
+use crate::summary::{StageHistograms, StageSummary, Summary};
+use crate::{AnalysisError, write_file};
+
+/// One block of a report, rendered to Markdown and to HTML alike.
+#[derive(Debug, Clone)]
+pub enum Block {
+    /// A heading of level 1 to 3.
+    Heading(u8, String),
+    /// A paragraph.
+    Para(String),
+    /// A bullet list.
+    Bullets(Vec<String>),
+    /// A table: header and rows.
+    Table(Vec<String>, Vec<Vec<String>>),
+    /// A chart, by index into the chart list.
+    Chart(usize),
+}
+
+/// Where the chart libraries are: `$HOPTRACE_WEB_DIR`, else `analysis/web` of the
+/// source tree this binary was built from.
+#[must_use]
+pub fn web_dir() -> PathBuf {
+    std::env::var_os("HOPTRACE_WEB_DIR").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/web")),
+        PathBuf::from,
+    )
+}
+
+const LIBS: [&str; 3] = [
+    "node_modules/vega/build/vega.min.js",
+    "node_modules/vega-lite/build/vega-lite.min.js",
+    "node_modules/vega-embed/build/vega-embed.min.js",
+];
+
+/// What [`write`] produced.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// `report.md`.
+    pub markdown: PathBuf,
+    /// `report.html`.
+    pub html: PathBuf,
+    /// `summary.json`.
+    pub summary: PathBuf,
+    /// Chart specs.
+    pub charts: Vec<PathBuf>,
+    /// Whether the SVG images of `report.md` were rendered.
+    pub images: bool,
+}
+
+fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
+    let exact = |v: Option<String>| vec![v.unwrap_or_else(|| "-".into()), "exact".into()];
+    let mut rows = vec![
+        vec!["Count".into(), count(s.count), "—".into()],
+        [
+            vec!["Min".to_owned()],
+            exact(s.min_ns.map(|v| duration_f64(v as f64))),
+        ]
+        .concat(),
+        [
+            vec!["Max".to_owned()],
+            exact(s.max_ns.map(|v| duration_f64(v as f64))),
+        ]
+        .concat(),
+        [vec!["Mean".to_owned()], exact(s.mean_ns.map(duration_f64))].concat(),
+        [
+            vec!["Std Dev".to_owned()],
+            exact(s.stddev_ns.map(duration_f64)),
+        ]
+        .concat(),
+    ];
+    for p in &s.percentiles {
+        rows.push(vec![
+            p.label.clone(),
+            duration_ns(p.value_ns),
+            precision_ns(p.precision_ns),
+        ]);
+    }
+    rows.push(vec![
+        "Clock uncertainty".into(),
+        s.clock_uncertainty_ns
+            .map_or_else(|| "unknown".into(), |u| format!("±{}", duration_ns(u))),
+        format!(
+            "{}{}",
+            s.clock_note,
+            if s.clock_warning {
+                " — WARNING: not small against P50"
+            } else {
+                ""
+            }
+        ),
+    ]);
+    if s.negative > 0 || s.clamped > 0 {
+        rows.push(vec![
+            "Negative deltas".into(),
+            count(s.negative),
+            "clock error; flagged, not in the statistics".into(),
+        ]);
+        rows.push(vec![
+            "Clamped (> 1 h)".into(),
+            count(s.clamped),
+            "recorded as 1 h in the percentiles".into(),
+        ]);
+    }
+    rows
+}
+
+fn headline(s: &Summary) -> String {
+    format!(
+        "{} · {} metrics/second · {} total metrics",
+        span_s(s.totals.duration_s),
+        rate(s.totals.metrics_per_s),
+        count(s.totals.metrics)
+    )
+}
+
+fn date_of(unix_ns: i64) -> String {
+    // Civil date from days since the epoch (proleptic Gregorian), UTC.
+    let secs = unix_ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let tod = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        tod / 3600,
+        tod % 3600 / 60,
+        tod % 60
+    )
+}
+
+/// The report's blocks.
+#[must_use]
+pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
+    let mut b = Vec::new();
+    b.push(Block::Heading(1, format!("{} Test Report", s.pipeline)));
+    b.push(Block::Heading(2, "Performance Highlights".into()));
+    b.push(Block::Para(headline(s)));
+    let heads: Vec<&StageSummary> = s.stages.iter().filter(|x| x.headline).collect();
+    let pick = |st: &StageSummary, l: &str| {
+        st.percentile(l).map_or_else(
+            || "-".into(),
+            |p| {
+                format!(
+                    "{} {}",
+                    duration_ns(p.value_ns),
+                    precision_ns(p.precision_ns)
+                )
+            },
+        )
+    };
+    b.push(Block::Table(
+        vec!["Stage".into(), "P50".into(), "P99".into(), "P99.99".into()],
+        heads
+            .iter()
+            .map(|st| {
+                vec![
+                    st.name.clone(),
+                    pick(st, "P50"),
+                    pick(st, "P99"),
+                    pick(st, "P99.99"),
+                ]
+            })
+            .collect(),
+    ));
+    let first = s.runs.first();
+    let start = first.map_or(0, |r| r.started_unix_ns);
+    let end = s
+        .runs
+        .iter()
+        .map(|r| r.ended_unix_ns)
+        .max()
+        .unwrap_or(start);
+    b.push(Block::Bullets(vec![
+        format!("Date: {}", date_of(start)),
+        format!(
+            "Run: {} (pipeline {})",
+            s.runs
+                .iter()
+                .map(|r| r.run_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            s.pipeline
+        ),
+        format!(
+            "Workload: {} metrics/s achieved in {} messages/s, {} streams, {} publisher(s)",
+            rate(s.totals.metrics_per_s),
+            rate(s.totals.messages_per_s),
+            count(s.totals.streams),
+            s.totals.publishers
+        ),
+        format!(
+            "Data window: collector ran {} to {}; messages span {}",
+            date_of(start),
+            date_of(end),
+            span_s(s.totals.duration_s)
+        ),
+        format!(
+            "Percentiles: Computed over the full {} window.",
+            span_s(s.totals.duration_s)
+        ),
+        format!("Clocking: {}", s.environment.clocking),
+    ]));
+
+    b.push(Block::Heading(2, "Test Environment".into()));
+    let c = &s.environment.collector;
+    b.push(Block::Bullets(vec![
+        format!("Collector host: {}", c.host),
+        format!("CPU: {} logical CPUs, {}", c.cpus, c.cpu_model),
+        format!("Memory: {} MiB", count(c.memory_bytes / (1024 * 1024))),
+        format!("Kernel: Linux {}", c.kernel),
+        format!("Topology: {}", s.environment.topology),
+    ]));
+    b.push(Block::Table(
+        vec![
+            "Host".into(),
+            "Hops".into(),
+            "Processes".into(),
+            "Clock".into(),
+            "Synced".into(),
+            "Max error bound".into(),
+            "Max |offset|".into(),
+        ],
+        s.environment
+            .hosts
+            .iter()
+            .map(|h| {
+                vec![
+                    h.host.clone(),
+                    h.hops.join(", "),
+                    h.processes.join(", "),
+                    if h.clock_sources.is_empty() {
+                        "no status".into()
+                    } else {
+                        h.clock_sources.join("+")
+                    },
+                    if h.synced && h.clock_samples > 0 {
+                        "yes".into()
+                    } else {
+                        "NO".into()
+                    },
+                    h.max_error_bound_ns.map_or_else(|| "-".into(), duration_ns),
+                    h.max_abs_offset_ns
+                        .map_or_else(|| "-".into(), |o| duration_f64(o as f64)),
+                ]
+            })
+            .collect(),
+    ));
+
+    b.push(Block::Heading(2, "Latency Stage Definitions".into()));
+    b.push(Block::Bullets(
+        s.stages
+            .iter()
+            .map(|st| format!("{}: {}", st.name, st.definition))
+            .collect(),
+    ));
+
+    b.push(Block::Heading(
+        2,
+        format!("{} Latency Statistics", s.pipeline),
+    ));
+    b.push(Block::Bullets(vec![
+        format!("Method: {}", s.method.histogram),
+        format!(
+            "Precision: {} significant figures | Max error: ±{}% of value",
+            s.method.significant_digits,
+            s.method.max_relative_error * 100.0
+        ),
+        format!(
+            "Files: {} parquet file(s) | Rows: {}",
+            s.data.files,
+            count(s.data.rows)
+        ),
+        format!(
+            "Duration: {} at {} metrics/second",
+            span_s(s.totals.duration_s),
+            rate(s.totals.metrics_per_s)
+        ),
+        format!("Quantile rank: {}", s.method.rank),
+    ]));
+    for st in &s.stages {
+        b.push(Block::Heading(
+            3,
+            format!("{} ({} − {})", st.name, st.to, st.from),
+        ));
+        b.push(Block::Table(
+            vec!["Stat".into(), "Value".into(), "Precision".into()],
+            stat_rows(st),
+        ));
+    }
+
+    b.push(Block::Heading(2, "Throughput".into()));
+    let per_s: Vec<f64> = s
+        .throughput
+        .buckets
+        .iter()
+        .map(|x| x.metrics_per_s)
+        .collect();
+    let (lo, hi) = per_s
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    b.push(Block::Para(format!(
+        "Metrics per second in {}-second buckets: mean {}, lowest {}, highest {} (first and last buckets may be partial).",
+        s.throughput.bucket_s,
+        rate(s.totals.metrics_per_s),
+        rate(if lo.is_finite() { lo } else { 0.0 }),
+        rate(hi)
+    )));
+    if let Some(i) = charts.iter().position(|c| c.stem == "throughput") {
+        b.push(Block::Chart(i));
+    }
+
+    b.push(Block::Heading(2, "Accounting".into()));
+    let a = &s.accounting;
+    let mut rows = vec![
+        vec!["Sent (publishers' own count)".into(), count(a.sent)],
+        vec!["Complete (every expected hop)".into(), count(a.complete)],
+        vec!["Incomplete".into(), count(a.incomplete)],
+    ];
+    for (hop, n) in &a.missing_by_hop {
+        rows.push(vec![format!("  missing {hop}"), count(*n)]);
+    }
+    rows.extend([
+        vec![
+            "Unseen (sent, no stamp reached the collector: dropped)".into(),
+            count(a.unseen),
+        ],
+        vec![
+            "Records lost by probes (queue full, send failed)".into(),
+            count(a.records_lost_by_probes),
+        ],
+        vec!["Duplicates (flagged)".into(), count(a.duplicates)],
+        vec!["Negative deltas (flagged)".into(), count(a.negative_deltas)],
+        vec!["Late records".into(), count(a.late_records)],
+        vec![
+            "Records of undeclared hops".into(),
+            count(a.unknown_hop_records),
+        ],
+        vec![
+            "Counts add up".into(),
+            if a.adds_up { "yes" } else { "NO" }.into(),
+        ],
+    ]);
+    b.push(Block::Table(vec!["".into(), "Messages".into()], rows));
+
+    b.push(Block::Heading(2, "Charts".into()));
+    let groups = [
+        ("1) Latency Histograms", "latency-histograms"),
+        (
+            "2) Latency Cumulative Distribution Functions",
+            "latency-cdf",
+        ),
+        ("3) Latency Heatmaps", "heatmap-"),
+    ];
+    for (title, prefix) in groups {
+        b.push(Block::Heading(3, title.into()));
+        for (i, c) in charts.iter().enumerate() {
+            if c.stem.starts_with(prefix) {
+                b.push(Block::Chart(i));
+            }
+        }
+    }
+    if !s.warnings.is_empty() {
+        b.push(Block::Heading(2, "Warnings".into()));
+        b.push(Block::Bullets(s.warnings.clone()));
+    }
+    b
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Renders blocks as Markdown; charts as images `charts/<stem>.svg`.
+#[must_use]
+pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        match b {
+            Block::Heading(l, t) => {
+                let _ = writeln!(out, "{} {t}\n", "#".repeat(usize::from(*l)));
+            }
+            Block::Para(t) => {
+                let _ = writeln!(out, "{t}\n");
+            }
+            Block::Bullets(items) => {
+                for i in items {
+                    let _ = writeln!(out, "- {i}");
+                }
+                out.push('\n');
+            }
+            Block::Table(head, rows) => {
+                let line = |cells: &[String]| {
+                    format!(
+                        "| {} |",
+                        cells
+                            .iter()
+                            .map(|c| md_cell(c))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    )
+                };
+                let _ = writeln!(out, "{}", line(head));
+                let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
+                for r in rows {
+                    let _ = writeln!(out, "{}", line(r));
+                }
+                out.push('\n');
+            }
+            Block::Chart(i) => {
+                let c = &charts[*i];
+                let _ = writeln!(out, "![{}](charts/{}.svg)\n", c.title, c.stem);
+            }
+        }
+    }
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Renders blocks as one self-contained HTML page; `libs` are the chart libraries'
+/// sources, inlined in order.
+#[must_use]
+pub fn html(blocks: &[Block], charts: &[Chart], title: &str, libs: &[String]) -> String {
+    let mut body = String::new();
+    for b in blocks {
+        match b {
+            Block::Heading(l, t) => {
+                let _ = writeln!(body, "<h{l}>{}</h{l}>", esc(t));
+            }
+            Block::Para(t) => {
+                let _ = writeln!(body, "<p>{}</p>", esc(t));
+            }
+            Block::Bullets(items) => {
+                body.push_str("<ul>\n");
+                for i in items {
+                    let _ = writeln!(body, "<li>{}</li>", esc(i));
+                }
+                body.push_str("</ul>\n");
+            }
+            Block::Table(head, rows) => {
+                body.push_str("<table>\n<thead><tr>");
+                for h in head {
+                    let _ = write!(body, "<th>{}</th>", esc(h));
+                }
+                body.push_str("</tr></thead>\n<tbody>\n");
+                for r in rows {
+                    body.push_str("<tr>");
+                    for c in r {
+                        let _ = write!(body, "<td>{}</td>", esc(c));
+                    }
+                    body.push_str("</tr>\n");
+                }
+                body.push_str("</tbody>\n</table>\n");
+            }
+            Block::Chart(i) => {
+                let _ = writeln!(
+                    body,
+                    "<div class=\"chart\" id=\"chart-{i}\" data-stem=\"{}\"></div>",
+                    esc(&charts[*i].stem)
+                );
+            }
+        }
+    }
+    let specs: Vec<serde_json::Value> = charts.iter().map(|c| c.spec.clone()).collect();
+    // `</` cannot appear inside a script element.
+    let specs_json = serde_json::to_string(&specs)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
+    let mut scripts = String::new();
+    for lib in libs {
+        let _ = writeln!(
+            scripts,
+            "<script>{}</script>",
+            lib.replace("</script", "<\\/script")
+        );
+    }
+    format!(
+        r#"<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }}
+th {{ background: #f3f3f3; }}
+td:nth-child(2) {{ font-variant-numeric: tabular-nums; }}
+.chart {{ margin: 1em 0 2em; }}
+.chart-error {{ color: #b00; }}
+</style>
+{scripts}</head>
+<body>
+{body}<script>
+const specs = {specs_json};
+const pending = [];
+document.querySelectorAll('.chart').forEach((el) => {{
+  const i = Number(el.id.slice('chart-'.length));
+  pending.push(vegaEmbed(el, specs[i], {{ actions: false, renderer: 'svg' }})
+    .then(() => el.setAttribute('data-rendered', 'true'))
+    .catch((e) => {{ el.className += ' chart-error'; el.textContent = 'chart failed: ' + e; console.error(e); }}));
+}});
+Promise.all(pending).then(() => document.body.setAttribute('data-charts', 'done'));
+</script>
+</body>
+</html>
+"#,
+        title = esc(title),
+    )
+}
+
+/// Reads the chart libraries to inline into `report.html`.
+///
+/// # Errors
+/// [`AnalysisError::Render`] naming the missing file and how to install it.
+pub fn read_libs() -> Result<Vec<String>, AnalysisError> {
+    let dir = web_dir();
+    LIBS.iter()
+        .map(|rel| {
+            let p = dir.join(rel);
+            std::fs::read_to_string(&p).map_err(|e| {
+                AnalysisError::Render(format!(
+                    "{}: {e}; install the chart libraries with `npm ci --prefix {}` (infra/setup.sh does) or set HOPTRACE_WEB_DIR",
+                    p.display(),
+                    dir.display()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Renders chart specs to SVG with Node.js (`analysis/web/render.mjs`).
+///
+/// # Errors
+/// When node is missing or a chart fails to render.
+pub fn render_svgs(specs: &[(PathBuf, PathBuf)]) -> Result<(), AnalysisError> {
+    let script = web_dir().join("render.mjs");
+    let mut cmd = Command::new("node");
+    cmd.arg(&script);
+    for (spec, svg) in specs {
+        cmd.arg(spec).arg(svg);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| AnalysisError::Render(format!("running node {}: {e}", script.display())))?;
+    if !out.status.success() {
+        return Err(AnalysisError::Render(format!(
+            "rendering chart images failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes the whole report of `summary` into `dir`.
+///
+/// # Errors
+/// When a file cannot be written or the chart libraries are missing. SVG images that
+/// fail to render (no Node.js) are not an error: `report.md` then says so.
+pub fn write(
+    dir: &Path,
+    summary: &Summary,
+    hists: &[StageHistograms],
+) -> Result<Written, AnalysisError> {
+    let charts = charts::all(summary, hists);
+    let libs = read_libs()?;
+    let chart_dir = dir.join("charts");
+    let mut spec_paths = Vec::new();
+    let mut pairs = Vec::new();
+    for c in &charts {
+        let spec = chart_dir.join(format!("{}.vl.json", c.stem));
+        write_file(
+            &spec,
+            serde_json::to_vec_pretty(&c.spec).unwrap_or_default(),
+        )?;
+        pairs.push((spec.clone(), chart_dir.join(format!("{}.svg", c.stem))));
+        spec_paths.push(spec);
+    }
+    let images = match render_svgs(&pairs) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("chart images not rendered: {e}");
+            false
+        }
+    };
+    let blocks = blocks(summary, &charts);
+    let mut md = markdown(&blocks, &charts);
+    if !images {
+        md.push_str("\n_Chart images were not rendered (Node.js missing); the charts are in report.html and charts/*.vl.json._\n");
+    }
+    let title = format!("{} Test Report", summary.pipeline);
+    let written = Written {
+        markdown: dir.join("report.md"),
+        html: dir.join("report.html"),
+        summary: dir.join("summary.json"),
+        charts: spec_paths,
+        images,
+    };
+    write_file(&written.markdown, md)?;
+    write_file(&written.html, html(&blocks, &charts, &title, &libs))?;
+    write_file(
+        &written.summary,
+        serde_json::to_vec_pretty(summary).unwrap_or_default(),
+    )?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_civil() {
+        assert_eq!(date_of(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            date_of(1_776_124_800_000_000_000),
+            "2026-04-14 00:00:00 UTC"
+        );
+        assert_eq!(date_of(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
+    }
+
+    #[test]
+    fn markdown_tables_escape_pipes() {
+        let b = [Block::Table(vec!["a".into()], vec![vec!["x|y".into()]])];
+        let md = markdown(&b, &[]);
+        assert!(md.contains("x\\|y"), "{md}");
+    }
+
+    #[test]
+    fn html_escapes_text_and_script_ends() {
+        let b = [Block::Para("<b>&</b>".into())];
+        let page = html(&b, &[], "t", &["x('</script>')".into()]);
+        assert!(page.contains("&lt;b&gt;&amp;&lt;/b&gt;"));
+        assert!(!page.contains("x('</script>')"));
+    }
+}

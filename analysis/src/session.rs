@@ -1,0 +1,415 @@
+//! Runs on disk and the DataFusion session over them.
+//!
+//! [`RunSet::open`] reads one or many run directories (each with the `run.json` a
+//! collector wrote); [`RunSet::session`] registers, over all of them:
+//!
+//! | table | rows |
+//! | --- | --- |
+//! | `traces` | one per message: the collector's columns (`run_id`, `publisher`, `stream`, `sequence`, `metric_count`, `intended_ns`, one `<hop>_ns` per hop, `status`, `missing_mask`, `flags`, `otel_trace_id`) and one Int64 `<stage>_ns` column per stage of the pipeline spec (`to - from`, NULL when a hop is missing; e.g. `total_ingestion_ns`) |
+//! | `traces_raw` | the Parquet files as written, without stage columns |
+//! | `clock` | every clock status a probe host sent, with `run_id` |
+//! | `probes` | every counters frame of every probe, with `run_id` |
+//! | `runs` | one per run: id, start, end, pipeline, accounting |
+//! | `stages` | one per (run, stage): name, hops, definition, headline |
+//!
+//! and the HDR functions of [`crate::hdr`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use hoptrace_collector::run::RunSummary;
+use hoptrace_collector::spec::{PipelineSpec, StageSpec};
+use hoptrace_collector::stages::slug;
+
+use crate::AnalysisError;
+
+/// One run directory.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Its `run.json`.
+    pub summary: RunSummary,
+}
+
+impl Run {
+    /// Reads `dir/run.json`.
+    ///
+    /// # Errors
+    /// [`AnalysisError::NotARun`] when there is no `run.json`, [`AnalysisError::RunJson`]
+    /// when it does not parse.
+    pub fn open(dir: &Path) -> Result<Self, AnalysisError> {
+        let path = dir.join("run.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| AnalysisError::NotARun {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        let summary = serde_json::from_str(&text).map_err(|source| AnalysisError::RunJson {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            summary,
+        })
+    }
+
+    /// The run's part files, in order.
+    #[must_use]
+    pub fn part_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.join("traces"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+}
+
+/// Expands `*` and `?` in the last component of each path (shells expand unquoted globs
+/// already; this is for quoted ones and for programs).
+fn expand(pattern: &Path) -> Vec<PathBuf> {
+    let text = pattern.to_string_lossy();
+    if !text.contains(['*', '?', '[']) {
+        return vec![pattern.to_owned()];
+    }
+    let mut out: Vec<PathBuf> = glob::glob(&text)
+        .map(|paths| paths.flatten().collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// The runs a query or report reads.
+#[derive(Debug, Clone)]
+pub struct RunSet {
+    /// Runs, in the order given.
+    pub runs: Vec<Run>,
+}
+
+impl RunSet {
+    /// Opens every run directory in `paths` (globs allowed). A directory holding run
+    /// directories (such as `runs/`) opens all of them.
+    ///
+    /// # Errors
+    /// When a path is not a run, a `run.json` does not parse, nothing matched, or the runs'
+    /// pipelines declare different hops (their traces cannot be one table).
+    pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self, AnalysisError> {
+        let mut runs = Vec::new();
+        for p in paths {
+            let matched = expand(p.as_ref());
+            if matched.is_empty() {
+                return Err(AnalysisError::NoRuns(p.as_ref().display().to_string()));
+            }
+            for dir in matched {
+                if dir.join("run.json").exists() || !dir.is_dir() {
+                    runs.push(Run::open(&dir)?);
+                    continue;
+                }
+                let mut children: Vec<PathBuf> = std::fs::read_dir(&dir)
+                    .map_err(|source| AnalysisError::NotARun {
+                        dir: dir.clone(),
+                        source,
+                    })?
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|c| c.join("run.json").exists())
+                    .collect();
+                if children.is_empty() {
+                    runs.push(Run::open(&dir)?);
+                }
+                children.sort();
+                for c in children {
+                    runs.push(Run::open(&c)?);
+                }
+            }
+        }
+        let Some(first) = runs.first() else {
+            return Err(AnalysisError::NoRuns(String::new()));
+        };
+        let hops = &first.summary.pipeline.hops;
+        if let Some(other) = runs.iter().find(|r| &r.summary.pipeline.hops != hops) {
+            return Err(AnalysisError::Mismatch(format!(
+                "{} declares hops {:?} but {} declares {:?}; open them separately",
+                first.dir.display(),
+                hops,
+                other.dir.display(),
+                other.summary.pipeline.hops
+            )));
+        }
+        Ok(Self { runs })
+    }
+
+    /// The pipeline of the first run (all runs share its hops).
+    #[must_use]
+    pub fn pipeline(&self) -> &PipelineSpec {
+        &self.runs[0].summary.pipeline
+    }
+
+    /// Every part file of every run.
+    #[must_use]
+    pub fn part_files(&self) -> Vec<PathBuf> {
+        self.runs.iter().flat_map(Run::part_files).collect()
+    }
+
+    /// A session with this set's tables and the HDR functions registered.
+    ///
+    /// # Errors
+    /// When a Parquet file does not read (truncated, not Parquet, another schema).
+    pub async fn session(&self) -> Result<SessionContext, AnalysisError> {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(
+                std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+            );
+        let ctx = SessionContext::new_with_config(config);
+        crate::hdr::register(&ctx);
+        self.register_traces(&ctx).await?;
+        self.register_small(&ctx, "clock", &clock_schema()).await?;
+        self.register_small(&ctx, "probes", &Schema::empty())
+            .await?;
+        ctx.register_batch("runs", self.runs_batch())?;
+        ctx.register_batch("stages", self.stages_batch())?;
+        Ok(ctx)
+    }
+
+    async fn register_traces(&self, ctx: &SessionContext) -> Result<(), AnalysisError> {
+        let files: Vec<String> = self
+            .part_files()
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        if files.is_empty() {
+            let hops: Vec<String> = self
+                .pipeline()
+                .hops
+                .iter()
+                .map(|h| h.name.clone())
+                .collect();
+            let schema = hoptrace_collector::writer::traces_schema(&hops);
+            ctx.register_batch("traces_raw", RecordBatch::new_empty(schema))?;
+        } else {
+            for f in &files {
+                check_parquet(Path::new(f))?;
+            }
+            let df = ctx
+                .read_parquet(files, ParquetReadOptions::default())
+                .await?;
+            ctx.register_table("traces_raw", df.into_view())?;
+        }
+        let mut select = String::from("SELECT *");
+        for stage in &self.pipeline().stages {
+            select.push_str(&format!(
+                ", {} AS {}",
+                stage_expr(stage),
+                quote_ident(&stage_column(&stage.name))
+            ));
+        }
+        select.push_str(" FROM traces_raw");
+        let view = ctx.sql(&select).await?;
+        ctx.register_table("traces", view.into_view())?;
+        Ok(())
+    }
+
+    /// Registers `name` as the union of every run's `name.parquet` with a `run_id` column.
+    async fn register_small(
+        &self,
+        ctx: &SessionContext,
+        name: &str,
+        empty: &Schema,
+    ) -> Result<(), AnalysisError> {
+        let mut parts = Vec::new();
+        for (i, run) in self.runs.iter().enumerate() {
+            let path = run.dir.join(format!("{name}.parquet"));
+            if !path.exists() {
+                continue;
+            }
+            check_parquet(&path)?;
+            let df = ctx
+                .read_parquet(
+                    path.to_string_lossy().into_owned(),
+                    ParquetReadOptions::default(),
+                )
+                .await?;
+            let table = format!("{name}_{i}");
+            ctx.register_table(table.as_str(), df.into_view())?;
+            parts.push(format!(
+                "SELECT {} AS run_id, * FROM {table}",
+                quote_literal(&run.summary.run_id)
+            ));
+        }
+        if parts.is_empty() {
+            let mut fields = vec![Field::new("run_id", DataType::Utf8, false)];
+            fields.extend(empty.fields().iter().map(|f| f.as_ref().clone()));
+            ctx.register_batch(name, RecordBatch::new_empty(Arc::new(Schema::new(fields))))?;
+            return Ok(());
+        }
+        let view = ctx.sql(&parts.join(" UNION ALL BY NAME ")).await?;
+        ctx.register_table(name, view.into_view())?;
+        Ok(())
+    }
+
+    fn runs_batch(&self) -> RecordBatch {
+        let s = |f: &dyn Fn(&RunSummary) -> String| -> ArrayRef {
+            Arc::new(StringArray::from_iter_values(
+                self.runs.iter().map(|r| f(&r.summary)),
+            ))
+        };
+        let ts = |f: &dyn Fn(&RunSummary) -> i64| -> ArrayRef {
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                self.runs.iter().map(|r| f(&r.summary)),
+            ))
+        };
+        let n = |f: &dyn Fn(&RunSummary) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values(
+                self.runs.iter().map(|r| f(&r.summary)),
+            ))
+        };
+        let sum = |f: fn(&hoptrace_collector::run::PublisherAccount) -> u64| {
+            move |r: &RunSummary| r.accounting.publishers.iter().map(f).sum::<u64>()
+        };
+        let tsf = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let schema = Schema::new(vec![
+            Field::new("run_id", DataType::Utf8, false),
+            Field::new("dir", DataType::Utf8, false),
+            Field::new("pipeline", DataType::Utf8, false),
+            Field::new("started_ns", tsf(), false),
+            Field::new("ended_ns", tsf(), false),
+            Field::new("sent", DataType::UInt64, false),
+            Field::new("sent_metrics", DataType::UInt64, false),
+            Field::new("complete", DataType::UInt64, false),
+            Field::new("incomplete", DataType::UInt64, false),
+            Field::new("unseen", DataType::UInt64, false),
+            Field::new("records_lost_by_probes", DataType::UInt64, false),
+            Field::new("adds_up", DataType::Boolean, false),
+            Field::new("collector_host", DataType::Utf8, false),
+        ]);
+        let dirs: ArrayRef = Arc::new(StringArray::from_iter_values(
+            self.runs.iter().map(|r| r.dir.display().to_string()),
+        ));
+        let columns = vec![
+            s(&|r| r.run_id.clone()),
+            dirs,
+            s(&|r| r.pipeline.name.clone()),
+            ts(&|r| r.started_unix_ns),
+            ts(&|r| r.ended_unix_ns),
+            n(&sum(|p| p.sent)),
+            n(&sum(|p| p.sent_metrics)),
+            n(&sum(|p| p.complete)),
+            n(&sum(|p| p.incomplete)),
+            n(&sum(|p| p.unseen)),
+            n(&|r| r.accounting.records_lost_by_probes),
+            Arc::new(BooleanArray::from_iter(
+                self.runs.iter().map(|r| Some(r.summary.accounting.adds_up)),
+            )),
+            s(&|r| r.collector_host.host.clone()),
+        ];
+        RecordBatch::try_new(Arc::new(schema), columns).expect("columns match the schema")
+    }
+
+    fn stages_batch(&self) -> RecordBatch {
+        let rows: Vec<(&str, &StageSpec)> = self
+            .runs
+            .iter()
+            .flat_map(|r| {
+                r.summary
+                    .pipeline
+                    .stages
+                    .iter()
+                    .map(|s| (r.summary.run_id.as_str(), s))
+            })
+            .collect();
+        let col = |f: &dyn Fn(&str, &StageSpec) -> String| -> ArrayRef {
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(r, s)| f(r, s)),
+            ))
+        };
+        let schema = Schema::new(vec![
+            Field::new("run_id", DataType::Utf8, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("column", DataType::Utf8, false),
+            Field::new("from_hop", DataType::Utf8, false),
+            Field::new("to_hop", DataType::Utf8, false),
+            Field::new("definition", DataType::Utf8, false),
+            Field::new("headline", DataType::Boolean, false),
+        ]);
+        let columns = vec![
+            col(&|r, _| r.to_owned()),
+            col(&|_, s| s.name.clone()),
+            col(&|_, s| stage_column(&s.name)),
+            col(&|_, s| s.from.clone()),
+            col(&|_, s| s.to.clone()),
+            col(&|_, s| s.definition.clone()),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|(_, s)| Some(s.headline)),
+            )),
+        ];
+        RecordBatch::try_new(Arc::new(schema), columns).expect("columns match the schema")
+    }
+}
+
+fn clock_schema() -> Schema {
+    Schema::new(vec![
+        Field::new("host", DataType::Utf8, false),
+        Field::new("instance_id", DataType::UInt64, false),
+        Field::new(
+            "at_ns",
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+            false,
+        ),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("synced", DataType::Boolean, false),
+        Field::new("offset_ns", DataType::Int64, false),
+        Field::new("error_bound_ns", DataType::UInt64, false),
+        Field::new("detail", DataType::Utf8, false),
+    ])
+}
+
+/// Reads a Parquet footer so a truncated or foreign file is named in the error.
+fn check_parquet(path: &Path) -> Result<(), AnalysisError> {
+    let bad = |reason: String| AnalysisError::BadParquet {
+        path: path.to_owned(),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    parquet::file::reader::SerializedFileReader::new(file)
+        .map(drop)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// The column holding a stage's deltas in `traces`: `<slug>_ns`.
+#[must_use]
+pub fn stage_column(stage: &str) -> String {
+    format!("{}_ns", slug(stage))
+}
+
+/// The SQL expression of a stage's delta in ns over `traces_raw` columns.
+#[must_use]
+pub fn stage_expr(stage: &StageSpec) -> String {
+    format!(
+        "(CAST({} AS BIGINT) - CAST({} AS BIGINT))",
+        quote_ident(&format!("{}_ns", stage.to)),
+        quote_ident(&format!("{}_ns", stage.from))
+    )
+}
+
+/// A double-quoted SQL identifier.
+#[must_use]
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// A single-quoted SQL string literal.
+#[must_use]
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}

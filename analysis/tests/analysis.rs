@@ -1,0 +1,451 @@
+//! Analysis over a real run: two probe hosts report to a real collector over loopback;
+//! the run's Parquet is then queried with SQL and summarised, and every figure is checked
+//! against an exact oracle computed here from the stamps that were sent.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use hoptrace_analysis::summary::{self, Summary};
+use hoptrace_analysis::{AnalysisError, RunSet, compare, report};
+use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap, StaticClockStatus};
+use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+
+const TRACES: u64 = 20_000;
+const BASE_NS: i64 = 1_800_000_000_000_000_000;
+/// Host A's (publisher) and host B's (everything else) clock error bounds.
+const BOUND_A_NS: u64 = 5_000;
+const BOUND_B_NS: u64 = 7_000;
+
+/// A deterministic pseudo-random generator (64-bit LCG, high bits).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+}
+
+/// The stamps of trace `seq` for the six default hops; `None` where a hop is skipped.
+/// Latencies are log-spread (100 ns .. ~10 ms); every 97th Broker Time is negative (host
+/// A's clock ahead), every 50th trace misses `queryable`.
+fn stamps(seq: u64) -> [Option<i64>; 6] {
+    let mut r = Lcg(seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut spread = || {
+        let exp = (r.next() % 5) as u32 + 2;
+        (10_i64.pow(exp) + (r.next() % 10_u64.pow(exp)) as i64).max(1)
+    };
+    let publish = BASE_NS + seq as i64 * 100_000;
+    let broker_time = if seq.is_multiple_of(97) {
+        -3_000
+    } else {
+        spread()
+    };
+    let flow_in = publish + broker_time;
+    let flow_out = flow_in + spread();
+    let store_in = flow_out + spread();
+    let query_start = store_in + spread();
+    let queryable = query_start + spread();
+    let q = (!seq.is_multiple_of(50)).then_some(queryable);
+    [
+        Some(publish),
+        Some(flow_in),
+        Some(flow_out),
+        Some(store_in),
+        Some(query_start),
+        q,
+    ]
+}
+
+fn status(bound: u64) -> Box<StaticClockStatus> {
+    Box::new(StaticClockStatus(ClockStatus {
+        at_ns: 0,
+        source: ClockSource::Injected,
+        synced: true,
+        leap: Leap::None,
+        offset_ns: 100,
+        error_bound_ns: bound,
+        detail: "test".into(),
+    }))
+}
+
+fn make_run(dir: &Path) {
+    let spec = PipelineSpec::default_pipeline();
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec.clone(), dir);
+    cfg.run_id = Some("analysis-run".into());
+    let collector = Collector::start(cfg).unwrap();
+    let hops: Vec<(HopId, &str)> = spec
+        .hops
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
+        .collect();
+    let exporter = |host: &str, hops: &[(HopId, &str)], bound: u64| {
+        let mut c = ExporterConfig::new(collector.local_addr().to_string(), "analysis-test");
+        c.host = host.into();
+        c.backoff_min = Duration::from_millis(5);
+        Exporter::start_with(c, hops, status(bound)).unwrap()
+    };
+    let ea = exporter("host-a", &hops[..1], BOUND_A_NS);
+    let eb = exporter("host-b", &hops[1..], BOUND_B_NS);
+    let (ca, cb) = (ManualClock::new(0), ManualClock::new(0));
+    let pa = ea.probe_with_clock(hops[0].0, ca.clone()).unwrap();
+    let pb: Vec<_> = hops[1..]
+        .iter()
+        .map(|(h, _)| eb.probe_with_clock(*h, cb.clone()).unwrap())
+        .collect();
+    for seq in 0..TRACES {
+        let s = stamps(seq);
+        let mut ctx = TraceContext::new(
+            TraceKey {
+                publisher: 9,
+                stream: (seq % 8) as u32,
+                sequence: seq,
+            },
+            25,
+            s[0].unwrap() - 50,
+        );
+        ca.set(s[0].unwrap());
+        pa.record(&mut ctx).unwrap();
+        for (i, p) in pb.iter().enumerate() {
+            if let Some(ns) = s[i + 1] {
+                cb.set(ns);
+                p.record(&mut ctx).unwrap();
+            }
+        }
+    }
+    let entries = (0..8u32)
+        .map(|stream| {
+            let n = (0..TRACES).filter(|s| s % 8 == u64::from(stream)).count() as u64;
+            SentEntry {
+                stream,
+                messages: n,
+                metrics: n * 25,
+                first_sequence: u64::from(stream),
+                last_sequence: TRACES - 8 + u64::from(stream),
+            }
+        })
+        .collect();
+    ea.send_frame(Frame::Sent(SentFrame {
+        publisher: 9,
+        entries,
+    }));
+    assert!(ea.shutdown().clean);
+    assert!(eb.shutdown().clean);
+    collector.stop().unwrap();
+}
+
+/// One run shared by the tests of this file.
+fn run_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("hoptrace-analysis-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        make_run(&dir);
+        dir.join("analysis-run")
+    })
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn summarise(dir: &Path) -> (Summary, Vec<summary::StageHistograms>) {
+    let runs = RunSet::open(&[dir]).unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        summary::compute(&runs, &ctx).await.unwrap()
+    })
+}
+
+/// Exact deltas of stage `from -> to` (hop indices), negatives apart.
+fn oracle(from: usize, to: usize) -> (Vec<i64>, u64) {
+    let mut v = Vec::new();
+    let mut negative = 0;
+    for seq in 0..TRACES {
+        let s = stamps(seq);
+        if let (Some(a), Some(b)) = (s[from], s[to]) {
+            if b - a < 0 {
+                negative += 1;
+            } else {
+                v.push(b - a);
+            }
+        }
+    }
+    v.sort_unstable();
+    (v, negative)
+}
+
+#[test]
+fn every_stage_figure_matches_the_exact_oracle() {
+    let (s, _) = summarise(run_dir());
+    let idx = |h: &str| {
+        [
+            "publish",
+            "flow_in",
+            "flow_out",
+            "store_in",
+            "query_start",
+            "queryable",
+        ]
+        .iter()
+        .position(|x| *x == h)
+        .unwrap()
+    };
+    assert_eq!(s.stages.len(), 5);
+    for st in &s.stages {
+        let (v, negative) = oracle(idx(&st.from), idx(&st.to));
+        assert_eq!(st.count, v.len() as u64, "{}", st.name);
+        assert_eq!(st.negative, negative, "{}", st.name);
+        assert_eq!(st.min_ns, v.first().copied(), "{}", st.name);
+        assert_eq!(st.max_ns, v.last().copied(), "{}", st.name);
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        assert!(
+            (st.mean_ns.unwrap() - mean).abs() <= 1e-9 * mean,
+            "{}",
+            st.name
+        );
+        assert!(
+            (st.stddev_ns.unwrap() - var.sqrt()).abs() <= 1e-6 * var.sqrt(),
+            "{}",
+            st.name
+        );
+        assert_eq!(st.percentiles.len(), 6);
+        for p in &st.percentiles {
+            let rank = ((p.quantile * n).ceil() as usize).max(1);
+            let exact = v[rank - 1] as u64;
+            assert!(
+                p.value_ns.abs_diff(exact) <= p.precision_ns,
+                "{} {}: reported {} ± {}, exact {exact}",
+                st.name,
+                p.label,
+                p.value_ns,
+                p.precision_ns
+            );
+            assert!(p.precision_ns as f64 <= 0.0005 * exact as f64 + 1.0);
+        }
+    }
+    // The collector's own statistics (run.json) agree with the SQL ones.
+    let run = hoptrace_analysis::Run::open(run_dir()).unwrap();
+    for (a, b) in s.stages.iter().zip(&run.summary.stages) {
+        assert_eq!(
+            (a.count, a.negative, a.min_ns, a.max_ns),
+            (b.count, b.negative, b.min_ns, b.max_ns)
+        );
+        for (pa, pb) in a.percentiles.iter().zip(&b.percentiles) {
+            assert_eq!(
+                (pa.value_ns, pa.precision_ns),
+                (pb.value_ns, pb.precision_ns),
+                "{}",
+                a.name
+            );
+        }
+    }
+}
+
+#[test]
+fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
+    let (s, hists) = summarise(run_dir());
+    let a = &s.accounting;
+    let missing = TRACES.div_ceil(50);
+    assert_eq!(
+        (a.sent, a.complete, a.incomplete, a.unseen),
+        (TRACES, TRACES - missing, missing, 0)
+    );
+    assert_eq!(a.missing_by_hop.get("queryable"), Some(&missing));
+    assert_eq!(a.negative_deltas, TRACES.div_ceil(97));
+    assert!(a.adds_up);
+    assert_eq!(s.totals.messages, TRACES);
+    assert_eq!(s.totals.metrics, TRACES * 25);
+    assert_eq!(s.totals.streams, 8);
+    let messages: u64 = s.throughput.buckets.iter().map(|b| b.messages).sum();
+    assert_eq!(messages, TRACES, "throughput buckets hold every message");
+    for h in &hists {
+        let per_time: u64 = h.by_time.iter().map(hdrhistogram::Histogram::len).sum();
+        assert_eq!(per_time, h.whole.len(), "{}", h.name);
+    }
+    let by = |n: &str| s.stages.iter().find(|x| x.name == n).unwrap();
+    // publish is on host A, flow_in on host B: both bounds count.
+    assert_eq!(
+        by("Broker Time").clock_uncertainty_ns,
+        Some(BOUND_A_NS + BOUND_B_NS)
+    );
+    assert_eq!(
+        by("Total Ingestion").clock_uncertainty_ns,
+        Some(BOUND_A_NS + BOUND_B_NS)
+    );
+    assert_eq!(by("Flow Internal").clock_uncertainty_ns, Some(0));
+    assert!(
+        s.warnings.iter().any(|w| w.contains("negative deltas")),
+        "{:?}",
+        s.warnings
+    );
+    assert_eq!(s.environment.hosts.len(), 2);
+}
+
+#[test]
+fn sql_functions_agree_with_the_summary() {
+    let (s, _) = summarise(run_dir());
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    let total = s
+        .stages
+        .iter()
+        .find(|x| x.name == "Total Ingestion")
+        .unwrap();
+    let p99 = total.percentile("P99").unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        let q = "SELECT hdr_percentile(total_ingestion_ns, 0.99) AS v, \
+                        hdr_precision(total_ingestion_ns, 0.99) AS p, \
+                        hdr_count(hdr_histogram(total_ingestion_ns)) AS n FROM traces";
+        let b = hoptrace_analysis::sql::query(&ctx, q).await.unwrap();
+        let col = |i: usize| {
+            b[0].column(i)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .unwrap()
+                .value(0)
+        };
+        assert_eq!(col(0) as u64, p99.value_ns);
+        assert_eq!(col(1) as u64, p99.precision_ns);
+        assert_eq!(col(2) as u64, total.count);
+        // Per-stream histograms merged give the whole run's percentile.
+        let q = "SELECT hdr_value_at(hdr_merge(h), 0.99) AS v FROM \
+                 (SELECT stream, hdr_histogram(total_ingestion_ns) AS h FROM traces GROUP BY stream)";
+        let b = hoptrace_analysis::sql::query(&ctx, q).await.unwrap();
+        let v = b[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(v as u64, p99.value_ns);
+        // Tables over the run.
+        let b = hoptrace_analysis::sql::query(&ctx, "SELECT count(*) FROM clock WHERE host = 'host-b'")
+            .await
+            .unwrap();
+        assert!(b[0].num_rows() == 1);
+        let b = hoptrace_analysis::sql::query(&ctx, "SELECT sent, complete, adds_up FROM runs")
+            .await
+            .unwrap();
+        assert_eq!(b[0].num_rows(), 1);
+    });
+}
+
+#[test]
+fn bad_queries_and_bad_files_name_what_is_wrong() {
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        for (q, needle) in [
+            (
+                "SELECT hdr_percentile(total_ingestion_ns, 1.5) FROM traces",
+                "outside 0..=1",
+            ),
+            ("SELECT hdr_histogram(status) FROM traces", "nanoseconds"),
+            (
+                "SELECT hdr_percentile(total_ingestion_ns, stream) FROM traces",
+                "constant",
+            ),
+            (
+                "SELECT hdr_value_at(status, 0.5) FROM traces",
+                "serialized histogram",
+            ),
+            ("SELECT no_such_column FROM traces", "no_such_column"),
+        ] {
+            let e = hoptrace_analysis::sql::query(&ctx, q)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{q}: {e}");
+        }
+    });
+    // A truncated part file is named in the error; the run directory is not touched.
+    let copy = std::env::temp_dir().join(format!("hoptrace-analysis-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&copy);
+    std::fs::create_dir_all(copy.join("traces")).unwrap();
+    std::fs::copy(run_dir().join("run.json"), copy.join("run.json")).unwrap();
+    let part = std::fs::read_dir(run_dir().join("traces"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let bytes = std::fs::read(&part).unwrap();
+    std::fs::write(
+        copy.join("traces/part-00000.parquet"),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    let runs = RunSet::open(&[&copy]).unwrap();
+    let Err(e) = rt().block_on(runs.session()) else {
+        panic!("a truncated part file must not read");
+    };
+    assert!(
+        matches!(&e, AnalysisError::BadParquet { path, .. } if path.ends_with("part-00000.parquet")),
+        "{e}"
+    );
+    // Not a run at all.
+    let e = RunSet::open(&[copy.join("traces")]).unwrap_err();
+    assert!(e.to_string().contains("not a run directory"), "{e}");
+    let e = RunSet::open(&[copy.join("nothing-*")]).unwrap_err();
+    assert!(e.to_string().contains("no run directories"), "{e}");
+    let _ = std::fs::remove_dir_all(&copy);
+}
+
+#[test]
+fn report_files_and_compare_gates() {
+    let (s, hists) = summarise(run_dir());
+    let out = std::env::temp_dir().join(format!("hoptrace-analysis-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let w = report::write(&out, &s, &hists).unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    for needle in [
+        "Performance Highlights",
+        "Total Ingestion",
+        "| P99.99 |",
+        "Clock uncertainty",
+        "±12.0µs",
+        "Counts add up | yes",
+        "Latency Heatmaps",
+    ] {
+        assert!(md.contains(needle), "report.md lacks {needle:?}");
+    }
+    let html = std::fs::read_to_string(&w.html).unwrap();
+    assert!(html.contains("vegaEmbed") && !html.contains("<script src="));
+    let back: Summary = serde_json::from_slice(&std::fs::read(&w.summary).unwrap()).unwrap();
+    assert_eq!(back.accounting.complete, s.accounting.complete);
+    assert_eq!(w.charts.len(), 3 + s.stages.len());
+
+    // A run compared with itself passes a 10 % gate; an absolute gate below its P99 fails.
+    let both = [s.clone(), s];
+    let ok: compare::Gate = "Total Ingestion.p99 > +10%".parse().unwrap();
+    assert!(
+        compare::evaluate(&ok, &both)
+            .unwrap()
+            .iter()
+            .all(|r| !r.failed)
+    );
+    let strict: compare::Gate = "Total Ingestion.p99 > 1us".parse().unwrap();
+    assert!(
+        compare::evaluate(&strict, &both)
+            .unwrap()
+            .iter()
+            .all(|r| r.failed)
+    );
+    let unknown: compare::Gate = "Nope.p99 > 1us".parse().unwrap();
+    assert!(compare::evaluate(&unknown, &both).is_err());
+    assert!(compare::table(&both).contains("| Total Ingestion | P99 |"));
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,206 @@
+"""The report's numbers checked by an independent engine, and its files by their schema.
+
+A run is made with `hoptrace roundtrip` (publisher, hops and the real collector over
+loopback TCP), reported with `hoptrace report`, and then:
+- every stage's count, min, max, mean and standard deviation must equal what DuckDB
+  computes over the same Parquet; every percentile must be within its stated precision
+  of DuckDB's exact `quantile_disc`;
+- summary.json must validate against analysis/schema/summary.schema.json;
+- `hoptrace sql` must give the same figures as CSV, JSON and Parquet;
+- `hoptrace compare --fail-if` must exit non-zero exactly when its gate holds.
+
+Needs HOPTRACE_BIN (infra/test.sh sets it to the release build).
+"""
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HOPTRACE_BIN")
+
+pytestmark = pytest.mark.skipif(
+    not BIN and os.environ.get("HOPTRACE_INTEGRATION") != "1",
+    reason="HOPTRACE_BIN not set (run infra/test.sh)",
+)
+
+
+def hoptrace(*args, check=True):
+    assert BIN, "HOPTRACE_BIN must point at the hoptrace binary"
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, check=check, timeout=300)
+
+
+def make_run(out: Path, skew_ns=0) -> Path:
+    hoptrace("roundtrip", "--messages", "30k", "--rate", "30k", "--streams", "50",
+             "--last-hop-skew-ns", skew_ns, "--out", out)
+    (run,) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    return run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="module")
+def report(run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    hoptrace("report", run, "--out", out)
+    return out
+
+
+def stage_deltas_sql(run: Path, stage) -> str:
+    files = str(run / "traces" / "*.parquet")
+    return (
+        f"SELECT epoch_ns(\"{stage['to']}_ns\") - epoch_ns(\"{stage['from']}_ns\") AS d "
+        f"FROM read_parquet('{files}') "
+        f"WHERE \"{stage['to']}_ns\" IS NOT NULL AND \"{stage['from']}_ns\" IS NOT NULL"
+    )
+
+
+def test_every_stage_matches_duckdb(run, report):
+    summary = json.loads((report / "summary.json").read_text())
+    con = duckdb.connect()
+    assert summary["stages"], "the run has stages"
+    for st in summary["stages"]:
+        deltas = stage_deltas_sql(run, st)
+        qs = [p["quantile"] for p in st["percentiles"]]
+        n, neg, mn, mx, mean, sd, disc = con.execute(
+            f"SELECT count(*) FILTER (WHERE d >= 0), count(*) FILTER (WHERE d < 0), "
+            f"min(d) FILTER (WHERE d >= 0), max(d) FILTER (WHERE d >= 0), "
+            f"avg(d) FILTER (WHERE d >= 0), stddev_pop(d) FILTER (WHERE d >= 0), "
+            f"quantile_disc(d, {qs}) FILTER (WHERE d >= 0) FROM ({deltas})"
+        ).fetchone()
+        name = st["name"]
+        assert (st["count"], st["negative"], st["min_ns"], st["max_ns"]) == (n, neg, mn, mx), name
+        assert st["mean_ns"] == pytest.approx(mean, rel=1e-9), name
+        assert st["stddev_ns"] == pytest.approx(sd, rel=1e-6), name
+        for p, exact in zip(st["percentiles"], disc):
+            assert abs(p["value_ns"] - exact) <= p["precision_ns"], (
+                f"{name} {p['label']}: hoptrace {p['value_ns']} ± {p['precision_ns']}, DuckDB {exact}"
+            )
+            assert p["precision_ns"] <= 0.0005 * exact + 1, (name, p)
+
+
+def test_counts_add_up_against_the_parquet(run, report):
+    summary = json.loads((report / "summary.json").read_text())
+    table = pq.read_table(str(run / "traces"))
+    statuses = table.column("status").to_pylist()
+    acc = summary["accounting"]
+    assert acc["complete"] == statuses.count("complete")
+    assert acc["incomplete"] == statuses.count("incomplete")
+    assert acc["sent"] == acc["complete"] + acc["incomplete"] + acc["unseen"]
+    assert acc["adds_up"] is True
+    assert summary["data"]["rows"] == table.num_rows == 30_000
+    assert sum(b["messages"] for b in summary["throughput"]["buckets"]) == table.num_rows
+
+
+def test_summary_json_validates_against_its_schema(report):
+    schema = json.loads((ROOT / "analysis" / "schema" / "summary.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(json.loads((report / "summary.json").read_text()), schema)
+    broken = json.loads((report / "summary.json").read_text())
+    broken["stages"][0]["percentiles"][0]["value_ns"] = -1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_report_files(report):
+    md = (report / "report.md").read_text()
+    for needle in ["Performance Highlights", "Test Environment", "Latency Stage Definitions",
+                   "| Stat | Value | Precision |", "| P99.99 |", "Clock uncertainty", "Accounting",
+                   "Latency Heatmaps"]:
+        assert needle in md, needle
+    images = re.findall(r"\]\((charts/[^)]+\.svg)\)", md)
+    assert len(images) >= 4, images
+    for img in images:
+        svg = (report / img).read_text()
+        assert svg.startswith("<svg") and "</svg>" in svg, img
+    html = (report / "report.html").read_text()
+    # Self-contained: nothing is loaded from elsewhere.
+    markup = re.sub(r"<script>.*?</script>", "", html, flags=re.S)
+    assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)=", markup)
+    assert html.count("<div class=\"chart\"") >= 4
+    for spec in (report / "charts").glob("*.vl.json"):
+        assert json.loads(spec.read_text())["$schema"].endswith("vega-lite/v6.json")
+
+
+def test_sql_formats_agree(run, report):
+    summary = json.loads((report / "summary.json").read_text())
+    total = next(s for s in summary["stages"] if s["headline"])
+    col = total["column"]
+    q = f"SELECT count({col}) AS n, hdr_percentile({col}, 0.99) AS p99 FROM traces WHERE {col} >= 0"
+    rows = list(csv.DictReader(io.StringIO(hoptrace("sql", run, q, "--format", "csv").stdout)))
+    p99 = next(p for p in total["percentiles"] if p["label"] == "P99")
+    assert int(rows[0]["n"]) == total["count"]
+    assert int(rows[0]["p99"]) == p99["value_ns"]
+    line = json.loads(hoptrace("sql", run, q, "--format", "json").stdout.splitlines()[0])
+    assert line == {"n": total["count"], "p99": p99["value_ns"]}
+    out = run.parent / "q.parquet"
+    hoptrace("sql", run, q, "--format", "parquet", "--out", out)
+    t = pq.read_table(out)
+    assert t.column("p99").to_pylist() == [p99["value_ns"]]
+    table = hoptrace("sql", run, "SELECT run_id, complete FROM runs").stdout
+    assert "1 row(s)" in table
+    bad = hoptrace("sql", run, "SELECT nope FROM traces", check=False)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+
+
+def test_compare_gate_exits_non_zero_when_it_holds(run, tmp_path):
+    slower = make_run(tmp_path, skew_ns=100_000_000)
+    stage = "total (publish -> store_in)"
+    same = hoptrace("compare", run, run, "--fail-if", f"{stage}.p99 > +10%", check=False)
+    assert same.returncode == 0, same.stderr
+    assert "pass" in same.stdout
+    worse = hoptrace("compare", run, slower, "--fail-if", f"{stage}.p50 > +10%", check=False)
+    assert worse.returncode == 1, worse.stdout + worse.stderr
+    assert "FAIL" in worse.stdout and "gate(s) failed" in worse.stderr
+    bad = hoptrace("compare", run, run, "--fail-if", "nonsense", check=False)
+    assert bad.returncode != 0 and "bad gate" in bad.stderr
+
+
+def chromium():
+    path = shutil.which("chromium")
+    if not path:
+        if os.environ.get("HOPTRACE_INTEGRATION") == "1":
+            pytest.fail("chromium is not installed (infra/setup.sh --browser installs it)")
+        pytest.skip("chromium not installed")
+    return path
+
+
+def test_report_html_renders_offline_in_chromium(report):
+    """report.html in headless Chromium with no network at all (a fresh network namespace):
+    every chart renders to SVG and the page logs no errors; a screenshot is kept."""
+    page = (report / "report.html").resolve().as_uri()
+    isolate = ["unshare", "--net"] if shutil.which("unshare") and os.geteuid() == 0 else []
+    base = [*isolate, chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+            "--no-first-run", "--disable-extensions", "--proxy-server=127.0.0.1:9",
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000",
+            "--window-size=1100,5000", f"--user-data-dir={report / '.chromium'}"]
+    dom = subprocess.run([*base, "--dump-dom", page], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    charts = re.findall(r'<div class="chart[^"]*" id="chart-\d+"[^>]*>', dom.stdout)
+    assert len(charts) >= 4, dom.stdout[-2000:]
+    assert all('data-rendered="true"' in c for c in charts), charts
+    assert 'data-charts="done"' in dom.stdout
+    assert not any("chart-error" in c for c in charts), charts
+    assert dom.stdout.count("<svg") >= len(charts)
+    console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l]
+    errors = [l for l in console if ":ERROR:" in l or "Uncaught" in l]
+    assert not errors, errors
+
+    artifacts = Path(os.environ.get("HOPTRACE_ARTIFACTS", report))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report-html.png"
+    taken = subprocess.run([*base, f"--screenshot={shot}", page], capture_output=True, text=True, timeout=180)
+    assert taken.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000, taken.stderr[-2000:]

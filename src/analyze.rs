@@ -1,0 +1,262 @@
+//! `hoptrace sql`, `hoptrace report` and `hoptrace compare`.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, bail};
+use hoptrace_analysis::compare::{self, Gate};
+use hoptrace_analysis::sql::{self, OutputFormat};
+use hoptrace_analysis::{RunSet, report, summary};
+
+/// Arguments of `hoptrace sql`.
+#[derive(Debug, clap::Args)]
+pub struct SqlArgs {
+    /// Run directories (or a directory of runs, or globs such as 'runs/*'), then the query.
+    /// Tables: traces (with a <stage>_ns column per stage), traces_raw, clock, probes, runs,
+    /// stages. Functions: hdr_histogram(ns), hdr_percentile(ns, q), hdr_precision(ns, q),
+    /// hdr_merge(hist), hdr_value_at(hist, q), hdr_precision_at(hist, q), hdr_count(hist).
+    /// Without a query, an interactive prompt reads one query per line.
+    #[arg(required = true, num_args = 1..)]
+    args: Vec<String>,
+    /// Output format: table, csv, json (one object per line) or parquet.
+    #[arg(long, short, default_value = "table")]
+    format: OutputFormat,
+    /// Write the result here instead of stdout (required for parquet).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+/// Arguments of `hoptrace report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// Run directories to report on together (usually one).
+    #[arg(required = true, num_args = 1..)]
+    runs: Vec<PathBuf>,
+    /// Where to write report.md, report.html, summary.json and charts/ (default: the run
+    /// directory's report/).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+/// Arguments of `hoptrace compare`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// Runs to compare; the first is the baseline.
+    #[arg(required = true, num_args = 2..)]
+    runs: Vec<PathBuf>,
+    /// Fail (exit 1) when this holds for a run, e.g. 'Total Ingestion.p99 > +10%',
+    /// 'Broker Time.p99.9 > 5ms', 'Query Duration.mean > +200us'. Repeatable.
+    #[arg(long = "fail-if")]
+    fail_if: Vec<String>,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the query runtime")
+}
+
+/// Splits `args` into run paths and an optional trailing query.
+fn split_query(args: &[String]) -> (Vec<String>, Option<String>) {
+    let looks_like_query = |s: &str| {
+        let t = s.trim_start().to_ascii_lowercase();
+        s.contains(char::is_whitespace)
+            && ["select", "with", "show", "describe", "explain", "values"]
+                .iter()
+                .any(|k| t.starts_with(k))
+    };
+    match args.split_last() {
+        Some((last, rest)) if looks_like_query(last) && !rest.is_empty() => {
+            (rest.to_vec(), Some(last.clone()))
+        }
+        _ => (args.to_vec(), None),
+    }
+}
+
+/// `hoptrace sql`.
+pub fn run_sql(args: &SqlArgs) -> Result<()> {
+    let (paths, query) = split_query(&args.args);
+    let runs = RunSet::open(&paths)?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let ctx = runs.session().await?;
+        let Some(q) = query else {
+            return interactive(&ctx, args.format).await;
+        };
+        if args.format == OutputFormat::Parquet {
+            let Some(out) = &args.out else {
+                bail!("--format parquet needs --out FILE.parquet");
+            };
+            sql::write_parquet(&ctx, &q, out).await?;
+            eprintln!("wrote {}", out.display());
+            return Ok(());
+        }
+        let batches = sql::query(&ctx, &q).await?;
+        match &args.out {
+            Some(path) => {
+                let mut f = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                sql::write(&batches, args.format, &mut f)?;
+            }
+            None => sql::write(&batches, args.format, &mut std::io::stdout().lock())?,
+        }
+        Ok(())
+    })
+}
+
+async fn interactive(
+    ctx: &hoptrace_analysis::datafusion::prelude::SessionContext,
+    format: OutputFormat,
+) -> Result<()> {
+    let stdin = std::io::stdin();
+    let tty = stdin.is_terminal();
+    let prompt = || {
+        if tty {
+            print!("hoptrace> ");
+            let _ = std::io::stdout().flush();
+        }
+    };
+    prompt();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let q = line.trim().trim_end_matches(';');
+        if q.eq_ignore_ascii_case("quit") || q.eq_ignore_ascii_case("exit") {
+            break;
+        }
+        if !q.is_empty() {
+            let started = Instant::now();
+            match sql::query(ctx, q).await {
+                Ok(b) => {
+                    sql::write(&b, format, &mut std::io::stdout().lock())?;
+                    if tty {
+                        println!("({:.3} s)", started.elapsed().as_secs_f64());
+                    }
+                }
+                Err(e) => eprintln!("error: {e}"),
+            }
+        }
+        prompt();
+    }
+    Ok(())
+}
+
+/// `hoptrace report`.
+pub fn run_report(args: &ReportArgs) -> Result<()> {
+    let started = Instant::now();
+    let runs = RunSet::open(&args.runs)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| runs.runs[0].dir.join("report"));
+    let rt = runtime()?;
+    let (s, hists) = rt.block_on(async {
+        let ctx = runs.session().await?;
+        summary::compute(&runs, &ctx).await
+    })?;
+    let written = report::write(&out, &s, &hists)?;
+    print_summary(&s);
+    eprintln!(
+        "report: {} (and report.html, summary.json, {} chart(s){}) in {:.1} s",
+        written.markdown.display(),
+        written.charts.len(),
+        if written.images {
+            " with SVG images"
+        } else {
+            ", no images"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Prints a run's headline figures to stdout.
+pub fn print_summary(s: &hoptrace_analysis::Summary) {
+    use hoptrace_analysis::format::{count, duration_ns, precision_ns, rate};
+    println!(
+        "{}: {} messages, {} metrics over {:.1} s ({} metrics/s)",
+        s.pipeline,
+        count(s.totals.messages),
+        count(s.totals.metrics),
+        s.totals.duration_s,
+        rate(s.totals.metrics_per_s)
+    );
+    for st in &s.stages {
+        let p = |l: &str| {
+            st.percentile(l).map_or_else(
+                || "-".into(),
+                |p| {
+                    format!(
+                        "{} {}",
+                        duration_ns(p.value_ns),
+                        precision_ns(p.precision_ns)
+                    )
+                },
+            )
+        };
+        println!(
+            "  {:<18} n={:<12} p50 {:<18} p99 {:<18} p99.99 {:<18} clock ±{}",
+            st.name,
+            count(st.count),
+            p("P50"),
+            p("P99"),
+            p("P99.99"),
+            st.clock_uncertainty_ns
+                .map_or_else(|| "unknown".into(), duration_ns)
+        );
+    }
+    let a = &s.accounting;
+    println!(
+        "  accounting: sent {} = complete {} + incomplete {} + unseen {}: {}",
+        count(a.sent),
+        count(a.complete),
+        count(a.incomplete),
+        count(a.unseen),
+        if a.adds_up {
+            "adds up"
+        } else {
+            "DOES NOT ADD UP"
+        }
+    );
+    for w in &s.warnings {
+        println!("  warning: {w}");
+    }
+}
+
+/// `hoptrace compare`.
+pub fn run_compare(args: &CompareArgs) -> Result<()> {
+    let gates: Vec<Gate> = args
+        .fail_if
+        .iter()
+        .map(|g| g.parse())
+        .collect::<Result<_, _>>()?;
+    let rt = runtime()?;
+    let mut summaries = Vec::new();
+    for dir in &args.runs {
+        let runs = RunSet::open(std::slice::from_ref(dir))?;
+        let s = rt.block_on(async {
+            let ctx = runs.session().await?;
+            summary::compute(&runs, &ctx).await
+        })?;
+        summaries.push(s.0);
+    }
+    print!("{}", compare::table(&summaries));
+    let mut failed = 0;
+    for g in &gates {
+        for r in compare::evaluate(g, &summaries)? {
+            println!(
+                "{} {:?} on {}: {}",
+                if r.failed { "FAIL" } else { "pass" },
+                r.gate,
+                r.run_id,
+                r.detail
+            );
+            failed += usize::from(r.failed);
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} gate(s) failed");
+    }
+    Ok(())
+}
