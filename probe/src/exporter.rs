@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, ClockStatusSource, KernelClockStatus, SystemClock, realtime_ns};
+use crate::clock::{Clock, ClockStatusSource, SystemClock, realtime_ns};
 use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
@@ -115,7 +115,8 @@ struct Status {
 }
 
 impl Exporter {
-    /// Starts an exporter announcing `hops`, reading the clock status from the kernel.
+    /// Starts an exporter announcing `hops`, reporting this host's clock status from
+    /// chronyd, ptp4l or the kernel ([`crate::sync::this_host`]).
     ///
     /// The connection is made in the background; `report()` works at once and queues
     /// until the collector is reachable.
@@ -123,7 +124,7 @@ impl Exporter {
     /// # Errors
     /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Spawn`].
     pub fn start(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
-        Self::start_with(config, hops, Box::new(KernelClockStatus))
+        Self::start_with(config, hops, crate::sync::this_host())
     }
 
     /// As [`Exporter::start`], with a clock status source of the caller's.
