@@ -9,7 +9,7 @@ loopback TCP), reported with `hoptrace report`, and then:
 - `hoptrace sql` must give the same figures as CSV, JSON and Parquet;
 - `hoptrace compare --fail-if` must exit non-zero exactly when its gate holds.
 
-Needs HOPTRACE_BIN (infra/test.sh sets it to the release build).
+Needs HOPTRACE_BIN (infra/test.sh sets it to the build of cargo test).
 """
 
 import csv
