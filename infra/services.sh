@@ -6,8 +6,8 @@
 #   services.sh down     stop Mosquitto and every Kafka node (single node and cluster)
 #   services.sh status   show what runs; exit 3 unless Kafka (single node) and Mosquitto both do
 #
-# Topics on the single node: hoptrace-test (3 partitions), hoptrace-lat (1 partition,
-# message.timestamp.type=LogAppendTime). Addresses and credentials: infra/env.sh.
+# Topics on the single node: hoptrace-test (3 partitions), hoptrace-demo (3 partitions, the
+# reference pipeline's), hoptrace-lat (1 partition, message.timestamp.type=LogAppendTime). Addresses and credentials: infra/env.sh.
 # The 3-node Kafka cluster is not part of "up": infra/kafka/kafka.sh start --nodes 3.
 set -euo pipefail
 
@@ -26,6 +26,8 @@ up() {
     "$KAFKA" start --nodes 1 || die "starting Kafka failed"
     "$KAFKA" create-topic hoptrace-test --partitions 3 --bootstrap "$HOPTRACE_KAFKA" ||
         die "creating topic hoptrace-test failed"
+    "$KAFKA" create-topic hoptrace-demo --partitions 3 --bootstrap "$HOPTRACE_KAFKA" ||
+        die "creating topic hoptrace-demo failed"
     "$KAFKA" create-topic hoptrace-lat --partitions 1 --log-append-time --bootstrap "$HOPTRACE_KAFKA" ||
         die "creating topic hoptrace-lat failed"
     "$MOSQUITTO" start || die "starting Mosquitto failed"

@@ -7,6 +7,7 @@ mod analyze;
 mod bench;
 mod clock;
 mod collect;
+mod demo;
 mod publish;
 mod roundtrip;
 mod units;
@@ -24,6 +25,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// A whole measurement in one process: publisher, MQTT broker (in process, or
+    /// --broker), the reference processor and store, and the collector; then the report
+    /// (md, html, json) under reports/demo/.
+    Demo(demo::Args),
     /// Send traced messages through a chain of in-process hops, export every stamp over
     /// TCP with the collector protocol, join them and print per-stage latency.
     Roundtrip(roundtrip::Args),
@@ -59,9 +64,11 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    // The demo's embedded broker (rumqttd) logs every client disconnect as an error;
+    // its losses show in the run's accounting instead.
     let default = match cli.verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,rumqttd=off",
+        1 => "info,rumqttd=warn",
         _ => "debug",
     };
     tracing_subscriber::fmt()
@@ -70,8 +77,10 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(&args),
         Command::Roundtrip(args) => roundtrip::run(&args),
         Command::Collect(args) => collect::run(&args),
         Command::Bench(which) => bench::run(&which),

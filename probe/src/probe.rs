@@ -80,10 +80,12 @@ impl<C: Clock> Probe<C> {
     /// counted; the returned stamp can still be reported with [`Probe::report_stamp`].
     #[inline]
     pub fn stamp(&self, ctx: &mut TraceContext) -> Stamp {
-        let stamp = Stamp {
-            hop: self.hop,
-            ns: self.clock.now_ns(),
-        };
+        self.stamp_at(ctx, self.clock.now_ns())
+    }
+
+    #[inline]
+    fn stamp_at(&self, ctx: &mut TraceContext, ns: i64) -> Stamp {
+        let stamp = Stamp { hop: self.hop, ns };
         if ctx.push_stamp(stamp).is_err() {
             self.shared.counters.stamps_full.0.fetch_add(1, Relaxed);
         }
@@ -114,6 +116,17 @@ impl<C: Clock> Probe<C> {
                 Err(ReportError::QueueFull)
             }
         }
+    }
+
+    /// Stamps `ctx` with a time read earlier (one reading for a whole batch of messages)
+    /// and reports it.
+    ///
+    /// # Errors
+    /// [`ReportError::QueueFull`], counted; the context is stamped either way.
+    #[inline]
+    pub fn record_at(&self, ctx: &mut TraceContext, stamp_ns: i64) -> Result<Stamp, ReportError> {
+        let stamp = self.stamp_at(ctx, stamp_ns);
+        self.report_stamp(ctx, stamp_ns).map(|()| stamp)
     }
 
     /// Stamps `ctx` and reports the stamp: the usual call at a hop.

@@ -1,0 +1,108 @@
+//! An MQTT broker in this process (rumqttd), for the demo when no external broker is
+//! given. It speaks MQTT 5 and 3.1.1 on loopback.
+//!
+//! rumqttd does not set TCP_NODELAY on the connections it accepts, so small deliveries at
+//! low rates can wait for Nagle's algorithm; the demo's report shows that in Broker Time.
+//! A real Mosquitto (`infra/mosquitto/`) configured with `set_tcp_nodelay true` does not.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
+
+use crate::RefpipeError;
+
+/// A running embedded broker. It runs until the process ends.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedBroker {
+    v5: SocketAddr,
+    v4: SocketAddr,
+}
+
+impl EmbeddedBroker {
+    /// Starts the broker on two free loopback ports (MQTT 5 and 3.1.1) and waits until
+    /// both accept connections.
+    ///
+    /// # Errors
+    /// [`RefpipeError::Broker`] when no port is free or the broker does not come up.
+    pub fn start(max_payload_bytes: usize) -> Result<Self, RefpipeError> {
+        let v5 = free_port()?;
+        let v4 = free_port()?;
+        let connections = ConnectionSettings {
+            connection_timeout_ms: 10_000,
+            max_payload_size: max_payload_bytes,
+            max_inflight_count: 500,
+            auth: None,
+            external_auth: None,
+            dynamic_filters: true,
+        };
+        let server = |name: &str, listen| ServerSettings {
+            name: name.to_owned(),
+            listen,
+            tls: None,
+            next_connection_delay_ms: 1,
+            connections: connections.clone(),
+        };
+        let config = Config {
+            id: 0,
+            router: RouterConfig {
+                max_connections: 1_000,
+                max_outgoing_packet_count: 1_000,
+                max_segment_size: 100 << 20,
+                max_segment_count: 10,
+                ..RouterConfig::default()
+            },
+            v4: Some(HashMap::from([("1".to_owned(), server("v4", v4))])),
+            v5: Some(HashMap::from([("1".to_owned(), server("v5", v5))])),
+            ..Config::default()
+        };
+        let mut broker = Broker::new(config);
+        std::thread::Builder::new()
+            .name("mqtt-broker".into())
+            .spawn(move || {
+                if let Err(e) = broker.start() {
+                    tracing::error!("the embedded MQTT broker stopped: {e}");
+                }
+            })
+            .map_err(|e| RefpipeError::Broker(format!("cannot start its thread: {e}")))?;
+        for addr in [v5, v4] {
+            wait_for(addr)?;
+        }
+        tracing::info!(%v5, %v4, "embedded MQTT broker up");
+        Ok(Self { v5, v4 })
+    }
+
+    /// `mqtt://` address of the MQTT 5 listener.
+    #[must_use]
+    pub fn url_v5(&self) -> String {
+        format!("mqtt://{}?version=5", self.v5)
+    }
+
+    /// `mqtt://` address of the MQTT 3.1.1 listener.
+    #[must_use]
+    pub fn url_v311(&self) -> String {
+        format!("mqtt://{}?version=3.1.1", self.v4)
+    }
+}
+
+fn free_port() -> Result<SocketAddr, RefpipeError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| RefpipeError::Broker(format!("no free loopback port: {e}")))
+}
+
+fn wait_for(addr: SocketAddr) -> Result<(), RefpipeError> {
+    let started = Instant::now();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+            Ok(_) => return Ok(()),
+            Err(e) if started.elapsed() > Duration::from_secs(5) => {
+                return Err(RefpipeError::Broker(format!(
+                    "not listening on {addr} after 5 s: {e}"
+                )));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}

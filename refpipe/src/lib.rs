@@ -1,0 +1,185 @@
+//! # hoptrace-refpipe
+//!
+//! The reference pipeline hoptrace is demonstrated and benchmarked against. It is not
+//! part of the measuring tool: it is a small but real ingestion pipeline with the
+//! hoptrace probe embedded the way a user embeds it in their own code.
+//!
+//! ```text
+//! publisher ──MQTT/Kafka──▶ processor ──TCP (Arrow IPC)──▶ store
+//!   publish              flow_in  flow_out           store_in  query_start  queryable
+//! ```
+//!
+//! - [`processor`]: consumes MQTT (rumqttc) or Kafka (rdkafka), decodes JSON metrics,
+//!   transforms and batches them, and writes the batches to the store;
+//! - [`store`] and [`server`]: an embedded columnar store (Arrow) that takes writes and
+//!   answers queries over TCP, and runs a visibility query after every write;
+//! - [`broker`]: an in-process MQTT broker (rumqttd) for the demo's default;
+//! - [`wire`]: the store's protocol.
+//!
+//! The stages of the reference report come out of these hops: Broker Time
+//! (`flow_in - publish`), Flow Internal (`flow_out - flow_in`), Transmission
+//! (`store_in - flow_out`), Total Ingestion (`queryable - publish`) and Query Duration
+//! (`queryable - query_start`).
+//!
+//! ```no_run
+//! use hoptrace_publisher::url::Endpoint;
+//! use hoptrace_refpipe::{ProbeLink, processor, server};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let probes = ProbeLink::new("127.0.0.1:7400"); // a running `hoptrace collect`
+//! let mut store = server::StoreServerConfig::new("127.0.0.1:0");
+//! store.probes = Some(probes.clone());
+//! let store = server::StoreServer::start(store)?;
+//! let mut flow = processor::ProcessorConfig::new(
+//!     Endpoint::parse("mqtt://127.0.0.1:1883")?,
+//!     store.local_addr().to_string(),
+//! );
+//! flow.probes = Some(probes);
+//! let flow = processor::Processor::start(flow)?;
+//! // ... publish with `hoptrace publish --to mqtt://127.0.0.1:1883 --collector 127.0.0.1:7400` ...
+//! let flow = flow.stop(std::time::Duration::from_secs(5));
+//! let store = store.stop();
+//! println!("{} messages, {} rows stored", flow.messages, store.rows);
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::{Exporter, ExporterConfig, HopId};
+
+pub mod broker;
+pub mod decode;
+pub mod processor;
+pub mod server;
+pub mod store;
+pub mod wire;
+
+/// The hops of the reference pipeline, with the ids `hoptrace generate-config` gives them.
+pub const DEFAULT_HOPS: [(HopId, &str); 6] = [
+    (HopId(0), "publish"),
+    (HopId(1), "flow_in"),
+    (HopId(2), "flow_out"),
+    (HopId(3), "store_in"),
+    (HopId(4), "query_start"),
+    (HopId(5), "queryable"),
+];
+
+/// Why a part of the pipeline could not start or run. Each variant says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum RefpipeError {
+    /// The address cannot be listened on: is it in use, or not this host's?
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store cannot be reached: is it running at that address?
+    #[error("cannot reach the store at {addr}: {source}")]
+    Store {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The broker cannot be used: see the message.
+    #[error(transparent)]
+    Source(#[from] hoptrace_publisher::TargetError),
+    /// A hop is not in the probe link's list: declare it (name and id as in the pipeline
+    /// spec the collector runs).
+    #[error("hop {0:?} is not among the probe link's hops")]
+    UnknownHop(String),
+    /// The probes' exporter could not start.
+    #[error("probe: {0}")]
+    Probe(#[from] hoptrace_probe::ExporterError),
+    /// The collector did not welcome the probes: is `hoptrace collect` running there, with
+    /// this pipeline's hops and the same token?
+    #[error("collector {addr} did not accept {process} within {waited_ms} ms: {detail}")]
+    Collector {
+        /// The collector.
+        addr: String,
+        /// Which part of the pipeline.
+        process: String,
+        /// How long it was waited for.
+        waited_ms: u64,
+        /// The exporter's last error.
+        detail: String,
+    },
+    /// The embedded broker could not start.
+    #[error("embedded MQTT broker: {0}")]
+    Broker(String),
+}
+
+/// Where a part of the pipeline reports its stamps: the collector and the pipeline's hop
+/// ids.
+#[derive(Debug, Clone)]
+pub struct ProbeLink {
+    /// Collector address, `host:port`.
+    pub collector: String,
+    /// Token the collector requires.
+    pub token: Option<String>,
+    /// Every hop of the pipeline, with the ids the collector's spec gives them.
+    pub hops: Vec<(HopId, String)>,
+    /// How long to wait for the collector's welcome.
+    pub wait: Duration,
+}
+
+impl ProbeLink {
+    /// A link to `collector` with the hops of [`DEFAULT_HOPS`].
+    #[must_use]
+    pub fn new(collector: impl Into<String>) -> Self {
+        Self {
+            collector: collector.into(),
+            token: None,
+            hops: DEFAULT_HOPS
+                .iter()
+                .map(|(id, n)| (*id, (*n).to_owned()))
+                .collect(),
+            wait: Duration::from_secs(5),
+        }
+    }
+
+    /// Starts an exporter for the hops `names` and waits until the collector welcomes it.
+    ///
+    /// # Errors
+    /// [`RefpipeError::UnknownHop`], [`RefpipeError::Probe`], [`RefpipeError::Collector`].
+    pub fn exporter(&self, process: &str, names: &[&str]) -> Result<Exporter, RefpipeError> {
+        let mut hops = Vec::with_capacity(names.len());
+        for name in names {
+            let (id, n) = self
+                .hops
+                .iter()
+                .find(|(_, n)| n == name)
+                .ok_or_else(|| RefpipeError::UnknownHop((*name).to_owned()))?;
+            hops.push((*id, n.as_str()));
+        }
+        let mut config = ExporterConfig::new(&self.collector, process);
+        config.token.clone_from(&self.token);
+        let exporter = Exporter::start(config, &hops)?;
+        let started = Instant::now();
+        while !exporter.is_connected() && started.elapsed() < self.wait {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if exporter.is_connected() {
+            return Ok(exporter);
+        }
+        let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
+        drop(exporter.with_shutdown_timeout(Duration::ZERO));
+        Err(RefpipeError::Collector {
+            addr: self.collector.clone(),
+            process: process.to_owned(),
+            waited_ms: self.wait.as_millis() as u64,
+            detail,
+        })
+    }
+}
+
+/// The README's examples of attaching the probe, compiled as doc tests here (this crate
+/// depends on the probe with both carriers).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

@@ -1,0 +1,269 @@
+//! `hoptrace demo`: a whole measurement in one process. The publisher sends traced metrics
+//! through an MQTT broker (rumqttd in this process, or an external MQTT or Kafka broker)
+//! to the reference pipeline's processor and store (`refpipe/`); every hop reports its
+//! stamps over loopback TCP to the collector, which writes the run; the analysis then
+//! writes the report (md, html, json, charts).
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use hoptrace_analysis::{RunSet, report, summary};
+use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_publisher::publish::{CollectorLink, PublishConfig, PublishSummary, Publisher};
+use hoptrace_publisher::schedule::LoadShape;
+use hoptrace_publisher::uns::TopicScheme;
+use hoptrace_publisher::url::Endpoint;
+use hoptrace_refpipe::broker::EmbeddedBroker;
+use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
+use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
+use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink};
+
+use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration};
+
+/// Options of `hoptrace demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Use this broker instead of the one in this process: `mqtt://host:port` or
+    /// `kafka://host:port/topic` (the topic must exist).
+    #[arg(long)]
+    pub broker: Option<String>,
+    /// Target rate, metrics per second (open loop).
+    #[arg(long, default_value = "100k", value_parser = parse_count)]
+    pub rate: u64,
+    /// How long to publish.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Streams (topics, or Kafka keys) the load is spread over.
+    #[arg(long, default_value_t = 300)]
+    pub streams: u32,
+    /// Metrics carried per message (a JSON batch).
+    #[arg(long, default_value_t = 20)]
+    pub metrics_per_message: u32,
+    /// Zipf exponent of the per-stream rates (0: uniform).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf: f64,
+    /// The processor writes a batch once it holds this many rows...
+    #[arg(long, default_value_t = 2000)]
+    pub batch_rows: usize,
+    /// ...or once its first row has waited this long.
+    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    pub linger: Duration,
+    /// Directory under which the run directory is written.
+    #[arg(long, default_value = "runs")]
+    pub runs: PathBuf,
+    /// Where the report goes.
+    #[arg(long, default_value = "reports/demo")]
+    pub out: PathBuf,
+}
+
+/// Runs the demo and writes its report.
+///
+/// # Errors
+/// Invalid options, a part that does not start, a report that cannot be written.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.rate == 0 || args.streams == 0 || args.metrics_per_message == 0 {
+        bail!("--rate, --streams and --metrics-per-message must be positive");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    let started = Instant::now();
+    let run_id = format!("demo-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000);
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", PipelineSpec::default_pipeline(), &args.runs);
+    cfg.run_id = Some(run_id.clone());
+    let collector = Collector::start(cfg).context("starting the collector")?;
+    let run_dir = collector.run_dir().to_owned();
+    let link = ProbeLink::new(collector.local_addr().to_string());
+
+    let (endpoint, broker_line) = match &args.broker {
+        None => {
+            let b = EmbeddedBroker::start(1 << 20).context("starting the embedded MQTT broker")?;
+            (
+                Endpoint::parse(&b.url_v5())?,
+                "MQTT 5 broker in this process (rumqttd)".to_owned(),
+            )
+        }
+        Some(url) => {
+            let e = Endpoint::parse(url).context("--broker")?;
+            let line = format!("external broker {}", e.display());
+            (e, line)
+        }
+    };
+    // Topics of this run only, so a shared broker's other traffic stays out.
+    let root = format!("hoptrace-demo/{run_id}");
+    let topics = match endpoint {
+        Endpoint::Mqtt(_) => vec![format!("{root}/#")],
+        Endpoint::Kafka(_) => Vec::new(),
+    };
+
+    let mut store = StoreServerConfig::new("127.0.0.1:0");
+    store.probes = Some(link.clone());
+    let store = StoreServer::start(store).context("starting the store")?;
+    let mut flow = ProcessorConfig::new(endpoint.clone(), store.local_addr().to_string());
+    flow.topics = topics;
+    flow.batch_rows = args.batch_rows;
+    flow.linger = args.linger;
+    flow.probes = Some(link.clone());
+    let flow = Processor::start(flow).context("starting the processor")?;
+
+    let mut shape = LoadShape::uniform(args.rate as f64, args.streams);
+    shape.metrics_per_message = args.metrics_per_message;
+    shape.zipf_exponent = args.zipf;
+    shape.duration = Some(args.duration);
+    let mut pc = PublishConfig::new(endpoint, shape);
+    pc.topics = TopicScheme::Uns {
+        root: Some(root),
+        seed: 1,
+    };
+    let mut cl = CollectorLink::new(link.collector.clone());
+    cl.hop = (DEFAULT_HOPS[0].0, DEFAULT_HOPS[0].1.to_owned());
+    pc.collector = Some(cl);
+    let publisher = Publisher::new(pc).context("starting the publisher")?;
+    eprintln!(
+        "hoptrace demo: {} metrics/s ({} per message) for {:.0} s over {} streams through the {broker_line}; run {run_id}",
+        fmt_si(args.rate as f64),
+        args.metrics_per_message,
+        args.duration.as_secs_f64(),
+        args.streams
+    );
+    let published = publish_with_progress(publisher, &stop, &flow, &store, args.duration)?;
+    let settled = drain(&published, &flow, &stop);
+    let flow = flow.stop(Duration::from_secs(10));
+    let store = store.stop();
+    let run = collector.stop().context("stopping the collector")?;
+    print_parts(&published, &flow, &store, settled);
+    if let Some(e) = &flow.error {
+        bail!("the processor failed: {e}");
+    }
+
+    let runs = RunSet::open(&[&run_dir])?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the query runtime")?;
+    let (s, hists) = rt.block_on(async {
+        let ctx = runs.session().await?;
+        summary::compute(&runs, &ctx).await
+    })?;
+    let written = report::write(&args.out, &s, &hists)?;
+    println!();
+    crate::analyze::print_summary(&s);
+    println!();
+    println!("Run directory: {}", run_dir.display());
+    println!(
+        "Report: {} (also report.html, summary.json and charts/ there); {} traces joined, demo took {:.0} s",
+        written.markdown.display(),
+        run.accounting
+            .publishers
+            .iter()
+            .map(|p| p.complete + p.incomplete)
+            .sum::<u64>(),
+        started.elapsed().as_secs_f64()
+    );
+    if !s.accounting.adds_up {
+        bail!("the run's accounting does not add up: see the report");
+    }
+    Ok(())
+}
+
+/// Runs the publisher to its end, with a live line on a terminal.
+fn publish_with_progress(
+    publisher: Publisher,
+    stop: &Arc<AtomicBool>,
+    flow: &Processor,
+    store: &StoreServer,
+    planned: Duration,
+) -> anyhow::Result<PublishSummary> {
+    let live = publisher.live();
+    let worker = {
+        let stop = Arc::clone(stop);
+        std::thread::Builder::new()
+            .name("publisher".into())
+            .spawn(move || publisher.run(&stop))
+            .context("starting the publisher thread")?
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now();
+    while !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if !tty || last_line.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        last_line = Instant::now();
+        let l = *live.lock().expect("live stats poisoned");
+        let elapsed = Duration::from_nanos(l.elapsed_ns);
+        eprint!(
+            "\r{:>4.0}s  published {} msgs ({} metrics/s)  processed {}  stored {} rows  lag p99 {}  ETA {:.0}s   ",
+            elapsed.as_secs_f64(),
+            l.messages,
+            fmt_si(l.metrics as f64 / elapsed.as_secs_f64().max(1e-3)),
+            flow.stats().messages.load(Relaxed),
+            store.stats().rows.load(Relaxed),
+            fmt_ns(l.lag_p99_ns as f64),
+            planned.saturating_sub(elapsed).as_secs_f64()
+        );
+        let _ = std::io::stderr().flush();
+    }
+    if tty {
+        eprintln!();
+    }
+    Ok(worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??)
+}
+
+/// Waits until the processor has taken every message published, or nothing has moved for
+/// two seconds; returns whether it took them all.
+fn drain(published: &PublishSummary, flow: &Processor, stop: &AtomicBool) -> bool {
+    let mut last = (u64::MAX, Instant::now());
+    loop {
+        let taken = flow.stats().messages.load(Relaxed);
+        if taken >= published.messages || flow.has_failed() || stop.load(Relaxed) {
+            return taken >= published.messages;
+        }
+        if taken != last.0 {
+            last = (taken, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(2) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn print_parts(p: &PublishSummary, f: &ProcessorSummary, s: &StoreServerSummary, settled: bool) {
+    println!(
+        "publisher: {} messages, {} metrics in {:.1} s (kept up with the schedule: {:.4}; lag p99 {})",
+        p.messages,
+        p.metrics,
+        p.elapsed_ns as f64 / 1e9,
+        p.keep_up_ratio(),
+        p.lag
+            .at(0.99)
+            .map_or_else(|| "-".into(), |q| fmt_ns(q.value_ns as f64))
+    );
+    println!(
+        "processor: {} messages taken{} ({} traced, {} bad payloads), {} rows in {} writes, {} acknowledged",
+        f.messages,
+        if settled {
+            ""
+        } else {
+            " (NOT every message published reached it)"
+        },
+        f.traced,
+        f.bad_payloads,
+        f.rows,
+        f.writes,
+        f.acked
+    );
+    println!(
+        "store: {} rows in {} writes, {} not visible to their query, {} rows held, {} series",
+        s.rows, s.writes, s.invisible_writes, s.store.rows_held, s.store.series
+    );
+}
