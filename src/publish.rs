@@ -310,8 +310,10 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
         };
         eprint!(
             "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
-            l.target_metrics_per_s
-                .map_or_else(|| "replay".to_owned(), |t| format!("{} metrics/s", fmt_si(t))),
+            l.target_metrics_per_s.map_or_else(
+                || "replay".to_owned(),
+                |t| format!("{} metrics/s", fmt_si(t))
+            ),
             format_args!("{} metrics/s", fmt_si(achieved)),
             l.messages,
             l.backpressure_waits,
