@@ -161,11 +161,43 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The clock preflight of a command that starts a part of a run (collector, publisher,
+/// tap, demo): this host's clock must be synchronised, with an error bound of at most
+/// `--max-clock-error`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PreflightArgs {
+    /// Refuse to start when this host's clock (chronyd, ptp4l or the kernel) is not
+    /// synchronised or its error bound exceeds this (e.g. 100us, 1ms); the collector also
+    /// checks every probe host's clock status against it and records what fails.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns)]
+    pub max_clock_error: Option<u64>,
+    /// With --max-clock-error: warn instead of refusing.
+    #[arg(long)]
+    pub force_clock: bool,
+}
+
+impl PreflightArgs {
+    /// Checks this host's clock when `--max-clock-error` is given.
+    ///
+    /// # Errors
+    /// The clock fails the check and `--force-clock` is not given.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let Some(max) = self.max_clock_error else {
+            return Ok(());
+        };
+        let status = sync::this_host().read();
+        conclude(
+            Some(sync::preflight_host(&hostname(), &status, max)),
+            self.force_clock,
+        )
+    }
+}
+
 /// The exit of a single reading: the preflight error, or a warning with --force.
 fn conclude(check: Option<Result<(), sync::PreflightError>>, force: bool) -> anyhow::Result<()> {
     match check {
         Some(Err(e)) if force => {
-            eprintln!("warning: {e} (--force: continuing)");
+            eprintln!("warning: {e} (forced: continuing)");
             Ok(())
         }
         Some(Err(e)) => Err(anyhow::Error::new(e).context("clock preflight failed")),

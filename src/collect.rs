@@ -36,6 +36,8 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     pub metrics: Option<String>,
+    #[command(flatten)]
+    pub preflight: crate::clock::PreflightArgs,
 }
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
@@ -59,6 +61,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
     cfg.run_id.clone_from(&args.run_id);
     cfg.token.clone_from(&args.token);
+    args.preflight.check()?;
+    cfg.max_clock_error_ns = args.preflight.max_clock_error;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {} into {} (SIGINT or SIGTERM stops and flushes)",

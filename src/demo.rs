@@ -21,9 +21,11 @@ use hoptrace_publisher::url::Endpoint;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
-use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink};
+use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink, SimulatedHost};
 
-use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration};
+use crate::units::{
+    fmt_ns, fmt_si, parse_count, parse_duration, parse_duration_ns, parse_signed_duration_ns,
+};
 
 /// Options of `hoptrace demo`.
 #[derive(Debug, clap::Args)]
@@ -59,6 +61,16 @@ pub struct Args {
     /// Where the report goes.
     #[arg(long, default_value = "reports/demo")]
     pub out: PathBuf,
+    /// Simulate the store on another host whose clock is off by this much (e.g. -20ms):
+    /// its probes read this host's clock plus the offset, and it reports a clock status
+    /// of its own. Shows what clock error does to a report.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = parse_signed_duration_ns)]
+    pub store_clock_offset: Option<i64>,
+    /// The error bound the simulated store host claims for its clock.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_duration_ns)]
+    pub store_clock_bound: u64,
+    #[command(flatten)]
+    pub preflight: crate::clock::PreflightArgs,
 }
 
 /// Runs the demo and writes its report.
@@ -74,10 +86,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
+    args.preflight.check()?;
     let started = Instant::now();
     let run_id = format!("demo-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000);
     let mut cfg = CollectorConfig::new("127.0.0.1:0", PipelineSpec::default_pipeline(), &args.runs);
     cfg.run_id = Some(run_id.clone());
+    cfg.max_clock_error_ns = args.preflight.max_clock_error;
     let collector = Collector::start(cfg).context("starting the collector")?;
     let run_dir = collector.run_dir().to_owned();
     let link = ProbeLink::new(collector.local_addr().to_string());
@@ -104,7 +118,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
 
     let mut store = StoreServerConfig::new("127.0.0.1:0");
-    store.probes = Some(link.clone());
+    let mut store_link = link.clone();
+    store_link.simulate = args.store_clock_offset.map(|offset| SimulatedHost {
+        name: format!("{}-store", hoptrace_probe::exporter::hostname()),
+        clock_offset_ns: offset,
+        error_bound_ns: args.store_clock_bound,
+    });
+    store.probes = Some(store_link);
     let store = StoreServer::start(store).context("starting the store")?;
     let mut flow = ProcessorConfig::new(endpoint.clone(), store.local_addr().to_string());
     flow.topics = topics;

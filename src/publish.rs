@@ -155,6 +155,8 @@ pub struct PublishArgs {
     pub flush_timeout: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
+    #[command(flatten)]
+    pub preflight: crate::clock::PreflightArgs,
 }
 
 /// Options of `hoptrace tap`.
@@ -187,6 +189,8 @@ pub struct TapArgs {
     pub messages: Option<u64>,
     #[command(flatten)]
     pub collector: CollectorArgs,
+    #[command(flatten)]
+    pub preflight: crate::clock::PreflightArgs,
 }
 
 /// Options of `hoptrace record`.
@@ -274,6 +278,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
 /// Invalid options, an unusable broker or collector, a failure during the run.
 pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     let stop = shutdown_flag()?;
+    args.preflight.check()?;
     let config = publish_config(args)?;
     let planned_s = args.duration.as_secs_f64();
     let publisher = Publisher::new(config).context("starting the publisher")?;
@@ -438,6 +443,7 @@ fn print_publish_summary(s: &PublishSummary) {
 /// Invalid options, an unusable broker or collector.
 pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
     let stop = shutdown_flag()?;
+    args.preflight.check()?;
     let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
     c.topics.clone_from(&args.topics);
     c.carrier = args.carrier;

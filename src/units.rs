@@ -31,6 +31,20 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     duration_ns(s, None)
 }
 
+/// Parses a signed duration with a unit into nanoseconds: `-20ms`, `+1.5us`, `3s`.
+pub fn parse_signed_duration_ns(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let (sign, rest) = match t.as_bytes().first() {
+        Some(b'-') => (-1, &t[1..]),
+        Some(b'+') => (1, &t[1..]),
+        _ => (1, t),
+    };
+    let ns = duration_ns(rest, None)?;
+    i64::try_from(ns)
+        .map(|n| sign * n)
+        .map_err(|_| format!("{s:?} is out of range"))
+}
+
 /// `bare`: the scale of a number without a unit, or `None` when a unit is required.
 fn duration_ns(s: &str, bare: Option<f64>) -> Result<u64, String> {
     let s = s.trim();
@@ -114,6 +128,15 @@ mod tests {
         assert_eq!(parse_duration("500us"), Ok(Duration::from_micros(500)));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn signed_durations() {
+        assert_eq!(parse_signed_duration_ns("-20ms"), Ok(-20_000_000));
+        assert_eq!(parse_signed_duration_ns("+1.5us"), Ok(1_500));
+        assert_eq!(parse_signed_duration_ns("3s"), Ok(3_000_000_000));
+        assert!(parse_signed_duration_ns("-20").is_err());
+        assert!(parse_signed_duration_ns("--1ms").is_err());
     }
 
     #[test]

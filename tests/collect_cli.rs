@@ -227,3 +227,41 @@ fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
     assert_eq!(json["recovered"]["rows"], 5000);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// No real clock has an error bound of 1 ns: the preflight refuses to start, and
+/// `--force-clock` turns the refusal into a warning.
+#[test]
+fn the_clock_preflight_refuses_unless_forced() {
+    let dir = std::env::temp_dir().join(format!("hoptrace-preflight-{}", std::process::id()));
+    let run = |force: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hoptrace"));
+        c.args([
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration-s",
+            "1",
+            "--max-clock-error",
+            "1ns",
+        ])
+        .arg("--out")
+        .arg(&dir);
+        if force {
+            c.arg("--force-clock");
+        }
+        c.output().unwrap()
+    };
+    let refused = run(false);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("clock preflight failed"), "{stderr}");
+    assert!(!dir.exists(), "a refused run writes nothing");
+    let forced = run(true);
+    let stderr = String::from_utf8_lossy(&forced.stderr);
+    assert!(forced.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("forced: continuing"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

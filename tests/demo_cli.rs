@@ -117,3 +117,73 @@ fn demo_through_kafka() {
     };
     check(&demo("kafka", &format!("kafka://{addr}/hoptrace-demo")));
 }
+
+/// The store simulated on a host whose clock is 5 s behind, through the broker in the
+/// process: every message still completes and is counted, the stages that cross into the
+/// store host turn negative and are flagged, and the report puts the store host's clock
+/// bound beside them, while stages within one host have no clock uncertainty.
+#[test]
+fn a_skewed_store_host_shows_in_the_report() {
+    let dir = std::env::temp_dir().join(format!("hoptrace-demo-skew-{}", std::process::id()));
+    let out = dir.join("report");
+    let output = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
+        .args([
+            "demo",
+            "--duration",
+            "2s",
+            "--rate",
+            "20k",
+            "--metrics-per-message",
+            "10",
+        ])
+        .args([
+            "--streams",
+            "20",
+            "--store-clock-offset=-5s",
+            "--store-clock-bound",
+            "2ms",
+        ])
+        .arg("--runs")
+        .arg(dir.join("runs"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    remove(&dir);
+    let a = &s["accounting"];
+    let sent = a["sent"].as_u64().unwrap();
+    assert!(sent > 0 && a["complete"].as_u64() == Some(sent), "{a}");
+    assert_eq!(a["negative_deltas"].as_u64(), Some(sent), "{a}");
+    let stage = |name: &str| {
+        s["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    for crossing in ["Transmission", "Total Ingestion"] {
+        let st = stage(crossing);
+        assert_eq!(st["negative"].as_u64(), Some(sent), "{crossing}");
+        assert!(
+            st["clock_uncertainty_ns"].as_u64().unwrap() >= 2_000_000,
+            "{crossing}: {st}"
+        );
+    }
+    for within in ["Flow Internal", "Query Duration"] {
+        let st = stage(within);
+        assert_eq!(st["negative"].as_u64(), Some(0), "{within}");
+        assert_eq!(st["clock_uncertainty_ns"].as_u64(), Some(0), "{within}");
+    }
+    let warnings = s["warnings"].to_string();
+    assert!(warnings.contains("negative"), "{warnings}");
+}

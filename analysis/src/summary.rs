@@ -394,7 +394,12 @@ pub async fn compute(
     let env = environment(runs);
     let mut stages = Vec::new();
     let mut hists = Vec::new();
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = runs
+        .runs
+        .iter()
+        .flat_map(|r| r.summary.clock_alerts.iter())
+        .map(|a| format!("clock preflight failed: {a}"))
+        .collect();
     for (i, st) in pipeline.stages.iter().enumerate() {
         let whole = hdr::from_scalar(&get(&format!("h_{i}"))?)?;
         let percentiles: Vec<PercentileValue> = QUANTILES

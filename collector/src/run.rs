@@ -43,6 +43,10 @@ pub struct CollectorConfig {
     pub hello_timeout: Duration,
     /// On stop, how long to wait for connected probes to say Goodbye.
     pub stop_timeout: Duration,
+    /// Clock preflight of the probe hosts: a clock status that is unsynchronised or has a
+    /// larger error bound than this (ns) is warned about and recorded in the run's
+    /// `clock_alerts`, once per host and reason.
+    pub max_clock_error_ns: Option<u64>,
 }
 
 impl CollectorConfig {
@@ -58,6 +62,7 @@ impl CollectorConfig {
             max_connections: 256,
             hello_timeout: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(10),
+            max_clock_error_ns: None,
         }
     }
 }
@@ -241,6 +246,9 @@ impl Collector {
                 progress: Arc::clone(&progress),
                 counters,
                 stop_timeout: cfg.stop_timeout,
+                max_clock_error_ns: cfg.max_clock_error_ns,
+                clock_alerts: Vec::new(),
+                clock_alert_kinds: Vec::new(),
             };
             let draining = Arc::clone(&draining);
             std::thread::Builder::new()
@@ -391,6 +399,10 @@ pub struct RunSummary {
     pub probes: Vec<ProbeInfo>,
     /// Clock statuses received (host, status), in arrival order.
     pub clock: Vec<ClockRow>,
+    /// Probe hosts whose clock failed the preflight (`max_clock_error_ns`), one line per
+    /// host and reason.
+    #[serde(default)]
+    pub clock_alerts: Vec<String>,
     /// Files written.
     pub files: Vec<PartFile>,
     /// Per-stage statistics over the whole run.
@@ -504,6 +516,12 @@ struct JoinState {
     progress: Arc<Mutex<Progress>>,
     counters: Arc<ConnectionCounters>,
     stop_timeout: Duration,
+    max_clock_error_ns: Option<u64>,
+    clock_alerts: Vec<String>,
+    clock_alert_kinds: Vec<(
+        String,
+        std::mem::Discriminant<hoptrace_probe::sync::PreflightError>,
+    )>,
 }
 
 impl JoinState {
@@ -621,6 +639,22 @@ impl JoinState {
                     .map(|p| p.hello.host.clone())
                     .unwrap_or_default();
                 let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
+                if let Some(max) = self.max_clock_error_ns
+                    && let Err(e) = hoptrace_probe::sync::preflight_host(&host, &c, max)
+                {
+                    let alert = e.to_string();
+                    // One alert per host and reason; the bound in the text may vary.
+                    let reason = std::mem::discriminant(&e);
+                    let seen = self
+                        .clock_alert_kinds
+                        .iter()
+                        .any(|(h, r)| *h == host && *r == reason);
+                    if !seen {
+                        tracing::warn!("clock preflight: {alert}");
+                        self.clock_alert_kinds.push((host.clone(), reason));
+                        self.clock_alerts.push(alert);
+                    }
+                }
                 self.clock.push(clock_row(host, instance_id, &c));
             }
             Event::Frame(id, Frame::Counters(c)) => {
@@ -768,6 +802,7 @@ impl JoinState {
             collector_host: HostInfo::this_host(),
             probes,
             clock: self.clock.clone(),
+            clock_alerts: self.clock_alerts.clone(),
             files,
             stages,
             recovered: self.recovered.clone(),

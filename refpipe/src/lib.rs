@@ -48,7 +48,10 @@
 
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::{Exporter, ExporterConfig, HopId};
+use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
+use hoptrace_probe::{
+    ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
+};
 
 pub mod broker;
 pub mod decode;
@@ -114,6 +117,24 @@ pub enum RefpipeError {
     Broker(String),
 }
 
+/// The clock a pipeline part's probes read: this host's, shifted by
+/// [`SimulatedHost::clock_offset_ns`] when the part simulates another host.
+pub type HostClock = OffsetClock<SystemClock>;
+
+/// A pipeline part that pretends to run on another host, whose clock is off: its probes
+/// read this host's clock plus an offset, it announces another host name, and it reports
+/// a clock status with the given error bound. For seeing what clock error does to a
+/// report (negative stages, uncertainty) without a second machine.
+#[derive(Debug, Clone)]
+pub struct SimulatedHost {
+    /// Host name announced to the collector.
+    pub name: String,
+    /// How far its clock is off, ns (negative: behind).
+    pub clock_offset_ns: i64,
+    /// The error bound its clock status claims, ns.
+    pub error_bound_ns: u64,
+}
+
 /// Where a part of the pipeline reports its stamps: the collector and the pipeline's hop
 /// ids.
 #[derive(Debug, Clone)]
@@ -126,6 +147,8 @@ pub struct ProbeLink {
     pub hops: Vec<(HopId, String)>,
     /// How long to wait for the collector's welcome.
     pub wait: Duration,
+    /// Report as another host, with a skewed clock.
+    pub simulate: Option<SimulatedHost>,
 }
 
 impl ProbeLink {
@@ -140,14 +163,20 @@ impl ProbeLink {
                 .map(|(id, n)| (*id, (*n).to_owned()))
                 .collect(),
             wait: Duration::from_secs(5),
+            simulate: None,
         }
     }
 
-    /// Starts an exporter for the hops `names` and waits until the collector welcomes it.
+    /// Starts an exporter for the hops `names`, waits until the collector welcomes it,
+    /// and returns it with a probe per hop, in the order of `names`.
     ///
     /// # Errors
     /// [`RefpipeError::UnknownHop`], [`RefpipeError::Probe`], [`RefpipeError::Collector`].
-    pub fn exporter(&self, process: &str, names: &[&str]) -> Result<Exporter, RefpipeError> {
+    pub fn probes(
+        &self,
+        process: &str,
+        names: &[&str],
+    ) -> Result<(Exporter, Vec<Probe<HostClock>>), RefpipeError> {
         let mut hops = Vec::with_capacity(names.len());
         for name in names {
             let (id, n) = self
@@ -159,13 +188,32 @@ impl ProbeLink {
         }
         let mut config = ExporterConfig::new(&self.collector, process);
         config.token.clone_from(&self.token);
-        let exporter = Exporter::start(config, &hops)?;
+        let exporter = match &self.simulate {
+            None => Exporter::start(config, &hops)?,
+            Some(sim) => {
+                config.host.clone_from(&sim.name);
+                let status = ClockStatus {
+                    source: ClockSource::Injected,
+                    synced: true,
+                    offset_ns: sim.clock_offset_ns,
+                    error_bound_ns: sim.error_bound_ns,
+                    detail: format!("simulated host, clock off by {} ns", sim.clock_offset_ns),
+                    ..ClockStatus::default()
+                };
+                Exporter::start_with(config, &hops, Box::new(StaticClockStatus(status)))?
+            }
+        };
+        let offset = self.simulate.as_ref().map_or(0, |s| s.clock_offset_ns);
+        let probes = hops
+            .iter()
+            .map(|(id, _)| exporter.probe_with_clock(*id, OffsetClock::new(SystemClock, offset)))
+            .collect::<Result<Vec<_>, _>>()?;
         let started = Instant::now();
         while !exporter.is_connected() && started.elapsed() < self.wait {
             std::thread::sleep(Duration::from_millis(5));
         }
         if exporter.is_connected() {
-            return Ok(exporter);
+            return Ok((exporter, probes));
         }
         let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
         drop(exporter.with_shutdown_timeout(Duration::ZERO));

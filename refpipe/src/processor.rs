@@ -25,7 +25,7 @@ use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use crate::decode::{RowBuilder, Transform};
 use crate::wire::{self, Frame, WireError};
-use crate::{ProbeLink, RefpipeError};
+use crate::{HostClock, ProbeLink, RefpipeError};
 
 /// How the processor runs.
 #[derive(Debug, Clone)]
@@ -135,8 +135,8 @@ struct Worker {
     carrier: Carrier,
     source: Box<dyn Source>,
     store: TcpStream,
-    flow_in: Option<Probe>,
-    flow_out: Option<Probe>,
+    flow_in: Option<Probe<HostClock>>,
+    flow_out: Option<Probe<HostClock>>,
     stats: Arc<ProcessorStats>,
     stop: Arc<AtomicBool>,
     rows: RowBuilder,
@@ -170,11 +170,9 @@ impl Processor {
         let (exporter, flow_in, flow_out) = match &config.probes {
             None => (None, None, None),
             Some(link) => {
-                let exporter = link.exporter("refpipe-processor", &["flow_in", "flow_out"])?;
-                let (i, o) = (
-                    exporter.probe_named("flow_in")?,
-                    exporter.probe_named("flow_out")?,
-                );
+                let (exporter, probes) =
+                    link.probes("refpipe-processor", &["flow_in", "flow_out"])?;
+                let [i, o]: [Probe<HostClock>; 2] = probes.try_into().expect("two hops asked for");
                 (Some(exporter), Some(i), Some(o))
             }
         };

@@ -20,7 +20,7 @@ use hoptrace_probe::{ExportSummary, Exporter, Probe, TraceContext};
 
 use crate::store::{Store, StoreConfig};
 use crate::wire::{self, Frame, Query, WireError};
-use crate::{ProbeLink, RefpipeError};
+use crate::{HostClock, ProbeLink, RefpipeError};
 
 /// Most client connections served at once; more are refused (closed with an Error frame).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -94,9 +94,9 @@ pub struct StoreServerSummary {
 }
 
 struct StoreProbes {
-    store_in: Probe,
-    query_start: Probe,
-    queryable: Probe,
+    store_in: Probe<HostClock>,
+    query_start: Probe<HostClock>,
+    queryable: Probe<HostClock>,
 }
 
 /// Open client connections: a handle to close each on stop, and its thread.
@@ -132,12 +132,14 @@ impl StoreServer {
         let (exporter, probes) = match &config.probes {
             None => (None, None),
             Some(link) => {
-                let exporter =
-                    link.exporter("refpipe-store", &["store_in", "query_start", "queryable"])?;
+                let (exporter, probes) =
+                    link.probes("refpipe-store", &["store_in", "query_start", "queryable"])?;
+                let [store_in, query_start, queryable]: [Probe<HostClock>; 3] =
+                    probes.try_into().expect("three hops asked for");
                 let probes = StoreProbes {
-                    store_in: exporter.probe_named("store_in")?,
-                    query_start: exporter.probe_named("query_start")?,
-                    queryable: exporter.probe_named("queryable")?,
+                    store_in,
+                    query_start,
+                    queryable,
                 };
                 (Some(exporter), Some(Arc::new(probes)))
             }
