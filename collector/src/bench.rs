@@ -78,6 +78,7 @@ use hoptrace_probe::{
 };
 use serde::Serialize;
 
+use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};
 use crate::run::{Collector, CollectorConfig, CollectorError};
 use crate::spec::PipelineSpec;
 
@@ -104,8 +105,6 @@ const MAX_IN_FLIGHT_RECORDS: u64 = 131_072;
 const STALL: Duration = Duration::from_secs(30);
 /// How often the calling thread samples threads and the collector.
 const POLL: Duration = Duration::from_millis(100);
-/// `/proc` clock ticks per second (`USER_HZ`, fixed at 100 by the Linux ABI).
-const USER_HZ: f64 = 100.0;
 
 /// What to run.
 #[derive(Debug, Clone, Serialize)]
@@ -346,8 +345,8 @@ pub fn run(
     if !hwm_reset {
         tracing::warn!("cannot reset VmHWM; the peak RSS covers the whole life of this process");
     }
-    let rss_before = status_bytes("VmRSS:");
-    let process_cpu0 = process_ticks();
+    let rss_before = status_bytes(Pid::This, "VmRSS:").unwrap_or(0);
+    let process_cpu0 = process_ticks(Pid::This).unwrap_or(0);
     let self_cpu0 = thread_ticks();
     let t0 = Instant::now();
     let start_ns = hoptrace_probe::clock::realtime_ns();
@@ -433,8 +432,10 @@ pub fn run(
     let received = collector.progress().records;
     let summary = collector.stop()?;
     let seconds = t0.elapsed().as_secs_f64();
-    let peak_rss = status_bytes("VmHWM:");
-    let process_cpu = process_ticks().saturating_sub(process_cpu0);
+    let peak_rss = status_bytes(Pid::This, "VmHWM:").unwrap_or(0);
+    let process_cpu = process_ticks(Pid::This)
+        .unwrap_or(0)
+        .saturating_sub(process_cpu0);
     let self_cpu = thread_ticks().saturating_sub(self_cpu0);
     if let Some(e) = spawn_error {
         return Err(BenchError::Spawn(e));
@@ -771,7 +772,7 @@ impl<'a, F: FnMut(&BenchProgress)> Monitor<'a, F> {
                 records_per_s: (p.records - self.last_records) as f64 / since.as_secs_f64(),
                 pending: p.pending,
                 lost_by_probes: self.last_lost,
-                rss_bytes: status_bytes("VmRSS:"),
+                rss_bytes: status_bytes(Pid::This, "VmRSS:").unwrap_or(0),
                 join_memory_estimate_bytes: join_estimate,
                 eta_s,
             });
@@ -814,7 +815,7 @@ struct ThreadCpu {
 
 impl ThreadCpu {
     fn new() -> Self {
-        let base = task_stats()
+        let base = task_stats(Pid::This)
             .into_iter()
             .map(|(tid, _, t)| (tid, t))
             .collect();
@@ -825,7 +826,7 @@ impl ThreadCpu {
     }
 
     fn sample(&mut self) {
-        for (tid, comm, ticks) in task_stats() {
+        for (tid, comm, ticks) in task_stats(Pid::This) {
             let ticks = ticks.saturating_sub(self.base.get(&tid).copied().unwrap_or(0));
             self.last.insert(tid, (ThreadKind::of(&comm), ticks));
         }
@@ -838,66 +839,6 @@ impl ThreadCpu {
             .map(|(_, t)| t)
             .sum()
     }
-}
-
-/// `(tid, name, utime + stime)` of every thread of this process.
-fn task_stats() -> Vec<(u32, String, u64)> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let tid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let text = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let (comm, ticks) = parse_stat(&text)?;
-            Some((tid, comm, ticks))
-        })
-        .collect()
-}
-
-/// The name and `utime + stime` (clock ticks) of a `/proc/.../stat` line.
-fn parse_stat(text: &str) -> Option<(String, u64)> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_owned();
-    // After the name: field 3 (state) is index 0, utime (14) index 11, stime (15) 12.
-    let mut fields = text.get(close + 1..)?.split_ascii_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some((comm, utime + stime))
-}
-
-/// CPU ticks of the whole process, exited threads included.
-fn process_ticks() -> u64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|t| parse_stat(&t))
-        .map_or(0, |(_, t)| t)
-}
-
-/// CPU ticks of the calling thread.
-fn thread_ticks() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/stat")
-        .ok()
-        .and_then(|t| parse_stat(&t))
-        .map_or(0, |(_, t)| t)
-}
-
-/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`) in bytes; 0 when absent.
-fn status_bytes(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix(field)?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-        })
-        .map_or(0, |kb| kb * 1024)
 }
 
 #[cfg(test)]
@@ -1058,13 +999,6 @@ mod tests {
         assert_eq!(entries.iter().map(|e| e.messages).sum::<u64>(), 6_001);
         assert_eq!((entries[0].messages, entries[0].last_sequence), (3, 2));
         assert_eq!(entries[1].messages, 2);
-    }
-
-    #[test]
-    fn stat_lines_parse_with_odd_names() {
-        let line = "42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0";
-        assert_eq!(parse_stat(line), Some(("a (b) c".to_owned(), 267)));
-        assert!(process_ticks() > 0 || cfg!(not(target_os = "linux")));
     }
 
     /// The measured runs: `HOPTRACE_BENCH_TRACES` (e.g. `10M`), `HOPTRACE_BENCH_RATE`

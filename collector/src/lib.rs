@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod join;
 pub mod metrics;
+pub mod procfs;
 pub mod run;
 pub mod server;
 pub mod spec;
