@@ -380,13 +380,12 @@ impl KafkaSource {
                     let offset = match k.offset {
                         StartOffset::Beginning => Offset::Beginning,
                         StartOffset::End => {
-                            let (_, high) =
-                                consumer.fetch_watermarks(t, p, timeout).map_err(|e| {
-                                    TargetError::Unreachable {
-                                        addr: k.bootstrap_servers(),
-                                        detail: format!("offsets of {t}/{p}: {e}"),
-                                    }
-                                })?;
+                            let high = end_offset(&consumer, t, p, timeout).map_err(|e| {
+                                TargetError::Unreachable {
+                                    addr: k.bootstrap_servers(),
+                                    detail: format!("offsets of {t}/{p}: {e}"),
+                                }
+                            })?;
                             Offset::Offset(high)
                         }
                     };
@@ -451,5 +450,37 @@ impl Source for KafkaSource {
 
     fn close(&mut self) {
         self.consumer.unassign().ok();
+    }
+}
+
+/// The high watermark of `topic`/`partition`. A topic created a moment ago may have no
+/// leader yet (NotLeaderForPartition, LeaderNotAvailable): retried until `timeout`.
+fn end_offset(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<i64, rdkafka::error::KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(topic, partition, left) {
+            Ok((_, high)) => return Ok(high),
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        Code::NotLeaderForPartition
+                            | Code::LeaderNotAvailable
+                            | Code::UnknownTopicOrPartition
+                    )
+                ) && Instant::now() + Duration::from_millis(100) < deadline =>
+            {
+                tracing::debug!("waiting for a leader of {topic}/{partition}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
