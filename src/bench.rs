@@ -14,6 +14,9 @@ pub enum Which {
     /// Synthetic probe traffic over loopback into an in-process collector: sustained hop
     /// records/s including Parquet writing, peak RSS, bytes per trace on disk.
     Collector(CollectorArgs),
+    /// The highest rate the publisher sustains against a broker (achieved/target >= 0.99,
+    /// every message confirmed), with its CPU use.
+    Publisher(crate::bench_publisher::Args),
 }
 
 /// Options of `hoptrace bench collector`.
@@ -45,6 +48,7 @@ pub struct CollectorArgs {
 /// Invalid options, or a failure of the collector or the generators.
 pub fn run(which: &Which) -> anyhow::Result<()> {
     match which {
+        Which::Publisher(a) => crate::bench_publisher::run(a),
         Which::Collector(a) => {
             let opts = BenchOptions {
                 traces: a.traces,

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod analyze;
 mod bench;
+mod bench_publisher;
 mod clock;
 mod collect;
 mod demo;
