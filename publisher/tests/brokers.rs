@@ -525,3 +525,112 @@ mod kafka_admin {
         let _ = block_on(admin(bootstrap).delete_topics(&[name], &AdminOptions::new()));
     }
 }
+
+/// A Mosquitto of its own with a tight queue for each subscriber (one message in flight,
+/// ten queued): QoS 1 publishes are all acknowledged by the broker, which then drops what
+/// does not fit in a slow subscriber's queue without telling anyone. The accounting must
+/// show every drop as an incomplete trace missing its broker stamp.
+#[test]
+fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
+    const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+    if !std::path::Path::new(MOSQUITTO).exists() {
+        assert!(
+            std::env::var("HOPTRACE_INTEGRATION").as_deref() != Ok("1"),
+            "{MOSQUITTO} is missing but HOPTRACE_INTEGRATION=1: run infra/setup.sh"
+        );
+        eprintln!("skipped: {MOSQUITTO} not installed");
+        return;
+    }
+    let dir = tempdir("lossy");
+    let port = closed_port();
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
+             persistence false\nmax_inflight_messages 1\nmax_queued_messages 10\n\
+             log_dest file {}\nlog_type warning\n",
+            dir.join("mosquitto.log").display()
+        ),
+    )
+    .unwrap();
+    let mut broker = std::process::Command::new(MOSQUITTO)
+        .arg("-c")
+        .arg(&conf)
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    wait_for("the lossy Mosquitto to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            || broker.try_wait().unwrap().is_some()
+    });
+    let _broker = Kill(broker);
+
+    let id = unique_id();
+    let n = 5_000;
+    let prefix = format!("hoptrace-test/lossy-{id}");
+    let run_dir = tempdir("lossy-run");
+    let collector = collector(&run_dir);
+    let mut tc =
+        TapConfig::new(Endpoint::parse(&format!("mqtt://127.0.0.1:{port}?qos=1")).unwrap());
+    tc.topics = vec![format!("{prefix}/#")];
+    tc.collector = Some(link(&collector, 1, "broker"));
+    let tap = Tap::start(tc).unwrap();
+    let live = tap.live();
+    let stop = flag();
+    let tap_thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    let mut pc = PublishConfig::new(
+        Endpoint::parse(&format!("mqtt://127.0.0.1:{port}/{prefix}?qos=1")).unwrap(),
+        shape(1e6, 10, 1, n),
+    );
+    pc.publisher_id = id;
+    pc.collector = Some(link(&collector, 0, "publish"));
+    let publish = publish::run(pc, flag()).unwrap();
+    // The broker acknowledged every publish: the publisher cannot see the losses.
+    assert_eq!(
+        (
+            publish.messages,
+            publish.broker.acked,
+            publish.broker.unconfirmed
+        ),
+        (n, n, 0)
+    );
+    // Wait until the tap has seen all it will: nothing new for a second.
+    let mut seen = (u64::MAX, std::time::Instant::now());
+    wait_for("the tap to settle", || {
+        let now = live.traced.load(Relaxed);
+        if now != seen.0 {
+            seen = (now, std::time::Instant::now());
+        }
+        now == n || seen.1.elapsed() > Duration::from_secs(1)
+    });
+    stop.store(true, Relaxed);
+    let tap = tap_thread.join().unwrap().unwrap();
+    let run = collector.stop().unwrap();
+    std::fs::remove_dir_all(&run_dir).ok();
+    std::fs::remove_dir_all(&dir).ok();
+
+    let delivered = tap.traced;
+    assert!(
+        delivered < n,
+        "the queue limit dropped nothing ({delivered} of {n}): the test proves nothing"
+    );
+    let a = &run.accounting;
+    let mine = a.publishers.iter().find(|x| x.publisher == id).unwrap();
+    assert!(a.adds_up);
+    assert_eq!(mine.sent, n);
+    assert_eq!(
+        (mine.complete, mine.incomplete, mine.unseen),
+        (delivered, n - delivered, 0)
+    );
+    assert_eq!(a.missing_by_hop.get("broker"), Some(&(n - delivered)));
+}
