@@ -24,6 +24,7 @@
 
 use std::path::PathBuf;
 
+pub mod bench;
 pub mod charts;
 pub mod compare;
 pub mod format;

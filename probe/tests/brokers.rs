@@ -246,6 +246,28 @@ fn kafka_header_reaches_a_consumer_and_log_append_time_is_the_brokers() {
         .set("linger.ms", "1")
         .create()
         .unwrap();
+    // Where every partition ends before this test sends: the topics keep earlier runs'
+    // messages (possibly millions), so reading starts here, each partition assigned
+    // directly (no consumer group, no wait on a fresh broker's group coordinator).
+    let mut starts = BTreeMap::new();
+    for topic in ["hoptrace-test", "hoptrace-lat"] {
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(30))
+            .unwrap();
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for p in metadata.topics()[0].partitions() {
+            let (_, high) = producer
+                .client()
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(30))
+                .unwrap();
+            assignment
+                .add_partition_offset(topic, p.id(), rdkafka::Offset::Offset(high))
+                .unwrap();
+        }
+        assert!(assignment.count() > 0, "{topic} has no partitions");
+        starts.insert(topic, assignment);
+    }
     let before_ms = hoptrace_probe::clock::realtime_ns() / 1_000_000;
     for topic in ["hoptrace-test", "hoptrace-lat"] {
         for seq in 0..MESSAGES {
@@ -274,11 +296,10 @@ fn kafka_header_reaches_a_consumer_and_log_append_time_is_the_brokers() {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .set("group.id", format!("hoptrace-test-{publisher}-{topic}"))
-            .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
             .create()
             .unwrap();
-        consumer.subscribe(&[topic]).unwrap();
+        consumer.assign(&starts[topic]).unwrap();
         let mut got = BTreeMap::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while got.len() < MESSAGES as usize && Instant::now() < deadline {

@@ -547,7 +547,7 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
     std::fs::write(
         &conf,
         format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
+            "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
              persistence false\nmax_inflight_messages 1\nmax_queued_messages 10\n\
              log_dest file {}\nlog_type warning\n",
             dir.join("mosquitto.log").display()

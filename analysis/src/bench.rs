@@ -1,0 +1,308 @@
+//! A generator of realistic runs for benchmarking the analysis: it writes a run
+//! directory (the collector's Parquet layout, written by the collector's own writer, and
+//! a `run.json`) directly, without probes or a collector, at millions of traces per
+//! second.
+//!
+//! The traces follow the default pipeline (publish → flow_in → flow_out → store_in →
+//! query_start → queryable) at a fixed message rate over `streams` streams. Each stage's
+//! delay is a constant plus an exponential with a stage-specific mean, with a heavy tail
+//! (one delay in a thousand is ten times longer): 20 µs schedule lag, broker ~1 ms,
+//! processor ~500 µs, transmission ~350 µs, store ~100 µs, query ~300 µs. One trace in
+//! ten thousand misses its `queryable` stamp (incomplete). Values are deterministic for a
+//! seed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hoptrace_collector::join::JoinedTrace;
+use hoptrace_collector::run::{Accounting, HostInfo, PublisherAccount, RunSummary};
+use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_collector::writer::{TraceWriter, TraceWriterConfig};
+use hoptrace_probe::TraceKey;
+
+use crate::AnalysisError;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    /// Traces (messages).
+    pub traces: u64,
+    /// Directory under which the run directory is created.
+    pub out_dir: PathBuf,
+    /// Run id (the run directory's name).
+    pub run_id: String,
+    /// Streams the messages are spread over, round robin.
+    pub streams: u32,
+    /// Metrics per message.
+    pub metrics_per_message: u32,
+    /// Messages per second: sets the time span the traces cover.
+    pub messages_per_s: f64,
+    /// Rows per Parquet file (and row group).
+    pub rows_per_file: u64,
+    /// Seed of the delays.
+    pub seed: u64,
+}
+
+impl GenerateOptions {
+    /// `traces` traces of the default shape (3000 streams, 20 metrics per message, 1M
+    /// messages/s, 10M rows per file) under `out_dir/run_id`.
+    #[must_use]
+    pub fn new(traces: u64, out_dir: impl Into<PathBuf>, run_id: impl Into<String>) -> Self {
+        Self {
+            traces,
+            out_dir: out_dir.into(),
+            run_id: run_id.into(),
+            streams: 3000,
+            metrics_per_message: 20,
+            messages_per_s: 1e6,
+            rows_per_file: 10_000_000,
+            seed: 1,
+        }
+    }
+}
+
+/// Progress of a generation.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateProgress {
+    /// Traces written so far.
+    pub traces: u64,
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+}
+
+/// What a generation wrote.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Traces written.
+    pub traces: u64,
+    /// Parquet files.
+    pub files: usize,
+    /// Bytes of Parquet.
+    pub bytes: u64,
+    /// Seconds it took.
+    pub elapsed_s: f64,
+}
+
+/// Means of the six delays, ns: schedule lag, then the five hop-to-hop steps.
+const MEANS_NS: [f64; 6] = [20e3, 1_000e3, 500e3, 350e3, 100e3, 300e3];
+/// Constant part of each delay, ns.
+const FLOORS_NS: [i64; 6] = [1_000, 60_000, 18_000, 130_000, 20_000, 55_000];
+/// One trace in this many misses `queryable`.
+const INCOMPLETE_EVERY: u64 = 10_000;
+
+/// A fast deterministic generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Inverse CDF of the unit exponential at 4096 points, for sampling without `ln` per
+/// value; a sample interpolates nothing (the 12 high bits pick the point) and the
+/// heavy tail comes from a separate 1-in-1000 draw.
+struct Exponential([f64; 4096]);
+
+impl Exponential {
+    fn new() -> Self {
+        let mut t = [0.0; 4096];
+        for (i, v) in t.iter_mut().enumerate() {
+            let u = (i as f64 + 0.5) / 4096.0;
+            *v = -(1.0 - u).ln();
+        }
+        Self(t)
+    }
+
+    #[inline]
+    fn sample(&self, r: u64, mean: f64) -> i64 {
+        let x = self.0[(r >> 52) as usize] * mean;
+        let tail = if r & 0x3FF == 0 { 10.0 } else { 1.0 };
+        (x * tail) as i64
+    }
+}
+
+/// Writes a run of `opts.traces` traces; `progress` is called every 10M traces.
+///
+/// # Errors
+/// [`AnalysisError::Io`] or [`AnalysisError::Render`] when the run cannot be written.
+pub fn generate(
+    opts: &GenerateOptions,
+    mut progress: impl FnMut(GenerateProgress),
+) -> Result<Generated, AnalysisError> {
+    let started = Instant::now();
+    let spec = PipelineSpec::default_pipeline();
+    let hop_names: Vec<String> = spec.hops.iter().map(|h| h.name.clone()).collect();
+    let run_dir = opts.out_dir.join(&opts.run_id);
+    let mut writer = TraceWriter::new(TraceWriterConfig {
+        dir: run_dir.join("traces"),
+        run_id: opts.run_id.clone(),
+        hop_names: hop_names.clone(),
+        row_group_rows: usize::try_from(opts.rows_per_file).unwrap_or(usize::MAX),
+        roll_rows: opts.rows_per_file,
+        roll_seconds: u64::MAX,
+        zstd_level: 1,
+    })
+    .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+    let exp = Exponential::new();
+    let mut rng = Rng(opts.seed);
+    let start_ns: i64 = 1_800_000_000_000_000_000;
+    let period_ns = 1e9 / opts.messages_per_s;
+    let streams = u64::from(opts.streams.max(1));
+    let mut incomplete = 0u64;
+    let mut t = JoinedTrace {
+        key: TraceKey::default(),
+        metric_count: opts.metrics_per_message,
+        intended_ns: 0,
+        otel_trace_id: None,
+        present_mask: 0,
+        stamps_ns: [0; 16],
+        complete: true,
+        missing_mask: 0,
+        flags: 0,
+    };
+    for i in 0..opts.traces {
+        t.key = TraceKey {
+            publisher: 1,
+            stream: (i % streams) as u32,
+            sequence: i / streams,
+        };
+        t.intended_ns = start_ns + (i as f64 * period_ns) as i64;
+        let mut at = t.intended_ns;
+        for (h, (mean, floor)) in MEANS_NS.iter().zip(FLOORS_NS).enumerate() {
+            at += floor + exp.sample(rng.next(), *mean);
+            t.stamps_ns[h] = at;
+        }
+        if i % INCOMPLETE_EVERY == INCOMPLETE_EVERY - 1 {
+            t.present_mask = 0b01_1111;
+            t.missing_mask = 0b10_0000;
+            t.complete = false;
+            incomplete += 1;
+        } else {
+            t.present_mask = 0b11_1111;
+            t.missing_mask = 0;
+            t.complete = true;
+        }
+        writer
+            .push(&t)
+            .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+        if (i + 1) % 10_000_000 == 0 {
+            progress(GenerateProgress {
+                traces: i + 1,
+                elapsed_s: started.elapsed().as_secs_f64(),
+            });
+        }
+    }
+    let files = writer
+        .finish()
+        .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+    let bytes = files.iter().map(|f| f.bytes).sum();
+    let summary = RunSummary {
+        run_id: opts.run_id.clone(),
+        pipeline: spec,
+        started_unix_ns: start_ns,
+        ended_unix_ns: start_ns + (opts.traces as f64 * period_ns) as i64,
+        collector_host: HostInfo::this_host(),
+        probes: Vec::new(),
+        clock: Vec::new(),
+        clock_alerts: Vec::new(),
+        files: files.clone(),
+        stages: Vec::new(),
+        recovered: None,
+        accounting: Accounting {
+            publishers: vec![PublisherAccount {
+                publisher: 1,
+                sent: opts.traces,
+                sent_metrics: opts.traces * u64::from(opts.metrics_per_message),
+                complete: opts.traces - incomplete,
+                incomplete,
+                unseen: 0,
+            }],
+            missing_by_hop: [("queryable".to_owned(), incomplete)].into(),
+            records_by_hop: hop_names
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    (
+                        h.clone(),
+                        if i == 5 {
+                            opts.traces - incomplete
+                        } else {
+                            opts.traces
+                        },
+                    )
+                })
+                .collect(),
+            adds_up: true,
+            ..Accounting::default()
+        },
+        connections: Default::default(),
+    };
+    let json = serde_json::to_vec_pretty(&summary)
+        .map_err(|e| AnalysisError::Render(format!("run.json: {e}")))?;
+    crate::write_file(&run_dir.join("run.json"), json)?;
+    Ok(Generated {
+        run_dir,
+        traces: opts.traces,
+        files: files.len(),
+        bytes,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Removes a generated run directory.
+///
+/// # Errors
+/// [`AnalysisError::Io`].
+pub fn remove(run_dir: &Path) -> Result<(), AnalysisError> {
+    std::fs::remove_dir_all(run_dir).map_err(|source| AnalysisError::Io {
+        path: run_dir.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_run_is_read_back_with_its_counts() {
+        let dir = std::env::temp_dir().join(format!("hoptrace-gen-{}", std::process::id()));
+        let mut o = GenerateOptions::new(25_000, &dir, "gen");
+        o.rows_per_file = 10_000;
+        let g = generate(&o, |_| {}).unwrap();
+        assert_eq!((g.traces, g.files), (25_000, 3));
+        let runs = crate::RunSet::open(&[&g.run_dir]).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (s, _) = rt
+            .block_on(async {
+                let ctx = runs.session().await?;
+                crate::summary::compute(&runs, &ctx).await
+            })
+            .unwrap();
+        let a = &s.accounting;
+        assert_eq!((a.sent, a.complete, a.incomplete), (25_000, 24_998, 2));
+        assert!(a.adds_up, "{a:?}");
+        let total = s
+            .stages
+            .iter()
+            .find(|x| x.name == "Total Ingestion")
+            .unwrap();
+        assert_eq!(total.count, 24_998);
+        // The delays' floors add up to the smallest possible total.
+        let floor: i64 = FLOORS_NS[1..].iter().sum();
+        assert!(total.min_ns.unwrap() >= floor);
+        let p50 = total.percentiles.iter().find(|p| p.label == "P50").unwrap();
+        assert!((1_500_000..4_000_000).contains(&p50.value_ns), "{p50:?}");
+        remove(&g.run_dir).unwrap();
+    }
+}
