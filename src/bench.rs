@@ -17,6 +17,9 @@ pub enum Which {
     /// The highest rate the publisher sustains against a broker (achieved/target >= 0.99,
     /// every message confirmed), with its CPU use.
     Publisher(crate::bench_publisher::Args),
+    /// `hoptrace report` over large generated runs (time, peak RSS), side by side with
+    /// DuckDB's exact quantiles on the same Parquet, every figure checked.
+    Report(crate::bench_report::Args),
 }
 
 /// Options of `hoptrace bench collector`.
@@ -49,6 +52,7 @@ pub struct CollectorArgs {
 pub fn run(which: &Which) -> anyhow::Result<()> {
     match which {
         Which::Publisher(a) => crate::bench_publisher::run(a),
+        Which::Report(a) => crate::bench_report::run(a),
         Which::Collector(a) => {
             let opts = BenchOptions {
                 traces: a.traces,

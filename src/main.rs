@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod analyze;
 mod bench;
 mod bench_publisher;
+mod bench_report;
 mod clock;
 mod collect;
 mod demo;

@@ -37,7 +37,7 @@ pub struct GenerateOptions {
     pub metrics_per_message: u32,
     /// Messages per second: sets the time span the traces cover.
     pub messages_per_s: f64,
-    /// Rows per Parquet file (and row group).
+    /// Rows per Parquet file (and most rows per row group), as the collector rolls.
     pub rows_per_file: u64,
     /// Seed of the delays.
     pub seed: u64,
@@ -45,7 +45,8 @@ pub struct GenerateOptions {
 
 impl GenerateOptions {
     /// `traces` traces of the default shape (3000 streams, 20 metrics per message, 1M
-    /// messages/s, 10M rows per file) under `out_dir/run_id`.
+    /// messages/s, files and row groups of 1M rows as the collector's defaults) under
+    /// `out_dir/run_id`.
     #[must_use]
     pub fn new(traces: u64, out_dir: impl Into<PathBuf>, run_id: impl Into<String>) -> Self {
         Self {
@@ -55,7 +56,7 @@ impl GenerateOptions {
             streams: 3000,
             metrics_per_message: 20,
             messages_per_s: 1e6,
-            rows_per_file: 10_000_000,
+            rows_per_file: 1_000_000,
             seed: 1,
         }
     }
@@ -145,7 +146,7 @@ pub fn generate(
         dir: run_dir.join("traces"),
         run_id: opts.run_id.clone(),
         hop_names: hop_names.clone(),
-        row_group_rows: usize::try_from(opts.rows_per_file).unwrap_or(usize::MAX),
+        row_group_rows: usize::try_from(opts.rows_per_file.min(1_000_000)).unwrap_or(1_000_000),
         roll_rows: opts.rows_per_file,
         roll_seconds: u64::MAX,
         zstd_level: 1,
