@@ -11,7 +11,9 @@ mod clock;
 mod collect;
 mod demo;
 mod publish;
+mod refpipe_cmd;
 mod roundtrip;
+mod soak;
 mod units;
 
 /// Measure end-to-end and per-hop latency of MQTT and Kafka ingestion pipelines.
@@ -59,6 +61,13 @@ enum Command {
     /// Subscribe to a broker and report an arrival stamp of every traced message to the
     /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp.
     Tap(publish::TapArgs),
+    /// The whole pipeline as separate processes (collector, reference store and
+    /// processor, publisher) through a real broker at a target rate for a duration, CPU
+    /// and RSS of every process sampled each second; the report with resources and targets.
+    Soak(soak::Args),
+    /// The reference pipeline's store or processor as a process of its own.
+    #[command(subcommand)]
+    Refpipe(refpipe_cmd::Which),
     /// Capture what a broker delivers (topic, payload, properties or headers, arrival
     /// time) into a Parquet file for `publish --replay`.
     Record(publish::RecordArgs),
@@ -93,6 +102,8 @@ fn main() {
         Command::Publish(args) => publish::publish(&args),
         Command::Tap(args) => publish::tap(&args),
         Command::Record(args) => publish::record(&args),
+        Command::Soak(args) => soak::run(&args),
+        Command::Refpipe(which) => refpipe_cmd::run(&which),
         Command::GenerateConfig => {
             collect::generate_config();
             Ok(())

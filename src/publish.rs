@@ -150,6 +150,9 @@ pub struct PublishArgs {
     /// The hop the publish stamps are reported as.
     #[arg(long, default_value = "publish")]
     pub hop: String,
+    /// Also write the end summary as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
     /// How long to wait at the end for the broker to confirm everything.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub flush_timeout: Duration,
@@ -338,7 +341,46 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
     print_publish_summary(&summary);
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, serde_json::to_vec_pretty(&summary_json(&summary))?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
+}
+
+/// The end summary of a publish run as JSON (for `hoptrace soak` and scripts).
+fn summary_json(s: &PublishSummary) -> serde_json::Value {
+    let b = &s.broker;
+    let q = |x: f64| s.lag.at(x).map(|q| q.value_ns);
+    serde_json::json!({
+        "publisher_id": s.publisher_id,
+        "target": s.target,
+        "run_id": s.run_id,
+        "messages": s.messages,
+        "metrics": s.metrics,
+        "streams": s.streams,
+        "elapsed_ns": s.elapsed_ns,
+        "schedule_span_ns": s.schedule_span_ns,
+        "keep_up_ratio": s.keep_up_ratio(),
+        "metrics_per_s": s.metrics_per_s(),
+        "messages_per_s": s.messages_per_s(),
+        "target_metrics_per_s": s.target_metrics_per_s,
+        "stopped_early": s.stopped_early,
+        "errors": s.errors,
+        "backpressure_waits": s.backpressure_waits,
+        "backpressure_wait_ns": s.backpressure_wait_ns,
+        "lag_p50_ns": q(0.5),
+        "lag_p99_ns": q(0.99),
+        "lag_p999_ns": q(0.999),
+        "lag_max_ns": s.lag.max_ns,
+        "broker": {
+            "handed": b.handed, "written": b.written, "acked": b.acked, "failed": b.failed,
+            "unconfirmed": b.unconfirmed, "reconnects": b.reconnects,
+            "connection_errors": b.connection_errors,
+        },
+        "exporter_lost": s.exporter.as_ref().map(hoptrace_probe::counters::CounterSnapshot::lost),
+        "exporter_clean": s.exporter_clean,
+    })
 }
 
 fn lag_line(l: &LagSummary) -> String {

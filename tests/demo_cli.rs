@@ -5,20 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-/// `host:port` from the environment; a failure when integration tests are required.
-fn broker(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) => Some(v),
-        Err(_) => {
-            assert!(
-                std::env::var("HOPTRACE_INTEGRATION").as_deref() != Ok("1"),
-                "{var} is not set but HOPTRACE_INTEGRATION=1: start the brokers with infra/services.sh up"
-            );
-            eprintln!("skipped: {var} not set (run infra/test.sh)");
-            None
-        }
-    }
-}
+mod common;
+use common::broker;
 
 /// Runs the demo through `broker_url` and returns its summary.json.
 fn demo(tag: &str, broker_url: &str) -> serde_json::Value {

@@ -30,6 +30,7 @@ pub mod compare;
 pub mod format;
 pub mod hdr;
 pub mod report;
+pub mod resources;
 pub mod session;
 pub mod sql;
 pub mod summary;

@@ -579,6 +579,16 @@ pub fn render_svgs(specs: &[(PathBuf, PathBuf)]) -> Result<(), AnalysisError> {
     Ok(())
 }
 
+/// A section a caller appends to a report (the soak's resources, for one): its blocks,
+/// whose [`Block::Chart`] indices count from 0 within the section's own charts.
+#[derive(Debug, Clone, Default)]
+pub struct Section {
+    /// The section's blocks.
+    pub blocks: Vec<Block>,
+    /// The section's charts.
+    pub charts: Vec<Chart>,
+}
+
 /// Writes the whole report of `summary` into `dir`.
 ///
 /// # Errors
@@ -589,7 +599,29 @@ pub fn write(
     summary: &Summary,
     hists: &[StageHistograms],
 ) -> Result<Written, AnalysisError> {
-    let charts = charts::all(summary, hists);
+    write_with(dir, summary, hists, &[])
+}
+
+/// [`write`], with `sections` appended after the report's own.
+///
+/// # Errors
+/// As [`write`].
+pub fn write_with(
+    dir: &Path,
+    summary: &Summary,
+    hists: &[StageHistograms],
+    sections: &[Section],
+) -> Result<Written, AnalysisError> {
+    let mut charts = charts::all(summary, hists);
+    let mut extra = Vec::new();
+    for sec in sections {
+        let offset = charts.len();
+        extra.extend(sec.blocks.iter().map(|b| match b {
+            Block::Chart(i) => Block::Chart(offset + i),
+            other => other.clone(),
+        }));
+        charts.extend(sec.charts.iter().cloned());
+    }
     let libs = read_libs()?;
     let chart_dir = dir.join("charts");
     let mut spec_paths = Vec::new();
@@ -610,7 +642,8 @@ pub fn write(
             false
         }
     };
-    let blocks = blocks(summary, &charts);
+    let mut blocks = blocks(summary, &charts);
+    blocks.extend(extra);
     let mut md = markdown(&blocks, &charts);
     if !images {
         md.push_str("\n_Chart images were not rendered (Node.js missing); the charts are in report.html and charts/*.vl.json._\n");

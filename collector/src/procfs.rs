@@ -95,6 +95,60 @@ pub fn command_name(pid: Pid) -> Option<String> {
         .map(|s| s.trim().to_owned())
 }
 
+/// Socket inodes listening on TCP `port` (any address, IPv4 or IPv6), from
+/// `/proc/net/tcp{,6}`.
+#[must_use]
+pub fn listening_inodes(port: u16) -> Vec<u64> {
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        out.extend(listening_in_table(&text, port));
+    }
+    out
+}
+
+/// Inodes of the sockets in a `/proc/net/tcp` table that listen on `port`.
+fn listening_in_table(text: &str, port: u16) -> Vec<u64> {
+    const LISTEN: &str = "0A";
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            let ok = u16::from_str_radix(local_port, 16).ok()? == port && *f.get(3)? == LISTEN;
+            ok.then(|| f.get(9)?.parse().ok()).flatten()
+        })
+        .collect()
+}
+
+/// The process that listens on TCP `port` (the first found whose open files hold the
+/// listening socket), e.g. a broker started elsewhere. Needs the right to read other
+/// processes' `fd/` (root, or the same user).
+#[must_use]
+pub fn listener_pid(port: u16) -> Option<u32> {
+    let inodes = listening_inodes(port);
+    if inodes.is_empty() {
+        return None;
+    }
+    let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.into_iter().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.filter_map(Result::ok).any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| wanted.iter().any(|w| l.as_os_str() == w.as_str()))
+            })
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +166,21 @@ mod tests {
         assert!(status_bytes(Pid::This, "VmRSS:").unwrap() > 0);
         assert!(!task_stats(Pid::This).is_empty());
         assert_eq!(process_ticks(Pid::Other(u32::MAX)), None);
+    }
+
+    #[test]
+    fn the_listener_of_a_port_is_found() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(listener_pid(port), Some(std::process::id()));
+        drop(l);
+        assert_eq!(listener_pid(port), None);
+    }
+
+    #[test]
+    fn tcp_tables_are_parsed() {
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:2E4B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0\n   1: 0100007F:2E4B 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 999 1\ngarbage\n";
+        assert_eq!(listening_in_table(t, 0x2E4B), vec![12345]);
+        assert!(listening_in_table(t, 1).is_empty());
     }
 }

@@ -1,0 +1,194 @@
+//! `hoptrace refpipe store|processor`: the reference pipeline's parts as processes of
+//! their own, as `hoptrace soak` runs them (each with its own CPU and memory), or by hand
+//! against any broker and collector.
+//!
+//! Each prints `ready <address>` on stdout once it serves (the store) or consumes (the
+//! processor), a progress line on stderr every few seconds, and its summary when SIGINT
+//! or SIGTERM stops it.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use hoptrace_publisher::url::Endpoint;
+use hoptrace_refpipe::ProbeLink;
+use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
+use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
+
+use crate::units::{fmt_si, parse_duration};
+
+/// Which part.
+#[derive(Debug, clap::Subcommand)]
+pub enum Which {
+    /// The store: takes writes over TCP, answers queries, probes at ingress, visibility
+    /// and per query.
+    Store(StoreArgs),
+    /// The processor: consumes MQTT or Kafka, decodes, batches, transforms and writes to
+    /// the store; probes at ingress and egress.
+    Processor(ProcessorArgs),
+}
+
+/// Where a part reports its stamps.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The collector (`host:port`); without it the part runs unmeasured.
+    #[arg(long)]
+    pub collector: Option<String>,
+    /// Token the collector requires.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl ProbeArgs {
+    fn link(&self) -> Option<ProbeLink> {
+        self.collector.as_ref().map(|c| {
+            let mut l = ProbeLink::new(c.clone());
+            l.token.clone_from(&self.token);
+            l
+        })
+    }
+}
+
+/// Options of `hoptrace refpipe store`.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// Address to serve writes and queries on.
+    #[arg(long, default_value = "127.0.0.1:7500")]
+    pub listen: String,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+}
+
+/// Options of `hoptrace refpipe processor`.
+#[derive(Debug, clap::Args)]
+pub struct ProcessorArgs {
+    /// Broker: `mqtt://host:port` or `kafka://host:port/topic`.
+    #[arg(long)]
+    pub from: String,
+    /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
+    /// address's Kafka topics).
+    #[arg(long, value_delimiter = ',')]
+    pub topics: Vec<String>,
+    /// The store's address.
+    #[arg(long, default_value = "127.0.0.1:7500")]
+    pub store: String,
+    /// A batch is written once it holds this many rows...
+    #[arg(long, default_value_t = 2000)]
+    pub batch_rows: usize,
+    /// ...or once its first row has waited this long.
+    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    pub linger: Duration,
+    #[command(flatten)]
+    pub probes: ProbeArgs,
+}
+
+/// Runs a part until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Invalid options, a part that does not start or fails.
+pub fn run(which: &Which) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    match which {
+        Which::Store(a) => store(a, &stop),
+        Which::Processor(a) => processor(a, &stop),
+    }
+}
+
+fn ready(addr: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {addr}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Calls `line` every few seconds until `stop` (or `done`) holds.
+fn wait_with_progress(stop: &AtomicBool, done: impl Fn() -> bool, line: impl Fn(f64) -> String) {
+    let tty = std::io::stderr().is_terminal();
+    let every = if tty {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    };
+    let started = Instant::now();
+    let mut last = Instant::now();
+    while !stop.load(Relaxed) && !done() {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() >= every {
+            last = Instant::now();
+            let l = line(started.elapsed().as_secs_f64());
+            if tty {
+                eprint!("\r{l}   ");
+            } else {
+                eprintln!("{l}");
+            }
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+}
+
+fn store(a: &StoreArgs, stop: &AtomicBool) -> anyhow::Result<()> {
+    let mut cfg = StoreServerConfig::new(&a.listen);
+    cfg.probes = a.probes.link();
+    let server = StoreServer::start(cfg).context("starting the store")?;
+    ready(&server.local_addr().to_string())?;
+    let stats = server.stats();
+    wait_with_progress(
+        stop,
+        || false,
+        |t| {
+            let rows = stats.rows.load(Relaxed);
+            format!(
+                "store {t:>6.0}s  {} writes  {} rows ({} rows/s)",
+                stats.writes.load(Relaxed),
+                rows,
+                fmt_si(rows as f64 / t.max(1e-3))
+            )
+        },
+    );
+    let s = server.stop();
+    println!(
+        "store: {} rows in {} writes, {} not visible to their query, {} rows held, {} series",
+        s.rows, s.writes, s.invisible_writes, s.store.rows_held, s.store.series
+    );
+    Ok(())
+}
+
+fn processor(a: &ProcessorArgs, stop: &AtomicBool) -> anyhow::Result<()> {
+    let endpoint = Endpoint::parse(&a.from).context("--from")?;
+    let mut cfg = ProcessorConfig::new(endpoint, &a.store);
+    cfg.topics.clone_from(&a.topics);
+    cfg.batch_rows = a.batch_rows;
+    cfg.linger = a.linger;
+    cfg.probes = a.probes.link();
+    let flow = Processor::start(cfg).context("starting the processor")?;
+    ready(&a.from)?;
+    let stats = flow.stats();
+    wait_with_progress(
+        stop,
+        || flow.has_failed(),
+        |t| {
+            let m = stats.messages.load(Relaxed);
+            format!(
+                "processor {t:>6.0}s  {m} messages ({} msgs/s)",
+                fmt_si(m as f64 / t.max(1e-3))
+            )
+        },
+    );
+    let f = flow.stop(Duration::from_secs(10));
+    println!(
+        "processor: {} messages taken ({} traced, {} bad payloads), {} rows in {} writes, {} acknowledged",
+        f.messages, f.traced, f.bad_payloads, f.rows, f.writes, f.acked
+    );
+    if let Some(e) = &f.error {
+        bail!("the processor failed: {e}");
+    }
+    Ok(())
+}
