@@ -302,7 +302,7 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                 }
                 let inserted = store.insert(&rows);
                 let visibility = Query {
-                    series: distinct_series(&rows),
+                    series: distinct_series(&rows, &inserted.first_rows),
                     from_ms: inserted.min_ts_ms,
                     to_ms: inserted.max_ts_ms,
                 };
@@ -380,10 +380,11 @@ fn record_query_time(stats: &ServerStats, ns: u64) {
     let _ = h.record(ns.clamp(1, 60_000_000_000));
 }
 
-fn distinct_series(rows: &arrow::array::RecordBatch) -> Vec<String> {
+fn distinct_series(rows: &arrow::array::RecordBatch, first_rows: &[u32]) -> Vec<String> {
     use arrow::array::AsArray as _;
-    let mut names: Vec<&str> = rows.column(0).as_string::<i32>().iter().flatten().collect();
-    names.sort_unstable();
-    names.dedup();
-    names.into_iter().map(str::to_owned).collect()
+    let names = rows.column(0).as_string::<i32>();
+    first_rows
+        .iter()
+        .map(|&r| names.value(r as usize).to_owned())
+        .collect()
 }

@@ -49,10 +49,12 @@ struct Chunk {
 }
 
 /// What an insert did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inserted {
     /// Rows stored.
     pub rows: usize,
+    /// Index of the first row of each distinct series of the batch, in series order.
+    pub first_rows: Vec<u32>,
     /// Smallest timestamp of the batch, ms.
     pub min_ts_ms: i64,
     /// Largest timestamp of the batch, ms.
@@ -76,11 +78,18 @@ pub struct StoreStats {
     pub queries: u64,
 }
 
+/// The chunks held, oldest first, and their rows.
+#[derive(Debug, Default)]
+struct Chunks {
+    list: VecDeque<Arc<Chunk>>,
+    rows: usize,
+}
+
 /// The store. Cheap to share (`Arc`); inserts and queries run concurrently.
 #[derive(Debug)]
 pub struct Store {
     config: StoreConfig,
-    chunks: RwLock<VecDeque<Arc<Chunk>>>,
+    chunks: RwLock<Chunks>,
     series: Mutex<HashMap<String, u32>>,
     stats: Mutex<StoreStats>,
 }
@@ -91,7 +100,7 @@ impl Store {
     pub fn new(config: StoreConfig) -> Self {
         Self {
             config,
-            chunks: RwLock::new(VecDeque::new()),
+            chunks: RwLock::new(Chunks::default()),
             series: Mutex::new(HashMap::new()),
             stats: Mutex::new(StoreStats::default()),
         }
@@ -118,6 +127,17 @@ impl Store {
             }
             UInt32Array::from(ids)
         };
+        let first_rows = {
+            let mut pairs: Vec<(u32, u32)> = series
+                .values()
+                .iter()
+                .enumerate()
+                .map(|(row, &id)| (id, row as u32))
+                .collect();
+            pairs.sort_unstable();
+            pairs.dedup_by_key(|p| p.0);
+            pairs.into_iter().map(|(_, row)| row).collect()
+        };
         let min_ts_ms = aggregate::min(&ts_ms).unwrap_or(i64::MAX);
         let max_ts_ms = aggregate::max(&ts_ms).unwrap_or(i64::MIN);
         let n = ts_ms.len();
@@ -132,19 +152,20 @@ impl Store {
         let mut expired = 0u64;
         let (held_rows, held_chunks) = {
             let mut chunks = self.chunks.write().expect("chunks poisoned");
-            chunks.push_back(chunk);
-            let mut held: usize = chunks.iter().map(|c| c.ts_ms.len()).sum();
-            while let Some(old) = chunks.front() {
+            chunks.list.push_back(chunk);
+            chunks.rows += n;
+            while let Some(old) = chunks.list.front() {
                 let too_old = old.inserted.elapsed() > self.config.retention;
-                if chunks.len() > 1 && (too_old || held > self.config.max_rows) {
-                    held -= old.ts_ms.len();
-                    expired += old.ts_ms.len() as u64;
-                    chunks.pop_front();
+                if chunks.list.len() > 1 && (too_old || chunks.rows > self.config.max_rows) {
+                    let gone = old.ts_ms.len();
+                    chunks.rows -= gone;
+                    expired += gone as u64;
+                    chunks.list.pop_front();
                 } else {
                     break;
                 }
             }
-            (held, chunks.len())
+            (chunks.rows, chunks.list.len())
         };
         let series_count = self
             .series
@@ -159,6 +180,7 @@ impl Store {
         s.series = series_count as u64;
         Inserted {
             rows: n,
+            first_rows,
             min_ts_ms,
             max_ts_ms,
         }
@@ -170,23 +192,22 @@ impl Store {
     pub fn query(&self, query: &Query) -> QueryResult {
         let started = Instant::now();
         // Series the store has never seen match nothing.
-        let wanted: Option<Vec<u32>> = if query.series.is_empty() {
+        let wanted: Option<Wanted> = if query.series.is_empty() {
             None
         } else {
             let dict = self.series.lock().expect("series dictionary poisoned");
-            let mut ids: Vec<u32> = query
+            let ids: Vec<u32> = query
                 .series
                 .iter()
                 .filter_map(|s| dict.get(s.as_str()).copied())
                 .collect();
-            ids.sort_unstable();
-            ids.dedup();
-            Some(ids)
+            Some(Wanted::new(&ids))
         };
         let candidates: Vec<Arc<Chunk>> = self
             .chunks
             .read()
             .expect("chunks poisoned")
+            .list
             .iter()
             .filter(|c| c.max_ts_ms >= query.from_ms && c.min_ts_ms <= query.to_ms)
             .cloned()
@@ -196,9 +217,9 @@ impl Store {
             max_ts_ms: i64::MIN,
             ..QueryResult::default()
         };
-        if wanted.as_ref().is_none_or(|w| !w.is_empty()) {
+        if wanted.as_ref().is_none_or(|w| !w.ids.is_empty()) {
             for c in &candidates {
-                scan(c, query, wanted.as_deref(), &mut result);
+                scan(c, query, wanted.as_ref(), &mut result);
             }
         }
         result.exec_ns = started.elapsed().as_nanos() as u64;
@@ -213,8 +234,36 @@ impl Store {
     }
 }
 
+/// The series a query asks for: their ids, and a bitmap over ids for membership tests
+/// in constant time.
+struct Wanted {
+    ids: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+impl Wanted {
+    fn new(ids: &[u32]) -> Self {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let words = ids.last().map_or(0, |&m| m as usize / 64 + 1);
+        let mut bits = vec![0u64; words];
+        for &id in &ids {
+            bits[id as usize / 64] |= 1 << (id % 64);
+        }
+        Self { ids, bits }
+    }
+
+    #[inline]
+    fn contains(&self, id: u32) -> bool {
+        self.bits
+            .get(id as usize / 64)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+}
+
 /// Adds the rows of one chunk that match to `out`.
-fn scan(c: &Chunk, q: &Query, wanted: Option<&[u32]>, out: &mut QueryResult) {
+fn scan(c: &Chunk, q: &Query, wanted: Option<&Wanted>, out: &mut QueryResult) {
     let from = Int64Array::new_scalar(q.from_ms);
     let to = Int64Array::new_scalar(q.to_ms);
     let mut mask = match (c.min_ts_ms >= q.from_ms, c.max_ts_ms <= q.to_ms) {
@@ -227,15 +276,11 @@ fn scan(c: &Chunk, q: &Query, wanted: Option<&[u32]>, out: &mut QueryResult) {
         )
         .expect("same lengths"),
     };
-    if let Some(ids) = wanted {
-        let member = if let [one] = ids {
-            cmp::eq(&c.series, &UInt32Array::new_scalar(*one)).expect("same types")
+    if let Some(w) = wanted {
+        let member = if let [one] = w.ids[..] {
+            cmp::eq(&c.series, &UInt32Array::new_scalar(one)).expect("same types")
         } else {
-            c.series
-                .values()
-                .iter()
-                .map(|id| Some(ids.binary_search(id).is_ok()))
-                .collect()
+            BooleanArray::from_iter(c.series.values().iter().map(|&id| Some(w.contains(id))))
         };
         mask = boolean::and(&mask, &member).expect("same lengths");
     }
