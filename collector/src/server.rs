@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::SyncSender;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hoptrace_probe::protocol::{
     self, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, ProtocolError, reject_code,
@@ -119,6 +119,27 @@ pub(crate) fn accept_loop(
     }
 }
 
+/// Reads from a connection, failing with `TimedOut` once `until` has passed (each read
+/// waits at most for the time left).
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Option<Instant>,
+}
+
+impl std::io::Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(until) = self.until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
 fn reject(mut stream: &TcpStream, code: u16, reason: &str) -> std::io::Result<()> {
     stream.write_all(
         &Frame::Reject {
@@ -140,8 +161,15 @@ fn serve(
 ) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(cfg.hello_timeout));
-    let mut reader = BufReader::with_capacity(1 << 20, &stream);
+    // The whole hello must arrive within the timeout: a peer that trickles a byte at a
+    // time (slow loris) is closed at the deadline, not kept alive by each byte.
+    let mut reader = BufReader::with_capacity(
+        1 << 20,
+        Deadline {
+            stream: &stream,
+            until: Some(Instant::now() + cfg.hello_timeout),
+        },
+    );
     let hello = match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
         Ok(Frame::Hello(h)) => h,
         Ok(other) => {
@@ -223,6 +251,7 @@ fn serve(
         return;
     }
     // After hello, a probe may be idle for long stretches: no read timeout.
+    reader.get_mut().until = None;
     let _ = stream.set_read_timeout(None);
     let mut clean = false;
     loop {

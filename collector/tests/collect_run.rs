@@ -325,3 +325,74 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
+    use std::io::{Read, Write};
+    let tmp = tempdir();
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", PipelineSpec::default_pipeline(), &tmp);
+    cfg.hello_timeout = Duration::from_secs(1);
+    let collector = Collector::start(cfg).unwrap();
+    let addr = collector.local_addr();
+    // A valid hello, trickled a byte every 100 ms: each byte would reset a per-read
+    // timeout, but the whole hello has one deadline.
+    let hello = hoptrace_probe::protocol::Frame::Hello(hoptrace_probe::protocol::Hello {
+        version: hoptrace_probe::protocol::PROTOCOL_VERSION,
+        instance_id: 7,
+        host: "loris".into(),
+        process: "slow".into(),
+        software: "test".into(),
+        token: String::new(),
+        hops: vec![(HopId(0), "publish".into())],
+    })
+    .to_bytes();
+    let started = std::time::Instant::now();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut closed_at = None;
+    for b in &hello {
+        if s.write_all(std::slice::from_ref(b)).is_err() {
+            closed_at = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = s.set_nonblocking(true);
+        let mut buf = [0u8; 64];
+        let gone = matches!(s.read(&mut buf), Ok(0));
+        let _ = s.set_nonblocking(false);
+        if gone {
+            closed_at = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed_at = closed_at.expect("the collector kept a trickling connection open");
+    assert!(
+        closed_at < Duration::from_secs(3),
+        "closed only after {closed_at:?}"
+    );
+    // A good probe is served meanwhile and afterwards.
+    let exporter = Exporter::start(
+        ExporterConfig::new(addr.to_string(), "good"),
+        &[(HopId(0), "publish")],
+    )
+    .unwrap();
+    let p = exporter.probe(HopId(0)).unwrap();
+    let mut ctx = TraceContext::new(
+        TraceKey {
+            publisher: 1,
+            stream: 0,
+            sequence: 0,
+        },
+        1,
+        0,
+    );
+    p.record(&mut ctx).unwrap();
+    assert!(exporter.shutdown().clean);
+    let summary = collector.stop().unwrap();
+    assert_eq!(
+        summary.connections["hello_timeout"], 1,
+        "{:?}",
+        summary.connections
+    );
+    assert_eq!(summary.accounting.records_by_hop["publish"], 1);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
