@@ -308,25 +308,8 @@ fn to_json(
 
 /// `2026-11-22T08:21:23.123Z` from Unix epoch nanoseconds.
 fn utc(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let millis = ns.rem_euclid(1_000_000_000) / 1_000_000;
-    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3_600,
-        sod % 3_600 / 60,
-        sod % 60
-    )
+    let (y, m, d, h, min, sec, ms) = hoptrace_analysis::format::utc_parts(ns);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{ms:03}Z")
 }
 
 #[cfg(test)]

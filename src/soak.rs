@@ -309,14 +309,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--rate, --streams and --metrics-per-message must be positive");
     }
     let endpoint = Endpoint::parse(&args.broker).context("--broker")?;
-    let broker_port = args
-        .broker
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split(['/', '?']).next())
-        .and_then(|hp| hp.rsplit(':').next())
-        .and_then(|p| p.parse::<u16>().ok())
-        .context("--broker: no port")?;
+    let broker_port = match &endpoint {
+        Endpoint::Mqtt(m) => m.port,
+        Endpoint::Kafka(k) => {
+            k.bootstrap
+                .first()
+                .context("--broker: no Kafka bootstrap server")?
+                .1
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))

@@ -75,6 +75,33 @@ pub fn span_s(s: f64) -> String {
     }
 }
 
+/// A UTC date and time of Unix epoch nanoseconds: (year, month, day, hour, minute,
+/// second, millisecond), by the proleptic Gregorian calendar.
+#[must_use]
+pub fn utc_parts(unix_ns: i64) -> (i64, i64, i64, i64, i64, i64, i64) {
+    let secs = unix_ns.div_euclid(1_000_000_000);
+    let millis = unix_ns.rem_euclid(1_000_000_000) / 1_000_000;
+    let (days, tod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        month,
+        day,
+        tod / 3_600,
+        tod % 3_600 / 60,
+        tod % 60,
+        millis,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

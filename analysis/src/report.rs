@@ -128,25 +128,8 @@ fn headline(s: &Summary) -> String {
 }
 
 fn date_of(unix_ns: i64) -> String {
-    // Civil date from days since the epoch (proleptic Gregorian), UTC.
-    let secs = unix_ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        tod / 3600,
-        tod % 3600 / 60,
-        tod % 60
-    )
+    let (y, m, d, h, min, sec, _) = crate::format::utc_parts(unix_ns);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02} UTC")
 }
 
 /// The report's blocks.
