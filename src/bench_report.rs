@@ -173,7 +173,10 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
     let run_dir = args.dir.join(&run_id);
     let (files, parquet_bytes, generate_s) = match reusable(&run_dir, traces) {
         Some((files, bytes)) => {
-            eprintln!("bench report: reusing {} ({traces} traces)", run_dir.display());
+            eprintln!(
+                "bench report: reusing {} ({traces} traces)",
+                run_dir.display()
+            );
             (files, bytes, 0.0)
         }
         None => {
@@ -254,10 +257,9 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
                 .arg(&answer_path),
         )
         .context("DuckDB (is the duckdb Python package installed? pip install duckdb)")?;
-        let answer: DuckAnswer = serde_json::from_slice(
-            &std::fs::read(&answer_path).context("DuckDB's answers")?,
-        )
-        .context("DuckDB's answers")?;
+        let answer: DuckAnswer =
+            serde_json::from_slice(&std::fs::read(&answer_path).context("DuckDB's answers")?)
+                .context("DuckDB's answers")?;
         eprintln!(
             "bench report: DuckDB in {:.1} s (queries {:.1} s), peak RSS {} MiB",
             duck.wall_s,
@@ -300,7 +302,8 @@ fn agree(summary: &Summary, duck: &DuckAnswer) -> (usize, Vec<String>) {
             bad.push(format!("{}: DuckDB has no such stage", st.name));
             continue;
         };
-        if (st.count, st.negative, st.min_ns, st.max_ns) != (d.count, d.negative, d.min_ns, d.max_ns)
+        if (st.count, st.negative, st.min_ns, st.max_ns)
+            != (d.count, d.negative, d.min_ns, d.max_ns)
         {
             bad.push(format!(
                 "{}: count/negative/min/max {:?} vs DuckDB {:?}",
