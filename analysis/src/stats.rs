@@ -32,8 +32,11 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, PrimitiveArray,
 };
 use datafusion::arrow::buffer::BooleanBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, UInt64Type};
-use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
+use datafusion::arrow::datatypes::{
+    ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use datafusion::common::{DataFusionError, Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
@@ -171,8 +174,9 @@ struct SlicePass {
     squares: f64,
 }
 
-/// One pass over `values` (>= 0). Exact while every value is below 2^51 (the sum of 4096
-/// of them fits an i64; each converts exactly); [`SlicePass::exact`] otherwise.
+/// One pass over `values`. Exact while every value is in 0..2^51 (the sum of 4096 of them
+/// fits an i64; each converts exactly); [`SlicePass::exact`] otherwise, and only `min` is
+/// meaningful when a value is negative.
 #[inline]
 fn one_pass(values: &[i64], shift: f64) -> SlicePass {
     let mut out = SlicePass {
@@ -252,26 +256,27 @@ impl StageStats {
 
     /// Adds every value of `values` (negative ones are only counted).
     pub fn add_values(&mut self, values: &[i64]) {
-        let negative = values.iter().filter(|&&v| v < 0).count();
-        if negative == 0 {
-            self.add_non_negative(values);
-        } else {
-            self.negative += negative as u64;
-            let kept: Vec<i64> = values.iter().copied().filter(|&v| v >= 0).collect();
-            self.add_non_negative(&kept);
-        }
-    }
-
-    /// Adds values that are all >= 0.
-    fn add_non_negative(&mut self, values: &[i64]) {
         let Some(&first) = values.first() else {
             return;
         };
-        debug_assert!(values.iter().all(|&v| v >= 0));
         // Squares are summed about the first value (close to the others), and the second
         // moment about their mean follows: sum((v - mean)^2) = sum((v - s)^2) - n (mean - s)^2.
-        let shift = first as f64;
-        let mut pass = one_pass(values, shift);
+        let pass = one_pass(values, first as f64);
+        if pass.min >= 0 {
+            self.add_pass(values, pass, first as f64);
+            return;
+        }
+        // Negative deltas (clock error) are rare: the others are added on their own.
+        let kept: Vec<i64> = values.iter().copied().filter(|&v| v >= 0).collect();
+        self.negative += (values.len() - kept.len()) as u64;
+        if let Some(&first) = kept.first() {
+            self.add_pass(&kept, one_pass(&kept, first as f64), first as f64);
+        }
+    }
+
+    /// Adds `values` (all >= 0) given their [`one_pass`] about `shift`.
+    fn add_pass(&mut self, values: &[i64], mut pass: SlicePass, shift: f64) {
+        debug_assert!(!values.is_empty() && values.iter().all(|&v| v >= 0));
         if pass.max >= 1 << 51 {
             pass = SlicePass::exact(values, shift);
         }
@@ -418,6 +423,15 @@ fn add_grouped(
     let array = values.as_primitive::<Int64Type>();
     let kept = kept_rows(array, filter);
     let raw = array.values().as_ref();
+    // Rows grouped by time bucket: most batches are one group.
+    if let Some(&g) = groups.first()
+        && groups
+            .chunks(256)
+            .all(|c| c.iter().fold(true, |all, &x| all & (x == g)))
+    {
+        add_rows(&mut stats[g], raw, 0..groups.len(), kept.as_ref());
+        return;
+    }
     let mut start = 0;
     while let Some(&g) = groups.get(start) {
         let end = groups[start..]
@@ -740,20 +754,27 @@ pub struct TraceCounts {
     publishers: IdSet,
 }
 
+/// An id, flag or mask of any integer type as a u64 (negative ones wrap around: they
+/// stay distinct, and their bits are their two's complement).
+#[inline(always)]
+fn to_u64<N: ArrowNativeType>(v: N) -> u64 {
+    v.as_usize() as u64
+}
+
 /// Adds the rows with each bit set to `bits[bit]`, over the valid values.
-fn count_bits(bits: &mut Vec<u64>, values: &PrimitiveArray<UInt64Type>) {
+fn count_bits<T: ArrowPrimitiveType>(bits: &mut Vec<u64>, values: &PrimitiveArray<T>) {
     let raw = values.values();
     let nulls = values.nulls().filter(|n| n.null_count() > 0);
     let any = match nulls {
-        None => raw.iter().fold(0, |a, &v| a | v),
-        Some(n) => n.valid_indices().fold(0, |a, i| a | raw[i]),
+        None => raw.iter().fold(0, |a, &v| a | to_u64(v)),
+        Some(n) => n.valid_indices().fold(0, |a, i| a | to_u64(raw[i])),
     };
     // Flags and masks are mostly zero: only the bits seen at all are counted.
     let mut rest = any;
     while rest != 0 {
         let b = rest.trailing_zeros() as usize;
         rest &= rest - 1;
-        let set = |v: u64| (v >> b) & 1 != 0;
+        let set = |v: T::Native| (to_u64(v) >> b) & 1 != 0;
         let n = match nulls {
             None => raw.iter().filter(|&&v| set(v)).count(),
             Some(n) => n.valid_indices().filter(|&i| set(raw[i])).count(),
@@ -765,15 +786,20 @@ fn count_bits(bits: &mut Vec<u64>, values: &PrimitiveArray<UInt64Type>) {
     }
 }
 
-fn insert_ids(set: &mut IdSet, values: &PrimitiveArray<UInt64Type>) {
+fn insert_ids<T: ArrowPrimitiveType>(set: &mut IdSet, values: &PrimitiveArray<T>) {
     if values.null_count() > 0 {
-        values.iter().flatten().for_each(|v| set.insert(v));
+        for (i, &v) in values.values().iter().enumerate() {
+            if values.is_valid(i) {
+                set.insert(to_u64(v));
+            }
+        }
         return;
     }
     let raw = values.values();
-    let (min, max) = raw
-        .iter()
-        .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (min, max) = raw.iter().fold((u64::MAX, 0), |(lo, hi), &v| {
+        let v = to_u64(v);
+        (lo.min(v), hi.max(v))
+    });
     if min == max {
         // One id throughout (a single publisher).
         set.insert(min);
@@ -785,11 +811,26 @@ fn insert_ids(set: &mut IdSet, values: &PrimitiveArray<UInt64Type>) {
             words.resize(need, 0);
         }
         for &v in raw.iter() {
+            let v = to_u64(v);
             words[(v >> 6) as usize] |= 1 << (v & 63);
         }
     } else {
-        raw.iter().for_each(|&v| set.insert(v));
+        raw.iter().for_each(|&v| set.insert(to_u64(v)));
     }
+}
+
+/// Calls `$f` with `$array` as the primitive array of its integer type.
+macro_rules! with_integers {
+    ($array:expr, $f:ident, $($arg:expr),*) => {
+        match $array.data_type() {
+            DataType::UInt8 => $f($($arg,)* $array.as_primitive::<UInt8Type>()),
+            DataType::UInt16 => $f($($arg,)* $array.as_primitive::<UInt16Type>()),
+            DataType::UInt32 => $f($($arg,)* $array.as_primitive::<UInt32Type>()),
+            DataType::UInt64 => $f($($arg,)* $array.as_primitive::<UInt64Type>()),
+            DataType::Int64 => $f($($arg,)* $array.as_primitive::<Int64Type>()),
+            other => return exec_err!("trace_counts: unexpected argument type {other}"),
+        }
+    };
 }
 
 impl TraceCounts {
@@ -827,10 +868,10 @@ impl TraceCounts {
             Some(n) => (complete.values() & n.inner()).count_set_bits(),
             None => complete.values().count_set_bits(),
         } as u64;
-        insert_ids(&mut self.streams, stream.as_primitive());
-        insert_ids(&mut self.publishers, publisher.as_primitive());
-        count_bits(&mut self.flag_bits, flags.as_primitive());
-        count_bits(&mut self.missing_bits, missing.as_primitive());
+        with_integers!(stream, insert_ids, &mut self.streams);
+        with_integers!(publisher, insert_ids, &mut self.publishers);
+        with_integers!(flags, count_bits, &mut self.flag_bits);
+        with_integers!(missing, count_bits, &mut self.missing_bits);
         Ok(())
     }
 
@@ -929,12 +970,14 @@ impl AggregateUDFImpl for TraceCountsAgg {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        let int = |t: &DataType| {
-            if t.is_integer() || *t == DataType::Null {
-                Ok(DataType::UInt64)
-            } else {
-                plan_err!("trace_counts: ids, flags and masks are integers, not {t}")
+        // Unsigned integers are read as they are; signed ones as Int64.
+        let int = |t: &DataType| match t {
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+                Ok(t.clone())
             }
+            DataType::Null => Ok(DataType::UInt64),
+            t if t.is_integer() => Ok(DataType::Int64),
+            t => plan_err!("trace_counts: ids, flags and masks are integers, not {t}"),
         };
         match arg_types {
             [stream, publisher, complete, flags, missing] => {
@@ -1221,6 +1264,72 @@ mod tests {
         assert_same(&s, &oracle(&values));
         let exact_mean = s.sum as f64 / s.count as f64;
         assert_eq!(s.mean_ns(), Some(exact_mean));
+    }
+
+    /// Through DataFusion, over the collector's column types, against its own aggregates.
+    #[test]
+    fn trace_counts_in_sql_agrees_with_the_standard_aggregates() {
+        use datafusion::arrow::array::{StringArray, UInt8Array, UInt16Array, UInt32Array};
+        use datafusion::arrow::datatypes::Schema;
+        use datafusion::datasource::MemTable;
+        use datafusion::prelude::{SessionConfig, SessionContext};
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("stream", DataType::UInt32, false),
+            Field::new("publisher", DataType::UInt16, true),
+            Field::new("status", DataType::Utf8, false),
+            Field::new("flags", DataType::UInt8, false),
+            Field::new("missing_mask", DataType::UInt16, false),
+        ]));
+        let part = |seed: u32| {
+            let n = 3_000_u32;
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(UInt32Array::from_iter_values((0..n).map(|i| {
+                    (i * 7 + seed) % 101 + u32::from(i % 500 == 0) * 9_000_000
+                }))),
+                Arc::new(UInt16Array::from_iter(
+                    (0..n).map(|i| (i % 13 != 0).then_some((i / 1_000 + seed) as u16)),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| if i % 7 == 0 { "incomplete" } else { "complete" }),
+                )),
+                Arc::new(UInt8Array::from_iter_values(
+                    (0..n).map(|i| (i % 5 == 0) as u8 * 3),
+                )),
+                Arc::new(UInt16Array::from_iter_values(
+                    (0..n).map(|i| if i % 7 == 0 { 1 << (i % 6) } else { 0 }),
+                )),
+            ];
+            datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns).unwrap()
+        };
+        let table = MemTable::try_new(schema.clone(), vec![vec![part(0)], vec![part(5)]]).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        ctx.register_udaf(trace_counts_udaf());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let q = "SELECT trace_counts(stream, publisher, status = 'complete', flags, missing_mask), \
+                 count(*), count(DISTINCT stream), count(DISTINCT publisher), \
+                 count(*) FILTER (WHERE status = 'complete'), \
+                 count(*) FILTER (WHERE (flags & 1) <> 0), count(*) FILTER (WHERE (flags & 2) <> 0), \
+                 count(*) FILTER (WHERE (missing_mask & 1) <> 0), \
+                 count(*) FILTER (WHERE (missing_mask & 32) <> 0) FROM t";
+        let batches = rt
+            .block_on(async { ctx.sql(q).await?.collect().await })
+            .unwrap();
+        let b = &batches[0];
+        let c = TraceCounts::decode(b.column(0).as_binary::<i32>().value(0)).unwrap();
+        let n = |i: usize| b.column(i).as_primitive::<Int64Type>().value(0) as u64;
+        assert_eq!(
+            [c.rows, c.streams(), c.publishers(), c.complete],
+            [n(1), n(2), n(3), n(4)]
+        );
+        assert_eq!(
+            [c.flag(0), c.flag(1), c.missing(0), c.missing(5)],
+            [n(5), n(6), n(7), n(8)]
+        );
+        assert!(c.missing(5) > 0 && c.flag(1) > 0 && c.streams() > 101);
     }
 
     /// Through DataFusion: grouped (partial and final aggregation over two partitions)
