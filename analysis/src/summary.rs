@@ -858,6 +858,46 @@ mod tests {
         }
     }
 
+    /// The span comes from the first hop's statistics when every trace has it, and from
+    /// the intended times of the others when not.
+    #[test]
+    fn the_span_falls_back_to_intended_times() {
+        use std::sync::Arc;
+
+        use datafusion::arrow::array::TimestampNanosecondArray;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+        use datafusion::datasource::MemTable;
+
+        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("publish_ns", ts(), true),
+            Field::new("intended_ns", ts(), false),
+        ]));
+        let span = |publish: Vec<Option<i64>>, intended: Vec<i64>| {
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(TimestampNanosecondArray::from(publish)),
+                    Arc::new(TimestampNanosecondArray::from(intended)),
+                ],
+            )
+            .unwrap();
+            let ctx = SessionContext::new();
+            let table = MemTable::try_new(schema.clone(), vec![vec![batch]]).unwrap();
+            ctx.register_table("traces_raw", Arc::new(table)).unwrap();
+            let first = quote_ident("publish_ns");
+            let time_col = format!("CAST(coalesce({first}, intended_ns) AS BIGINT)");
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(time_span(&ctx, &first, &time_col))
+                .unwrap()
+        };
+        assert_eq!(span(vec![Some(12), Some(30)], vec![10, 20]), (12, 30));
+        assert_eq!(span(vec![None, Some(12), None], vec![5, 10, 40]), (5, 40));
+        assert_eq!(span(vec![], vec![]), (0, 0));
+    }
+
     #[test]
     fn labels() {
         let l: Vec<String> = QUANTILES.iter().map(|&q| quantile_label(q)).collect();
