@@ -1,17 +1,17 @@
 //! Human units on the command line and in tables: `1M`, `250ms`, `1.2ms`.
 
-/// Parses a count with an optional SI suffix: `5000`, `50k`, `1M`, `1.5G`.
+/// Parses a count with an optional suffix: `5000`, `50k`, `1M`, `1.5G` (or `1.5B`, billion).
 pub fn parse_count(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last() {
         Some('k' | 'K') => (&s[..s.len() - 1], 1e3),
         Some('M') => (&s[..s.len() - 1], 1e6),
-        Some('G') => (&s[..s.len() - 1], 1e9),
+        Some('G' | 'B') => (&s[..s.len() - 1], 1e9),
         _ => (s, 1.0),
     };
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a count (examples: 5000, 50k, 1M)"))?;
+        .map_err(|_| format!("{s:?} is not a count (examples: 5000, 50k, 1M, 1B)"))?;
     if !(v >= 0.0 && v.is_finite()) {
         return Err(format!("{s:?} must be a non-negative number"));
     }
@@ -113,6 +113,8 @@ mod tests {
         assert_eq!(parse_count("5000"), Ok(5000));
         assert_eq!(parse_count("50k"), Ok(50_000));
         assert_eq!(parse_count("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_count("1B"), Ok(1_000_000_000));
+        assert_eq!(parse_count("1.8G"), Ok(1_800_000_000));
         assert!(parse_count("fast").is_err());
         assert!(parse_count("-1").is_err());
     }

@@ -4,6 +4,7 @@
 //! - [`session`]: open run directories ([`RunSet`]) and get a DataFusion session with
 //!   `traces`, `clock`, `probes`, `runs` and `stages` registered;
 //! - [`hdr`]: the SQL functions `hdr_histogram`, `hdr_percentile`, `hdr_precision`, ...;
+//! - [`stats`]: the aggregates behind a report's single scan (`stage_stats`, `trace_counts`);
 //! - [`summary`]: everything a report says about a run, computed by SQL over its Parquet
 //!   (`summary.json` is this, serialized);
 //! - [`report`]: `report.md`, `report.html` and the Vega-Lite chart specs;
@@ -33,6 +34,7 @@ pub mod report;
 pub mod resources;
 pub mod session;
 pub mod sql;
+pub mod stats;
 pub mod summary;
 
 pub use datafusion;

@@ -1,24 +1,27 @@
 //! Everything a report says about a run, computed with SQL over the run's Parquet.
 //!
-//! Exact figures (count, min, max, mean, standard deviation) come from SQL aggregates;
-//! percentiles from `hdr_histogram` (3 significant digits), each with its precision (half
-//! its HDR bucket). Negative stage deltas (clock error) are counted beside a stage and
-//! kept out of its statistics, as the collector does. `summary.json` is a [`Summary`]
+//! Exact figures (count, min, max, mean, standard deviation) and HDR histograms (3
+//! significant digits; each percentile with its precision, half its HDR bucket) come from
+//! one grouped scan of the run with the `stage_stats` aggregate ([`crate::stats`]).
+//! Negative stage deltas (clock error) are counted beside a stage and kept out of its
+//! statistics, as the collector does. `summary.json` is a [`Summary`]
 //! serialized; its JSON schema is `analysis/schema/summary.schema.json`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::common::ScalarValue;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
 use hoptrace_collector::run::HostInfo;
-use hoptrace_collector::stages::{MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS};
+use hoptrace_collector::stages::{MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, new_histogram};
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
 use crate::hdr;
 use crate::session::{RunSet, quote_ident, stage_column};
+use crate::stats::{self, StageStats, TraceCounts};
 
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -306,13 +309,6 @@ fn as_u64(v: &ScalarValue) -> u64 {
     as_i64(v).and_then(|x| u64::try_from(x).ok()).unwrap_or(0)
 }
 
-fn as_f64(v: &ScalarValue) -> Option<f64> {
-    match v {
-        ScalarValue::Float64(x) => *x,
-        other => as_i64(other).map(|x| x as f64),
-    }
-}
-
 async fn one_row(ctx: &SessionContext, sql: &str) -> Result<RecordBatch, AnalysisError> {
     let batches = ctx.sql(sql).await?.collect().await?;
     let schema = batches
@@ -324,8 +320,145 @@ async fn one_row(ctx: &SessionContext, sql: &str) -> Result<RecordBatch, Analysi
     )?)
 }
 
+/// The first and last publish stamps of the traces (or their intended times where the
+/// first hop is missing), Unix ns; (0, 0) without traces.
+///
+/// When every trace has its first hop, Parquet statistics answer without reading the
+/// traces; otherwise the two columns are read.
+async fn time_span(
+    ctx: &SessionContext,
+    first_hop: &str,
+    time_col: &str,
+) -> Result<(i64, i64), AnalysisError> {
+    let row = one_row(
+        ctx,
+        &format!(
+            "SELECT count(*) AS rows, count({first_hop}) AS stamped, \
+             min({first_hop}) AS t_min, max({first_hop}) AS t_max FROM traces_raw"
+        ),
+    )
+    .await?;
+    let row = if as_u64(&scalar(&row, "rows")?) == as_u64(&scalar(&row, "stamped")?) {
+        row
+    } else {
+        one_row(
+            ctx,
+            &format!("SELECT min({time_col}) AS t_min, max({time_col}) AS t_max FROM traces_raw"),
+        )
+        .await?
+    };
+    let t_min = as_i64(&scalar(&row, "t_min")?).unwrap_or(0);
+    let t_max = as_i64(&scalar(&row, "t_max")?).unwrap_or(t_min);
+    Ok((t_min, t_max))
+}
+
+/// One time bucket of the scan: its traces and every stage over them.
+struct BucketScan {
+    /// Bucket index; `None` for traces without a time.
+    bucket: Option<i64>,
+    messages: u64,
+    metrics: u64,
+    stages: Vec<StageStats>,
+}
+
+/// The one scan of the stage columns: per time bucket of `bucket_ns` from `t_min`, the
+/// traces, their metrics and [`StageStats`] of every stage.
+async fn scan_buckets(
+    runs: &RunSet,
+    ctx: &SessionContext,
+    time_col: &str,
+    t_min: i64,
+    bucket_ns: i64,
+) -> Result<Vec<BucketScan>, AnalysisError> {
+    let stages = &runs.pipeline().stages;
+    let df = ctx.table("traces").await?;
+    let bucket = df
+        .parse_sql_expr(&format!(
+            "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
+        ))?
+        .alias("b");
+    let mut aggregates = vec![
+        df.parse_sql_expr("count(*)")?.alias("messages"),
+        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
+            .alias("metrics"),
+    ];
+    let stage_stats = stats::stage_stats_udaf();
+    for (i, st) in stages.iter().enumerate() {
+        aggregates.push(
+            stage_stats
+                .call(vec![ident(stage_column(&st.name))])
+                .alias(format!("s_{i}")),
+        );
+    }
+    let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
+    let mut out = Vec::new();
+    for batch in &batches {
+        let column = |name: &str| {
+            batch.column_by_name(name).ok_or_else(|| {
+                AnalysisError::Render(format!("internal: result column {name} missing"))
+            })
+        };
+        let b = column("b")?.as_primitive::<Int64Type>();
+        let messages = column("messages")?.as_primitive::<Int64Type>();
+        let metrics = column("metrics")?.as_primitive::<Int64Type>();
+        let stage_cols = (0..stages.len())
+            .map(|i| Ok(column(&format!("s_{i}"))?.as_binary::<i32>()))
+            .collect::<Result<Vec<_>, AnalysisError>>()?;
+        for r in 0..batch.num_rows() {
+            let u = |a: &Int64Array| {
+                if a.is_valid(r) {
+                    u64::try_from(a.value(r)).unwrap_or(0)
+                } else {
+                    0
+                }
+            };
+            out.push(BucketScan {
+                bucket: b.is_valid(r).then(|| b.value(r)),
+                messages: u(messages),
+                metrics: u(metrics),
+                stages: stage_cols
+                    .iter()
+                    .map(|c| StageStats::decode(c.value(r)))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The figures of the small columns: flags, missing hops, streams and publishers.
+async fn scan_counts(ctx: &SessionContext) -> Result<TraceCounts, AnalysisError> {
+    let df = ctx.table("traces_raw").await?;
+    let complete = df.parse_sql_expr("status = 'complete'")?;
+    let counts = stats::trace_counts_udaf()
+        .call(vec![
+            ident("stream"),
+            ident("publisher"),
+            complete,
+            ident("flags"),
+            ident("missing_mask"),
+        ])
+        .alias("c");
+    let batches = df.aggregate(vec![], vec![counts])?.collect().await?;
+    let bytes = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| b.column_by_name("c"))
+        .map(|c| c.as_binary::<i32>())
+        .filter(|c| c.is_valid(0))
+        .map(|c| c.value(0))
+        .ok_or_else(|| AnalysisError::Render("internal: trace_counts returned nothing".into()))?;
+    Ok(TraceCounts::decode(bytes)?)
+}
+
 /// Computes the summary (and the charts' histograms) of `runs` with `ctx` (from
 /// [`RunSet::session`]).
+///
+/// The run is read twice: once for the columns every stage needs (stamps, metrics), in
+/// time buckets, each bucket holding every stage's exact figures and histogram (the
+/// whole run is their merge); once for the small columns (status, flags, missing hops,
+/// streams, publishers). Before both, the first and last stamps (which place the time
+/// buckets) come from Parquet statistics.
 ///
 /// # Errors
 /// When a query fails (unreadable Parquet, a spec whose hops are not columns).
@@ -335,54 +468,21 @@ pub async fn compute(
 ) -> Result<(Summary, Vec<StageHistograms>), AnalysisError> {
     let pipeline = runs.pipeline();
     let hops: Vec<String> = pipeline.hops.iter().map(|h| h.name.clone()).collect();
-    let time_col = format!(
-        "CAST(coalesce({}, intended_ns) AS BIGINT)",
-        quote_ident(&format!("{}_ns", hops[0]))
-    );
+    let first_hop = quote_ident(&format!("{}_ns", hops[0]));
+    let time_col = format!("CAST(coalesce({first_hop}, intended_ns) AS BIGINT)");
 
-    // Pass 1: exact figures, histograms and flags, in one scan.
-    let mut sel = vec![
-        "count(*) AS rows".to_owned(),
-        "sum(CAST(metric_count AS BIGINT)) AS metrics".to_owned(),
-        format!("min({time_col}) AS t_min"),
-        format!("max({time_col}) AS t_max"),
-        "count(DISTINCT stream) AS streams".to_owned(),
-        "count(DISTINCT publisher) AS publishers".to_owned(),
-        "sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END) AS complete".to_owned(),
-        "sum(CASE WHEN (flags & 1) <> 0 THEN 1 ELSE 0 END) AS duplicates".to_owned(),
-        "sum(CASE WHEN (flags & 2) <> 0 THEN 1 ELSE 0 END) AS negative_deltas".to_owned(),
-    ];
-    for (i, _) in hops.iter().enumerate() {
-        sel.push(format!(
-            "sum(CASE WHEN (CAST(missing_mask AS BIGINT) & {}) <> 0 THEN 1 ELSE 0 END) AS missing_{i}",
-            1_i64 << i
-        ));
-    }
-    for (i, st) in pipeline.stages.iter().enumerate() {
-        let c = quote_ident(&stage_column(&st.name));
-        sel.push(format!("count({c}) FILTER (WHERE {c} >= 0) AS n_{i}"));
-        sel.push(format!("count({c}) FILTER (WHERE {c} < 0) AS neg_{i}"));
-        sel.push(format!(
-            "count({c}) FILTER (WHERE {c} > {MAX_TRACKABLE_NS}) AS clamped_{i}"
-        ));
-        sel.push(format!("min({c}) FILTER (WHERE {c} >= 0) AS min_{i}"));
-        sel.push(format!("max({c}) FILTER (WHERE {c} >= 0) AS max_{i}"));
-        sel.push(format!(
-            "avg(CAST({c} AS DOUBLE)) FILTER (WHERE {c} >= 0) AS mean_{i}"
-        ));
-        sel.push(format!(
-            "stddev_pop(CAST({c} AS DOUBLE)) FILTER (WHERE {c} >= 0) AS sd_{i}"
-        ));
-        sel.push(format!("hdr_histogram({c}) AS h_{i}"));
-    }
-    let row = one_row(ctx, &format!("SELECT {} FROM traces", sel.join(", "))).await?;
-    let get = |n: &str| scalar(&row, n);
-
-    let rows = as_u64(&get("rows")?);
-    let t_min = as_i64(&get("t_min")?).unwrap_or(0);
-    let t_max = as_i64(&get("t_max")?).unwrap_or(t_min);
+    let (t_min, t_max) = time_span(ctx, &first_hop, &time_col).await?;
     let duration_s = (t_max - t_min) as f64 / 1e9;
-    let metrics = as_u64(&get("metrics")?);
+    let span_s = ((t_max - t_min) / 1_000_000_000 + 1).max(1);
+    let bucket_s = (span_s + MAX_TIME_BUCKETS - 1) / MAX_TIME_BUCKETS;
+    let bucket_ns = bucket_s * 1_000_000_000;
+    let nbuckets = usize::try_from((t_max - t_min) / bucket_ns + 1).unwrap_or(1);
+
+    let scanned = scan_buckets(runs, ctx, &time_col, t_min, bucket_ns).await?;
+    let counts = scan_counts(ctx).await?;
+
+    let rows: u64 = scanned.iter().map(|s| s.messages).sum();
+    let metrics: u64 = scanned.iter().map(|s| s.metrics).sum();
     let rate = |n: u64| {
         if duration_s > 0.0 {
             n as f64 / duration_s
@@ -390,6 +490,33 @@ pub async fn compute(
             0.0
         }
     };
+
+    let mut buckets: Vec<ThroughputBucket> = (0..nbuckets)
+        .map(|b| ThroughputBucket {
+            t_s: (b as i64 * bucket_s) as f64,
+            messages: 0,
+            metrics_per_s: 0.0,
+        })
+        .collect();
+    let mut whole = vec![StageStats::default(); pipeline.stages.len()];
+    let mut by_time: Vec<Vec<Option<&StageStats>>> =
+        vec![vec![None; nbuckets]; pipeline.stages.len()];
+    for s in &scanned {
+        for (w, st) in whole.iter_mut().zip(&s.stages) {
+            w.merge(st);
+        }
+        let Some(b) = s.bucket.and_then(|b| usize::try_from(b).ok()) else {
+            continue;
+        };
+        let Some(slot) = buckets.get_mut(b) else {
+            continue;
+        };
+        slot.messages = s.messages;
+        slot.metrics_per_s = s.metrics as f64 / bucket_s as f64;
+        for (stage, st) in by_time.iter_mut().zip(&s.stages) {
+            stage[b] = Some(st);
+        }
+    }
 
     let env = environment(runs);
     let mut stages = Vec::new();
@@ -400,16 +527,16 @@ pub async fn compute(
         .flat_map(|r| r.summary.clock_alerts.iter())
         .map(|a| format!("clock preflight failed: {a}"))
         .collect();
-    for (i, st) in pipeline.stages.iter().enumerate() {
-        let whole = hdr::from_scalar(&get(&format!("h_{i}"))?)?;
+    for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
+        let hist = figures.hdr.to_histogram();
         let percentiles: Vec<PercentileValue> = QUANTILES
             .iter()
-            .filter(|_| !whole.is_empty())
+            .filter(|_| !hist.is_empty())
             .map(|&q| PercentileValue {
                 label: quantile_label(q),
                 quantile: q,
-                value_ns: hdr::value_at(&whole, q),
-                precision_ns: hdr::precision_at(&whole, q),
+                value_ns: hdr::value_at(&hist, q),
+                precision_ns: hdr::precision_at(&hist, q),
             })
             .collect();
         let (uncertainty, note) = clock_uncertainty(&env.hosts, &st.from, &st.to);
@@ -427,7 +554,7 @@ pub async fn compute(
                 p50.map_or_else(|| "-".into(), crate::format::duration_ns)
             ));
         }
-        let negative = as_u64(&get(&format!("neg_{i}"))?);
+        let negative = figures.negative;
         if negative > 0 {
             warnings.push(format!(
                 "{}: {negative} negative deltas (clock error between hosts); flagged, kept out of the statistics",
@@ -441,13 +568,13 @@ pub async fn compute(
             to: st.to.clone(),
             definition: st.definition.clone(),
             headline: st.headline,
-            count: as_u64(&get(&format!("n_{i}"))?),
+            count: figures.count,
             negative,
-            clamped: as_u64(&get(&format!("clamped_{i}"))?),
-            min_ns: as_i64(&get(&format!("min_{i}"))?),
-            max_ns: as_i64(&get(&format!("max_{i}"))?),
-            mean_ns: as_f64(&get(&format!("mean_{i}"))?),
-            stddev_ns: as_f64(&get(&format!("sd_{i}"))?),
+            clamped: figures.clamped,
+            min_ns: figures.min_ns(),
+            max_ns: figures.max_ns(),
+            mean_ns: figures.mean_ns(),
+            stddev_ns: figures.stddev_ns(),
             percentiles,
             clock_uncertainty_ns: uncertainty,
             clock_note: note,
@@ -455,66 +582,15 @@ pub async fn compute(
         });
         hists.push(StageHistograms {
             name: st.name.clone(),
-            whole,
-            by_time: Vec::new(),
+            whole: hist,
+            by_time: cells
+                .iter()
+                .map(|c| c.map_or_else(new_histogram, |c| c.hdr.to_histogram()))
+                .collect(),
         });
     }
 
-    // Pass 2: throughput and per-stage histograms per time bucket.
-    let span_s = ((t_max - t_min) / 1_000_000_000 + 1).max(1);
-    let bucket_s = (span_s + MAX_TIME_BUCKETS - 1) / MAX_TIME_BUCKETS;
-    let bucket_ns = bucket_s * 1_000_000_000;
-    let nbuckets = usize::try_from((t_max - t_min) / bucket_ns + 1).unwrap_or(1);
-    let mut sel = vec![
-        format!("CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT) AS b"),
-        "count(*) AS messages".to_owned(),
-        "sum(CAST(metric_count AS BIGINT)) AS metrics".to_owned(),
-    ];
-    for (i, st) in pipeline.stages.iter().enumerate() {
-        sel.push(format!(
-            "hdr_histogram({}) AS h_{i}",
-            quote_ident(&stage_column(&st.name))
-        ));
-    }
-    let sql = format!(
-        "SELECT {} FROM traces WHERE {time_col} IS NOT NULL GROUP BY b ORDER BY b",
-        sel.join(", ")
-    );
-    let mut buckets: Vec<ThroughputBucket> = (0..nbuckets)
-        .map(|b| ThroughputBucket {
-            t_s: (b as i64 * bucket_s) as f64,
-            messages: 0,
-            metrics_per_s: 0.0,
-        })
-        .collect();
-    for h in &mut hists {
-        h.by_time = vec![hoptrace_collector::stages::new_histogram(); nbuckets];
-    }
-    if rows > 0 {
-        for batch in ctx.sql(&sql).await?.collect().await? {
-            for r in 0..batch.num_rows() {
-                let at = |n: &str| -> Result<ScalarValue, AnalysisError> {
-                    let col = batch.column_by_name(n).ok_or_else(|| {
-                        AnalysisError::Render(format!("internal: column {n} missing"))
-                    })?;
-                    Ok(ScalarValue::try_from_array(col.as_ref() as &dyn Array, r)?)
-                };
-                let Some(b) = as_i64(&at("b")?).and_then(|b| usize::try_from(b).ok()) else {
-                    continue;
-                };
-                let Some(slot) = buckets.get_mut(b) else {
-                    continue;
-                };
-                slot.messages = as_u64(&at("messages")?);
-                slot.metrics_per_s = as_u64(&at("metrics")?) as f64 / bucket_s as f64;
-                for (i, h) in hists.iter_mut().enumerate() {
-                    h.by_time[b] = hdr::from_scalar(&at(&format!("h_{i}"))?)?;
-                }
-            }
-        }
-    }
-
-    let accounting = accounting(runs, rows, &get("complete")?, &hops, &row)?;
+    let accounting = accounting(runs, rows, &counts, &hops);
     if !accounting.adds_up {
         warnings.push(format!(
             "counts do not add up: sent {} vs complete {} + incomplete {} + unseen {} (Parquet rows {rows})",
@@ -559,8 +635,8 @@ pub async fn compute(
             duration_s,
             messages_per_s: rate(rows),
             metrics_per_s: rate(metrics),
-            streams: as_u64(&get("streams")?),
-            publishers: as_u64(&get("publishers")?),
+            streams: counts.streams(),
+            publishers: counts.publishers(),
         },
         stages,
         accounting,
@@ -578,15 +654,14 @@ pub async fn compute(
 fn accounting(
     runs: &RunSet,
     rows: u64,
-    complete: &ScalarValue,
+    counts: &TraceCounts,
     hops: &[String],
-    row: &RecordBatch,
-) -> Result<AccountingSummary, AnalysisError> {
-    let complete = as_u64(complete);
+) -> AccountingSummary {
+    let complete = counts.complete;
     let incomplete = rows - complete.min(rows);
     let mut missing_by_hop = BTreeMap::new();
     for (i, hop) in hops.iter().enumerate() {
-        let n = as_u64(&scalar(row, &format!("missing_{i}"))?);
+        let n = counts.missing(i);
         if n > 0 {
             missing_by_hop.insert(hop.clone(), n);
         }
@@ -606,7 +681,7 @@ fn accounting(
         .map(|r| r.rows)
         .sum();
     let adds_up = per_publisher_ok && rows == run_complete + run_incomplete + recovered;
-    Ok(AccountingSummary {
+    AccountingSummary {
         sent,
         sent_metrics: pubs().map(|p| p.sent_metrics).sum(),
         complete,
@@ -614,12 +689,12 @@ fn accounting(
         missing_by_hop,
         unseen,
         records_lost_by_probes: acc.clone().map(|a| a.records_lost_by_probes).sum(),
-        duplicates: as_u64(&scalar(row, "duplicates")?),
-        negative_deltas: as_u64(&scalar(row, "negative_deltas")?),
+        duplicates: counts.flag(0),
+        negative_deltas: counts.flag(1),
         late_records: acc.clone().map(|a| a.late_records).sum(),
         unknown_hop_records: acc.clone().map(|a| a.unknown_hop_records).sum(),
         adds_up,
-    })
+    }
 }
 
 fn environment(runs: &RunSet) -> Environment {
@@ -781,6 +856,46 @@ mod tests {
             max_error_bound_ns: bound,
             max_abs_offset_ns: Some(0),
         }
+    }
+
+    /// The span comes from the first hop's statistics when every trace has it, and from
+    /// the intended times of the others when not.
+    #[test]
+    fn the_span_falls_back_to_intended_times() {
+        use std::sync::Arc;
+
+        use datafusion::arrow::array::TimestampNanosecondArray;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+        use datafusion::datasource::MemTable;
+
+        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("publish_ns", ts(), true),
+            Field::new("intended_ns", ts(), false),
+        ]));
+        let span = |publish: Vec<Option<i64>>, intended: Vec<i64>| {
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(TimestampNanosecondArray::from(publish)),
+                    Arc::new(TimestampNanosecondArray::from(intended)),
+                ],
+            )
+            .unwrap();
+            let ctx = SessionContext::new();
+            let table = MemTable::try_new(schema.clone(), vec![vec![batch]]).unwrap();
+            ctx.register_table("traces_raw", Arc::new(table)).unwrap();
+            let first = quote_ident("publish_ns");
+            let time_col = format!("CAST(coalesce({first}, intended_ns) AS BIGINT)");
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(time_span(&ctx, &first, &time_col))
+                .unwrap()
+        };
+        assert_eq!(span(vec![Some(12), Some(30)], vec![10, 20]), (12, 30));
+        assert_eq!(span(vec![None, Some(12), None], vec![5, 10, 40]), (5, 40));
+        assert_eq!(span(vec![], vec![]), (0, 0));
     }
 
     #[test]
