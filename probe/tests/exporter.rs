@@ -75,9 +75,7 @@ fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
     assert_eq!(summary.counters.sent, 90_000);
     assert_eq!(summary.counters.lost(), 0);
 
-    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
-        f.iter().any(|(_, f)| *f == Frame::Goodbye)
-    });
+    mc.wait_for_goodbye();
     let frames = mc.frames.lock().unwrap().clone();
     let Frame::Hello(hello) = &frames[0].1 else {
         panic!("first frame is {:?}", frames[0].1)
@@ -139,9 +137,7 @@ fn records_queue_until_the_collector_comes_up() {
     let summary = exp.shutdown();
     assert!(summary.clean);
     assert_eq!((summary.counters.sent, summary.counters.lost()), (1000, 0));
-    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
-        f.iter().any(|(_, f)| *f == Frame::Goodbye)
-    });
+    mc.wait_for_goodbye();
     assert_eq!(mc.records().len(), 1000);
 }
 
@@ -171,9 +167,7 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
     // Every record reported was either delivered or counted as lost.
     assert_eq!(c.sent + c.send_failed + c.queue_full, c.reported, "{c:?}");
     // The collector reads the last connection after shutdown returns: wait for its end.
-    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
-        f.iter().any(|(_, f)| *f == Frame::Goodbye)
-    });
+    mc.wait_for_goodbye();
     let received = mc.records().len() as u64;
     assert!(received <= c.sent, "received {received} > sent {}", c.sent);
     // The final counters frame tells the collector the same.
@@ -234,6 +228,8 @@ fn a_skewed_host_stamps_with_its_offset() {
     let b = skewed.record(&mut c).unwrap();
     assert!(b.ns - a.ns < -4_000_000, "delta {}", b.ns - a.ns);
     assert!(exp.shutdown().clean);
+    // The collector reads the connection's end after shutdown returns.
+    mc.wait_for_goodbye();
     let recs = mc.records();
     assert_eq!(recs.len(), 2);
     assert!(recs.iter().any(|r| r.hop == HopId(1) && r.stamp_ns == b.ns));
@@ -266,9 +262,7 @@ fn many_threads_report_and_exit_and_nothing_is_lost() {
         ),
         (40_000, 40_000, 0)
     );
-    mc.wait_for("goodbye", Duration::from_secs(5), |f| {
-        f.iter().any(|(_, f)| *f == Frame::Goodbye)
-    });
+    mc.wait_for_goodbye();
     let mut keys: Vec<_> = mc
         .records()
         .iter()

@@ -82,6 +82,13 @@ impl MiniCollector {
             .collect()
     }
 
+    /// Waits until the exporter's goodbye frame has been read: every frame before it is in.
+    pub fn wait_for_goodbye(&self) {
+        self.wait_for("goodbye", Duration::from_secs(5), |f| {
+            f.iter().any(|(_, f)| *f == Frame::Goodbye)
+        });
+    }
+
     pub fn wait_for(
         &self,
         what: &str,
