@@ -57,7 +57,7 @@ enum Command {
     /// Publish traced messages to MQTT or Kafka on an open-loop schedule (or replay a
     /// capture), report publish stamps and what was sent to the collector, print the
     /// schedule lag.
-    Publish(publish::PublishArgs),
+    Publish(Box<publish::PublishArgs>),
     /// Subscribe to a broker and report an arrival stamp of every traced message to the
     /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp.
     Tap(publish::TapArgs),

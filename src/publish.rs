@@ -156,6 +156,12 @@ pub struct PublishArgs {
     /// How long to wait at the end for the broker to confirm everything.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub flush_timeout: Duration,
+    /// Pacing granularity: wake at most once per tick and send every message due by its
+    /// end (0: wake for each message). The extra schedule lag, up to one tick, is
+    /// measured and reported; a tick of 100us-1ms saves a core's worth of wake-ups and
+    /// writes at tens of thousands of messages per second.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub tick: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
     #[command(flatten)]
@@ -272,6 +278,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
         fanout: args.fanout,
     });
     c.flush_timeout = args.flush_timeout;
+    c.tick = args.tick;
     Ok(c)
 }
 

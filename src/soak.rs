@@ -60,6 +60,11 @@ pub struct Args {
     /// ...or once its first row has waited this long.
     #[arg(long, default_value = "1ms", value_parser = parse_duration)]
     pub linger: Duration,
+    /// The publisher's pacing tick (`hoptrace publish --tick`): it wakes at most once per
+    /// tick and sends what is due by its end, so the load generator leaves the machine's
+    /// cores to the pipeline under test. The schedule lag it adds is reported.
+    #[arg(long, default_value = "500us", value_parser = parse_duration)]
+    pub tick: Duration,
     /// Left out of the resource means and the RSS flatness judgement.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub warmup: Duration,
@@ -406,6 +411,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             &format!("{}ms", args.duration.as_millis()),
             "--zipf",
             &args.zipf.to_string(),
+            "--tick",
+            &format!("{}us", args.tick.as_micros()),
             "--topic-root",
             &root,
             "--collector",

@@ -221,8 +221,11 @@ transaction.state.log.num.partitions=10
 # Consumers in tests join a group and expect partitions right away.
 group.initial.rebalance.delay.ms=0
 
-# Small, disposable test data.
+# Small, disposable test data: a day, and at most 1 GiB per partition, so a 30-minute soak
+# at tens of MB/s stays within the disk (checked every 30 s, in 64 MiB segments).
 log.retention.hours=24
+log.retention.bytes=1073741824
+log.retention.check.interval.ms=30000
 log.segment.bytes=67108864
 num.network.threads=2
 num.io.threads=4

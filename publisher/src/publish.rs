@@ -123,6 +123,11 @@ pub struct PublishConfig {
     pub flush_timeout: Duration,
     /// How often the cumulative Sent frames go to the collector during the run.
     pub sent_interval: Duration,
+    /// Pacing granularity: the sender wakes at most once per tick and then sends every
+    /// message due by the end of it. Zero wakes for each message's own time. A tick
+    /// trades up to one tick of schedule lag (measured and reported) for far fewer
+    /// wake-ups and writes at high rates; stages are measured from the egress stamp.
+    pub tick: Duration,
     /// Process name announced to the collector.
     pub process: String,
 }
@@ -145,6 +150,7 @@ impl PublishConfig {
             replay: None,
             flush_timeout: Duration::from_secs(10),
             sent_interval: Duration::from_secs(1),
+            tick: Duration::ZERO,
             process: "hoptrace-publish".into(),
         }
     }
@@ -398,6 +404,16 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
+/// When a message due at `offset_ns` is sent under a pacing tick of `tick_ns`: at the end
+/// of the tick it falls in (at once when it falls on a boundary; its own time for no tick).
+fn tick_end(offset_ns: u64, tick_ns: u64) -> u64 {
+    if tick_ns <= 1 {
+        offset_ns
+    } else {
+        offset_ns.div_ceil(tick_ns).saturating_mul(tick_ns)
+    }
+}
+
 /// Waits until `due` by sleeping; returns early (false) when `shutdown` is set.
 ///
 /// It never spins: with the kernel's default timer slack a sleep wakes up to ~50 µs
@@ -636,8 +652,9 @@ impl Publisher {
         let mut next_sent = start + self.config.sent_interval;
         let mut last_egress = start;
         let mut schedule_span_ns = 0u64;
+        let tick_ns = u64::try_from(self.config.tick.as_nanos()).unwrap_or(u64::MAX);
         'run: while let Some(n) = self.plan.next() {
-            let due = start + Duration::from_nanos(n.offset_ns);
+            let due = start + Duration::from_nanos(tick_end(n.offset_ns, tick_ns));
             if !wait_until(due, shutdown) || shutdown.load(Relaxed) {
                 stopped_early = true;
                 break;
@@ -826,4 +843,21 @@ pub fn run(
     shutdown: Arc<AtomicBool>,
 ) -> Result<PublishSummary, PublishError> {
     Publisher::new(config)?.run(&shutdown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tick_end;
+
+    #[test]
+    fn a_tick_sends_each_message_at_the_end_of_its_tick() {
+        assert_eq!(tick_end(0, 500_000), 0);
+        assert_eq!(tick_end(1, 500_000), 500_000);
+        assert_eq!(tick_end(499_999, 500_000), 500_000);
+        assert_eq!(tick_end(500_000, 500_000), 500_000);
+        assert_eq!(tick_end(500_001, 500_000), 1_000_000);
+        assert_eq!(tick_end(123_456, 0), 123_456);
+        assert_eq!(tick_end(123_456, 1), 123_456);
+        assert_eq!(tick_end(u64::MAX - 1, 1_000), u64::MAX);
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use hoptrace_probe::{ExportSummary, Exporter, Probe, TraceContext};
 
 use crate::store::{Store, StoreConfig};
-use crate::wire::{self, Frame, Query, WireError};
+use crate::wire::{self, Frame, WireError};
 use crate::{HostClock, ProbeLink, RefpipeError};
 
 /// Most client connections served at once; more are refused (closed with an Error frame).
@@ -301,13 +301,9 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                     }
                 }
                 let inserted = store.insert(&rows);
-                let visibility = Query {
-                    series: distinct_series(&rows, &inserted.first_rows),
-                    from_ms: inserted.min_ts_ms,
-                    to_ms: inserted.max_ts_ms,
-                };
+                let series = distinct_series(&rows, &inserted.first_rows);
                 let started_ns = probes.map(|p| p.query_start.now_ns());
-                let found = store.query(&visibility);
+                let found = store.query_series(&series, inserted.min_ts_ms, inserted.max_ts_ms);
                 let done_ns = probes.map(|p| p.queryable.now_ns());
                 let visible = found.rows >= inserted.rows as u64;
                 if visible {
@@ -380,11 +376,11 @@ fn record_query_time(stats: &ServerStats, ns: u64) {
     let _ = h.record(ns.clamp(1, 60_000_000_000));
 }
 
-fn distinct_series(rows: &arrow::array::RecordBatch, first_rows: &[u32]) -> Vec<String> {
+fn distinct_series<'a>(rows: &'a arrow::array::RecordBatch, first_rows: &[u32]) -> Vec<&'a str> {
     use arrow::array::AsArray as _;
     let names = rows.column(0).as_string::<i32>();
     first_rows
         .iter()
-        .map(|&r| names.value(r as usize).to_owned())
+        .map(|&r| names.value(r as usize))
         .collect()
 }

@@ -19,6 +19,76 @@ use std::collections::HashMap;
 
 use crate::wire::{Query, QueryResult};
 
+/// Maps hashed with foldhash: every row of every write and every name of every query is
+/// looked up, and SipHash's resistance to crafted keys is not needed here.
+type FastMap<V> = HashMap<Box<str>, V, foldhash::fast::RandomState>;
+
+/// Series names interned to dense ids, grouped by parent path (`site/line/cell` of
+/// `site/line/cell/temperature`): the rows of one message share their parent, so a write
+/// looks each parent up once per run of rows and then searches a small map of leaves,
+/// instead of chasing one large table (and a heap string) per row.
+#[derive(Debug, Default)]
+struct SeriesDict {
+    groups: FastMap<FastMap<u32>>,
+    len: u32,
+}
+
+/// `(parent, leaf)` of a series name; a name without `/` has an empty parent.
+fn split_series(name: &str) -> (&str, &str) {
+    name.rsplit_once('/').unwrap_or(("", name))
+}
+
+impl SeriesDict {
+    /// Appends the id of every name to `ids`, giving new names the next ids.
+    fn intern_all<'a>(&mut self, names: impl Iterator<Item = &'a str>, ids: &mut Vec<u32>) {
+        let mut names = names.map(split_series).peekable();
+        while let Some((parent, leaf)) = names.next() {
+            let group = match self.groups.get_mut(parent) {
+                Some(g) => g,
+                None => self.groups.entry(parent.into()).or_default(),
+            };
+            let mut leaf = leaf;
+            loop {
+                let id = match group.get(leaf) {
+                    Some(id) => *id,
+                    None => {
+                        let id = self.len;
+                        self.len += 1;
+                        group.insert(leaf.into(), id);
+                        id
+                    }
+                };
+                ids.push(id);
+                match names.next_if(|(p, _)| *p == parent) {
+                    Some((_, next)) => leaf = next,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// The ids of the names the store has seen; unknown names are left out.
+    fn known<S: AsRef<str>>(&self, names: &[S]) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(names.len());
+        let mut last: Option<(&str, Option<&FastMap<u32>>)> = None;
+        for name in names {
+            let (parent, leaf) = split_series(name.as_ref());
+            let group = match last {
+                Some((p, g)) if p == parent => g,
+                _ => {
+                    let g = self.groups.get(parent);
+                    last = Some((parent, g));
+                    g
+                }
+            };
+            if let Some(id) = group.and_then(|g| g.get(leaf)) {
+                ids.push(*id);
+            }
+        }
+        ids
+    }
+}
+
 /// How much the store keeps.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreConfig {
@@ -82,6 +152,9 @@ pub struct StoreStats {
 #[derive(Debug, Default)]
 struct Chunks {
     list: VecDeque<Arc<Chunk>>,
+    /// Each chunk's `(min_ts_ms, max_ts_ms)`, in the order of `list`: a query prunes by
+    /// these without touching the chunks (tens of thousands of them, one per write).
+    ranges: VecDeque<(i64, i64)>,
     rows: usize,
 }
 
@@ -90,7 +163,7 @@ struct Chunks {
 pub struct Store {
     config: StoreConfig,
     chunks: RwLock<Chunks>,
-    series: Mutex<HashMap<String, u32>>,
+    series: Mutex<SeriesDict>,
     stats: Mutex<StoreStats>,
 }
 
@@ -101,7 +174,7 @@ impl Store {
         Self {
             config,
             chunks: RwLock::new(Chunks::default()),
-            series: Mutex::new(HashMap::new()),
+            series: Mutex::new(SeriesDict::default()),
             stats: Mutex::new(StoreStats::default()),
         }
     }
@@ -111,20 +184,21 @@ impl Store {
     #[must_use]
     pub fn insert(&self, rows: &RecordBatch) -> Inserted {
         let names = rows.column(0).as_string::<i32>();
-        let ts_ms = rows.column(1).as_primitive::<Int64Type>().clone();
-        let value = rows.column(2).as_primitive::<Float64Type>().clone();
+        // Copied out: the decoded columns share one buffer with the series names (and,
+        // off the wire, with the whole write), which a chunk must not keep alive.
+        let ts_ms = Int64Array::from(rows.column(1).as_primitive::<Int64Type>().values().to_vec());
+        let value = Float64Array::from(
+            rows.column(2)
+                .as_primitive::<Float64Type>()
+                .values()
+                .to_vec(),
+        );
         let series = {
-            let mut dict = self.series.lock().expect("series dictionary poisoned");
             let mut ids = Vec::with_capacity(names.len());
-            for name in names.iter() {
-                let name = name.unwrap_or_default();
-                let next = dict.len() as u32;
-                let id = match dict.get(name) {
-                    Some(id) => *id,
-                    None => *dict.entry(name.to_owned()).or_insert(next),
-                };
-                ids.push(id);
-            }
+            self.series
+                .lock()
+                .expect("series dictionary poisoned")
+                .intern_all(names.iter().map(Option::unwrap_or_default), &mut ids);
             UInt32Array::from(ids)
         };
         let first_rows = {
@@ -153,6 +227,7 @@ impl Store {
         let (held_rows, held_chunks) = {
             let mut chunks = self.chunks.write().expect("chunks poisoned");
             chunks.list.push_back(chunk);
+            chunks.ranges.push_back((min_ts_ms, max_ts_ms));
             chunks.rows += n;
             while let Some(old) = chunks.list.front() {
                 let too_old = old.inserted.elapsed() > self.config.retention;
@@ -161,17 +236,14 @@ impl Store {
                     chunks.rows -= gone;
                     expired += gone as u64;
                     chunks.list.pop_front();
+                    chunks.ranges.pop_front();
                 } else {
                     break;
                 }
             }
             (chunks.rows, chunks.list.len())
         };
-        let series_count = self
-            .series
-            .lock()
-            .expect("series dictionary poisoned")
-            .len();
+        let series_count = self.series.lock().expect("series dictionary poisoned").len;
         let mut s = self.stats.lock().expect("stats poisoned");
         s.rows_inserted += n as u64;
         s.rows_expired += expired;
@@ -190,28 +262,41 @@ impl Store {
     /// timestamp in `from_ms..=to_ms`.
     #[must_use]
     pub fn query(&self, query: &Query) -> QueryResult {
+        self.query_series(&query.series, query.from_ms, query.to_ms)
+    }
+
+    /// [`Store::query`] with the series names borrowed: the rows of `series` (every
+    /// series when empty) with a timestamp in `from_ms..=to_ms`.
+    #[must_use]
+    pub fn query_series<S: AsRef<str>>(
+        &self,
+        series: &[S],
+        from_ms: i64,
+        to_ms: i64,
+    ) -> QueryResult {
         let started = Instant::now();
+        let query = Span { from_ms, to_ms };
         // Series the store has never seen match nothing.
-        let wanted: Option<Wanted> = if query.series.is_empty() {
+        let wanted: Option<Wanted> = if series.is_empty() {
             None
         } else {
-            let dict = self.series.lock().expect("series dictionary poisoned");
-            let ids: Vec<u32> = query
+            let ids = self
                 .series
-                .iter()
-                .filter_map(|s| dict.get(s.as_str()).copied())
-                .collect();
+                .lock()
+                .expect("series dictionary poisoned")
+                .known(series);
             Some(Wanted::new(&ids))
         };
-        let candidates: Vec<Arc<Chunk>> = self
-            .chunks
-            .read()
-            .expect("chunks poisoned")
-            .list
-            .iter()
-            .filter(|c| c.max_ts_ms >= query.from_ms && c.min_ts_ms <= query.to_ms)
-            .cloned()
-            .collect();
+        let candidates: Vec<Arc<Chunk>> = {
+            let chunks = self.chunks.read().expect("chunks poisoned");
+            chunks
+                .ranges
+                .iter()
+                .zip(&chunks.list)
+                .filter(|((min, max), _)| *max >= query.from_ms && *min <= query.to_ms)
+                .map(|(_, c)| c.clone())
+                .collect()
+        };
         let mut result = QueryResult {
             min_ts_ms: i64::MAX,
             max_ts_ms: i64::MIN,
@@ -219,7 +304,7 @@ impl Store {
         };
         if wanted.as_ref().is_none_or(|w| !w.ids.is_empty()) {
             for c in &candidates {
-                scan(c, query, wanted.as_ref(), &mut result);
+                scan(c, &query, wanted.as_ref(), &mut result);
             }
         }
         result.exec_ns = started.elapsed().as_nanos() as u64;
@@ -262,8 +347,14 @@ impl Wanted {
     }
 }
 
+/// A query's time range, ms, inclusive.
+struct Span {
+    from_ms: i64,
+    to_ms: i64,
+}
+
 /// Adds the rows of one chunk that match to `out`.
-fn scan(c: &Chunk, q: &Query, wanted: Option<&Wanted>, out: &mut QueryResult) {
+fn scan(c: &Chunk, q: &Span, wanted: Option<&Wanted>, out: &mut QueryResult) {
     let from = Int64Array::new_scalar(q.from_ms);
     let to = Int64Array::new_scalar(q.to_ms);
     let mut mask = match (c.min_ts_ms >= q.from_ms, c.max_ts_ms <= q.to_ms) {
@@ -341,6 +432,24 @@ mod tests {
     }
 
     #[test]
+    fn series_ids_are_dense_and_stable_however_names_are_grouped() {
+        let mut dict = SeriesDict::default();
+        let mut ids = Vec::new();
+        let names = ["a/x", "a/y", "b/x", "a/x", "x", "", "a/b/x", "a/y", "b/x"];
+        dict.intern_all(names.iter().copied(), &mut ids);
+        assert_eq!(ids, [0, 1, 2, 0, 3, 4, 5, 1, 2]);
+        assert_eq!(dict.len, 6);
+        let mut again = Vec::new();
+        dict.intern_all(["b/x", "x", "a/b/x"].into_iter(), &mut again);
+        assert_eq!(again, [2, 3, 5]);
+        assert_eq!(
+            dict.known(&["a/y", "a/z", "c/x", "b/x", "", "a/b/x"]),
+            [1, 2, 4, 5]
+        );
+        assert_eq!(dict.len, 6);
+    }
+
+    #[test]
     fn retention_drops_the_oldest_chunks_by_rows() {
         let store = Store::new(StoreConfig {
             retention: Duration::from_secs(3600),
@@ -367,13 +476,13 @@ mod tests {
             let mut all = Vec::new();
             for b in &batches {
                 let rows: Vec<(String, i64, f64)> =
-                    b.iter().map(|(s, t, v)| (format!("s{s}"), *t, f64::from(*v))).collect();
+                    b.iter().map(|(s, t, v)| (format!("p{}/s{s}", s % 3), *t, f64::from(*v))).collect();
                 all.extend(rows.iter().cloned());
                 let refs: Vec<(&str, i64, f64)> = rows.iter().map(|(s, t, v)| (s.as_str(), *t, *v)).collect();
                 let _ = store.insert(&batch(&refs));
             }
             for (series, from, width) in &queries {
-                let names: Vec<String> = series.iter().map(|s| format!("s{s}")).collect();
+                let names: Vec<String> = series.iter().map(|s| format!("p{}/s{s}", s % 3)).collect();
                 let query = Query { series: names.clone(), from_ms: *from, to_ms: from + width };
                 let got = store.query(&query);
                 let hits: Vec<&(String, i64, f64)> = all
