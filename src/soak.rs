@@ -583,8 +583,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Target {
             name: "Collector RSS flat after warm-up".into(),
             target: format!(
-                "growth <= {:.0} % of its mean",
-                resources::FLAT_GROWTH_FRACTION * 100.0
+                "growth <= {:.0} % of its mean (or {:.0} MiB)",
+                resources::FLAT_GROWTH_FRACTION * 100.0,
+                resources::FLAT_GROWTH_FLOOR_BYTES / 1_048_576.0
             ),
             measured: per_process
                 .iter()
@@ -721,11 +722,26 @@ fn broker_version(pid: u32) -> String {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
         .unwrap_or_default();
-    if let Some(jar) = cmdline
-        .split([':', ' ', '/'])
-        .find(|p| p.starts_with("kafka_2.") && p.ends_with(".jar"))
+    let kafka_jar = |name: &str| {
+        let stem = name.strip_suffix(".jar")?;
+        let version = stem.strip_prefix("kafka_2.")?.split_once('-')?.1;
+        Some(format!("Apache Kafka {version}"))
+    };
+    // The broker's own jar, named on the class path or inside a `dir/*` entry of it.
+    let entries: Vec<&str> = cmdline.split([':', ' ']).collect();
+    if let Some(v) = entries
+        .iter()
+        .find_map(|e| kafka_jar(e.rsplit('/').next().unwrap_or(e)))
+        .or_else(|| {
+            entries
+                .iter()
+                .filter_map(|e| e.strip_suffix("/*"))
+                .filter_map(|dir| std::fs::read_dir(dir).ok())
+                .flat_map(|d| d.flatten())
+                .find_map(|f| kafka_jar(&f.file_name().to_string_lossy()))
+        })
     {
-        return format!("Apache Kafka {}", jar.trim_end_matches(".jar"));
+        return v;
     }
     if cmdline.contains("mosquitto") {
         let exe = cmdline.split(' ').next().unwrap_or("mosquitto").to_owned();

@@ -11,7 +11,7 @@ use common::broker;
 /// The soaks take both cores: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn soak(tag: &str, broker_url: &str, duration: &str, expect_broker: &str) {
+fn soak(tag: &str, broker_url: &str, duration: &str, expect_broker: &str, expect_version: &str) {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -65,6 +65,11 @@ fn soak(tag: &str, broker_url: &str, duration: &str, expect_broker: &str) {
         .unwrap();
     assert_eq!(counts["met"].as_bool(), Some(true), "{counts}");
     assert_eq!(soak["drained"].as_bool(), Some(true), "{soak}");
+    let version = soak["broker_version"].as_str().unwrap();
+    assert!(
+        version.starts_with(expect_version),
+        "broker version {version:?}"
+    );
     // Every stage measured every message.
     for st in summary["stages"].as_array().unwrap() {
         assert_eq!(st["count"].as_u64(), Some(complete), "{}", st["name"]);
@@ -114,7 +119,13 @@ fn a_30_second_soak_through_mosquitto_adds_up() {
     let Some(addr) = broker("HOPTRACE_MQTT") else {
         return;
     };
-    soak("mqtt", &format!("mqtt://{addr}"), "30s", "mosquitto");
+    soak(
+        "mqtt",
+        &format!("mqtt://{addr}"),
+        "30s",
+        "mosquitto",
+        "mosquitto version 2.",
+    );
 }
 
 #[test]
@@ -127,5 +138,6 @@ fn a_15_second_soak_through_kafka_adds_up() {
         &format!("kafka://{addr}/hoptrace-demo"),
         "15s",
         "java",
+        "Apache Kafka 3.",
     );
 }
