@@ -14,6 +14,7 @@ mod publish;
 mod refpipe_cmd;
 mod roundtrip;
 mod soak;
+mod sweep;
 mod units;
 
 /// Measure end-to-end and per-hop latency of MQTT and Kafka ingestion pipelines.
@@ -65,6 +66,10 @@ enum Command {
     /// processor, publisher) through a real broker at a target rate for a duration, CPU
     /// and RSS of every process sampled each second; the report with resources and targets.
     Soak(soak::Args),
+    /// A matrix of settings (rate, metrics per message, MQTT QoS and connections, Kafka
+    /// acks and partitions), each cell a soak with a warm-up and a measured window; the
+    /// sweep report with every series' knee under --sla and capacity planning. Resumes.
+    Sweep(sweep::Args),
     /// The reference pipeline's store or processor as a process of its own.
     #[command(subcommand)]
     Refpipe(refpipe_cmd::Which),
@@ -103,6 +108,7 @@ fn main() {
         Command::Tap(args) => publish::tap(&args),
         Command::Record(args) => publish::record(&args),
         Command::Soak(args) => soak::run(&args),
+        Command::Sweep(args) => sweep::run(&args),
         Command::Refpipe(which) => refpipe_cmd::run(&which),
         Command::GenerateConfig => {
             collect::generate_config();

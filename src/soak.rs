@@ -74,6 +74,9 @@ pub struct Args {
     /// Where the report and the children's logs go (default: `<runs>/<run id>-report`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run id (default: `soak-<Unix ms>`); letters, digits, `.`, `_` and `-`.
+    #[arg(long)]
+    pub run_id: Option<String>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
 }
@@ -330,7 +333,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     args.preflight.check()?;
     let exe = std::env::current_exe().context("this program's path")?;
-    let run_id = format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000);
+    let run_id = match &args.run_id {
+        Some(id) => {
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-'");
+            }
+            id.clone()
+        }
+        None => format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000),
+    };
     let run_dir = args.runs.join(&run_id);
     let out = args
         .out
@@ -619,7 +634,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             met: report_s <= TARGET_REPORT_S,
         },
     ];
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let command = crate::units::command_line();
     let result = SoakResult {
         command: command.clone(),
         run_id: run_id.clone(),

@@ -103,6 +103,29 @@ pub fn fmt_ns(ns: f64) -> String {
     }
 }
 
+/// This process's command line as a shell would take it back: arguments holding spaces
+/// or shell characters in single quotes (`--sla 'Total Ingestion.p99 < 5ms'`).
+#[must_use]
+pub fn command_line() -> String {
+    shell_join(std::env::args())
+}
+
+fn shell_join(args: impl IntoIterator<Item = String>) -> String {
+    args.into_iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+            if plain {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +176,22 @@ mod tests {
         for bad in ["1", "ms", "1 parsec", "-1ms", "1e3ms", ""] {
             assert!(parse_duration_ns(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn command_lines_quote_what_a_shell_would_split() {
+        let args = [
+            "hoptrace",
+            "--sla",
+            "Total Ingestion.p99 < 5ms",
+            "it's",
+            "",
+            "a=b,c",
+        ];
+        assert_eq!(
+            shell_join(args.map(str::to_owned)),
+            "hoptrace --sla 'Total Ingestion.p99 < 5ms' 'it'\\''s' '' a=b,c"
+        );
     }
 
     #[test]

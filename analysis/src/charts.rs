@@ -62,7 +62,7 @@ pub fn all(summary: &Summary, hists: &[StageHistograms]) -> Vec<Chart> {
     charts
 }
 
-fn base(title: &str) -> Value {
+pub(crate) fn base(title: &str) -> Value {
     json!({
         "$schema": SCHEMA,
         "title": title,
@@ -72,7 +72,7 @@ fn base(title: &str) -> Value {
     })
 }
 
-fn merge(mut a: Value, b: Value) -> Value {
+pub(crate) fn merge(mut a: Value, b: Value) -> Value {
     if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
         a.extend(b);
     }

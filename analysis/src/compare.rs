@@ -159,6 +159,40 @@ impl std::str::FromStr for Gate {
     }
 }
 
+impl Gate {
+    /// Whether `stages` meet this gate read as a service level objective: with an
+    /// absolute threshold, `Total Ingestion.p99 < 5ms` is met when that stage's P99 is
+    /// below 5 ms. A stage without values does not meet it.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Gate`] when the threshold is relative to a baseline or the stage
+    /// is not among `stages`.
+    pub fn met_by(&self, stages: &[StageSummary]) -> Result<bool, AnalysisError> {
+        let Threshold::Value(limit) = self.threshold else {
+            return Err(AnalysisError::Gate {
+                gate: self.text.clone(),
+                reason: "a service level needs an absolute value such as 5ms, not a change".into(),
+            });
+        };
+        Ok(stat(self.stage_of(stages)?, &self.stat).is_some_and(|v| self.op.holds(v, limit)))
+    }
+
+    /// The gate's stage among `stages`.
+    fn stage_of<'a>(&self, stages: &'a [StageSummary]) -> Result<&'a StageSummary, AnalysisError> {
+        stages
+            .iter()
+            .find(|x| x.name.eq_ignore_ascii_case(&self.stage))
+            .ok_or_else(|| AnalysisError::Gate {
+                gate: self.text.clone(),
+                reason: format!(
+                    "no stage {:?}; stages: {:?}",
+                    self.stage,
+                    stages.iter().map(|x| &x.name).collect::<Vec<_>>()
+                ),
+            })
+    }
+}
+
 /// A statistic of a stage, ns.
 #[must_use]
 pub fn stat(s: &StageSummary, name: &str) -> Option<f64> {
@@ -189,18 +223,7 @@ pub struct GateResult {
 /// [`AnalysisError::Gate`] when the stage is not in a run.
 pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, AnalysisError> {
     let find = |s: &Summary| -> Result<f64, AnalysisError> {
-        let st = s
-            .stages
-            .iter()
-            .find(|x| x.name.eq_ignore_ascii_case(&gate.stage))
-            .ok_or_else(|| AnalysisError::Gate {
-                gate: gate.text.clone(),
-                reason: format!(
-                    "no stage {:?}; stages: {:?}",
-                    gate.stage,
-                    s.stages.iter().map(|x| &x.name).collect::<Vec<_>>()
-                ),
-            })?;
+        let st = gate.stage_of(&s.stages)?;
         stat(st, &gate.stat).ok_or_else(|| AnalysisError::Gate {
             gate: gate.text.clone(),
             reason: format!("stage {:?} has no data", gate.stage),

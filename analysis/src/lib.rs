@@ -36,6 +36,7 @@ pub mod session;
 pub mod sql;
 pub mod stats;
 pub mod summary;
+pub mod sweep;
 
 pub use datafusion;
 pub use session::{Run, RunSet};
@@ -90,6 +91,14 @@ pub enum AnalysisError {
     /// A chart or report asset is missing or failed to render.
     #[error("{0}")]
     Render(String),
+    /// A sweep cell's file does not read.
+    #[error("sweep cell {path}: {reason}")]
+    Cell {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A comparison gate is malformed: see `hoptrace compare --help` for its grammar.
     #[error("bad gate {gate:?}: {reason}")]
     Gate {

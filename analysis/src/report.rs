@@ -30,14 +30,23 @@ pub enum Block {
     Chart(usize),
 }
 
-/// Where the chart libraries are: `$HOPTRACE_WEB_DIR`, else `analysis/web` of the
-/// source tree this binary was built from.
+/// Where the chart libraries are: `$HOPTRACE_WEB_DIR`; else `analysis/web` of the
+/// nearest enclosing hoptrace checkout of the working directory that has them
+/// installed; else `analysis/web` of the source tree this binary was built from.
 #[must_use]
 pub fn web_dir() -> PathBuf {
-    std::env::var_os("HOPTRACE_WEB_DIR").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/web")),
-        PathBuf::from,
-    )
+    if let Some(dir) = std::env::var_os("HOPTRACE_WEB_DIR") {
+        return PathBuf::from(dir);
+    }
+    let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/web"));
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            cwd.ancestors()
+                .map(|dir| dir.join("analysis/web"))
+                .find(|web| web.join(LIBS[0]).is_file())
+        })
+        .unwrap_or(built)
 }
 
 const LIBS: [&str; 3] = [
@@ -605,11 +614,55 @@ pub fn write_with(
         }));
         charts.extend(sec.charts.iter().cloned());
     }
+    let mut blocks = blocks(summary, &charts);
+    blocks.extend(extra);
+    let title = format!("{} Test Report", summary.pipeline);
+    let page = write_page(dir, "report", &title, &blocks, &charts)?;
+    let written = Written {
+        markdown: page.markdown,
+        html: page.html,
+        summary: dir.join("summary.json"),
+        charts: page.charts,
+        images: page.images,
+    };
+    write_file(
+        &written.summary,
+        serde_json::to_vec_pretty(summary).unwrap_or_default(),
+    )?;
+    Ok(written)
+}
+
+/// What [`write_page`] produced.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// `<stem>.md`.
+    pub markdown: PathBuf,
+    /// `<stem>.html`, self-contained.
+    pub html: PathBuf,
+    /// Chart specs, `charts/<chart>.vl.json`.
+    pub charts: Vec<PathBuf>,
+    /// Whether the SVG images the Markdown shows were rendered.
+    pub images: bool,
+}
+
+/// Writes `blocks` as `<stem>.md` (with SVG images of the charts) and a self-contained
+/// `<stem>.html` into `dir`, the chart specs and images under `dir/charts/`.
+///
+/// # Errors
+/// When a file cannot be written or the chart libraries are missing. SVG images that
+/// fail to render (no Node.js) are not an error: the Markdown then says so.
+pub fn write_page(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    blocks: &[Block],
+    charts: &[Chart],
+) -> Result<Page, AnalysisError> {
     let libs = read_libs()?;
     let chart_dir = dir.join("charts");
     let mut spec_paths = Vec::new();
     let mut pairs = Vec::new();
-    for c in &charts {
+    for c in charts {
         let spec = chart_dir.join(format!("{}.vl.json", c.stem));
         write_file(
             &spec,
@@ -625,27 +678,19 @@ pub fn write_with(
             false
         }
     };
-    let mut blocks = blocks(summary, &charts);
-    blocks.extend(extra);
-    let mut md = markdown(&blocks, &charts);
+    let mut md = markdown(blocks, charts);
     if !images {
-        md.push_str("\n_Chart images were not rendered (Node.js missing); the charts are in report.html and charts/*.vl.json._\n");
+        md.push_str(&format!("\n_Chart images were not rendered (Node.js missing); the charts are in {stem}.html and charts/*.vl.json._\n"));
     }
-    let title = format!("{} Test Report", summary.pipeline);
-    let written = Written {
-        markdown: dir.join("report.md"),
-        html: dir.join("report.html"),
-        summary: dir.join("summary.json"),
+    let page = Page {
+        markdown: dir.join(format!("{stem}.md")),
+        html: dir.join(format!("{stem}.html")),
         charts: spec_paths,
         images,
     };
-    write_file(&written.markdown, md)?;
-    write_file(&written.html, html(&blocks, &charts, &title, &libs))?;
-    write_file(
-        &written.summary,
-        serde_json::to_vec_pretty(summary).unwrap_or_default(),
-    )?;
-    Ok(written)
+    write_file(&page.markdown, md)?;
+    write_file(&page.html, html(blocks, charts, title, &libs))?;
+    Ok(page)
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampNanosecondArray,
+    UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
@@ -179,6 +180,7 @@ impl RunSet {
             .await?;
         ctx.register_batch("runs", self.runs_batch())?;
         ctx.register_batch("stages", self.stages_batch())?;
+        ctx.register_batch("cells", self.cells_batch()?)?;
         Ok(ctx)
     }
 
@@ -256,6 +258,76 @@ impl RunSet {
         let view = ctx.sql(&parts.join(" UNION ALL BY NAME ")).await?;
         ctx.register_table(name, view.into_view())?;
         Ok(())
+    }
+
+    /// The sweep cells among the runs (their `cell.json`): one row each, the settings
+    /// as columns.
+    fn cells_batch(&self) -> Result<RecordBatch, AnalysisError> {
+        let cells = self
+            .runs
+            .iter()
+            .map(|r| r.dir.join(crate::sweep::CELL_FILE))
+            .filter(|p| p.exists())
+            .map(|p| crate::sweep::Cell::read(&p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tsf = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let mut fields = vec![
+            Field::new("run_id", DataType::Utf8, false),
+            Field::new("sweep", DataType::Utf8, false),
+            Field::new("cell", DataType::UInt64, false),
+            Field::new("target_metrics_per_s", DataType::UInt64, false),
+            Field::new("achieved_metrics_per_s", DataType::Float64, false),
+            Field::new("window_from", tsf(), false),
+            Field::new("window_to", tsf(), false),
+            Field::new("holds", DataType::Boolean, false),
+        ];
+        let mut settings: Vec<String> = Vec::new();
+        for c in &cells {
+            for s in &c.settings {
+                if !settings.contains(&s.name) && fields.iter().all(|f| f.name() != &s.name) {
+                    settings.push(s.name.clone());
+                }
+            }
+        }
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(
+                cells.iter().map(|c| c.run_id.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                cells.iter().map(|c| c.sweep.clone()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                cells.iter().map(|c| c.index as u64),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                cells.iter().map(|c| c.target_metrics_per_s),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                cells.iter().map(crate::sweep::Cell::achieved_metrics_per_s),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                cells.iter().map(|c| c.window.from_unix_ns),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                cells.iter().map(|c| c.window.to_unix_ns),
+            )),
+            Arc::new(BooleanArray::from(
+                cells
+                    .iter()
+                    .map(crate::sweep::Cell::holds)
+                    .collect::<Vec<_>>(),
+            )),
+        ];
+        for name in settings {
+            columns.push(Arc::new(StringArray::from(
+                cells.iter().map(|c| c.setting(&name)).collect::<Vec<_>>(),
+            )));
+            fields.push(Field::new(name, DataType::Utf8, true));
+        }
+        Ok(RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns,
+        )?)
     }
 
     fn runs_batch(&self) -> RecordBatch {

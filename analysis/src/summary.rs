@@ -15,6 +15,7 @@ use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
 use hoptrace_collector::run::HostInfo;
+use hoptrace_collector::spec::StageSpec;
 use hoptrace_collector::stages::{MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, new_histogram};
 use serde::{Deserialize, Serialize};
 
@@ -529,57 +530,27 @@ pub async fn compute(
         .collect();
     for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
         let hist = figures.hdr.to_histogram();
-        let percentiles: Vec<PercentileValue> = QUANTILES
-            .iter()
-            .filter(|_| !hist.is_empty())
-            .map(|&q| PercentileValue {
-                label: quantile_label(q),
-                quantile: q,
-                value_ns: hdr::value_at(&hist, q),
-                precision_ns: hdr::precision_at(&hist, q),
-            })
-            .collect();
-        let (uncertainty, note) = clock_uncertainty(&env.hosts, &st.from, &st.to);
-        let p50 = percentiles.first().map(|p| p.value_ns);
-        let clock_warning = match (uncertainty, p50) {
-            (None, _) => true,
-            (Some(u), Some(p50)) => u as f64 > CLOCK_WARN_FRACTION * p50 as f64,
-            (Some(_), None) => false,
-        };
-        if clock_warning {
+        let summary = stage_summary(st, figures, &hist, &env.hosts);
+        if summary.clock_warning {
             warnings.push(format!(
                 "{}: clock uncertainty {} is not small against its P50 {}",
                 st.name,
-                uncertainty.map_or_else(|| "unknown".into(), crate::format::duration_ns),
-                p50.map_or_else(|| "-".into(), crate::format::duration_ns)
+                summary
+                    .clock_uncertainty_ns
+                    .map_or_else(|| "unknown".into(), crate::format::duration_ns),
+                summary
+                    .percentiles
+                    .first()
+                    .map_or_else(|| "-".into(), |p| crate::format::duration_ns(p.value_ns))
             ));
         }
-        let negative = figures.negative;
-        if negative > 0 {
+        if summary.negative > 0 {
             warnings.push(format!(
-                "{}: {negative} negative deltas (clock error between hosts); flagged, kept out of the statistics",
-                st.name
+                "{}: {} negative deltas (clock error between hosts); flagged, kept out of the statistics",
+                st.name, summary.negative
             ));
         }
-        stages.push(StageSummary {
-            name: st.name.clone(),
-            column: stage_column(&st.name),
-            from: st.from.clone(),
-            to: st.to.clone(),
-            definition: st.definition.clone(),
-            headline: st.headline,
-            count: figures.count,
-            negative,
-            clamped: figures.clamped,
-            min_ns: figures.min_ns(),
-            max_ns: figures.max_ns(),
-            mean_ns: figures.mean_ns(),
-            stddev_ns: figures.stddev_ns(),
-            percentiles,
-            clock_uncertainty_ns: uncertainty,
-            clock_note: note,
-            clock_warning,
-        });
+        stages.push(summary);
         hists.push(StageHistograms {
             name: st.name.clone(),
             whole: hist,
@@ -649,6 +620,148 @@ pub async fn compute(
         warnings,
     };
     Ok((summary, hists))
+}
+
+/// Every stage over a measurement window of a run: the traces whose intended send time
+/// lies in `[from_unix_ns, to_unix_ns)`. An open-loop load is judged by when messages
+/// were due, not when they went out, so a stalled publisher cannot hide its backlog.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WindowSummary {
+    /// Window start, Unix ns (inclusive).
+    pub from_unix_ns: i64,
+    /// Window end, Unix ns (exclusive).
+    pub to_unix_ns: i64,
+    /// Traces due in the window.
+    pub messages: u64,
+    /// Of those, complete.
+    pub complete: u64,
+    /// Metrics they carried.
+    pub metrics: u64,
+    /// One per stage of the pipeline, in its order, over the window's traces.
+    pub stages: Vec<StageSummary>,
+}
+
+impl WindowSummary {
+    /// Window length, seconds.
+    #[must_use]
+    pub fn length_s(&self) -> f64 {
+        (self.to_unix_ns - self.from_unix_ns) as f64 / 1e9
+    }
+
+    /// A stage by name.
+    #[must_use]
+    pub fn stage(&self, name: &str) -> Option<&StageSummary> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+}
+
+/// The figures of `runs` over a window that starts `skip_ns` after the first intended
+/// send time and lasts `length_ns` (a warm-up left out, then a fixed measured window).
+///
+/// # Errors
+/// When a query fails.
+pub async fn window(
+    runs: &RunSet,
+    ctx: &SessionContext,
+    skip_ns: i64,
+    length_ns: i64,
+) -> Result<WindowSummary, AnalysisError> {
+    let pipeline = runs.pipeline();
+    let first = one_row(
+        ctx,
+        "SELECT min(CAST(intended_ns AS BIGINT)) AS t0 FROM traces_raw",
+    )
+    .await?;
+    let t0 = as_i64(&scalar(&first, "t0")?).unwrap_or(0);
+    let (from, to) = (t0 + skip_ns, t0 + skip_ns + length_ns);
+    let df = ctx.table("traces").await?;
+    let due = df.parse_sql_expr(&format!(
+        "CAST(intended_ns AS BIGINT) >= {from} AND CAST(intended_ns AS BIGINT) < {to}"
+    ))?;
+    let df = df.filter(due)?;
+    let mut aggregates = vec![
+        df.parse_sql_expr("count(*)")?.alias("messages"),
+        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
+            .alias("metrics"),
+        df.parse_sql_expr("sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END)")?
+            .alias("complete"),
+    ];
+    let stage_stats = stats::stage_stats_udaf();
+    for (i, st) in pipeline.stages.iter().enumerate() {
+        aggregates.push(
+            stage_stats
+                .call(vec![ident(stage_column(&st.name))])
+                .alias(format!("s_{i}")),
+        );
+    }
+    let batches = df.aggregate(vec![], aggregates)?.collect().await?;
+    let batch = batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
+        AnalysisError::Render("internal: window aggregate returned nothing".into())
+    })?;
+    let env = environment(runs);
+    let mut stages = Vec::new();
+    for (i, st) in pipeline.stages.iter().enumerate() {
+        let figures = scalar(batch, &format!("s_{i}"))?;
+        let figures = match figures {
+            ScalarValue::Binary(Some(b)) => StageStats::decode(&b)?,
+            _ => StageStats::default(),
+        };
+        let hist = figures.hdr.to_histogram();
+        stages.push(stage_summary(st, &figures, &hist, &env.hosts));
+    }
+    Ok(WindowSummary {
+        from_unix_ns: from,
+        to_unix_ns: to,
+        messages: as_u64(&scalar(batch, "messages")?),
+        complete: as_u64(&scalar(batch, "complete")?),
+        metrics: as_u64(&scalar(batch, "metrics")?),
+        stages,
+    })
+}
+
+/// A stage's summary from its figures (`hist` is `figures.hdr` as a histogram).
+fn stage_summary(
+    st: &StageSpec,
+    figures: &StageStats,
+    hist: &Histogram<u64>,
+    hosts: &[HostSummary],
+) -> StageSummary {
+    let percentiles: Vec<PercentileValue> = QUANTILES
+        .iter()
+        .filter(|_| !hist.is_empty())
+        .map(|&q| PercentileValue {
+            label: quantile_label(q),
+            quantile: q,
+            value_ns: hdr::value_at(hist, q),
+            precision_ns: hdr::precision_at(hist, q),
+        })
+        .collect();
+    let (uncertainty, note) = clock_uncertainty(hosts, &st.from, &st.to);
+    let p50 = percentiles.first().map(|p| p.value_ns);
+    let clock_warning = match (uncertainty, p50) {
+        (None, _) => true,
+        (Some(u), Some(p50)) => u as f64 > CLOCK_WARN_FRACTION * p50 as f64,
+        (Some(_), None) => false,
+    };
+    StageSummary {
+        name: st.name.clone(),
+        column: stage_column(&st.name),
+        from: st.from.clone(),
+        to: st.to.clone(),
+        definition: st.definition.clone(),
+        headline: st.headline,
+        count: figures.count,
+        negative: figures.negative,
+        clamped: figures.clamped,
+        min_ns: figures.min_ns(),
+        max_ns: figures.max_ns(),
+        mean_ns: figures.mean_ns(),
+        stddev_ns: figures.stddev_ns(),
+        percentiles,
+        clock_uncertainty_ns: uncertainty,
+        clock_note: note,
+        clock_warning,
+    }
 }
 
 fn accounting(
