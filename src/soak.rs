@@ -21,7 +21,7 @@ use hoptrace_analysis::resources::{self, Sample};
 use hoptrace_analysis::{RunSet, report, summary};
 use hoptrace_collector::procfs::{self, Pid, USER_HZ};
 use hoptrace_publisher::url::Endpoint;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::units::{fmt_si, parse_count, parse_duration};
 
@@ -81,15 +81,16 @@ pub struct Args {
     pub preflight: crate::clock::PreflightArgs,
 }
 
-/// A child process of the soak.
-struct Part {
+/// A child process of the soak (and of the sweep: each cell's soak): its stderr goes to
+/// `<logs>/<role>.log`, its stdout lines are kept.
+pub(crate) struct Part {
     role: String,
-    child: Child,
+    pub(crate) child: Child,
     stdout: Option<mpsc::Receiver<String>>,
 }
 
 impl Part {
-    fn spawn(role: &str, cmd: &mut Command, logs: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn spawn(role: &str, cmd: &mut Command, logs: &Path) -> anyhow::Result<Self> {
         let log = std::fs::File::create(logs.join(format!("{role}.log")))
             .with_context(|| format!("creating the log of the {role}"))?;
         let mut child = cmd
@@ -128,7 +129,7 @@ impl Part {
     }
 
     /// Sends SIGTERM and waits for the exit; returns what it printed on stdout.
-    fn stop(mut self, within: Duration) -> anyhow::Result<Vec<String>> {
+    pub(crate) fn stop(mut self, within: Duration) -> anyhow::Result<Vec<String>> {
         let pid = libc::pid_t::try_from(self.pid()).context("pid")?;
         if self.child.try_wait()?.is_none() {
             // SAFETY: a plain kill(2) of our own child.
@@ -261,7 +262,7 @@ impl Sampler {
 }
 
 /// One of the soak's targets.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
     /// What is measured.
     pub name: String,
@@ -274,7 +275,7 @@ pub struct Target {
 }
 
 /// What `soak.json` holds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakResult {
     /// The command as given.
     pub command: String,

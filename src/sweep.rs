@@ -11,7 +11,7 @@
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use hoptrace_analysis::{RunSet, summary};
 use hoptrace_collector::run::HostInfo;
 use hoptrace_publisher::url::Endpoint;
 
+use crate::soak::{Part, SoakResult};
 use crate::units::{fmt_si, parse_count, parse_duration};
 
 /// Options of `hoptrace sweep`.
@@ -355,7 +356,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let same = before.info.dimensions == info.dimensions
             && before.info.broker == info.broker
             && before.info.warmup_s == info.warmup_s
-            && before.info.window_s == info.window_s;
+            && before.info.window_s == info.window_s
+            && before.info.slos == info.slos;
         if !same {
             bail!(
                 "{} holds another sweep ({}); give another --out",
@@ -410,12 +412,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .join(",");
             ensure_topic(&bootstrap, &format!("{}-p{parts}", one_topic(k)?), parts)?;
         }
-        let label = p
-            .settings
-            .iter()
-            .map(|s| format!("{}={}", s.name, s.value))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let label = sweep::settings_label(&p.settings);
         let left = planned.len() - index;
         let eta = if ran > 0 {
             started.elapsed().as_secs_f64() / ran as f64 * left as f64
@@ -430,8 +427,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             (args.warmup + args.window).as_secs_f64(),
             eta
         );
-        let log = std::fs::File::create(cell_dir.join("soak.log"))?;
-        let mut child = Command::new(&exe)
+        let mut soak_cmd = Command::new(&exe);
+        soak_cmd
             .args(["soak", "--broker", &p.broker, "--rate", &p.rate.to_string()])
             .args([
                 "--duration",
@@ -450,26 +447,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .arg("--runs")
             .arg(&runs_dir)
             .arg("--out")
-            .arg(&cell_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the cell's soak")?;
+            .arg(&cell_dir);
+        let mut soak = Part::spawn("soak", &mut soak_cmd, &cell_dir)?;
         let cell_started = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait()? {
-                break s;
-            }
+        while soak.child.try_wait()?.is_none() {
             if stop.load(Relaxed) {
-                // SAFETY: a plain kill(2) of our own child.
-                unsafe { libc::kill(libc::pid_t::try_from(child.id())?, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while child.try_wait()?.is_none() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                child.kill().ok();
-                child.wait().ok();
+                // The soak stops its publisher early on SIGTERM; the cell is discarded.
+                soak.stop(Duration::from_secs(60)).ok();
                 std::fs::remove_dir_all(&cell_dir).ok();
                 std::fs::remove_dir_all(runs_dir.join(&run_id)).ok();
                 bail!(
@@ -487,16 +471,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 );
             }
             std::thread::sleep(Duration::from_millis(500));
-        };
+        }
         if tty {
             eprintln!();
         }
-        if !status.success() {
-            bail!(
-                "cell {label}: the soak failed ({status}); see {}",
-                cell_dir.join("soak.log").display()
-            );
-        }
+        let printed = soak.stop(Duration::from_secs(5)).with_context(|| {
+            format!("cell {label}: see {}", cell_dir.join("soak.log").display())
+        })?;
+        std::fs::write(cell_dir.join("soak.out"), printed.join("\n") + "\n")?;
         let cell = measure(args, &slos, p, index, &name, &run_id, &runs_dir, &cell_dir)?;
         write_json(&runs_dir.join(&run_id).join(CELL_FILE), &cell)?;
         write_json(&done, &cell)?;
@@ -522,23 +504,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         cells.push(cell);
         ran += 1;
+        // After every cell, so an interrupted sweep has the report of what it finished.
         write_report(&out, &info, &cells)?;
     }
-    let report = write_report(&out, &info, &cells)?;
+    if ran == 0 {
+        write_report(&out, &info, &cells)?;
+    }
     println!(
         "{:<50} {:>14} {:>14}  first that did not hold",
         "series", "knee", "achieved"
     );
-    for k in &report.knees {
-        let series = k
-            .series
-            .iter()
-            .map(|s| format!("{}={}", s.name, s.value))
-            .collect::<Vec<_>>()
-            .join(" ");
+    for k in sweep::knees(&cells) {
         println!(
             "{:<50} {:>14} {:>14}  {}",
-            if series.is_empty() { "all" } else { &series },
+            sweep::settings_label(&k.series),
             k.target_metrics_per_s
                 .map_or_else(|| "none held".into(), |v| fmt_si(v as f64)),
             k.achieved_metrics_per_s.map_or_else(|| "-".into(), fmt_si),
@@ -562,14 +541,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_report(out: &Path, info: &SweepInfo, cells: &[Cell]) -> anyhow::Result<SweepReport> {
+fn write_report(out: &Path, info: &SweepInfo, cells: &[Cell]) -> anyhow::Result<()> {
     let report = SweepReport {
         info: info.clone(),
         cells: cells.to_vec(),
         knees: sweep::knees(cells),
     };
     sweep::write(out, &report)?;
-    Ok(report)
+    Ok(())
 }
 
 /// The cell's figures over its measured window.
@@ -584,15 +563,12 @@ fn measure(
     runs_dir: &Path,
     cell_dir: &Path,
 ) -> anyhow::Result<Cell> {
-    let read = |f: &str| -> anyhow::Result<serde_json::Value> {
-        let path = cell_dir.join(f);
-        serde_json::from_slice(
-            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
-        )
-        .with_context(|| format!("reading {}", path.display()))
-    };
-    let soak = read("soak.json")?;
-    let summary_json = read("summary.json")?;
+    fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))
+    }
+    let soak: SoakResult = read(&cell_dir.join("soak.json"))?;
+    let whole: hoptrace_analysis::Summary = read(&cell_dir.join("summary.json"))?;
     let runs = RunSet::open(&[runs_dir.join(run_id)])?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -612,18 +588,15 @@ fn measure(
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let resources = soak["resources"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| CellProcess {
-                    process: r["process"].as_str().unwrap_or_default().to_owned(),
-                    cpu_mean: r["cpu_mean"].as_f64().unwrap_or(0.0),
-                    rss_max_bytes: r["rss_max_bytes"].as_u64().unwrap_or(0),
-                })
-                .collect()
+    let resources = soak
+        .resources
+        .iter()
+        .map(|r| CellProcess {
+            process: r.process.clone(),
+            cpu_mean: r.cpu_mean,
+            rss_max_bytes: r.rss_max_bytes,
         })
-        .unwrap_or_default();
+        .collect();
     Ok(Cell {
         sweep: sweep_name.to_owned(),
         run_id: run_id.to_owned(),
@@ -632,18 +605,13 @@ fn measure(
         target_metrics_per_s: p.rate,
         metrics_per_message: p.metrics_per_message,
         broker: p.broker.clone(),
-        broker_version: soak["broker_version"]
-            .as_str()
-            .unwrap_or("unknown")
-            .to_owned(),
+        broker_version: soak.broker_version,
         warmup_s: args.warmup.as_secs_f64(),
         window,
-        sent: soak["publisher"]["messages"].as_u64().unwrap_or(0),
-        adds_up: summary_json["accounting"]["adds_up"]
-            .as_bool()
-            .unwrap_or(false),
-        drained: soak["drained"].as_bool().unwrap_or(false),
-        schedule_lag_p99_ns: soak["publisher"]["lag_p99_ns"].as_u64().unwrap_or(0),
+        sent: soak.publisher["messages"].as_u64().unwrap_or(0),
+        adds_up: whole.accounting.adds_up,
+        drained: soak.drained,
+        schedule_lag_p99_ns: soak.publisher["lag_p99_ns"].as_u64().unwrap_or(0),
         slos: slo_results,
         resources,
     })

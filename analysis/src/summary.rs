@@ -378,19 +378,7 @@ async fn scan_buckets(
             "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
         ))?
         .alias("b");
-    let mut aggregates = vec![
-        df.parse_sql_expr("count(*)")?.alias("messages"),
-        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
-            .alias("metrics"),
-    ];
-    let stage_stats = stats::stage_stats_udaf();
-    for (i, st) in stages.iter().enumerate() {
-        aggregates.push(
-            stage_stats
-                .call(vec![ident(stage_column(&st.name))])
-                .alias(format!("s_{i}")),
-        );
-    }
+    let aggregates = trace_aggregates(&df, stages)?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
     let mut out = Vec::new();
     for batch in &batches {
@@ -425,6 +413,28 @@ async fn scan_buckets(
         }
     }
     Ok(out)
+}
+
+/// The aggregates every scan of the traces computes: `messages`, `metrics` and `s_<i>`,
+/// the [`StageStats`] of stage `i`.
+fn trace_aggregates(
+    df: &datafusion::dataframe::DataFrame,
+    stages: &[StageSpec],
+) -> Result<Vec<datafusion::prelude::Expr>, AnalysisError> {
+    let mut aggregates = vec![
+        df.parse_sql_expr("count(*)")?.alias("messages"),
+        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
+            .alias("metrics"),
+    ];
+    let stage_stats = stats::stage_stats_udaf();
+    for (i, st) in stages.iter().enumerate() {
+        aggregates.push(
+            stage_stats
+                .call(vec![ident(stage_column(&st.name))])
+                .alias(format!("s_{i}")),
+        );
+    }
+    Ok(aggregates)
 }
 
 /// The figures of the small columns: flags, missing hops, streams and publishers.
@@ -679,21 +689,11 @@ pub async fn window(
         "CAST(intended_ns AS BIGINT) >= {from} AND CAST(intended_ns AS BIGINT) < {to}"
     ))?;
     let df = df.filter(due)?;
-    let mut aggregates = vec![
-        df.parse_sql_expr("count(*)")?.alias("messages"),
-        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
-            .alias("metrics"),
+    let mut aggregates = trace_aggregates(&df, &pipeline.stages)?;
+    aggregates.push(
         df.parse_sql_expr("sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END)")?
             .alias("complete"),
-    ];
-    let stage_stats = stats::stage_stats_udaf();
-    for (i, st) in pipeline.stages.iter().enumerate() {
-        aggregates.push(
-            stage_stats
-                .call(vec![ident(stage_column(&st.name))])
-                .alias(format!("s_{i}")),
-        );
-    }
+    );
     let batches = df.aggregate(vec![], aggregates)?.collect().await?;
     let batch = batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
         AnalysisError::Render("internal: window aggregate returned nothing".into())

@@ -277,7 +277,9 @@ pub struct SweepReport {
     pub knees: Vec<Knee>,
 }
 
-fn series_label(s: &[Setting]) -> String {
+/// `qos=1, connections=4`; `all cells` for none.
+#[must_use]
+pub fn settings_label(s: &[Setting]) -> String {
     if s.is_empty() {
         return "all cells".into();
     }
@@ -457,7 +459,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
         .iter()
         .map(|k| {
             let mut row = vec![
-                series_label(&k.series),
+                settings_label(&k.series),
                 k.target_metrics_per_s
                     .map_or_else(|| "none held".into(), |v| format::rate(v as f64)),
                 k.achieved_metrics_per_s
@@ -546,7 +548,7 @@ fn latency_vs_throughput(r: &SweepReport, stage: &str, n: usize) -> Chart {
         for label in ["P50", "P99", "P99.9"] {
             if let Some(p) = st.percentile(label) {
                 values.push(json!({
-                    "series": series_label(&c.series()),
+                    "series": settings_label(&c.series()),
                     "percentile": label,
                     "offered": c.target_metrics_per_s,
                     "achieved": c.achieved_metrics_per_s(),
