@@ -3,7 +3,9 @@
 # jars. Safe to run again: it only does work that is missing.
 #
 #   Debian packages: mosquitto mosquitto-clients (MQTT broker and CLI clients),
-#                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss)
+#                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss; the
+#                    multi-host lab of infra/netns), util-linux (unshare), openssl (the
+#                    collector's TLS certificates, infra/tls)
 #   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
 #   Chart libraries: npm ci in analysis/web (vega, vega-lite, vega-embed, inlined into
 #                    report.html and used to render report.md's SVG images)
@@ -16,7 +18,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2)
+PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl)
 for arg in "$@"; do
     case $arg in
     --browser) PACKAGES+=(chromium) ;;

@@ -11,6 +11,17 @@ use hoptrace_collector::metrics::{MetricsServer, render};
 use hoptrace_collector::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 use hoptrace_collector::{Collector, CollectorConfig};
 
+/// How a probe reaches a collector that speaks TLS (`hoptrace collect --tls-cert`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CollectorTlsArgs {
+    /// Speak TLS to the collector, trusting the CA certificates of this PEM file.
+    #[arg(long, env = "HOPTRACE_COLLECTOR_CA")]
+    pub collector_ca: Option<PathBuf>,
+    /// The name the collector's certificate carries (default: the host of --collector).
+    #[arg(long, requires = "collector_ca")]
+    pub collector_tls_name: Option<String>,
+}
+
 /// Options of `hoptrace collect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -30,6 +41,13 @@ pub struct Args {
     /// Token probes must present.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Serve TLS with this certificate chain (PEM); every probe must then connect with
+    /// --collector-ca. Needs --tls-key.
+    #[arg(long, env = "HOPTRACE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "HOPTRACE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration_s: Option<u64>,
@@ -61,12 +79,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
     cfg.run_id.clone_from(&args.run_id);
     cfg.token.clone_from(&args.token);
+    cfg.tls_cert.clone_from(&args.tls_cert);
+    cfg.tls_key.clone_from(&args.tls_key);
     args.preflight.check()?;
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
-        "collecting on {} into {} (SIGINT or SIGTERM stops and flushes)",
+        "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
         collector.local_addr(),
+        if args.tls_cert.is_some() {
+            " (TLS)"
+        } else {
+            ""
+        },
         collector.run_dir().display()
     );
     if let Some(r) = collector.recovered() {

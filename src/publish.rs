@@ -36,6 +36,8 @@ pub struct CollectorArgs {
     /// Token the collector requires.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::collect::CollectorTlsArgs,
     /// The collector's pipeline spec, to look up the hop's id (default: the default
     /// pipeline of `hoptrace generate-config`).
     #[arg(long)]
@@ -74,6 +76,8 @@ impl CollectorArgs {
         };
         let mut l = CollectorLink::new(addr);
         l.token.clone_from(&self.token);
+        l.tls_ca.clone_from(&self.tls.collector_ca);
+        l.tls_server_name.clone_from(&self.tls.collector_tls_name);
         l.hop = (HopId(id), hop.to_owned());
         Ok(Some(l))
     }

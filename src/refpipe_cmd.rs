@@ -39,6 +39,8 @@ pub struct ProbeArgs {
     /// Token the collector requires.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::collect::CollectorTlsArgs,
 }
 
 impl ProbeArgs {
@@ -46,6 +48,8 @@ impl ProbeArgs {
         self.collector.as_ref().map(|c| {
             let mut l = ProbeLink::new(c.clone());
             l.token.clone_from(&self.token);
+            l.tls_ca.clone_from(&self.tls.collector_ca);
+            l.tls_server_name.clone_from(&self.tls.collector_tls_name);
             l
         })
     }

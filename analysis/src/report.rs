@@ -226,6 +226,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     b.push(Block::Table(
         vec![
             "Host".into(),
+            "Address".into(),
             "Hops".into(),
             "Processes".into(),
             "Clock".into(),
@@ -239,6 +240,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             .map(|h| {
                 vec![
                     h.host.clone(),
+                    h.addresses.join(", "),
                     h.hops.join(", "),
                     h.processes.join(", "),
                     if h.clock_sources.is_empty() {

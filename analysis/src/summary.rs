@@ -218,6 +218,9 @@ pub struct AccountingSummary {
 pub struct HostSummary {
     /// Host name.
     pub host: String,
+    /// The addresses its probes connected from.
+    #[serde(default)]
+    pub addresses: Vec<String>,
     /// Hops stamped on it.
     pub hops: Vec<String>,
     /// Processes that reported from it.
@@ -817,6 +820,7 @@ fn environment(runs: &RunSet) -> Environment {
             .entry(h.to_owned())
             .or_insert_with(|| HostSummary {
                 host: h.to_owned(),
+                addresses: Vec::new(),
                 hops: Vec::new(),
                 processes: Vec::new(),
                 clock_sources: Vec::new(),
@@ -837,6 +841,13 @@ fn environment(runs: &RunSet) -> Environment {
             }
             if !h.processes.contains(&p.process) {
                 h.processes.push(p.process.clone());
+            }
+            let ip = p
+                .peer
+                .parse::<std::net::SocketAddr>()
+                .map_or_else(|_| p.peer.clone(), |a| a.ip().to_string());
+            if !h.addresses.contains(&ip) {
+                h.addresses.push(ip);
             }
             hosts.insert(p.host.clone(), h);
         }
@@ -961,6 +972,7 @@ mod tests {
     fn host(name: &str, hops: &[&str], bound: Option<u64>) -> HostSummary {
         HostSummary {
             host: name.into(),
+            addresses: vec![],
             hops: hops.iter().map(|s| (*s).to_owned()).collect(),
             processes: vec![],
             clock_sources: vec!["chrony".into()],

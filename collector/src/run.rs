@@ -37,6 +37,11 @@ pub struct CollectorConfig {
     pub run_id: Option<String>,
     /// Token probes must present; required when `listen` is not a loopback address.
     pub token: Option<String>,
+    /// TLS: the collector's certificate chain (PEM); with `tls_key`, every probe must
+    /// speak TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the private key (PEM) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
     /// Most probe connections at once.
     pub max_connections: usize,
     /// Time a connection has to send Hello.
@@ -59,6 +64,8 @@ impl CollectorConfig {
             out_dir: out_dir.into(),
             run_id: None,
             token: None,
+            tls_cert: None,
+            tls_key: None,
             max_connections: 256,
             hello_timeout: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(10),
@@ -77,6 +84,9 @@ pub enum CollectorError {
     /// `HOPTRACE_TOKEN`), or listen on 127.0.0.1.
     #[error("listening on {0} (not loopback) requires a token")]
     TokenRequired(SocketAddr),
+    /// The TLS certificate or key cannot be used, or only one of them was given.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The listen address cannot be resolved or bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -142,6 +152,23 @@ impl Collector {
     /// An invalid spec, a non-loopback address without token, a bind or directory error.
     pub fn start(cfg: CollectorConfig) -> Result<Self, CollectorError> {
         let spec = Arc::new(ResolvedSpec::new(&cfg.spec)?);
+        let tls = match (&cfg.tls_cert, &cfg.tls_key) {
+            (Some(cert), Some(key)) => Some(
+                hoptrace_probe::tls::server_config(cert, key)
+                    .map_err(|e| CollectorError::Tls(e.to_string()))?,
+            ),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(CollectorError::Tls(
+                    "a certificate without its key: give both --tls-cert and --tls-key".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(CollectorError::Tls(
+                    "a key without its certificate: give both --tls-cert and --tls-key".into(),
+                ));
+            }
+        };
         let listener = TcpListener::bind(&cfg.listen).map_err(|source| CollectorError::Listen {
             addr: cfg.listen.clone(),
             source,
@@ -199,6 +226,7 @@ impl Collector {
             run_id: run_id.clone(),
             max_connections: cfg.max_connections,
             hello_timeout: cfg.hello_timeout,
+            tls,
         });
         let accept = {
             let (spec, stop, counters) = (
@@ -844,6 +872,7 @@ fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64> {
         ("unknown_hop", &c.unknown_hop),
         ("malformed", &c.malformed),
         ("too_large", &c.too_large),
+        ("tls_failed", &c.tls_failed),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))

@@ -5,7 +5,7 @@
 //! queues then count what they cannot hold: memory stays bounded and nothing is lost
 //! without being counted.
 
-use std::io::{BufReader, Write as _};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -48,6 +48,8 @@ pub struct ConnectionCounters {
     pub malformed: AtomicU64,
     /// Closed: oversized frame.
     pub too_large: AtomicU64,
+    /// Closed: the TLS handshake failed (a plain-text peer, an untrusted certificate).
+    pub tls_failed: AtomicU64,
 }
 
 /// Network settings of the collector.
@@ -59,8 +61,10 @@ pub struct ServerConfig {
     pub run_id: String,
     /// Most connections open at once.
     pub max_connections: usize,
-    /// Time a new connection has to send Hello.
+    /// Time a new connection has to complete the TLS handshake (when TLS) and send Hello.
     pub hello_timeout: Duration,
+    /// TLS: every connection must complete a handshake with this setting first.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Accepts connections until `stop` is set; one reader thread per connection.
@@ -94,7 +98,15 @@ pub(crate) fn accept_loop(
         if open.load(Relaxed) >= cfg.max_connections {
             counters.refused_limit.fetch_add(1, Relaxed);
             tracing::warn!(%peer, limit = cfg.max_connections, "refused a connection: too many open");
-            let _ = reject(&stream, reject_code::OVERLOADED, "too many connections");
+            // Under TLS a plain-text reject would not be understood: the peer sees the
+            // connection close and retries with backoff.
+            if cfg.tls.is_none() {
+                let _ = reject(
+                    &mut &stream,
+                    reject_code::OVERLOADED,
+                    "too many connections",
+                );
+            }
             continue;
         }
         next_id += 1;
@@ -119,35 +131,107 @@ pub(crate) fn accept_loop(
     }
 }
 
-/// Reads from a connection, failing with `TimedOut` once `until` has passed (each read
-/// waits at most for the time left).
-struct Deadline<'a> {
-    stream: &'a TcpStream,
+/// A connection's socket; reads fail with `TimedOut` once `until` has passed (each read
+/// waits at most for the time left), so a peer cannot stretch the deadline by trickling.
+#[derive(Debug)]
+struct Sock {
+    tcp: TcpStream,
     until: Option<Instant>,
 }
 
-impl std::io::Read for Deadline<'_> {
+impl Read for Sock {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if let Some(until) = self.until {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(std::io::ErrorKind::TimedOut.into());
             }
-            self.stream.set_read_timeout(Some(left))?;
+            self.tcp.set_read_timeout(Some(left))?;
         }
-        let mut s = self.stream;
-        s.read(buf)
+        self.tcp.read(buf)
     }
 }
 
-fn reject(mut stream: &TcpStream, code: u16, reason: &str) -> std::io::Result<()> {
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// A probe connection: plain TCP, or TLS over it.
+#[derive(Debug)]
+enum Conn {
+    Plain(Sock),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>),
+}
+
+impl Conn {
+    fn sock(&mut self) -> &mut Sock {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls(s) => &mut s.sock,
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Completes the TLS handshake within the socket's deadline; on failure, the error and
+/// whether it was the deadline.
+fn accept_tls(
+    config: &Arc<rustls::ServerConfig>,
+    mut sock: Sock,
+) -> Result<Conn, (std::io::Error, bool)> {
+    let mut conn = rustls::ServerConnection::new(Arc::clone(config))
+        .map_err(|e| (std::io::Error::other(e), false))?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).map_err(|e| {
+            let timeout = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            (e, timeout)
+        })?;
+    }
+    Ok(Conn::Tls(Box::new(rustls::StreamOwned::new(conn, sock))))
+}
+
+fn reject(stream: &mut impl Write, code: u16, reason: &str) -> std::io::Result<()> {
     stream.write_all(
         &Frame::Reject {
             code,
             reason: reason.to_owned(),
         }
         .to_bytes(),
-    )
+    )?;
+    stream.flush()
 }
 
 fn serve(
@@ -161,22 +245,37 @@ fn serve(
 ) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
-    // The whole hello must arrive within the timeout: a peer that trickles a byte at a
-    // time (slow loris) is closed at the deadline, not kept alive by each byte.
-    let mut reader = BufReader::with_capacity(
-        1 << 20,
-        Deadline {
-            stream: &stream,
-            until: Some(Instant::now() + cfg.hello_timeout),
+    // The TLS handshake and the whole hello must arrive within the timeout: a peer that
+    // trickles a byte at a time (slow loris) is closed at the deadline, not kept alive by
+    // each byte.
+    let sock = Sock {
+        tcp: stream,
+        until: Some(Instant::now() + cfg.hello_timeout),
+    };
+    let conn = match &cfg.tls {
+        None => Conn::Plain(sock),
+        Some(tls) => match accept_tls(tls, sock) {
+            Ok(c) => c,
+            Err((_, true)) => {
+                counters.hello_timeout.fetch_add(1, Relaxed);
+                tracing::warn!(%peer, timeout = ?cfg.hello_timeout, "closed: no TLS handshake in time");
+                return;
+            }
+            Err((e, false)) => {
+                counters.tls_failed.fetch_add(1, Relaxed);
+                tracing::warn!(%peer, "closed: TLS handshake failed: {e}");
+                return;
+            }
         },
-    );
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, conn);
     let hello = match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
         Ok(Frame::Hello(h)) => h,
         Ok(other) => {
             counters.malformed.fetch_add(1, Relaxed);
             tracing::warn!(%peer, "closed: first frame is not hello: {other:?}");
             let _ = reject(
-                &stream,
+                reader.get_mut(),
                 reject_code::MALFORMED,
                 "the first frame must be hello",
             );
@@ -196,7 +295,7 @@ fn serve(
             counters.bad_version.fetch_add(1, Relaxed);
             tracing::warn!(%peer, "closed: {e}");
             let _ = reject(
-                &stream,
+                reader.get_mut(),
                 reject_code::VERSION,
                 &format!("{e}; this collector speaks protocol {PROTOCOL_VERSION}"),
             );
@@ -205,7 +304,7 @@ fn serve(
         Err(e) => {
             count_protocol_error(counters, &e);
             tracing::warn!(%peer, "closed: bad hello: {e}");
-            let _ = reject(&stream, reject_code::MALFORMED, &e.to_string());
+            let _ = reject(reader.get_mut(), reject_code::MALFORMED, &e.to_string());
             return;
         }
     };
@@ -214,7 +313,11 @@ fn serve(
     {
         counters.bad_token.fetch_add(1, Relaxed);
         tracing::warn!(%peer, host = %hello.host, "closed: wrong or missing token");
-        let _ = reject(&stream, reject_code::TOKEN, "wrong or missing token");
+        let _ = reject(
+            reader.get_mut(),
+            reject_code::TOKEN,
+            "wrong or missing token",
+        );
         return;
     }
     for (hop, name) in &hello.hops {
@@ -230,18 +333,18 @@ fn serve(
                 spec.hop_names().join(", ")
             );
             tracing::warn!(%peer, "closed: {reason}");
-            let _ = reject(&stream, reject_code::UNKNOWN_HOP, &reason);
+            let _ = reject(reader.get_mut(), reject_code::UNKNOWN_HOP, &reason);
             return;
         }
     }
-    if (&stream)
-        .write_all(
-            &Frame::Welcome {
-                version: PROTOCOL_VERSION,
-                run_id: cfg.run_id.clone(),
-            }
-            .to_bytes(),
-        )
+    let welcome = Frame::Welcome {
+        version: PROTOCOL_VERSION,
+        run_id: cfg.run_id.clone(),
+    };
+    let conn = reader.get_mut();
+    if conn
+        .write_all(&welcome.to_bytes())
+        .and_then(|()| conn.flush())
         .is_err()
     {
         return;
@@ -251,8 +354,9 @@ fn serve(
         return;
     }
     // After hello, a probe may be idle for long stretches: no read timeout.
-    reader.get_mut().until = None;
-    let _ = stream.set_read_timeout(None);
+    let sock = reader.get_mut().sock();
+    sock.until = None;
+    let _ = sock.tcp.set_read_timeout(None);
     let mut clean = false;
     loop {
         match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
@@ -275,7 +379,7 @@ fn serve(
             Err(e) => {
                 count_protocol_error(counters, &e);
                 tracing::warn!(%peer, "closed: {e}");
-                let _ = reject(&stream, reject_code::MALFORMED, &e.to_string());
+                let _ = reject(reader.get_mut(), reject_code::MALFORMED, &e.to_string());
                 break;
             }
         }

@@ -3,8 +3,9 @@
 //! host's clock status and the counters, reconnects with backoff, and flushes on shutdown.
 
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,12 @@ pub struct ExporterConfig {
     pub collector: String,
     /// Token the collector requires on non-loopback listeners.
     pub token: Option<String>,
+    /// Speak TLS to the collector, trusting the CA certificates of this PEM file (needs
+    /// the `tls` feature).
+    pub tls_ca: Option<PathBuf>,
+    /// The name the collector's certificate must carry (default: the host part of
+    /// `collector`).
+    pub tls_server_name: Option<String>,
     /// Host name sent in Hello (default: this host's name).
     pub host: String,
     /// Process or component name sent in Hello.
@@ -58,6 +65,8 @@ impl ExporterConfig {
         Self {
             collector: collector.into(),
             token: None,
+            tls_ca: None,
+            tls_server_name: None,
             host: hostname(),
             process: process.into(),
             queue_capacity: 1 << 20,
@@ -82,6 +91,10 @@ pub enum ExporterError {
     /// A probe was asked for a hop the exporter did not announce.
     #[error("hop {0:?} was not declared when the exporter started")]
     UnknownHop(HopId),
+    /// The TLS setting cannot be used (unreadable CA file, bad server name, or a build
+    /// without the `tls` feature).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The background thread could not be spawned.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
@@ -148,6 +161,7 @@ impl Exporter {
         if ids.len() != hops.len() {
             return Err(ExporterError::Hops("a hop id appears twice".into()));
         }
+        let tls = Tls::new(&config)?;
         let shared = Arc::new(Shared::new(config.queue_capacity));
         let hops: Vec<(HopId, String)> = hops.iter().map(|(h, n)| (*h, (*n).to_owned())).collect();
         let control = Arc::new(Mutex::new(Vec::new()));
@@ -166,6 +180,7 @@ impl Exporter {
                 hops: hops.clone(),
             },
             config,
+            tls,
             shared: Arc::clone(&shared),
             control: Arc::clone(&control),
             status: Arc::clone(&status),
@@ -297,8 +312,105 @@ impl Drop for Exporter {
     }
 }
 
+/// The TLS setting an exporter connects with, resolved once at start.
+struct Tls {
+    #[cfg(feature = "tls")]
+    client: Option<(
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+}
+
+impl Tls {
+    #[cfg(feature = "tls")]
+    fn new(config: &ExporterConfig) -> Result<Self, ExporterError> {
+        let client = match &config.tls_ca {
+            Some(ca) => Some((
+                crate::tls::client_config(ca).map_err(|e| ExporterError::Tls(e.to_string()))?,
+                crate::tls::server_name(&config.collector, config.tls_server_name.as_deref())
+                    .map_err(|e| ExporterError::Tls(e.to_string()))?,
+            )),
+            None => None,
+        };
+        Ok(Self { client })
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn new(config: &ExporterConfig) -> Result<Self, ExporterError> {
+        match &config.tls_ca {
+            Some(ca) => Err(ExporterError::Tls(format!(
+                "TLS to the collector (CA {}) needs hoptrace-probe built with the `tls` feature",
+                ca.display()
+            ))),
+            None => Ok(Self {}),
+        }
+    }
+
+    fn wrap(&self, tcp: TcpStream) -> Result<Conn, String> {
+        #[cfg(feature = "tls")]
+        if let Some((config, name)) = &self.client {
+            return crate::tls::connect(config, name.clone(), tcp).map(|s| Conn::Tls(Box::new(s)));
+        }
+        Ok(Conn::Plain(tcp))
+    }
+}
+
+/// The connection to the collector: plain TCP, or TLS over it.
+enum Conn {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    /// Flushes, sends TLS close_notify when TLS, and shuts the write side.
+    fn finish(&mut self) {
+        let _ = self.flush();
+        match self {
+            Self::Plain(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => {
+                s.conn.send_close_notify();
+                let _ = s.flush();
+                let _ = s.sock.shutdown(std::net::Shutdown::Write);
+            }
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}
+
 struct Worker {
     config: ExporterConfig,
+    tls: Tls,
     hello: Hello,
     shared: Arc<Shared>,
     control: Arc<Mutex<Vec<Frame>>>,
@@ -310,7 +422,7 @@ struct Worker {
 impl Worker {
     /// The thread's body; returns whether the collector got Goodbye.
     fn run(&mut self) -> bool {
-        let mut conn: Option<TcpStream> = None;
+        let mut conn: Option<Conn> = None;
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut backoff = self.config.backoff_min;
         let mut next_attempt = Instant::now();
@@ -421,8 +533,7 @@ impl Worker {
                 self.shared.counters.sent.fetch_add(n, Relaxed);
             }
             if finishing {
-                let _ = stream.flush();
-                let _ = stream.shutdown(std::net::Shutdown::Write);
+                stream.finish();
                 break true;
             }
             if past_deadline {
@@ -446,7 +557,7 @@ impl Worker {
         clean
     }
 
-    fn connect(&mut self) -> Result<TcpStream, String> {
+    fn connect(&mut self) -> Result<Conn, String> {
         let addrs = self
             .config
             .collector
@@ -455,12 +566,16 @@ impl Worker {
         let mut last = format!("{} resolves to no address", self.config.collector);
         for addr in addrs {
             match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {
-                Ok(mut s) => {
-                    s.set_nodelay(true)
+                Ok(tcp) => {
+                    tcp.set_nodelay(true)
                         .map_err(|e| format!("TCP_NODELAY: {e}"))?;
-                    s.set_write_timeout(Some(self.config.write_timeout))
-                        .and_then(|()| s.set_read_timeout(Some(self.config.connect_timeout)))
+                    tcp.set_write_timeout(Some(self.config.write_timeout))
+                        .and_then(|()| tcp.set_read_timeout(Some(self.config.connect_timeout)))
                         .map_err(|e| format!("socket timeouts: {e}"))?;
+                    let mut s = self
+                        .tls
+                        .wrap(tcp)
+                        .map_err(|e| format!("collector {addr}: {e}"))?;
                     s.write_all(&Frame::Hello(self.hello.clone()).to_bytes())
                         .map_err(|e| format!("sending hello to {addr}: {e}"))?;
                     return match protocol::read_frame(&mut s, MAX_FRAME_LEN) {

@@ -11,6 +11,8 @@
 //!   MQTT v5 user properties (feature `mqtt`), or a payload envelope.
 //! - [`clock`]: CLOCK_REALTIME, injectable clocks for tests, the host's clock status.
 //! - [`protocol`]: the probe-to-collector frames (`docs/collector-protocol.md`).
+//! - `tls` (feature `tls`): TLS to the collector with rustls; set
+//!   [`ExporterConfig::tls_ca`].
 //!
 //! The hot path (`stamp`, `report`, `record`) never allocates, never locks and never
 //! blocks: when the queue is full the record is dropped and counted, and the counts reach
@@ -53,6 +55,8 @@ pub mod exporter;
 pub mod probe;
 pub mod protocol;
 pub mod sync;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod traceparent;
 
 pub use carrier::{CarrierError, Extracted};

@@ -68,6 +68,10 @@ pub struct CollectorLink {
     pub addr: String,
     /// Token the collector requires.
     pub token: Option<String>,
+    /// TLS: speak TLS to the collector, trusting this CA bundle (PEM).
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: the name the collector's certificate carries (default: its address's host).
+    pub tls_server_name: Option<String>,
     /// The publish hop: its id and name as the collector's pipeline declares them.
     pub hop: (HopId, String),
     /// How long to wait for the collector's Welcome before giving up.
@@ -81,9 +85,20 @@ impl CollectorLink {
         Self {
             addr: addr.into(),
             token: None,
+            tls_ca: None,
+            tls_server_name: None,
             hop: (HopId(0), "publish".into()),
             wait: Duration::from_secs(5),
         }
+    }
+}
+
+impl CollectorLink {
+    /// Sets the token and TLS of an exporter's configuration from this link.
+    pub fn configure(&self, config: &mut ExporterConfig) {
+        config.token.clone_from(&self.token);
+        config.tls_ca.clone_from(&self.tls_ca);
+        config.tls_server_name.clone_from(&self.tls_server_name);
     }
 }
 
@@ -554,7 +569,7 @@ impl Publisher {
             None => (None, None, HopId(0)),
             Some(link) => {
                 let mut ec = ExporterConfig::new(&link.addr, &config.process);
-                ec.token.clone_from(&link.token);
+                link.configure(&mut ec);
                 let exporter = Exporter::start(ec, &[(link.hop.0, link.hop.1.as_str())])?;
                 let started = Instant::now();
                 while !exporter.is_connected() && started.elapsed() < link.wait {

@@ -182,7 +182,7 @@ impl Tap {
             None => (None, None),
             Some(link) => {
                 let mut ec = ExporterConfig::new(&link.addr, &config.process);
-                ec.token.clone_from(&link.token);
+                link.configure(&mut ec);
                 let exporter = Exporter::start(ec, &[(link.hop.0, link.hop.1.as_str())])?;
                 let started = Instant::now();
                 while !exporter.is_connected() && started.elapsed() < link.wait {

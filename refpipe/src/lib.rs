@@ -46,6 +46,7 @@
 
 #![warn(missing_docs)]
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
@@ -143,6 +144,10 @@ pub struct ProbeLink {
     pub collector: String,
     /// Token the collector requires.
     pub token: Option<String>,
+    /// TLS: speak TLS to the collector, trusting this CA bundle (PEM).
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: the name the collector's certificate carries (default: its address's host).
+    pub tls_server_name: Option<String>,
     /// Every hop of the pipeline, with the ids the collector's spec gives them.
     pub hops: Vec<(HopId, String)>,
     /// How long to wait for the collector's welcome.
@@ -158,6 +163,8 @@ impl ProbeLink {
         Self {
             collector: collector.into(),
             token: None,
+            tls_ca: None,
+            tls_server_name: None,
             hops: DEFAULT_HOPS
                 .iter()
                 .map(|(id, n)| (*id, (*n).to_owned()))
@@ -188,6 +195,8 @@ impl ProbeLink {
         }
         let mut config = ExporterConfig::new(&self.collector, process);
         config.token.clone_from(&self.token);
+        config.tls_ca.clone_from(&self.tls_ca);
+        config.tls_server_name.clone_from(&self.tls_server_name);
         let exporter = match &self.simulate {
             None => Exporter::start(config, &hops)?,
             Some(sim) => {
