@@ -5,7 +5,8 @@
 #   Debian packages: mosquitto mosquitto-clients (MQTT broker and CLI clients),
 #                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss; the
 #                    multi-host lab of infra/netns), util-linux (unshare), openssl (the
-#                    collector's TLS certificates, infra/tls)
+#                    collector's TLS certificates, infra/tls), procps (pgrep: the Kafka
+#                    brokers' pids)
 #   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
 #   Chart libraries: npm ci in analysis/web (vega, vega-lite, vega-embed, inlined into
 #                    report.html and used to render report.md's SVG images)
@@ -18,7 +19,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl)
+PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl procps)
 for arg in "$@"; do
     case $arg in
     --browser) PACKAGES+=(chromium) ;;

@@ -270,7 +270,18 @@ launch_node() {
         "-Dkafka.logs.dir=$dir/logs" "-Dlog4j.configuration=file:$HERE/log4j.properties" \
         -cp "$LIB/*" kafka.Kafka "$dir/server.properties" \
         </dev/null >>"$dir/stdout.log" 2>&1 &
-    echo $! >"$dir/kafka.pid"
+    local pid=$! deadline=$((SECONDS + 10)) found
+    # setsid forks when it starts as a process group leader (a shell with job control):
+    # then $! is a parent that exits at once. Record the broker's own pid.
+    while ((SECONDS < deadline)); do
+        found=$(pgrep -f -n "kafka.Kafka $dir/server.properties" || true)
+        if [[ -n $found ]]; then
+            pid=$found
+            break
+        fi
+        sleep 0.1
+    done
+    echo "$pid" >"$dir/kafka.pid"
 }
 
 show_logs() {
