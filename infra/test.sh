@@ -53,7 +53,16 @@ while read -r p f; do
     failed=$((failed + f))
 done < <(
     sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo.txt"
-    sed -nE 's/^(([0-9]+) failed, )?([0-9]+) passed.*/\3 \2/p' "$LOG/pytest.txt" | awk '{print $1, ($2 == "" ? 0 : $2)}'
+    # pytest's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors (a
+    # fixture that failed) count as failures.
+    grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$LOG/pytest.txt" | tail -1 |
+        awk '{p = 0; f = 0
+              for (i = 2; i <= NF; i++) {
+                  n = $(i - 1) + 0; w = $i; gsub(/[^a-z]/, "", w)
+                  if (w == "passed") p += n
+                  else if (w == "failed" || w == "error" || w == "errors") f += n
+              }
+              print p, f}'
 )
 echo
 echo "artifacts: $HOPTRACE_ARTIFACTS"
