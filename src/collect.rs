@@ -56,6 +56,21 @@ pub struct Args {
     pub metrics: Option<String>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
+    /// Read probe records from Kafka instead of listening
+    /// (kafka://HOST:PORT[,HOST:PORT...]/TOPIC, written by `hoptrace relay`): this
+    /// collector joins the consumer group --group and writes its own files under
+    /// <out>/<run-id>/members/<member>/; the analysis reads all members as one run.
+    #[arg(long, value_name = "KAFKA_URL", requires = "run_id")]
+    pub from: Option<String>,
+    /// Consumer group of the collectors reading --from.
+    #[arg(long, default_value = "hoptrace-collectors", requires = "from")]
+    pub group: String,
+    /// This collector's name in the group (default: host name and process id).
+    #[arg(long, requires = "from")]
+    pub member: Option<String>,
+    /// Seconds between checkpoints (files closed, offsets committed) with --from.
+    #[arg(long, default_value_t = 5, requires = "from")]
+    pub commit_interval_s: u64,
 }
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
@@ -76,6 +91,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         None => PipelineSpec::default_pipeline(),
     };
+    if let Some(from) = &args.from {
+        return crate::scaleout::collect_group(args, from, spec, &stop);
+    }
     let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
     cfg.run_id.clone_from(&args.run_id);
     cfg.token.clone_from(&args.token);
@@ -166,12 +184,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let collector = std::sync::Arc::try_unwrap(collector)
         .map_err(|_| anyhow::anyhow!("the metrics server still holds the collector"))?;
     let summary = collector.stop().context("stopping the collector")?;
-    let a = &summary.accounting;
     println!(
         "run {} written to {}",
         summary.run_id,
         args.out.join(&summary.run_id).display()
     );
+    print_accounting(&summary);
+    Ok(())
+}
+
+/// Prints a run's accounting and files.
+pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
+    let a = &summary.accounting;
     for p in &a.publishers {
         if p.sent < p.complete + p.incomplete {
             println!(
@@ -203,7 +227,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "{} parquet file(s), {rows} rows, {bytes} bytes",
         summary.files.len()
     );
-    Ok(())
 }
 
 /// Prints the commented default pipeline spec.

@@ -13,6 +13,7 @@ mod demo;
 mod publish;
 mod refpipe_cmd;
 mod roundtrip;
+mod scaleout;
 mod soak;
 mod sweep;
 mod units;
@@ -40,6 +41,9 @@ enum Command {
     /// Receive probe records, join them per message and write the run's Parquet dataset,
     /// run.json and the accounting, until SIGINT/SIGTERM.
     Collect(collect::Args),
+    /// Take probe connections like a collector and write their records to Kafka, each in
+    /// the partition of its trace key, for collectors reading with `collect --from`.
+    Relay(scaleout::RelayArgs),
     /// Print a commented default pipeline spec (the five stages of the reference report).
     GenerateConfig,
     /// Whole-run benchmarks (results belong in reports/ with the command and machine).
@@ -99,6 +103,7 @@ fn main() {
         Command::Demo(args) => demo::run(&args),
         Command::Roundtrip(args) => roundtrip::run(&args),
         Command::Collect(args) => collect::run(&args),
+        Command::Relay(args) => scaleout::relay(&args),
         Command::Bench(which) => bench::run(&which),
         Command::Clock(args) => clock::run(&args),
         Command::Sql(args) => analyze::run_sql(&args),

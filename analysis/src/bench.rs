@@ -245,6 +245,7 @@ pub fn generate(
             ..Accounting::default()
         },
         connections: Default::default(),
+        group: None,
     };
     let json = serde_json::to_vec_pretty(&summary)
         .map_err(|e| AnalysisError::Render(format!("run.json: {e}")))?;

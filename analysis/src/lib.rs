@@ -62,6 +62,9 @@ pub enum AnalysisError {
         /// The parse error.
         source: serde_json::Error,
     },
+    /// A collector group's run does not read (a member's log or run.json).
+    #[error("collector group run: {0}")]
+    Group(String),
     /// Nothing matched the paths given: check the run directory or glob.
     #[error("no run directories match {0:?}")]
     NoRuns(String),

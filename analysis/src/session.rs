@@ -34,8 +34,11 @@ use crate::AnalysisError;
 pub struct Run {
     /// The directory.
     pub dir: PathBuf,
-    /// Its `run.json`.
+    /// Its `run.json` (for a collector group's run, every member's files merged).
     pub summary: RunSummary,
+    /// A collector group's run: the part files of its valid segments and the member
+    /// directory holding `clock.parquet` and `probes.parquet`.
+    pub group: Option<(Vec<PathBuf>, PathBuf)>,
 }
 
 impl Run {
@@ -45,6 +48,22 @@ impl Run {
     /// [`AnalysisError::NotARun`] when there is no `run.json`, [`AnalysisError::RunJson`]
     /// when it does not parse.
     pub fn open(dir: &Path) -> Result<Self, AnalysisError> {
+        if hoptrace_collector::group::is_group_run(dir) {
+            let g = hoptrace_collector::group::open_group(dir)
+                .map_err(|e| AnalysisError::Group(e.to_string()))?;
+            if !g.set_aside.is_empty() {
+                tracing::info!(
+                    files = g.set_aside.len(),
+                    "{}: set aside the files of segments a later owner repeated",
+                    dir.display()
+                );
+            }
+            return Ok(Self {
+                dir: dir.to_owned(),
+                summary: g.summary,
+                group: Some((g.parts, g.tables_dir)),
+            });
+        }
         let path = dir.join("run.json");
         let text = std::fs::read_to_string(&path).map_err(|source| AnalysisError::NotARun {
             dir: dir.to_owned(),
@@ -57,12 +76,23 @@ impl Run {
         Ok(Self {
             dir: dir.to_owned(),
             summary,
+            group: None,
         })
+    }
+
+    /// The directory holding the run's `clock.parquet`, `probes.parquet` and other
+    /// tables.
+    #[must_use]
+    pub fn tables_dir(&self) -> &Path {
+        self.group.as_ref().map_or(&self.dir, |(_, d)| d)
     }
 
     /// The run's part files, in order.
     #[must_use]
     pub fn part_files(&self) -> Vec<PathBuf> {
+        if let Some((parts, _)) = &self.group {
+            return parts.clone();
+        }
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.join("traces"))
             .map(|rd| {
                 rd.flatten()
@@ -112,7 +142,10 @@ impl RunSet {
                 return Err(AnalysisError::NoRuns(p.as_ref().display().to_string()));
             }
             for dir in matched {
-                if dir.join("run.json").exists() || !dir.is_dir() {
+                if dir.join("run.json").exists()
+                    || !dir.is_dir()
+                    || hoptrace_collector::group::is_group_run(&dir)
+                {
                     runs.push(Run::open(&dir)?);
                     continue;
                 }
@@ -123,7 +156,9 @@ impl RunSet {
                     })?
                     .flatten()
                     .map(|e| e.path())
-                    .filter(|c| c.join("run.json").exists())
+                    .filter(|c| {
+                        c.join("run.json").exists() || hoptrace_collector::group::is_group_run(c)
+                    })
                     .collect();
                 if children.is_empty() {
                     runs.push(Run::open(&dir)?);
@@ -231,7 +266,7 @@ impl RunSet {
     ) -> Result<(), AnalysisError> {
         let mut parts = Vec::new();
         for (i, run) in self.runs.iter().enumerate() {
-            let path = run.dir.join(format!("{name}.parquet"));
+            let path = run.tables_dir().join(format!("{name}.parquet"));
             if !path.exists() {
                 continue;
             }

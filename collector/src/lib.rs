@@ -27,7 +27,10 @@
 //! ```
 
 pub mod bench;
+pub mod group;
 pub mod join;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod metrics;
 pub mod procfs;
 pub mod run;

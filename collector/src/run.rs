@@ -1,7 +1,7 @@
 //! One collection run: listen, join, write `runs/<run-id>/`, account for every message.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -152,36 +152,12 @@ impl Collector {
     /// An invalid spec, a non-loopback address without token, a bind or directory error.
     pub fn start(cfg: CollectorConfig) -> Result<Self, CollectorError> {
         let spec = Arc::new(ResolvedSpec::new(&cfg.spec)?);
-        let tls = match (&cfg.tls_cert, &cfg.tls_key) {
-            (Some(cert), Some(key)) => Some(
-                hoptrace_probe::tls::server_config(cert, key)
-                    .map_err(|e| CollectorError::Tls(e.to_string()))?,
-            ),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(CollectorError::Tls(
-                    "a certificate without its key: give both --tls-cert and --tls-key".into(),
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(CollectorError::Tls(
-                    "a key without its certificate: give both --tls-cert and --tls-key".into(),
-                ));
-            }
-        };
-        let listener = TcpListener::bind(&cfg.listen).map_err(|source| CollectorError::Listen {
-            addr: cfg.listen.clone(),
-            source,
-        })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| CollectorError::Listen {
-                addr: cfg.listen.clone(),
-                source,
-            })?;
-        if !addr.ip().is_loopback() && cfg.token.as_deref().is_none_or(str::is_empty) {
-            return Err(CollectorError::TokenRequired(addr));
-        }
+        let (listener, addr, tls) = server::bind(
+            &cfg.listen,
+            cfg.token.as_deref(),
+            cfg.tls_cert.as_deref(),
+            cfg.tls_key.as_deref(),
+        )?;
         let started_unix_ns = hoptrace_probe::clock::realtime_ns();
         let run_id = cfg
             .run_id
@@ -262,10 +238,10 @@ impl Collector {
                 run_dir: run_dir.clone(),
                 started_unix_ns,
                 epoch: Instant::now(),
-                probes: BTreeMap::new(),
-                clock: Vec::new(),
-                counter_rows: Vec::new(),
-                sent: BTreeMap::new(),
+                control: Control {
+                    max_clock_error_ns: cfg.max_clock_error_ns,
+                    ..Control::default()
+                },
                 tallies: HashMap::new(),
                 records: 0,
                 recovered: recovered.clone(),
@@ -274,9 +250,6 @@ impl Collector {
                 progress: Arc::clone(&progress),
                 counters,
                 stop_timeout: cfg.stop_timeout,
-                max_clock_error_ns: cfg.max_clock_error_ns,
-                clock_alerts: Vec::new(),
-                clock_alert_kinds: Vec::new(),
             };
             let draining = Arc::clone(&draining);
             std::thread::Builder::new()
@@ -442,6 +415,9 @@ pub struct RunSummary {
     pub accounting: Accounting,
     /// Connection outcomes.
     pub connections: BTreeMap<String, u64>,
+    /// When collected by a Kafka consumer group: its members and partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<crate::group::GroupInfo>,
 }
 
 /// One clock status of one probe host.
@@ -532,10 +508,7 @@ struct JoinState {
     run_dir: PathBuf,
     started_unix_ns: i64,
     epoch: Instant,
-    probes: BTreeMap<u64, ProbeConn>,
-    clock: Vec<ClockRow>,
-    counter_rows: Vec<CounterRow>,
-    sent: BTreeMap<(u16, u32), SentEntry>,
+    control: Control,
     tallies: HashMap<u16, Tally>,
     records: u64,
     recovered: Option<crate::writer::Recovered>,
@@ -544,12 +517,178 @@ struct JoinState {
     progress: Arc<Mutex<Progress>>,
     counters: Arc<ConnectionCounters>,
     stop_timeout: Duration,
+}
+
+/// What probes said besides their records: who they are, their clocks, their counters
+/// and what publishers sent. Shared by the TCP collector and group members, which read
+/// it from Kafka.
+#[derive(Default)]
+pub(crate) struct Control {
+    probes: BTreeMap<u64, ProbeConn>,
+    clock: Vec<ClockRow>,
+    counter_rows: Vec<CounterRow>,
+    sent: BTreeMap<(u16, u32), SentEntry>,
     max_clock_error_ns: Option<u64>,
     clock_alerts: Vec<String>,
     clock_alert_kinds: Vec<(
         String,
         std::mem::Discriminant<hoptrace_probe::sync::PreflightError>,
     )>,
+}
+
+impl Control {
+    /// Takes a connection event or a control frame; records frames are not its business.
+    pub(crate) fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Connected(id, peer, hello) => {
+                self.probes.insert(
+                    id,
+                    ProbeConn {
+                        hello,
+                        peer,
+                        open: true,
+                        clean: false,
+                        counters: None,
+                    },
+                );
+            }
+            Event::Closed(id, clean) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    p.open = false;
+                    p.clean = clean;
+                }
+            }
+            Event::Frame(id, Frame::Clock(c)) => {
+                let host = self
+                    .probes
+                    .get(&id)
+                    .map(|p| p.hello.host.clone())
+                    .unwrap_or_default();
+                let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
+                if let Some(max) = self.max_clock_error_ns
+                    && let Err(e) = hoptrace_probe::sync::preflight_host(&host, &c, max)
+                {
+                    let alert = e.to_string();
+                    // One alert per host and reason; the bound in the text may vary.
+                    let reason = std::mem::discriminant(&e);
+                    let seen = self
+                        .clock_alert_kinds
+                        .iter()
+                        .any(|(h, r)| *h == host && *r == reason);
+                    if !seen {
+                        tracing::warn!("clock preflight: {alert}");
+                        self.clock_alert_kinds.push((host.clone(), reason));
+                        self.clock_alerts.push(alert);
+                    }
+                }
+                self.clock.push(clock_row(host, instance_id, &c));
+            }
+            Event::Frame(id, Frame::Counters(c)) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    self.counter_rows.push(CounterRow {
+                        instance_id: p.hello.instance_id,
+                        host: p.hello.host.clone(),
+                        process: p.hello.process.clone(),
+                        at_ns: c.at_ns,
+                        values: c.values.clone(),
+                    });
+                    p.counters = Some(c);
+                }
+            }
+            Event::Frame(_, Frame::Sent(s)) => {
+                for e in s.entries {
+                    self.sent.insert((s.publisher, e.stream), e);
+                }
+            }
+            Event::Frame(..) => {}
+        }
+    }
+
+    /// Probe connections still open.
+    pub(crate) fn open(&self) -> usize {
+        self.probes.values().filter(|p| p.open).count()
+    }
+
+    /// Writes `clock.parquet` and `probes.parquet` into `run_dir`.
+    pub(crate) fn write_tables(&self, run_dir: &Path) -> Result<(), WriteError> {
+        write_clock(&run_dir.join("clock.parquet"), &self.clock)?;
+        write_probes(&run_dir.join("probes.parquet"), &self.counter_rows)
+    }
+
+    /// Per publisher: what it sent (its Sent frames) and what was seen of it
+    /// (`(publisher, complete, incomplete)`); and whether every publisher adds up.
+    pub(crate) fn publishers(
+        &self,
+        seen: impl Iterator<Item = (u16, u64, u64)>,
+    ) -> (Vec<PublisherAccount>, bool) {
+        let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
+        fn entry(m: &mut BTreeMap<u16, PublisherAccount>, p: u16) -> &mut PublisherAccount {
+            m.entry(p).or_insert_with(|| PublisherAccount {
+                publisher: p,
+                ..Default::default()
+            })
+        }
+        for ((p, _), e) in &self.sent {
+            let a = entry(&mut publishers, *p);
+            a.sent += e.messages;
+            a.sent_metrics += e.metrics;
+        }
+        for (p, complete, incomplete) in seen {
+            let a = entry(&mut publishers, p);
+            a.complete = complete;
+            a.incomplete = incomplete;
+        }
+        let mut adds_up = true;
+        for a in publishers.values_mut() {
+            let seen = a.complete + a.incomplete;
+            a.unseen = a.sent.saturating_sub(seen);
+            adds_up &= a.sent == seen + a.unseen;
+        }
+        (publishers.into_values().collect(), adds_up)
+    }
+
+    /// Every probe connection, for `run.json`.
+    pub(crate) fn probe_infos(&self) -> Vec<ProbeInfo> {
+        self.probes
+            .values()
+            .map(|p| ProbeInfo {
+                instance_id: p.hello.instance_id,
+                host: p.hello.host.clone(),
+                process: p.hello.process.clone(),
+                software: p.hello.software.clone(),
+                hops: p.hello.hops.iter().map(|(_, n)| n.clone()).collect(),
+                peer: p.peer.to_string(),
+                clean_close: p.clean,
+                counters: p
+                    .counters
+                    .iter()
+                    .flat_map(|c| c.values.iter())
+                    .map(|(id, v)| {
+                        (
+                            counter_id::name(*id)
+                                .map_or_else(|| format!("counter_{id}"), str::to_owned),
+                            *v,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Records probes could not deliver (queue full, send failed), from their last
+    /// counters.
+    pub(crate) fn records_lost(&self) -> u64 {
+        self.probes
+            .values()
+            .filter_map(|p| p.counters.as_ref())
+            .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
+            .sum()
+    }
+
+    /// Clock statuses received, and the preflight's alerts.
+    pub(crate) fn clock(&self) -> (&[ClockRow], &[String]) {
+        (&self.clock, &self.clock_alerts)
+    }
 }
 
 impl JoinState {
@@ -613,7 +752,7 @@ impl JoinState {
             if draining.load(Relaxed) {
                 let deadline =
                     *drain_deadline.get_or_insert_with(|| Instant::now() + self.stop_timeout);
-                let open = self.probes.values().filter(|p| p.open).count();
+                let open = self.control.open();
                 if open == 0 || Instant::now() >= deadline {
                     if open > 0 {
                         tracing::warn!(
@@ -633,77 +772,15 @@ impl JoinState {
     }
 
     fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
-        match ev {
-            Event::Connected(id, peer, hello) => {
-                self.probes.insert(
-                    id,
-                    ProbeConn {
-                        hello,
-                        peer,
-                        open: true,
-                        clean: false,
-                        counters: None,
-                    },
-                );
+        if let Event::Frame(_, Frame::Records(recs)) = ev {
+            let now = self.now_ns();
+            self.records += recs.len() as u64;
+            for r in &recs {
+                self.joiner.insert(r, now, &mut self.out);
             }
-            Event::Closed(id, clean) => {
-                if let Some(p) = self.probes.get_mut(&id) {
-                    p.open = false;
-                    p.clean = clean;
-                }
-            }
-            Event::Frame(_, Frame::Records(recs)) => {
-                let now = self.now_ns();
-                self.records += recs.len() as u64;
-                for r in &recs {
-                    self.joiner.insert(r, now, &mut self.out);
-                }
-                self.write_out()?;
-            }
-            Event::Frame(id, Frame::Clock(c)) => {
-                let host = self
-                    .probes
-                    .get(&id)
-                    .map(|p| p.hello.host.clone())
-                    .unwrap_or_default();
-                let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
-                if let Some(max) = self.max_clock_error_ns
-                    && let Err(e) = hoptrace_probe::sync::preflight_host(&host, &c, max)
-                {
-                    let alert = e.to_string();
-                    // One alert per host and reason; the bound in the text may vary.
-                    let reason = std::mem::discriminant(&e);
-                    let seen = self
-                        .clock_alert_kinds
-                        .iter()
-                        .any(|(h, r)| *h == host && *r == reason);
-                    if !seen {
-                        tracing::warn!("clock preflight: {alert}");
-                        self.clock_alert_kinds.push((host.clone(), reason));
-                        self.clock_alerts.push(alert);
-                    }
-                }
-                self.clock.push(clock_row(host, instance_id, &c));
-            }
-            Event::Frame(id, Frame::Counters(c)) => {
-                if let Some(p) = self.probes.get_mut(&id) {
-                    self.counter_rows.push(CounterRow {
-                        instance_id: p.hello.instance_id,
-                        host: p.hello.host.clone(),
-                        process: p.hello.process.clone(),
-                        at_ns: c.at_ns,
-                        values: c.values.clone(),
-                    });
-                    p.counters = Some(c);
-                }
-            }
-            Event::Frame(_, Frame::Sent(s)) => {
-                for e in s.entries {
-                    self.sent.insert((s.publisher, e.stream), e);
-                }
-            }
-            Event::Frame(..) => {}
+            return self.write_out();
         }
+        self.control.handle(ev);
         Ok(())
     }
 
@@ -730,7 +807,7 @@ impl JoinState {
         p.complete = self.tallies.values().map(|t| t.complete).sum();
         p.incomplete = self.tallies.values().map(|t| t.incomplete).sum();
         p.pending = self.joiner.pending() as u64;
-        p.connections = self.probes.values().filter(|c| c.open).count() as u64;
+        p.connections = self.control.open() as u64;
         p.closed_connections = connection_counts(&self.counters);
         p.backpressure_episodes = self.backpressure_episodes;
         p.closed_connections.remove("accepted");
@@ -755,8 +832,7 @@ impl JoinState {
             None => Vec::new(),
         };
         self.publish_progress();
-        write_clock(&self.run_dir.join("clock.parquet"), &self.clock)?;
-        write_probes(&self.run_dir.join("probes.parquet"), &self.counter_rows)?;
+        self.control.write_tables(&self.run_dir)?;
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
         let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
@@ -767,60 +843,14 @@ impl JoinState {
     fn summary(&self, files: Vec<PartFile>, stages: Vec<StageStats>) -> RunSummary {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
-        let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
-        for ((p, _), e) in &self.sent {
-            let a = publishers.entry(*p).or_insert_with(|| PublisherAccount {
-                publisher: *p,
-                ..Default::default()
-            });
-            a.sent += e.messages;
-            a.sent_metrics += e.metrics;
-        }
-        for (p, t) in &self.tallies {
-            let a = publishers.entry(*p).or_insert_with(|| PublisherAccount {
-                publisher: *p,
-                ..Default::default()
-            });
-            a.complete = t.complete;
-            a.incomplete = t.incomplete;
-        }
-        let mut adds_up = self.joiner.pending() == 0;
-        for a in publishers.values_mut() {
-            let seen = a.complete + a.incomplete;
-            a.unseen = a.sent.saturating_sub(seen);
-            adds_up &= a.sent == seen + a.unseen;
-        }
-        let probes: Vec<ProbeInfo> = self
-            .probes
-            .values()
-            .map(|p| ProbeInfo {
-                instance_id: p.hello.instance_id,
-                host: p.hello.host.clone(),
-                process: p.hello.process.clone(),
-                software: p.hello.software.clone(),
-                hops: p.hello.hops.iter().map(|(_, n)| n.clone()).collect(),
-                peer: p.peer.to_string(),
-                clean_close: p.clean,
-                counters: p
-                    .counters
-                    .iter()
-                    .flat_map(|c| c.values.iter())
-                    .map(|(id, v)| {
-                        (
-                            counter_id::name(*id)
-                                .map_or_else(|| format!("counter_{id}"), str::to_owned),
-                            *v,
-                        )
-                    })
-                    .collect(),
-            })
-            .collect();
-        let records_lost_by_probes = self
-            .probes
-            .values()
-            .filter_map(|p| p.counters.as_ref())
-            .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
-            .sum();
+        let (publishers, adds_up) = self.control.publishers(
+            self.tallies
+                .iter()
+                .map(|(p, t)| (*p, t.complete, t.incomplete)),
+        );
+        let adds_up = adds_up && self.joiner.pending() == 0;
+        let probes = self.control.probe_infos();
+        let records_lost_by_probes = self.control.records_lost();
         let connections = connection_counts(&self.counters);
         RunSummary {
             run_id: self.run_id.clone(),
@@ -829,13 +859,13 @@ impl JoinState {
             ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
             collector_host: HostInfo::this_host(),
             probes,
-            clock: self.clock.clone(),
-            clock_alerts: self.clock_alerts.clone(),
+            clock: self.control.clock().0.to_vec(),
+            clock_alerts: self.control.clock().1.to_vec(),
             files,
             stages,
             recovered: self.recovered.clone(),
             accounting: Accounting {
-                publishers: publishers.into_values().collect(),
+                publishers,
                 missing_by_hop: names
                     .iter()
                     .zip(stats.missing_by_hop.iter())
@@ -857,12 +887,13 @@ impl JoinState {
                 adds_up,
             },
             connections,
+            group: None,
         }
     }
 }
 
 /// Connection outcomes by reason.
-fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64> {
+pub(crate) fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64> {
     [
         ("accepted", &c.accepted),
         ("refused_limit", &c.refused_limit),

@@ -7,6 +7,7 @@
 
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::SyncSender;
@@ -16,6 +17,7 @@ use hoptrace_probe::protocol::{
     self, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, ProtocolError, reject_code,
 };
 
+use crate::run::CollectorError;
 use crate::spec::ResolvedSpec;
 
 /// What a connection hands to the join thread.
@@ -65,6 +67,48 @@ pub struct ServerConfig {
     pub hello_timeout: Duration,
     /// TLS: every connection must complete a handshake with this setting first.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// Binds the probes' listener. TLS needs both a certificate and its key (PEM); a
+/// non-loopback address needs a token. Returns the listener, its address and the TLS
+/// settings.
+///
+/// # Errors
+/// Only one of certificate and key, unusable TLS files, a bind error, or a non-loopback
+/// address without a token.
+pub(crate) fn bind(
+    listen: &str,
+    token: Option<&str>,
+    tls_cert: Option<&Path>,
+    tls_key: Option<&Path>,
+) -> Result<(TcpListener, SocketAddr, Option<Arc<rustls::ServerConfig>>), CollectorError> {
+    let tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some(
+            hoptrace_probe::tls::server_config(cert, key)
+                .map_err(|e| CollectorError::Tls(e.to_string()))?,
+        ),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(CollectorError::Tls(
+                "a certificate without its key: give both --tls-cert and --tls-key".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(CollectorError::Tls(
+                "a key without its certificate: give both --tls-cert and --tls-key".into(),
+            ));
+        }
+    };
+    let listen_err = |source| CollectorError::Listen {
+        addr: listen.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(listen).map_err(listen_err)?;
+    let addr = listener.local_addr().map_err(listen_err)?;
+    if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(CollectorError::TokenRequired(addr));
+    }
+    Ok((listener, addr, tls))
 }
 
 /// Accepts connections until `stop` is set; one reader thread per connection.

@@ -18,13 +18,14 @@ Needs root, iproute2, Mosquitto and HOPTRACE_BIN (infra/test.sh provides them).
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from procs import start, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "infra" / "netns" / "lab.sh"
@@ -51,35 +52,6 @@ def hoptrace_bin():
 
 def on(host, *cmd):
     return [str(LAB), "exec", host, *map(str, cmd)]
-
-
-def start(cmd, log: Path, **kw):
-    """Starts a process in its own process group, stderr to `log`."""
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
-                            start_new_session=True, **kw)
-
-
-def wait_ready(p, what, log: Path, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if line.startswith("ready"):
-            return
-        if not line and p.poll() is not None:
-            break
-    pytest.fail(f"{what} not ready: {log.read_text()[-2000:]}")
-
-
-def stop(p, timeout=30):
-    """SIGTERM to the process group; returns stdout after the exit."""
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGTERM)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,20 @@ pub struct TraceKey {
     pub sequence: u64,
 }
 
+impl TraceKey {
+    /// The key's 14 bytes as the binary form lays them out: publisher (u16), stream (u32),
+    /// sequence (u64), little-endian.
+    #[inline]
+    #[must_use]
+    pub fn to_le_bytes(&self) -> [u8; 14] {
+        let mut b = [0u8; 14];
+        b[..2].copy_from_slice(&self.publisher.to_le_bytes());
+        b[2..6].copy_from_slice(&self.stream.to_le_bytes());
+        b[6..].copy_from_slice(&self.sequence.to_le_bytes());
+        b
+    }
+}
+
 /// Numeric id of a hop, mapped to a name by the pipeline spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct HopId(pub u8);
@@ -198,9 +212,7 @@ impl TraceContext {
             } else {
                 0
             };
-        out[2..4].copy_from_slice(&self.key.publisher.to_le_bytes());
-        out[4..8].copy_from_slice(&self.key.stream.to_le_bytes());
-        out[8..16].copy_from_slice(&self.key.sequence.to_le_bytes());
+        out[2..16].copy_from_slice(&self.key.to_le_bytes());
         out[16..20].copy_from_slice(&self.metric_count.to_le_bytes());
         out[20..28].copy_from_slice(&self.intended_ns.to_le_bytes());
         let mut at = HEADER_LEN;

@@ -1,0 +1,1212 @@
+//! Scale-out over Kafka: a [`Relay`] takes probe connections (the collector protocol,
+//! with the same checks as a collector) and writes their records to a Kafka topic, each
+//! record in the partition of its trace key; [`run_member`] is one collector of a
+//! consumer group reading that topic, joining its partitions ([`crate::group`]) and
+//! writing its own files under `runs/<run-id>/members/<member>/`.
+//!
+//! Records go to `TOPIC` as protocol Records frames, one Kafka message per frame and
+//! partition (the message key is the trace key of its first record). Everything else a
+//! probe says (hello, clock, counters, sent, goodbye) goes to `TOPIC.control`, one
+//! partition, which every member reads whole.
+
+use std::collections::{BTreeMap, hash_map::DefaultHasher};
+use std::hash::{Hash as _, Hasher as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::protocol::{
+    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, counter_id,
+};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, DefaultConsumerContext, Rebalance,
+};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::group::{self, Checkpoint, GroupInfo, Ownership, PartitionJoin, Segment};
+use crate::join::JoinedTrace;
+use crate::run::{Control, HostInfo, RunSummary};
+use crate::server::{self, ConnectionCounters, Event, ServerConfig};
+use crate::spec::{PipelineSpec, ResolvedSpec};
+use crate::writer::{PartFile, TraceWriter, TraceWriterConfig};
+
+/// Header naming the probe connection a control message came from.
+const SOURCE_HEADER: &str = "hoptrace-source";
+/// Header with the probe's address, on hello messages.
+const PEER_HEADER: &str = "hoptrace-peer";
+/// Header on goodbye messages: "1" when the probe said goodbye, "0" when it vanished.
+const CLEAN_HEADER: &str = "hoptrace-clean";
+
+/// A Kafka address `kafka://HOST:PORT[,HOST:PORT...]/TOPIC`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaTarget {
+    /// Bootstrap servers, comma-separated.
+    pub brokers: String,
+    /// The records topic; control messages go to `<topic>.control`.
+    pub topic: String,
+}
+
+impl KafkaTarget {
+    /// Parses `kafka://brokers/topic`.
+    ///
+    /// # Errors
+    /// A message naming what is missing.
+    pub fn parse(url: &str) -> Result<Self, KafkaError> {
+        let rest = url.strip_prefix("kafka://").ok_or_else(|| {
+            KafkaError::Config(format!("{url:?}: expected kafka://HOST:PORT[,...]/TOPIC"))
+        })?;
+        let (brokers, topic) = rest.split_once('/').ok_or_else(|| {
+            KafkaError::Config(format!("{url:?}: no topic (kafka://HOST:PORT/TOPIC)"))
+        })?;
+        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
+            return Err(KafkaError::Config(format!(
+                "{url:?}: expected kafka://HOST:PORT[,...]/TOPIC"
+            )));
+        }
+        Ok(Self {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+        })
+    }
+
+    /// The control topic.
+    #[must_use]
+    pub fn control_topic(&self) -> String {
+        format!("{}.control", self.topic)
+    }
+}
+
+/// What went wrong talking to Kafka or writing a member's files.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// A setting is wrong.
+    #[error("{0}")]
+    Config(String),
+    /// Kafka refused or failed.
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// The collector side failed (spec, listen, files).
+    #[error(transparent)]
+    Collector(#[from] crate::CollectorError),
+    /// Writing Parquet failed.
+    #[error(transparent)]
+    Write(#[from] crate::writer::WriteError),
+    /// A file or directory cannot be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KafkaError + '_ {
+    move |source| KafkaError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Creates `target`'s records topic (`partitions`, `replication`) and its one-partition
+/// control topic unless they exist.
+///
+/// # Errors
+/// When Kafka refuses for another reason than the topic existing.
+pub fn ensure_topics(
+    target: &KafkaTarget,
+    partitions: i32,
+    replication: i32,
+) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &target.brokers)
+        .create()?;
+    let control = target.control_topic();
+    let topics = [
+        NewTopic::new(
+            &target.topic,
+            partitions,
+            TopicReplication::Fixed(replication),
+        ),
+        NewTopic::new(&control, 1, TopicReplication::Fixed(replication)),
+    ];
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = block_on(admin.create_topics(&topics, &opts))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => {
+                return Err(KafkaError::Config(format!("creating topic {t}: {e}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs a future to completion on a small runtime (the admin API is async).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(f)
+}
+
+/// Partitions of `topic`, from the cluster's metadata.
+///
+/// A topic that was just created may not be in every broker's metadata yet (the
+/// controller propagates it), so an absent topic or one without a leader for every
+/// partition is asked again until `METADATA_WAIT` has passed.
+fn partition_count(brokers: &str, topic: &str) -> Result<i32, KafkaError> {
+    const METADATA_WAIT: Duration = Duration::from_secs(30);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let deadline = Instant::now() + METADATA_WAIT;
+    loop {
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let ready = md.topics().first().and_then(|t| {
+            let parts = t.partitions();
+            let led = t.error().is_none()
+                && !parts.is_empty()
+                && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
+            led.then(|| i32::try_from(parts.len()).unwrap_or(i32::MAX))
+        });
+        if let Some(n) = ready {
+            return Ok(n);
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Config(format!(
+                "topic {topic} has no partitions with a leader after {}s (does it exist?)",
+                METADATA_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Relay
+
+/// How a relay runs.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Address probes connect to.
+    pub listen: String,
+    /// The pipeline (hops probes may report).
+    pub spec: PipelineSpec,
+    /// Where records go.
+    pub target: KafkaTarget,
+    /// Partitions and replication of the topics when the relay creates them.
+    pub partitions: i32,
+    /// Replication factor of created topics.
+    pub replication: i32,
+    /// Token probes must present; required on non-loopback addresses.
+    pub token: Option<String>,
+    /// TLS: the relay's certificate chain (PEM); with `tls_key`, every probe must speak
+    /// TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the private key (PEM) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Run id told to probes.
+    pub run_id: String,
+}
+
+/// Live and final figures of a relay.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RelayStats {
+    /// Probe connections open.
+    pub connections: u64,
+    /// Hop records received.
+    pub records: u64,
+    /// Kafka messages produced (records and control).
+    pub messages: u64,
+    /// Records Kafka acknowledged.
+    pub delivered_records: u64,
+    /// Records Kafka could not take (delivery failed after retries).
+    pub failed_records: u64,
+    /// Records by partition.
+    pub records_by_partition: BTreeMap<i32, u64>,
+    /// Connections closed, by reason.
+    pub closed_connections: BTreeMap<String, u64>,
+}
+
+/// Counts deliveries; a message's opaque is the number of records it carries.
+struct RelayContext {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl ClientContext for RelayContext {}
+
+impl ProducerContext for RelayContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, records: usize) {
+        match result {
+            Ok(_) => self.delivered.fetch_add(records as u64, Relaxed),
+            Err((e, _)) => {
+                tracing::warn!("kafka delivery failed: {e}");
+                self.failed.fetch_add(records as u64, Relaxed)
+            }
+        };
+    }
+}
+
+/// A running relay.
+#[derive(Debug)]
+pub struct Relay {
+    addr: SocketAddr,
+    stop_accepting: Arc<AtomicBool>,
+    draining: Arc<AtomicBool>,
+    stats: Arc<Mutex<RelayStats>>,
+    accept: Option<JoinHandle<()>>,
+    pump: Option<JoinHandle<Result<RelayStats, KafkaError>>>,
+}
+
+impl Relay {
+    /// Creates the topics if needed, binds and starts relaying.
+    ///
+    /// # Errors
+    /// A bad spec, a non-loopback address without a token, a bind or Kafka error.
+    pub fn start(cfg: RelayConfig) -> Result<Self, KafkaError> {
+        let spec = Arc::new(ResolvedSpec::new(&cfg.spec).map_err(crate::CollectorError::from)?);
+        ensure_topics(&cfg.target, cfg.partitions, cfg.replication)?;
+        let partitions = partition_count(&cfg.target.brokers, &cfg.target.topic)?;
+        let (listener, addr, tls) = server::bind(
+            &cfg.listen,
+            cfg.token.as_deref(),
+            cfg.tls_cert.as_deref(),
+            cfg.tls_key.as_deref(),
+        )?;
+        let producer: ThreadedProducer<RelayContext> = ClientConfig::new()
+            .set("bootstrap.servers", &cfg.target.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("compression.type", "lz4")
+            .set("message.max.bytes", "2000000")
+            .create_with_context(RelayContext {
+                delivered: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+            })?;
+        let (tx, rx) = mpsc::sync_channel(256);
+        let stop_accepting = Arc::new(AtomicBool::new(false));
+        let draining = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(ConnectionCounters::default());
+        let stats = Arc::new(Mutex::new(RelayStats::default()));
+        let server_cfg = Arc::new(ServerConfig {
+            token: cfg.token.clone(),
+            run_id: cfg.run_id.clone(),
+            max_connections: 256,
+            hello_timeout: Duration::from_secs(5),
+            tls,
+        });
+        let accept = {
+            let (spec, stop, counters) = (
+                Arc::clone(&spec),
+                Arc::clone(&stop_accepting),
+                Arc::clone(&counters),
+            );
+            std::thread::Builder::new()
+                .name("relay-accept".into())
+                .spawn(move || {
+                    server::accept_loop(&listener, &server_cfg, &spec, &tx, &stop, &counters);
+                })
+                .map_err(io_err(Path::new("relay-accept")))?
+        };
+        let pump = {
+            let mut pump = Pump {
+                producer,
+                target: cfg.target.clone(),
+                control: cfg.target.control_topic(),
+                partitions,
+                relay_id: format!("{:016x}", random_u64()),
+                hops: spec
+                    .hop_ids()
+                    .iter()
+                    .copied()
+                    .zip(spec.hop_names().iter().cloned())
+                    .collect(),
+                stats: Arc::clone(&stats),
+                counters,
+                records: 0,
+                messages: 0,
+                by_partition: BTreeMap::new(),
+                batches: BTreeMap::new(),
+            };
+            let draining = Arc::clone(&draining);
+            std::thread::Builder::new()
+                .name("relay-pump".into())
+                .spawn(move || pump.run(&rx, &draining))
+                .map_err(io_err(Path::new("relay-pump")))?
+        };
+        tracing::info!(%addr, topic = %cfg.target.topic, partitions, "relay listening");
+        Ok(Self {
+            addr,
+            stop_accepting,
+            draining,
+            stats,
+            accept: Some(accept),
+            pump: Some(pump),
+        })
+    }
+
+    /// The bound address.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Live figures.
+    #[must_use]
+    pub fn stats(&self) -> RelayStats {
+        self.stats.lock().expect("stats poisoned").clone()
+    }
+
+    /// Stops accepting, relays what connected probes still send until they close (at
+    /// most 10 s), flushes the producer and returns the final figures.
+    ///
+    /// # Errors
+    /// A Kafka error of the last flush, or a panicked thread.
+    pub fn stop(mut self) -> Result<RelayStats, KafkaError> {
+        self.stop_accepting.store(true, Relaxed);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        self.draining.store(true, Relaxed);
+        self.pump
+            .take()
+            .expect("stop runs once")
+            .join()
+            .map_err(|_| KafkaError::Config("the relay thread panicked".into()))?
+    }
+}
+
+struct Pump {
+    producer: ThreadedProducer<RelayContext>,
+    target: KafkaTarget,
+    control: String,
+    partitions: i32,
+    relay_id: String,
+    hops: Vec<(hoptrace_probe::HopId, String)>,
+    stats: Arc<Mutex<RelayStats>>,
+    counters: Arc<ConnectionCounters>,
+    records: u64,
+    messages: u64,
+    by_partition: BTreeMap<i32, u64>,
+    batches: BTreeMap<i32, Vec<protocol::Record>>,
+}
+
+impl Pump {
+    fn run(
+        &mut self,
+        rx: &mpsc::Receiver<Event>,
+        draining: &AtomicBool,
+    ) -> Result<RelayStats, KafkaError> {
+        let mut open: BTreeMap<u64, bool> = BTreeMap::new();
+        let mut drain_deadline: Option<Instant> = None;
+        let mut last_stats = Instant::now();
+        // The relay is itself a source of counters: records it could not deliver.
+        let me = Hello {
+            version: PROTOCOL_VERSION,
+            instance_id: random_u64(),
+            host: hoptrace_probe::exporter::hostname(),
+            process: "hoptrace relay".into(),
+            software: concat!("hoptrace ", env!("CARGO_PKG_VERSION")).into(),
+            token: String::new(),
+            // The relay carries every hop's records (a Hello names at least one hop).
+            hops: self.hops.clone(),
+        };
+        self.control_message(0, &Frame::Hello(me), Some("relay"), None);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(ev) => self.event(ev, &mut open),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if last_stats.elapsed() >= Duration::from_millis(500) {
+                last_stats = Instant::now();
+                self.publish_stats(&open);
+                self.relay_counters();
+            }
+            if draining.load(Relaxed) {
+                let deadline =
+                    *drain_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
+                if open.values().all(|o| !o) || Instant::now() >= deadline {
+                    while let Ok(ev) = rx.try_recv() {
+                        self.event(ev, &mut open);
+                    }
+                    break;
+                }
+            }
+        }
+        self.producer.flush(Duration::from_secs(30))?;
+        // The relay's final counters, after every delivery is known.
+        self.relay_counters();
+        self.control_message(0, &Frame::Goodbye, None, Some(true));
+        self.producer.flush(Duration::from_secs(30))?;
+        self.publish_stats(&open);
+        Ok(self.stats.lock().expect("stats poisoned").clone())
+    }
+
+    /// Relays one connection event; `open` tracks which connections are open.
+    fn event(&mut self, ev: Event, open: &mut BTreeMap<u64, bool>) {
+        match ev {
+            Event::Connected(id, peer, hello) => {
+                open.insert(id, true);
+                self.control_message(id, &Frame::Hello(hello), Some(&peer.to_string()), None);
+            }
+            Event::Frame(_, Frame::Records(recs)) => self.records(&recs),
+            Event::Frame(id, f) => self.control_message(id, &f, None, None),
+            Event::Closed(id, clean) => {
+                open.insert(id, false);
+                self.control_message(id, &Frame::Goodbye, None, Some(clean));
+            }
+        }
+    }
+
+    fn relay_counters(&mut self) {
+        let ctx = self.producer.context();
+        let frame = Frame::Counters(CountersFrame {
+            at_ns: hoptrace_probe::clock::realtime_ns(),
+            values: vec![
+                (counter_id::REPORTED, self.records),
+                (counter_id::SENT, ctx.delivered.load(Relaxed)),
+                (counter_id::SEND_FAILED, ctx.failed.load(Relaxed)),
+            ],
+        });
+        self.control_message(0, &frame, None, None);
+    }
+
+    fn publish_stats(&self, open: &BTreeMap<u64, bool>) {
+        let ctx = self.producer.context();
+        let mut s = self.stats.lock().expect("stats poisoned");
+        s.connections = open.values().filter(|o| **o).count() as u64;
+        s.records = self.records;
+        s.messages = self.messages;
+        s.delivered_records = ctx.delivered.load(Relaxed);
+        s.failed_records = ctx.failed.load(Relaxed);
+        s.records_by_partition.clone_from(&self.by_partition);
+        s.closed_connections = crate::run::connection_counts(&self.counters);
+        s.closed_connections.remove("accepted");
+    }
+
+    fn records(&mut self, recs: &[protocol::Record]) {
+        self.records += recs.len() as u64;
+        for r in recs {
+            let p = group::partition_of(&r.key, self.partitions);
+            self.batches.entry(p).or_default().push(*r);
+        }
+        let batches = std::mem::take(&mut self.batches);
+        for (p, batch) in batches {
+            *self.by_partition.entry(p).or_default() += batch.len() as u64;
+            let key = batch[0].key.to_le_bytes();
+            let n = batch.len();
+            let payload = Frame::Records(batch).to_bytes();
+            let record = BaseRecord::with_opaque_to(&self.target.topic, n)
+                .partition(p)
+                .key(&key[..])
+                .payload(&payload[..]);
+            send(&self.producer, &mut self.messages, record);
+        }
+    }
+
+    fn control_message(&mut self, id: u64, f: &Frame, peer: Option<&str>, clean: Option<bool>) {
+        let source = format!("{}:{id}", self.relay_id);
+        let mut headers = OwnedHeaders::new().insert(Header {
+            key: SOURCE_HEADER,
+            value: Some(source.as_bytes()),
+        });
+        if let Some(peer) = peer {
+            headers = headers.insert(Header {
+                key: PEER_HEADER,
+                value: Some(peer.as_bytes()),
+            });
+        }
+        if let Some(clean) = clean {
+            headers = headers.insert(Header {
+                key: CLEAN_HEADER,
+                value: Some(if clean { "1" } else { "0" }.as_bytes()),
+            });
+        }
+        let payload = f.to_bytes();
+        let record = BaseRecord::with_opaque_to(&self.control, 0)
+            .partition(0)
+            .key(source.as_bytes())
+            .payload(&payload[..])
+            .headers(headers);
+        send(&self.producer, &mut self.messages, record);
+    }
+}
+
+/// Produces, waiting while the producer's queue is full (back-pressure: the channel
+/// fills, connection readers stop, TCP pushes back on probes).
+fn send(
+    producer: &ThreadedProducer<RelayContext>,
+    messages: &mut u64,
+    mut record: BaseRecord<'_, [u8], [u8], usize>,
+) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => {
+                *messages += 1;
+                return;
+            }
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((e, r)) => {
+                tracing::warn!("kafka refused a message: {e}");
+                producer
+                    .context()
+                    .failed
+                    .fetch_add(r.delivery_opaque as u64, Relaxed);
+                return;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Group member
+
+/// How a group member runs.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// Where the records are.
+    pub target: KafkaTarget,
+    /// Consumer group.
+    pub group: String,
+    /// This member's name (its directory under `members/`); unique in the group.
+    pub member: String,
+    /// The pipeline.
+    pub spec: PipelineSpec,
+    /// Directory under which `<run-id>/members/<member>/` is written.
+    pub out_dir: PathBuf,
+    /// Run id (shared by the group's members).
+    pub run_id: String,
+    /// Time between checkpoints (files closed, offsets committed).
+    pub commit_interval: Duration,
+    /// On stop, how long to keep reading to reach the end of the assigned partitions.
+    pub stop_timeout: Duration,
+}
+
+/// Live figures of a member.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MemberProgress {
+    /// Partitions assigned now.
+    pub partitions: Vec<i32>,
+    /// Kafka messages read (records topic).
+    pub messages: u64,
+    /// Hop records read.
+    pub records: u64,
+    /// Traces written.
+    pub traces: u64,
+    /// Traces waiting in open buckets.
+    pub pending: u64,
+    /// Checkpoints committed.
+    pub commits: u64,
+    /// Checkpoints Kafka refused (their segments are set aside when the partition moves).
+    pub commit_failures: u64,
+    /// Messages that are not hoptrace frames (counted, skipped).
+    pub bad_messages: u64,
+    /// Rebalances seen.
+    pub rebalances: u64,
+}
+
+struct Owned {
+    join: PartitionJoin,
+    writer: Option<TraceWriter>,
+    /// Position at the last checkpoint.
+    seg_from: i64,
+}
+
+/// A partition as assigned: where to read from and where its owner's stretch starts.
+#[derive(Clone, Copy)]
+struct Assigned {
+    /// The committed offset (the oldest record of an open bucket).
+    resume: i64,
+    /// The previous owner's checkpoint, if any.
+    checkpoint: Option<Checkpoint>,
+    /// The start logged in `ownership.jsonl`.
+    start: i64,
+}
+
+struct MemberState {
+    cfg: MemberConfig,
+    spec: Arc<ResolvedSpec>,
+    dir: PathBuf,
+    partitions: BTreeMap<i32, Owned>,
+    /// Assigned partitions waiting for their first message.
+    assigned: BTreeMap<i32, Assigned>,
+    segments: Vec<Segment>,
+    owners: Vec<Ownership>,
+    progress: MemberProgress,
+    out: Vec<JoinedTrace>,
+    error: Option<KafkaError>,
+}
+
+impl MemberState {
+    fn part_dir(&self, p: i32) -> PathBuf {
+        self.dir.join("traces").join(format!("p{p:04}"))
+    }
+
+    fn owned(&mut self, p: i32, offset: i64) -> &mut Owned {
+        if !self.partitions.contains_key(&p) {
+            let a = self.assigned.remove(&p).unwrap_or(Assigned {
+                resume: offset,
+                checkpoint: None,
+                start: 0,
+            });
+            let join = PartitionJoin::new(Arc::clone(&self.spec), offset, a.checkpoint);
+            self.partitions.insert(
+                p,
+                Owned {
+                    join,
+                    writer: None,
+                    seg_from: a.start,
+                },
+            );
+        }
+        self.partitions.get_mut(&p).expect("inserted above")
+    }
+
+    fn message(&mut self, p: i32, offset: i64, payload: Option<&[u8]>) -> Result<(), KafkaError> {
+        self.progress.messages += 1;
+        let frame = payload.and_then(one_frame);
+        let mut out = std::mem::take(&mut self.out);
+        let owned = self.owned(p, offset);
+        match frame {
+            Some(Frame::Records(recs)) => {
+                owned.join.message(offset, &recs, &mut out);
+                self.progress.records += recs.len() as u64;
+            }
+            _ => {
+                owned.join.skip(offset);
+                self.progress.bad_messages += 1;
+                tracing::warn!(
+                    partition = p,
+                    offset,
+                    "skipped a message that is not a hoptrace records frame"
+                );
+            }
+        }
+        self.write(p, &mut out)?;
+        self.out = out;
+        Ok(())
+    }
+
+    fn write(&mut self, p: i32, out: &mut Vec<JoinedTrace>) -> Result<(), KafkaError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let dir = self.part_dir(p);
+        let (run_id, hops, o) = (
+            self.cfg.run_id.clone(),
+            self.spec.hop_names().to_vec(),
+            self.cfg.spec.output,
+        );
+        let owned = self.partitions.get_mut(&p).expect("a partition that emits");
+        if owned.writer.is_none() {
+            std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+            owned.writer = Some(TraceWriter::new(TraceWriterConfig {
+                dir,
+                run_id,
+                hop_names: hops,
+                row_group_rows: o.row_group_rows,
+                roll_rows: o.roll_rows,
+                roll_seconds: u64::MAX,
+                zstd_level: o.zstd_level,
+            })?);
+        }
+        let w = owned.writer.as_mut().expect("created above");
+        for t in out.drain(..) {
+            w.push(&t)?;
+            self.progress.traces += 1;
+        }
+        Ok(())
+    }
+
+    /// Closes the files of `partitions`, logs their segments and commits their offsets
+    /// with their checkpoints.
+    fn checkpoint(
+        &mut self,
+        consumer: &BaseConsumer<MemberContext>,
+        partitions: &[i32],
+    ) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for p in partitions {
+            let dir = self.part_dir(*p);
+            let Some(owned) = self.partitions.get_mut(p) else {
+                continue;
+            };
+            let mut files = Vec::new();
+            if let Some(w) = owned.writer.take() {
+                for f in w.finish()? {
+                    let path = dir.join(&f.name);
+                    std::fs::File::open(&path)
+                        .and_then(|f| f.sync_all())
+                        .map_err(io_err(&path))?;
+                    files.push(PartFile {
+                        name: format!("traces/p{p:04}/{}", f.name),
+                        ..f
+                    });
+                }
+                if let Ok(d) = std::fs::File::open(&dir) {
+                    let _ = d.sync_all();
+                }
+            }
+            let tally = owned.join.take_tally();
+            let to = owned.join.position();
+            if !files.is_empty() || !tally.is_empty() || to > owned.seg_from {
+                let seg = Segment {
+                    member: self.cfg.member.clone(),
+                    partition: *p,
+                    from: owned.seg_from,
+                    to,
+                    files,
+                    tally,
+                };
+                let log = self.dir.join(group::SEGMENTS_FILE);
+                group::append_line(&log, &seg).map_err(io_err(&log))?;
+                self.segments.push(seg);
+                owned.seg_from = to;
+            }
+            tpl.add_partition_offset(
+                &self.cfg.target.topic,
+                *p,
+                Offset::Offset(owned.join.resume_offset()),
+            )?;
+            if let Some(mut e) = tpl.find_partition(&self.cfg.target.topic, *p) {
+                e.set_metadata(owned.join.checkpoint().to_metadata());
+            }
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => self.progress.commits += 1,
+            Err(e) => {
+                // Not fatal: the segments since the last commit are set aside if the
+                // partition moves, and its next owner repeats them.
+                self.progress.commit_failures += 1;
+                tracing::warn!("commit failed: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    fn assigned(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
+        let committed = consumer
+            .committed_offsets(tpl.clone(), Duration::from_secs(10))
+            .unwrap_or_else(|e| {
+                tracing::warn!("reading committed offsets failed: {e}");
+                tpl.clone()
+            });
+        let now = hoptrace_probe::clock::realtime_ns();
+        for e in committed.elements_for_topic(&self.cfg.target.topic) {
+            let p = e.partition();
+            let offset = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            let cp = Checkpoint::from_metadata(e.metadata());
+            let own = Ownership {
+                member: self.cfg.member.clone(),
+                partition: p,
+                start: cp.map_or(0, |c| c.position),
+                assigned_unix_ns: now,
+            };
+            let log = self.dir.join(group::OWNERSHIP_FILE);
+            if let Err(e) = group::append_line(&log, &own) {
+                self.error.get_or_insert(io_err(&log)(e));
+            }
+            tracing::info!(
+                partition = p,
+                resume = offset,
+                start = own.start,
+                "assigned a partition"
+            );
+            self.assigned.insert(
+                p,
+                Assigned {
+                    resume: offset,
+                    checkpoint: cp,
+                    start: own.start,
+                },
+            );
+            self.owners.push(own);
+        }
+    }
+
+    fn revoked(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
+        let ps: Vec<i32> = tpl
+            .elements_for_topic(&self.cfg.target.topic)
+            .iter()
+            .map(rdkafka::topic_partition_list::TopicPartitionListElem::partition)
+            .collect();
+        if let Err(e) = self.checkpoint(consumer, &ps) {
+            self.error.get_or_insert(e);
+        }
+        for p in &ps {
+            self.partitions.remove(p);
+            self.assigned.remove(p);
+            tracing::info!(partition = p, "revoked a partition");
+        }
+    }
+}
+
+struct MemberContext {
+    state: Arc<Mutex<MemberState>>,
+}
+
+impl ClientContext for MemberContext {}
+
+impl ConsumerContext for MemberContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut s = self.state.lock().expect("member state poisoned");
+        s.progress.rebalances += 1;
+        if let Rebalance::Revoke(tpl) = rebalance {
+            s.revoked(consumer, tpl);
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.state
+                .lock()
+                .expect("member state poisoned")
+                .assigned(consumer, tpl);
+        }
+    }
+}
+
+/// A random id (for instance ids).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher as _;
+    std::hash::RandomState::new().build_hasher().finish()
+}
+
+/// A stable id for a control message's source.
+fn source_id(source: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    source.hash(&mut h);
+    h.finish()
+}
+
+fn header<'a>(m: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
+    let headers = m.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| std::str::from_utf8(h.value?).ok())
+}
+
+/// The one protocol frame a Kafka message holds; `None` for anything else.
+fn one_frame(payload: &[u8]) -> Option<Frame> {
+    let (ty, body, len) = protocol::split_frame(payload, MAX_FRAME_LEN).ok()??;
+    (len == payload.len())
+        .then(|| Frame::decode(ty, &payload[body]).ok())
+        .flatten()
+}
+
+/// Turns a control message into the event a TCP collector would have seen.
+fn control_event(m: &BorrowedMessage<'_>) -> Option<Event> {
+    let id = source_id(header(m, SOURCE_HEADER)?);
+    match one_frame(m.payload()?)? {
+        Frame::Hello(h) => {
+            let peer = header(m, PEER_HEADER)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            Some(Event::Connected(id, peer, h))
+        }
+        Frame::Goodbye => Some(Event::Closed(id, header(m, CLEAN_HEADER) == Some("1"))),
+        f => Some(Event::Frame(id, f)),
+    }
+}
+
+/// Runs one member of the group until `stop` is set, then reads its partitions to their
+/// end (at most `stop_timeout`), closes every bucket, commits, and writes the member's
+/// `run.json`, `clock.parquet` and `probes.parquet`. `progress` is called about once a
+/// second.
+///
+/// # Errors
+/// A bad setting, a Kafka error on joining, a file that cannot be written.
+pub fn run_member(
+    cfg: &MemberConfig,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&MemberProgress),
+) -> Result<RunSummary, KafkaError> {
+    let spec = Arc::new(ResolvedSpec::new(&cfg.spec).map_err(crate::CollectorError::from)?);
+    if cfg.member.is_empty() || cfg.member.contains(['/', '\\']) || cfg.member.starts_with('.') {
+        return Err(KafkaError::Config(format!(
+            "member name {:?}: give a plain directory name",
+            cfg.member
+        )));
+    }
+    let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+    let dir = cfg
+        .out_dir
+        .join(&cfg.run_id)
+        .join(group::MEMBERS_DIR)
+        .join(&cfg.member);
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    if dir.join("run.json").exists() {
+        return Err(KafkaError::Config(format!(
+            "{} already holds a finished member: use another --member or --run-id",
+            dir.display()
+        )));
+    }
+    let state = Arc::new(Mutex::new(MemberState {
+        cfg: cfg.clone(),
+        spec: Arc::clone(&spec),
+        dir: dir.clone(),
+        partitions: BTreeMap::new(),
+        assigned: BTreeMap::new(),
+        segments: Vec::new(),
+        owners: Vec::new(),
+        progress: MemberProgress::default(),
+        out: Vec::new(),
+        error: None,
+    }));
+    let consumer: BaseConsumer<MemberContext> = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.target.brokers)
+        .set("group.id", &cfg.group)
+        .set("client.id", format!("hoptrace-{}", cfg.member))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("partition.assignment.strategy", "roundrobin")
+        .set("isolation.level", "read_committed")
+        .create_with_context(MemberContext {
+            state: Arc::clone(&state),
+        })?;
+    consumer.subscribe(&[&cfg.target.topic])?;
+    let control_topic = cfg.target.control_topic();
+    let control_consumer: BaseConsumer<DefaultConsumerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.target.brokers)
+        .set("group.id", format!("{}.control.{}", cfg.group, cfg.member))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()?;
+    let mut ctl_tpl = TopicPartitionList::new();
+    ctl_tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
+    control_consumer.assign(&ctl_tpl)?;
+    let mut control = Control::default();
+    let mut control_position = 0i64;
+
+    let mut last_commit = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut stopping: Option<Instant> = None;
+    loop {
+        if stop.load(Relaxed) && stopping.is_none() {
+            tracing::info!("stopping: reading the assigned partitions to their end");
+            stopping = Some(Instant::now());
+        }
+        let polled = consumer.poll(Duration::from_millis(50));
+        {
+            let mut s = state.lock().expect("member state poisoned");
+            if let Some(e) = s.error.take() {
+                return Err(e);
+            }
+            match polled {
+                Some(Ok(m)) => s.message(m.partition(), m.offset(), m.payload())?,
+                Some(Err(e)) => tracing::warn!("kafka: {e}"),
+                None => {}
+            }
+            if last_commit.elapsed() >= cfg.commit_interval {
+                last_commit = Instant::now();
+                let ps: Vec<i32> = s.partitions.keys().copied().collect();
+                s.checkpoint(&consumer, &ps)?;
+            }
+            if last_progress.elapsed() >= Duration::from_secs(1) {
+                last_progress = Instant::now();
+                s.progress.pending = s.partitions.values().map(|o| o.join.pending() as u64).sum();
+                s.progress.partitions = s
+                    .assigned
+                    .keys()
+                    .chain(s.partitions.keys())
+                    .copied()
+                    .collect();
+                progress(&s.progress);
+            }
+        }
+        while let Some(r) = control_consumer.poll(Duration::ZERO) {
+            match r {
+                Ok(m) => {
+                    control_position = m.offset() + 1;
+                    match control_event(&m) {
+                        Some(ev) => control.handle(ev),
+                        None => tracing::warn!(
+                            offset = m.offset(),
+                            "skipped a control message that is not a hoptrace frame"
+                        ),
+                    }
+                }
+                Err(e) => tracing::warn!("kafka (control): {e}"),
+            }
+        }
+        if let Some(since) = stopping {
+            let done = caught_up(
+                &consumer,
+                &state,
+                &cfg.target.topic,
+                &control_consumer,
+                &control_topic,
+                control_position,
+            );
+            if done || since.elapsed() >= cfg.stop_timeout {
+                if !done {
+                    tracing::warn!(
+                        timeout = ?cfg.stop_timeout,
+                        "stopping before reaching the end of every partition"
+                    );
+                }
+                break;
+            }
+        }
+    }
+    let mut s = state.lock().expect("member state poisoned");
+    let ps: Vec<i32> = s.partitions.keys().copied().collect();
+    for p in &ps {
+        let mut out = std::mem::take(&mut s.out);
+        if let Some(o) = s.partitions.get_mut(p) {
+            o.join.drain(&mut out);
+        }
+        s.write(*p, &mut out)?;
+        s.out = out;
+    }
+    s.checkpoint(&consumer, &ps)?;
+    let summary = member_summary(&s, &control, started_unix_ns);
+    control.write_tables(&dir)?;
+    let path = dir.join("run.json");
+    let json = serde_json::to_vec_pretty(&summary).expect("a run summary serialises");
+    std::fs::write(&path, json).map_err(io_err(&path))?;
+    progress(&s.progress);
+    drop(s);
+    consumer.unsubscribe();
+    Ok(summary)
+}
+
+/// Whether every assigned partition and the control topic have been read to their end.
+fn caught_up(
+    consumer: &BaseConsumer<MemberContext>,
+    state: &Mutex<MemberState>,
+    topic: &str,
+    control: &BaseConsumer<DefaultConsumerContext>,
+    control_topic: &str,
+    control_position: i64,
+) -> bool {
+    let t = Duration::from_secs(5);
+    let Ok((_, high)) = control.fetch_watermarks(control_topic, 0, t) else {
+        return false;
+    };
+    if control_position < high {
+        return false;
+    }
+    let Ok(assignment) = consumer.assignment() else {
+        return false;
+    };
+    let s = state.lock().expect("member state poisoned");
+    assignment.elements_for_topic(topic).iter().all(|e| {
+        let p = e.partition();
+        let pos = s
+            .partitions
+            .get(&p)
+            .map(|o| o.join.position())
+            .or_else(|| s.assigned.get(&p).map(|a| a.resume));
+        match (pos, consumer.fetch_watermarks(topic, p, t)) {
+            (Some(pos), Ok((_, high))) => pos >= high,
+            (None, Ok((low, high))) => low == high,
+            _ => false,
+        }
+    })
+}
+
+fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> RunSummary {
+    let mut total = group::Tally::default();
+    let mut files = Vec::new();
+    for seg in &s.segments {
+        total.add(&seg.tally);
+        files.extend(seg.files.iter().cloned());
+    }
+    let (publishers, adds_up) =
+        control.publishers(total.publishers.iter().map(|(p, (c, i))| (*p, *c, *i)));
+    let (clock, alerts) = control.clock();
+    let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for o in &s.owners {
+        owners
+            .entry(o.partition)
+            .or_default()
+            .push(o.member.clone());
+    }
+    RunSummary {
+        run_id: s.cfg.run_id.clone(),
+        pipeline: s.cfg.spec.clone(),
+        started_unix_ns,
+        ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+        collector_host: HostInfo::this_host(),
+        probes: control.probe_infos(),
+        clock: clock.to_vec(),
+        clock_alerts: alerts.to_vec(),
+        files,
+        stages: Vec::new(),
+        recovered: None,
+        accounting: total.accounting(
+            s.spec.hop_names(),
+            publishers,
+            control.records_lost(),
+            adds_up,
+        ),
+        connections: BTreeMap::new(),
+        group: Some(GroupInfo {
+            group: s.cfg.group.clone(),
+            members: [(s.cfg.member.clone(), true)].into(),
+            segments: s.segments.len() as u64,
+            segments_set_aside: 0,
+            rows_set_aside: 0,
+            owners,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_targets_parse_and_name_what_is_wrong() {
+        let t =
+            KafkaTarget::parse("kafka://127.0.0.1:29092,127.0.0.1:29093/hoptrace.records").unwrap();
+        assert_eq!(t.brokers, "127.0.0.1:29092,127.0.0.1:29093");
+        assert_eq!(t.topic, "hoptrace.records");
+        assert_eq!(t.control_topic(), "hoptrace.records.control");
+        for bad in [
+            "127.0.0.1:9092/t",
+            "kafka://127.0.0.1:9092",
+            "kafka:///t",
+            "kafka://h:1/",
+            "kafka://h:1/a/b",
+        ] {
+            let e = KafkaTarget::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! `hoptrace relay` and `hoptrace collect --from kafka://...`: collectors as a Kafka
+//! consumer group.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
+use hoptrace_collector::spec::PipelineSpec;
+
+/// Options of `hoptrace relay`.
+#[derive(Debug, clap::Args)]
+pub struct RelayArgs {
+    /// Address probes connect to (as they would to a collector). Any non-loopback
+    /// address requires --token.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: String,
+    /// Where records go: kafka://HOST:PORT[,HOST:PORT...]/TOPIC (probe control messages
+    /// go to TOPIC.control).
+    #[arg(long, value_name = "KAFKA_URL")]
+    pub to: String,
+    /// Pipeline spec (TOML): the hops probes may report. Default: the built-in pipeline.
+    #[arg(long)]
+    pub pipeline: Option<PathBuf>,
+    /// Partitions of the records topic, when the relay creates it.
+    #[arg(long, default_value_t = 6)]
+    pub partitions: i32,
+    /// Replication factor of the topics, when the relay creates them.
+    #[arg(long, default_value_t = 1)]
+    pub replication: i32,
+    /// Token probes must present.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Serve TLS to probes with this certificate chain (PEM). Needs --tls-key.
+    #[arg(long, env = "HOPTRACE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "HOPTRACE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Run id told to probes.
+    #[arg(long, default_value = "relay")]
+    pub run_id: String,
+    /// Stop by itself after this many seconds (default: until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+}
+
+fn load_spec(path: Option<&PathBuf>) -> anyhow::Result<PipelineSpec> {
+    match path {
+        Some(p) => PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display())),
+        None => Ok(PipelineSpec::default_pipeline()),
+    }
+}
+
+fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Runs a relay until SIGINT/SIGTERM (or `--duration-s`).
+///
+/// # Errors
+/// A bad target or spec, Kafka unreachable, a bind failure.
+pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
+    let stop = stop_flag()?;
+    let target = KafkaTarget::parse(&args.to)?;
+    let relay = Relay::start(RelayConfig {
+        listen: args.listen.clone(),
+        spec: load_spec(args.pipeline.as_ref())?,
+        target: target.clone(),
+        partitions: args.partitions,
+        replication: args.replication,
+        token: args.token.clone(),
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        run_id: args.run_id.clone(),
+    })
+    .context("starting the relay")?;
+    eprintln!(
+        "relaying probes on {} to {} (SIGINT or SIGTERM stops and flushes)",
+        relay.local_addr(),
+        args.to
+    );
+    let started = Instant::now();
+    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let mut last = relay.stats();
+    let mut last_at = Instant::now();
+    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(200));
+        if last_at.elapsed() >= Duration::from_secs(1) {
+            let s = relay.stats();
+            let secs = last_at.elapsed().as_secs_f64();
+            eprintln!(
+                "{:>6.0}s  {:>9.0} records/s  records {}  delivered {}  failed {}  probes {}",
+                started.elapsed().as_secs_f64(),
+                s.records.saturating_sub(last.records) as f64 / secs,
+                s.records,
+                s.delivered_records,
+                s.failed_records,
+                s.connections
+            );
+            last = s;
+            last_at = Instant::now();
+        }
+    }
+    eprintln!("stopping: waiting for probes to say goodbye, then flushing to Kafka");
+    let s = relay.stop().context("stopping the relay")?;
+    println!(
+        "relayed {} records in {} Kafka messages to {}: delivered {}, failed {}",
+        s.records, s.messages, target.topic, s.delivered_records, s.failed_records
+    );
+    for (p, n) in &s.records_by_partition {
+        println!("  partition {p}: {n} records");
+    }
+    for (reason, n) in s.closed_connections.iter().filter(|(_, n)| **n > 0) {
+        println!("  connections refused or closed, {reason}: {n}");
+    }
+    Ok(())
+}
+
+/// `hoptrace collect --from kafka://...`: one member of the collectors' group.
+///
+/// # Errors
+/// A bad target, Kafka unreachable, a file that cannot be written.
+pub fn collect_group(
+    args: &crate::collect::Args,
+    from: &str,
+    spec: PipelineSpec,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let target = KafkaTarget::parse(from)?;
+    let member = args.member.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            hoptrace_probe::exporter::hostname(),
+            std::process::id()
+        )
+    });
+    let run_id = args.run_id.clone().context("--from needs --run-id")?;
+    let cfg = MemberConfig {
+        target,
+        group: args.group.clone(),
+        member: member.clone(),
+        spec,
+        out_dir: args.out.clone(),
+        run_id: run_id.clone(),
+        commit_interval: Duration::from_secs(args.commit_interval_s.max(1)),
+        stop_timeout: Duration::from_secs(60),
+    };
+    let dir = args.out.join(&run_id);
+    eprintln!(
+        "collecting from {from} as member {member} of group {} into {} (SIGINT or SIGTERM stops and flushes)",
+        args.group,
+        dir.join("members").join(&member).display()
+    );
+    let started = Instant::now();
+    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, stop_all) = (Arc::clone(stop), Arc::clone(&stop_all));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            stop_all.store(true, Ordering::Relaxed);
+        })
+    };
+    let mut last = (Instant::now(), 0u64, 0u64);
+    let summary = run_member(&cfg, &stop_all, |p| {
+        let secs = last.0.elapsed().as_secs_f64().max(1e-3);
+        eprintln!(
+            "{:>6.0}s  {:>9.0} records/s  {:>9.0} traces/s  partitions {:?}  pending {}  commits {}  rebalances {}",
+            started.elapsed().as_secs_f64(),
+            p.records.saturating_sub(last.1) as f64 / secs,
+            p.traces.saturating_sub(last.2) as f64 / secs,
+            p.partitions,
+            p.pending,
+            p.commits,
+            p.rebalances
+        );
+        last = (Instant::now(), p.records, p.traces);
+    })
+    .context("collecting from Kafka")?;
+    stop_all.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    println!(
+        "member {member} of run {run_id} written to {}; `hoptrace report {}` reads every member as one run",
+        dir.join("members").join(&member).display(),
+        dir.display()
+    );
+    crate::collect::print_accounting(&summary);
+    Ok(())
+}
