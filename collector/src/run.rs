@@ -1,6 +1,6 @@
 //! One collection run: listen, join, write `runs/<run-id>/`, account for every message.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use hoptrace_probe::ClockStatus;
 use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, SentEntry, counter_id};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::join::{JoinedTrace, Joiner};
@@ -242,7 +243,7 @@ impl Collector {
                     max_clock_error_ns: cfg.max_clock_error_ns,
                     ..Control::default()
                 },
-                tallies: HashMap::new(),
+                tallies: FxHashMap::default(),
                 records: 0,
                 recovered: recovered.clone(),
                 backpressure_episodes: 0,
@@ -509,7 +510,8 @@ struct JoinState {
     started_unix_ns: i64,
     epoch: Instant,
     control: Control,
-    tallies: HashMap<u16, Tally>,
+    /// Per publisher; looked up once per trace, so hashed with Fx rather than SipHash.
+    tallies: FxHashMap<u16, Tally>,
     records: u64,
     recovered: Option<crate::writer::Recovered>,
     backpressure_episodes: u64,

@@ -96,8 +96,7 @@ struct Acc {
     negative: u64,
     clamped: u64,
     n: u64,
-    mean: f64,
-    m2: f64,
+    moments: Moments,
     min: i64,
     max: i64,
     log: BufWriter<File>,
@@ -107,6 +106,39 @@ struct Acc {
 }
 
 /// Records every written trace into its stages.
+/// Sums for an exact mean and a stable population standard deviation without a division
+/// per value: values are shifted by the first one (`shift`), the shifted sum is exact in
+/// `i128`, and the variance is `E[(x-K)^2] - E[x-K]^2`, which does not cancel badly
+/// while the shift is within a few standard deviations of the mean (latencies are).
+#[derive(Debug, Default, Clone, Copy)]
+struct Moments {
+    shift: Option<i64>,
+    sum: i128,
+    sum_sq: f64,
+}
+
+impl Moments {
+    #[inline]
+    fn add(&mut self, x: i64) {
+        let k = *self.shift.get_or_insert(x);
+        let d = i128::from(x) - i128::from(k);
+        self.sum += d;
+        let f = d as f64;
+        self.sum_sq += f * f;
+    }
+
+    fn mean(&self, n: u64) -> f64 {
+        let k = self.shift.unwrap_or(0);
+        (i128::from(k) * i128::from(n) + self.sum) as f64 / n as f64
+    }
+
+    fn stddev(&self, n: u64) -> f64 {
+        let n = n as f64;
+        let m = self.sum as f64 / n;
+        (self.sum_sq / n - m * m).max(0.0).sqrt()
+    }
+}
+
 pub struct StageRecorder {
     stages: Vec<Acc>,
     base_unix_ns: i64,
@@ -176,8 +208,7 @@ impl StageRecorder {
                 negative: 0,
                 clamped: 0,
                 n: 0,
-                mean: 0.0,
-                m2: 0.0,
+                moments: Moments::default(),
                 min: i64::MAX,
                 max: i64::MIN,
                 log,
@@ -208,13 +239,10 @@ impl StageRecorder {
             if v > MAX_TRACKABLE_NS {
                 a.clamped += 1;
             }
-            a.total.saturating_record(v);
+            // Into the interval only; `end_interval` adds each interval to the total.
             a.interval.saturating_record(v);
             a.n += 1;
-            let x = d as f64;
-            let delta = x - a.mean;
-            a.mean += delta / a.n as f64;
-            a.m2 += delta * (x - a.mean);
+            a.moments.add(d);
             a.min = a.min.min(d);
             a.max = a.max.max(d);
         }
@@ -254,6 +282,9 @@ impl StageRecorder {
             w.write_histogram(&a.interval, start, len, Tag::new(&a.tag))
                 .map_err(|e| std::io::Error::other(format!("{}: {e:?}", a.log_path.display())))?;
             a.log.flush()?;
+            a.total
+                .add(&a.interval)
+                .expect("histograms of the same bounds add");
             a.interval.reset();
         }
         self.interval_start_unix_ns = now_unix_ns;
@@ -282,8 +313,8 @@ impl StageRecorder {
                     clamped: a.clamped,
                     min_ns: any.then_some(a.min),
                     max_ns: any.then_some(a.max),
-                    mean_ns: any.then_some(a.mean),
-                    stddev_ns: any.then(|| (a.m2 / a.n as f64).sqrt()),
+                    mean_ns: any.then(|| a.moments.mean(a.n)),
+                    stddev_ns: any.then(|| a.moments.stddev(a.n)),
                     percentiles: if any {
                         QUANTILES.iter().map(|q| percentile(&a.total, *q)).collect()
                     } else {
@@ -316,6 +347,107 @@ mod tests {
         assert_eq!(p.precision_ns, 512);
         assert!(p.value_ns.abs_diff(1_100_000) <= 512);
         assert!((p.precision_ns as f64) / (p.value_ns as f64) < 0.0005);
+    }
+
+    /// Two-pass mean and population standard deviation, on values shifted by the
+    /// smallest in integers first (f64 cannot hold every integer near 2^53).
+    fn two_pass(xs: &[i64]) -> (f64, f64) {
+        let lo = *xs.iter().min().unwrap();
+        let n = xs.len() as f64;
+        let shifted: Vec<f64> = xs.iter().map(|&x| (x - lo) as f64).collect();
+        let m = shifted.iter().sum::<f64>() / n;
+        let var = shifted.iter().map(|d| (d - m).powi(2)).sum::<f64>() / n;
+        (lo as f64 + m, var.sqrt())
+    }
+
+    #[test]
+    fn moments_match_a_two_pass_computation() {
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        // Latencies around 1 ms with 50 µs of spread, a far-off first value, and large
+        // values near 2^53 where f64 loses integers.
+        let sets: Vec<Vec<i64>> = vec![
+            (0..10_000)
+                .map(|_| 1_000_000 + (next() % 100_000) as i64)
+                .collect(),
+            std::iter::once(3_000_000_000)
+                .chain((0..10_000).map(|_| 20_000 + (next() % 1_000) as i64))
+                .collect(),
+            (0..1_000)
+                .map(|_| (1i64 << 53) + (next() % 4_096) as i64)
+                .collect(),
+        ];
+        for xs in sets {
+            let mut m = Moments::default();
+            for &x in &xs {
+                m.add(x);
+            }
+            let n = xs.len() as u64;
+            let (mean, sd) = two_pass(&xs);
+            let exact_mean = xs.iter().map(|&x| i128::from(x)).sum::<i128>() as f64 / n as f64;
+            assert_eq!(m.mean(n), exact_mean);
+            assert!(
+                (m.mean(n) - mean).abs() <= mean.abs() * 1e-12,
+                "{} vs {mean}",
+                m.mean(n)
+            );
+            assert!(
+                (m.stddev(n) - sd).abs() <= sd * 1e-9,
+                "{} vs {sd}",
+                m.stddev(n)
+            );
+        }
+        let mut c = Moments::default();
+        for _ in 0..5 {
+            c.add(42);
+        }
+        assert_eq!((c.mean(5), c.stddev(5)), (42.0, 0.0));
+    }
+
+    #[test]
+    fn the_total_holds_every_interval() {
+        use crate::spec::PipelineSpec;
+        let spec = PipelineSpec::default_pipeline().resolve().unwrap();
+        let dir = std::env::temp_dir().join(format!("hoptrace-stages-{}", std::process::id()));
+        let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
+        let stage = &spec.stages()[0];
+        let mut t = JoinedTrace {
+            key: hoptrace_probe::TraceKey {
+                publisher: 1,
+                stream: 1,
+                sequence: 1,
+            },
+            metric_count: 1,
+            intended_ns: 0,
+            otel_trace_id: None,
+            present_mask: (1 << stage.from_index) | (1 << stage.to_index),
+            stamps_ns: [0; hoptrace_probe::protocol::MAX_HOPS],
+            complete: true,
+            missing_mask: 0,
+            flags: 0,
+        };
+        // Three intervals of 1000 values each: 1..=1000 µs, then 1001..=2000, ...
+        for interval in 0..3i64 {
+            for i in 1..=1_000i64 {
+                t.stamps_ns[stage.to_index] = (interval * 1_000 + i) * 1_000;
+                r.record(&t);
+            }
+            r.end_interval((interval + 1) * 1_000_000_000).unwrap();
+        }
+        let stats = r.finish(4_000_000_000).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = &stats[0];
+        assert_eq!(s.count, 3_000);
+        assert_eq!(s.min_ns, Some(1_000));
+        assert_eq!(s.max_ns, Some(3_000_000));
+        assert_eq!(s.mean_ns, Some(1_500_500.0));
+        let median = s.percentiles.iter().find(|p| p.quantile == 0.5).unwrap();
+        assert!(median.value_ns.abs_diff(1_500_000) <= median.precision_ns + 1_000);
+        let p99 = s.percentiles.iter().find(|p| p.quantile == 0.99).unwrap();
+        assert!(p99.value_ns.abs_diff(2_970_000) <= p99.precision_ns + 1_000);
     }
 
     #[test]

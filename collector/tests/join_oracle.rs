@@ -110,6 +110,12 @@ impl Rng {
 /// conflicting metadata, unknown hops and extreme stamps, shuffled across traces, with
 /// monotonic arrivals whose gaps cluster around the window and its exact boundaries.
 fn scenario(seed: u64) -> Scenario {
+    scenario_sized(seed, None)
+}
+
+/// A scenario; with `long = Some((traces, late_memory))` it has that many traces and
+/// remembers that many keys (otherwise both are drawn, up to 150 traces).
+fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
     let mut rng = Rng(seed);
     let hop_count = if rng.chance(1, 8) {
         1 + rng.index(MAX_HOPS)
@@ -148,16 +154,19 @@ fn scenario(seed: u64) -> Scenario {
     let window_ms = 1 + rng.below(3);
     let window = window_ms * 1_000_000;
     let spec = make_spec(&ids, expected, &stages, window_ms);
-    let late_memory = [0, 1, 2, 5, 1_000][rng.index(5)];
+    let mut late_memory = [0, 1, 2, 5, 1_000][rng.index(5)];
 
     // Records, trace by trace.
     let presence = [1u64, 2, 3, 4][rng.index(4)]; // chance a hop stamps is presence/4
     let mut records: Vec<(usize, Record)> = Vec::new();
-    let traces = if rng.chance(1, 5) {
+    let mut traces = if rng.chance(1, 5) {
         1 + rng.index(150)
     } else {
         1 + rng.index(30)
     };
+    if let Some((t, m)) = long {
+        (traces, late_memory) = (t, m);
+    }
     let mut keys: Vec<TraceKey> = Vec::new();
     for t in 0..traces {
         let key = if !keys.is_empty() && rng.chance(1, 10) {
@@ -486,28 +495,21 @@ impl<'a> Oracle<'a> {
         self.stats.conflict_traces += u64::from(t.has_flag(flags::CONFLICT));
         self.stats.unexpected_hop_traces += u64::from(t.has_flag(flags::UNEXPECTED_HOP));
         if self.late_memory > 0 {
+            // Emission i is forgotten early when emission i + late_memory (this one)
+            // comes within its window.
+            let n = self.emissions.len();
+            if n >= self.late_memory
+                && now - self.emissions[n - self.late_memory].0 <= self.window_ns
+            {
+                self.stats.forgotten_early += 1;
+            }
             self.emissions.push((now, key));
         }
         out.push(t);
     }
 
-    /// Emissions pushed out of the memory by count while still within their window.
-    fn forgotten_early(&self) -> u64 {
-        let cap = self.late_memory;
-        (0..self.emissions.len())
-            .filter(|&i| {
-                self.emissions
-                    .get(i + cap)
-                    .is_some_and(|&(t, _)| t - self.emissions[i].0 <= self.window_ns)
-            })
-            .count() as u64
-    }
-
     fn stats(&self) -> JoinStats {
-        JoinStats {
-            forgotten_early: self.forgotten_early(),
-            ..self.stats
-        }
+        self.stats
     }
 }
 
@@ -642,6 +644,21 @@ fn sc_distinct_keys(sc: &Scenario) -> u64 {
     keys.sort_unstable();
     keys.dedup();
     keys.len() as u64
+}
+
+/// Thousands of traces against memories of 1 to 2500 keys: the joiner forgets far more
+/// keys than it keeps, by count and by age, while its table grows and shrinks.
+#[test]
+fn long_scenarios_that_forget_thousands_of_keys_match_the_oracle() {
+    let mut emitted = 0;
+    for (i, late_memory) in [1usize, 7, 300, 1_000, 2_500].into_iter().enumerate() {
+        for seed in 0..3u64 {
+            let sc = scenario_sized(10_000 + 10 * i as u64 + seed, Some((6_000, late_memory)));
+            let s = check(&sc).unwrap_or_else(|e| panic!("late memory {late_memory}: {e}"));
+            emitted += s.completed + s.expired + s.drained;
+        }
+    }
+    assert!(emitted > 30_000, "only {emitted} traces emitted");
 }
 
 #[test]
