@@ -202,11 +202,13 @@ impl RunSet {
     /// # Errors
     /// When a Parquet file does not read (truncated, not Parquet, another schema).
     pub async fn session(&self) -> Result<SessionContext, AnalysisError> {
+        // Two partitions per core: a partition waiting for its next column chunk (read
+        // on a blocking thread) leaves its core to another partition's decoding, which
+        // keeps both cores busy when the run is larger than the page cache.
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let config = SessionConfig::new()
             .with_information_schema(true)
-            .with_target_partitions(
-                std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
-            );
+            .with_target_partitions(2 * cores);
         let ctx = SessionContext::new_with_config(config);
         crate::hdr::register(&ctx);
         self.register_traces(&ctx).await?;
