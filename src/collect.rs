@@ -2,8 +2,7 @@
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -73,6 +72,17 @@ pub struct Args {
     pub commit_interval_s: u64,
 }
 
+/// The pipeline spec at `path`, or the built-in default pipeline without one.
+///
+/// # Errors
+/// A file that does not read or is not a valid spec (the error names the file).
+pub fn load_spec(path: Option<&std::path::Path>) -> anyhow::Result<PipelineSpec> {
+    match path {
+        Some(p) => PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display())),
+        None => Ok(PipelineSpec::default_pipeline()),
+    }
+}
+
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
 /// writes `run.json` and prints the accounting.
 ///
@@ -80,17 +90,8 @@ pub struct Args {
 /// A bad spec, a bind failure, a write failure.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     // First of all, so a signal that arrives while starting still flushes and exits cleanly.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
-    let spec = match &args.pipeline {
-        Some(p) => {
-            PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?
-        }
-        None => PipelineSpec::default_pipeline(),
-    };
+    let stop = crate::signals::shutdown_flag()?;
+    let spec = load_spec(args.pipeline.as_deref())?;
     if let Some(from) = &args.from {
         return crate::scaleout::collect_group(args, from, spec, &stop);
     }

@@ -81,11 +81,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.rate == 0 || args.streams == 0 || args.metrics_per_message == 0 {
         bail!("--rate, --streams and --metrics-per-message must be positive");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
+    let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let started = Instant::now();
     let run_id = format!("demo-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000);

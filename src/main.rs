@@ -14,6 +14,7 @@ mod publish;
 mod refpipe_cmd;
 mod roundtrip;
 mod scaleout;
+mod signals;
 mod soak;
 mod sweep;
 mod units;

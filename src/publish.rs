@@ -4,11 +4,10 @@
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_probe::HopId;
 use hoptrace_publisher::accounting::LagSummary;
 use hoptrace_publisher::capture::{self, RecordConfig};
@@ -55,11 +54,7 @@ impl CollectorArgs {
         let id = match self.hop_id {
             Some(id) => id,
             None => {
-                let spec = match &self.pipeline {
-                    Some(p) => PipelineSpec::load(p)
-                        .with_context(|| format!("pipeline spec {}", p.display()))?,
-                    None => PipelineSpec::default_pipeline(),
-                };
+                let spec = crate::collect::load_spec(self.pipeline.as_deref())?;
                 let Some((i, h)) = spec.hops.iter().enumerate().find(|(_, h)| h.name == hop) else {
                     bail!(
                         "hop {hop:?} is not declared by the pipeline {:?} ({}): pass the collector's spec with --pipeline, or the hop's id with --hop-id",
@@ -226,15 +221,6 @@ pub struct RecordArgs {
     pub messages: Option<u64>,
 }
 
-fn shutdown_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
-    Ok(stop)
-}
-
 fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
     let mut target = Endpoint::parse(&args.to).context("--to")?;
     if let Some(q) = args.qos {
@@ -291,7 +277,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
 /// # Errors
 /// Invalid options, an unusable broker or collector, a failure during the run.
 pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
-    let stop = shutdown_flag()?;
+    let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let config = publish_config(args)?;
     let planned_s = args.duration.as_secs_f64();
@@ -495,7 +481,7 @@ fn print_publish_summary(s: &PublishSummary) {
 /// # Errors
 /// Invalid options, an unusable broker or collector.
 pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
-    let stop = shutdown_flag()?;
+    let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
     c.topics.clone_from(&args.topics);
@@ -607,7 +593,7 @@ fn print_tap_summary(s: &TapSummary) {
 /// # Errors
 /// Invalid options, an unusable broker, an unwritable file.
 pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
-    let stop = shutdown_flag()?;
+    let stop = crate::signals::shutdown_flag()?;
     let c = RecordConfig {
         source: Endpoint::parse(&args.from).context("--from")?,
         topics: args.topics.clone(),

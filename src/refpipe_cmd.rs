@@ -7,7 +7,6 @@
 //! or SIGTERM stops it.
 
 use std::io::{IsTerminal as _, Write as _};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -93,11 +92,7 @@ pub struct ProcessorArgs {
 /// # Errors
 /// Invalid options, a part that does not start or fails.
 pub fn run(which: &Which) -> anyhow::Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
+    let stop = crate::signals::shutdown_flag()?;
     match which {
         Which::Store(a) => store(a, &stop),
         Which::Processor(a) => processor(a, &stop),

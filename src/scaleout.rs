@@ -47,32 +47,16 @@ pub struct RelayArgs {
     pub duration_s: Option<u64>,
 }
 
-fn load_spec(path: Option<&PathBuf>) -> anyhow::Result<PipelineSpec> {
-    match path {
-        Some(p) => PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display())),
-        None => Ok(PipelineSpec::default_pipeline()),
-    }
-}
-
-fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
-    Ok(stop)
-}
-
 /// Runs a relay until SIGINT/SIGTERM (or `--duration-s`).
 ///
 /// # Errors
 /// A bad target or spec, Kafka unreachable, a bind failure.
 pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
-    let stop = stop_flag()?;
+    let stop = crate::signals::shutdown_flag()?;
     let target = KafkaTarget::parse(&args.to)?;
     let relay = Relay::start(RelayConfig {
         listen: args.listen.clone(),
-        spec: load_spec(args.pipeline.as_ref())?,
+        spec: crate::collect::load_spec(args.pipeline.as_deref())?,
         target: target.clone(),
         partitions: args.partitions,
         replication: args.replication,

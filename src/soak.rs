@@ -11,8 +11,8 @@ use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -327,11 +327,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .1
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
+    let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let exe = std::env::current_exe().context("this program's path")?;
     let run_id = match &args.run_id {

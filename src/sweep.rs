@@ -12,8 +12,7 @@
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -238,54 +237,11 @@ fn one_topic(k: &hoptrace_publisher::url::KafkaEndpoint) -> anyhow::Result<&str>
 /// Creates a Kafka topic of `partitions` partitions if it does not exist; an existing
 /// one must have that many.
 fn ensure_topic(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
-    use rdkafka::ClientConfig;
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .context("a Kafka client")?;
-    let count = |c: &BaseConsumer| -> Option<usize> {
-        let m = c.fetch_metadata(Some(topic), Duration::from_secs(5)).ok()?;
-        let t = m.topics().first()?;
-        (t.error().is_none() && !t.partitions().is_empty()).then(|| t.partitions().len())
-    };
-    if let Some(n) = count(&consumer) {
-        if n != partitions as usize {
-            bail!("Kafka topic {topic} exists with {n} partitions, not {partitions}");
-        }
-        return Ok(());
-    }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .context("a Kafka admin client")?;
-    let t = NewTopic::new(
-        topic,
-        i32::try_from(partitions)?,
-        TopicReplication::Fixed(1),
-    );
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    for r in rt
-        .block_on(admin.create_topics([&t], &opts))
-        .with_context(|| format!("creating Kafka topic {topic}"))?
-    {
-        match r {
-            Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, e)) => bail!("creating Kafka topic {topic}: {e}"),
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count(&consumer) != Some(partitions as usize) {
-        if Instant::now() > deadline {
-            bail!("Kafka topic {topic} did not show {partitions} partitions within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let want = i32::try_from(partitions)?;
+    let n = hoptrace_collector::kafka::ensure_topic(bootstrap, topic, want, 1)
+        .with_context(|| format!("Kafka topic {topic}"))?;
+    if n != want {
+        bail!("Kafka topic {topic} exists with {n} partitions, not {partitions}");
     }
     Ok(())
 }
@@ -324,11 +280,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .collect::<Result<_, _>>()
         .context("--sla")?;
     let planned = plan(args, &endpoint)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
+    let stop = crate::signals::shutdown_flag()?;
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("runs").join(format!(
             "sweep-{}",

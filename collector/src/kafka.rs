@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::protocol::{
@@ -118,39 +117,62 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KafkaError + '_ {
     }
 }
 
-/// Creates `target`'s records topic (`partitions`, `replication`) and its one-partition
-/// control topic unless they exist.
+/// Creates `topic` with `partitions` partitions and `replication` replicas unless it
+/// exists, and returns its partition count once every partition has a leader (an
+/// existing topic keeps its own count). A just-created topic reaches every broker's
+/// metadata some time after the controller accepts it, so this waits up to
+/// `METADATA_WAIT` for it.
 ///
 /// # Errors
-/// When Kafka refuses for another reason than the topic existing.
-pub fn ensure_topics(
-    target: &KafkaTarget,
+/// When Kafka refuses the topic for another reason than its existing, or it has no
+/// leader for every partition in time.
+pub fn ensure_topic(
+    brokers: &str,
+    topic: &str,
     partitions: i32,
     replication: i32,
-) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &target.brokers)
+) -> Result<i32, KafkaError> {
+    const METADATA_WAIT: Duration = Duration::from_secs(30);
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
         .create()?;
-    let control = target.control_topic();
-    let topics = [
-        NewTopic::new(
-            &target.topic,
-            partitions,
-            TopicReplication::Fixed(replication),
-        ),
-        NewTopic::new(&control, 1, TopicReplication::Fixed(replication)),
-    ];
+    let led = || -> Result<Option<i32>, KafkaError> {
+        let md = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        Ok(md.topics().first().and_then(|t| {
+            let parts = t.partitions();
+            let all_led = t.error().is_none()
+                && !parts.is_empty()
+                && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
+            all_led.then(|| i32::try_from(parts.len()).unwrap_or(i32::MAX))
+        }))
+    };
+    if let Some(n) = led()? {
+        return Ok(n);
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = block_on(admin.create_topics(&topics, &opts))?;
-    for r in results {
+    for r in block_on(admin.create_topics([&new], &opts))? {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => {
-                return Err(KafkaError::Config(format!("creating topic {t}: {e}")));
-            }
+            Err((t, e)) => return Err(KafkaError::Config(format!("creating topic {t}: {e}"))),
         }
     }
-    Ok(())
+    let deadline = Instant::now() + METADATA_WAIT;
+    loop {
+        if let Some(n) = led()? {
+            return Ok(n);
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Config(format!(
+                "topic {topic} has no leader for every partition after {}s",
+                METADATA_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Runs a future to completion on a small runtime (the admin API is async).
@@ -160,39 +182,6 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .build()
         .expect("a current-thread runtime")
         .block_on(f)
-}
-
-/// Partitions of `topic`, from the cluster's metadata.
-///
-/// A topic that was just created may not be in every broker's metadata yet (the
-/// controller propagates it), so an absent topic or one without a leader for every
-/// partition is asked again until `METADATA_WAIT` has passed.
-fn partition_count(brokers: &str, topic: &str) -> Result<i32, KafkaError> {
-    const METADATA_WAIT: Duration = Duration::from_secs(30);
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
-    let deadline = Instant::now() + METADATA_WAIT;
-    loop {
-        let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-        let ready = md.topics().first().and_then(|t| {
-            let parts = t.partitions();
-            let led = t.error().is_none()
-                && !parts.is_empty()
-                && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
-            led.then(|| i32::try_from(parts.len()).unwrap_or(i32::MAX))
-        });
-        if let Some(n) = ready {
-            return Ok(n);
-        }
-        if Instant::now() >= deadline {
-            return Err(KafkaError::Config(format!(
-                "topic {topic} has no partitions with a leader after {}s (does it exist?)",
-                METADATA_WAIT.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -267,11 +256,9 @@ impl ProducerContext for RelayContext {
 #[derive(Debug)]
 pub struct Relay {
     addr: SocketAddr,
-    stop_accepting: Arc<AtomicBool>,
-    draining: Arc<AtomicBool>,
     stats: Arc<Mutex<RelayStats>>,
-    accept: Option<JoinHandle<()>>,
-    pump: Option<JoinHandle<Result<RelayStats, KafkaError>>>,
+    /// The accept thread and the pump that produces to Kafka.
+    service: server::Service<Result<RelayStats, KafkaError>>,
 }
 
 impl Relay {
@@ -281,8 +268,9 @@ impl Relay {
     /// A bad spec, a non-loopback address without a token, a bind or Kafka error.
     pub fn start(cfg: RelayConfig) -> Result<Self, KafkaError> {
         let spec = Arc::new(ResolvedSpec::new(&cfg.spec).map_err(crate::CollectorError::from)?);
-        ensure_topics(&cfg.target, cfg.partitions, cfg.replication)?;
-        let partitions = partition_count(&cfg.target.brokers, &cfg.target.topic)?;
+        let brokers = &cfg.target.brokers;
+        let partitions = ensure_topic(brokers, &cfg.target.topic, cfg.partitions, cfg.replication)?;
+        ensure_topic(brokers, &cfg.target.control_topic(), 1, cfg.replication)?;
         let (listener, addr, tls) = server::bind(
             &cfg.listen,
             cfg.token.as_deref(),
@@ -300,32 +288,16 @@ impl Relay {
                 delivered: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
             })?;
-        let (tx, rx) = mpsc::sync_channel(256);
-        let stop_accepting = Arc::new(AtomicBool::new(false));
-        let draining = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(ConnectionCounters::default());
         let stats = Arc::new(Mutex::new(RelayStats::default()));
-        let server_cfg = Arc::new(ServerConfig {
+        let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             run_id: cfg.run_id.clone(),
             max_connections: 256,
             hello_timeout: Duration::from_secs(5),
             tls,
-        });
-        let accept = {
-            let (spec, stop, counters) = (
-                Arc::clone(&spec),
-                Arc::clone(&stop_accepting),
-                Arc::clone(&counters),
-            );
-            std::thread::Builder::new()
-                .name("relay-accept".into())
-                .spawn(move || {
-                    server::accept_loop(&listener, &server_cfg, &spec, &tx, &stop, &counters);
-                })
-                .map_err(io_err(Path::new("relay-accept")))?
         };
-        let pump = {
+        let service = {
             let mut pump = Pump {
                 producer,
                 target: cfg.target.clone(),
@@ -339,26 +311,28 @@ impl Relay {
                     .zip(spec.hop_names().iter().cloned())
                     .collect(),
                 stats: Arc::clone(&stats),
-                counters,
+                counters: Arc::clone(&counters),
                 records: 0,
                 messages: 0,
                 by_partition: BTreeMap::new(),
                 batches: BTreeMap::new(),
             };
-            let draining = Arc::clone(&draining);
-            std::thread::Builder::new()
-                .name("relay-pump".into())
-                .spawn(move || pump.run(&rx, &draining))
-                .map_err(io_err(Path::new("relay-pump")))?
+            server::Service::spawn(
+                ("relay", "pump"),
+                listener,
+                server_cfg,
+                &spec,
+                &counters,
+                256,
+                move |rx, draining| pump.run(rx, draining),
+            )
+            .map_err(io_err(Path::new("relay threads")))?
         };
         tracing::info!(%addr, topic = %cfg.target.topic, partitions, "relay listening");
         Ok(Self {
             addr,
-            stop_accepting,
-            draining,
             stats,
-            accept: Some(accept),
-            pump: Some(pump),
+            service,
         })
     }
 
@@ -379,16 +353,9 @@ impl Relay {
     ///
     /// # Errors
     /// A Kafka error of the last flush, or a panicked thread.
-    pub fn stop(mut self) -> Result<RelayStats, KafkaError> {
-        self.stop_accepting.store(true, Relaxed);
-        if let Some(a) = self.accept.take() {
-            let _ = a.join();
-        }
-        self.draining.store(true, Relaxed);
-        self.pump
-            .take()
-            .expect("stop runs once")
-            .join()
+    pub fn stop(self) -> Result<RelayStats, KafkaError> {
+        self.service
+            .stop()
             .map_err(|_| KafkaError::Config("the relay thread panicked".into()))?
     }
 }

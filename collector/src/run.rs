@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::ClockStatus;
@@ -139,11 +138,9 @@ pub struct Collector {
     addr: SocketAddr,
     recovered: Option<crate::writer::Recovered>,
     run_dir: PathBuf,
-    stop_accepting: Arc<AtomicBool>,
-    draining: Arc<AtomicBool>,
     progress: Arc<Mutex<Progress>>,
-    accept: Option<JoinHandle<()>>,
-    join: Option<JoinHandle<Result<RunSummary, CollectorError>>>,
+    /// The accept thread and the join thread.
+    service: server::Service<Result<RunSummary, CollectorError>>,
 }
 
 impl Collector {
@@ -193,35 +190,16 @@ impl Collector {
             zstd_level: out.zstd_level,
         })?;
 
-        let (tx, rx) = mpsc::sync_channel(CHANNEL_FRAMES);
-        let stop_accepting = Arc::new(AtomicBool::new(false));
-        let draining = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Mutex::new(Progress::default()));
         let counters = Arc::new(ConnectionCounters::default());
-        let server_cfg = Arc::new(ServerConfig {
+        let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             run_id: run_id.clone(),
             max_connections: cfg.max_connections,
             hello_timeout: cfg.hello_timeout,
             tls,
-        });
-        let accept = {
-            let (spec, stop, counters) = (
-                Arc::clone(&spec),
-                Arc::clone(&stop_accepting),
-                Arc::clone(&counters),
-            );
-            std::thread::Builder::new()
-                .name("collector-accept".into())
-                .spawn(move || {
-                    server::accept_loop(&listener, &server_cfg, &spec, &tx, &stop, &counters)
-                })
-                .map_err(|source| CollectorError::Io {
-                    path: run_dir.clone(),
-                    source,
-                })?
         };
-        let join = {
+        let service = {
             let mut state = JoinState {
                 joiner: Joiner::new(&spec),
                 spec: Arc::clone(&spec),
@@ -249,28 +227,30 @@ impl Collector {
                 backpressure_episodes: 0,
                 out: Vec::with_capacity(1024),
                 progress: Arc::clone(&progress),
-                counters,
+                counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
             };
-            let draining = Arc::clone(&draining);
-            std::thread::Builder::new()
-                .name("collector-join".into())
-                .spawn(move || state.run(&rx, &draining))
-                .map_err(|source| CollectorError::Io {
-                    path: run_dir.clone(),
-                    source,
-                })?
+            server::Service::spawn(
+                ("collector", "join"),
+                listener,
+                server_cfg,
+                &spec,
+                &counters,
+                CHANNEL_FRAMES,
+                move |rx, draining| state.run(rx, draining),
+            )
+            .map_err(|source| CollectorError::Io {
+                path: run_dir.clone(),
+                source,
+            })?
         };
         tracing::info!(%addr, run_dir = %run_dir.display(), "collector listening");
         Ok(Self {
             addr,
             recovered,
             run_dir,
-            stop_accepting,
-            draining,
             progress,
-            accept: Some(accept),
-            join: Some(join),
+            service,
         })
     }
 
@@ -303,17 +283,8 @@ impl Collector {
     ///
     /// # Errors
     /// A write error of the last files, or a panicked join thread.
-    pub fn stop(mut self) -> Result<RunSummary, CollectorError> {
-        self.stop_accepting.store(true, Relaxed);
-        if let Some(a) = self.accept.take() {
-            let _ = a.join();
-        }
-        self.draining.store(true, Relaxed);
-        self.join
-            .take()
-            .expect("stop runs once")
-            .join()
-            .map_err(|_| CollectorError::Panicked)?
+    pub fn stop(self) -> Result<RunSummary, CollectorError> {
+        self.service.stop().map_err(|_| CollectorError::Panicked)?
     }
 }
 

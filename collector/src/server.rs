@@ -10,7 +10,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::protocol::{
@@ -109,6 +110,77 @@ pub(crate) fn bind(
         return Err(CollectorError::TokenRequired(addr));
     }
     Ok((listener, addr, tls))
+}
+
+/// A probe listener's two threads: `<name>-accept` accepts connections and forwards their
+/// events into a bounded channel, and a worker (`<name>-<worker>`) consumes them. Stopping
+/// closes the listener first, then tells the worker to drain and waits for its result.
+#[derive(Debug)]
+pub(crate) struct Service<T> {
+    stop_accepting: Arc<AtomicBool>,
+    draining: Arc<AtomicBool>,
+    accept: JoinHandle<()>,
+    worker: JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Service<T> {
+    /// Starts both threads; `work` gets the channel's receiving end (`channel` events
+    /// deep) and the flag [`Self::stop`] sets when the worker should drain and return.
+    ///
+    /// # Errors
+    /// When a thread cannot be spawned (the accept thread is stopped again).
+    pub(crate) fn spawn(
+        (name, worker): (&str, &str),
+        listener: TcpListener,
+        cfg: ServerConfig,
+        spec: &Arc<ResolvedSpec>,
+        counters: &Arc<ConnectionCounters>,
+        channel: usize,
+        work: impl FnOnce(&Receiver<Event>, &AtomicBool) -> T + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::sync_channel(channel);
+        let stop_accepting = Arc::new(AtomicBool::new(false));
+        let draining = Arc::new(AtomicBool::new(false));
+        let accept = {
+            let cfg = Arc::new(cfg);
+            let (spec, stop, counters) = (
+                Arc::clone(spec),
+                Arc::clone(&stop_accepting),
+                Arc::clone(counters),
+            );
+            std::thread::Builder::new()
+                .name(format!("{name}-accept"))
+                .spawn(move || accept_loop(&listener, &cfg, &spec, &tx, &stop, &counters))?
+        };
+        let spawned = {
+            let draining = Arc::clone(&draining);
+            std::thread::Builder::new()
+                .name(format!("{name}-{worker}"))
+                .spawn(move || work(&rx, &draining))
+        };
+        match spawned {
+            Ok(worker) => Ok(Self {
+                stop_accepting,
+                draining,
+                accept,
+                worker,
+            }),
+            Err(e) => {
+                stop_accepting.store(true, Relaxed);
+                let _ = accept.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops accepting, lets the worker drain and returns what it returned (`Err` when it
+    /// panicked).
+    pub(crate) fn stop(self) -> std::thread::Result<T> {
+        self.stop_accepting.store(true, Relaxed);
+        let _ = self.accept.join();
+        self.draining.store(true, Relaxed);
+        self.worker.join()
+    }
 }
 
 /// Accepts connections until `stop` is set; one reader thread per connection.
