@@ -159,14 +159,15 @@ pub fn collect_group(
     let summary = run_member(&cfg, &stop_all, |p| {
         let secs = last.0.elapsed().as_secs_f64().max(1e-3);
         eprintln!(
-            "{:>6.0}s  {:>9.0} records/s  {:>9.0} traces/s  partitions {:?}  pending {}  commits {}  rebalances {}",
+            "{:>6.0}s  {:>9.0} records/s  {:>9.0} traces/s  partitions {:?}  pending {}  commits {}  rebalances {}  bad messages {}",
             started.elapsed().as_secs_f64(),
             p.records.saturating_sub(last.1) as f64 / secs,
             p.traces.saturating_sub(last.2) as f64 / secs,
             p.partitions,
             p.pending,
             p.commits,
-            p.rebalances
+            p.rebalances,
+            p.bad_messages + p.bad_control_messages
         );
         last = (Instant::now(), p.records, p.traces);
     })
@@ -179,5 +180,15 @@ pub fn collect_group(
         dir.display()
     );
     crate::collect::print_accounting(&summary);
+    if let Some(g) = summary
+        .group
+        .as_ref()
+        .filter(|g| g.bad_messages + g.bad_control_messages > 0)
+    {
+        println!(
+            "skipped Kafka messages that are not hoptrace frames: {} on the records topic, {} on the control topic",
+            g.bad_messages, g.bad_control_messages
+        );
+    }
     Ok(())
 }

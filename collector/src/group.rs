@@ -551,6 +551,14 @@ pub struct GroupInfo {
     pub rows_set_aside: u64,
     /// Partitions and, for each, the members that owned it in order.
     pub owners: BTreeMap<i32, Vec<String>>,
+    /// Records-topic messages that were not hoptrace records frames, skipped: summed
+    /// over members (a message re-read by a partition's next owner counts again).
+    #[serde(default)]
+    pub bad_messages: u64,
+    /// Control-topic messages that were not hoptrace frames, skipped: every member reads
+    /// the whole control topic, so the largest member count.
+    #[serde(default)]
+    pub bad_control_messages: u64,
 }
 
 /// Whether `dir` is a group run (it holds `members/`, not `run.json`).
@@ -647,6 +655,10 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
         members,
         ..GroupInfo::default()
     };
+    for g in finished.iter().filter_map(|(_, s)| s.group.as_ref()) {
+        info.bad_messages += g.bad_messages;
+        info.bad_control_messages = info.bad_control_messages.max(g.bad_control_messages);
+    }
     for (s, ok) in segments.iter().zip(&valid) {
         let mdir = members_dir.join(&s.member);
         let paths = s.files.iter().map(|f| mdir.join(&f.name));

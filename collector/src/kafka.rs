@@ -590,8 +590,11 @@ pub struct MemberProgress {
     pub commits: u64,
     /// Checkpoints Kafka refused (their segments are set aside when the partition moves).
     pub commit_failures: u64,
-    /// Messages that are not hoptrace frames (counted, skipped).
+    /// Records-topic messages that are not hoptrace records frames (counted, skipped).
     pub bad_messages: u64,
+    /// Control-topic messages that are not hoptrace frames with a source header
+    /// (counted, skipped).
+    pub bad_control_messages: u64,
     /// Rebalances seen.
     pub rebalances: u64,
 }
@@ -1021,10 +1024,17 @@ pub fn run_member(
                     control_position = m.offset() + 1;
                     match control_event(&m) {
                         Some(ev) => control.handle(ev),
-                        None => tracing::warn!(
-                            offset = m.offset(),
-                            "skipped a control message that is not a hoptrace frame"
-                        ),
+                        None => {
+                            state
+                                .lock()
+                                .expect("member state poisoned")
+                                .progress
+                                .bad_control_messages += 1;
+                            tracing::warn!(
+                                offset = m.offset(),
+                                "skipped a control message that is not a hoptrace frame"
+                            );
+                        }
                     }
                 }
                 Err(e) => tracing::warn!("kafka (control): {e}"),
@@ -1148,6 +1158,8 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             members: [(s.cfg.member.clone(), true)].into(),
             segments: s.segments.len() as u64,
             segments_set_aside: 0,
+            bad_messages: s.progress.bad_messages,
+            bad_control_messages: s.progress.bad_control_messages,
             rows_set_aside: 0,
             owners,
         }),

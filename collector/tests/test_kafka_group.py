@@ -53,6 +53,27 @@ def hoptrace_bin():
     return path
 
 
+def produce(topic, lines):
+    """Writes `lines` ("key\tvalue") to `topic` with Kafka's own console producer."""
+    subprocess.run(
+        [str(KAFKA), "run", "kafka.tools.ConsoleProducer", "--bootstrap-server", CLUSTER,
+         "--topic", topic, "--property", "parse.key=true", "--property", "key.separator=\t"],
+        input="".join(f"{line}\n" for line in lines), text=True, check=True, timeout=120)
+
+
+def garbage_keys(partitions):
+    """One key per partition, by Kafka's partitioner."""
+    keys, i = {}, 0
+    while len(keys) < partitions:
+        k = f"junk{i}"
+        keys.setdefault((murmur2(k.encode()) & 0x7FFFFFFF) % partitions, k)
+        i += 1
+    return [keys[p] for p in range(partitions)]
+
+
+GARBAGE_CONTROL = 2
+
+
 def wait_log(p, log: Path, text, timeout=60):
     deadline = time.time() + timeout
     while text not in log.read_text():
@@ -85,6 +106,11 @@ def run(cluster, tmp_path_factory):
                        "--replication", "3", "--run-id", "group"], tmp / "relay.log")
         procs.append(relay)
         wait_log(relay, tmp / "relay.log", "relaying probes on")
+        # Messages that are not hoptrace frames: one in every records partition, and two
+        # on the control topic. Members must count and skip them.
+        topic = kafka.rsplit("/", 1)[1]
+        produce(topic, [f"{k}\tnot a frame" for k in garbage_keys(6)])
+        produce(f"{topic}.control", [f"junk\tnot a frame {i}" for i in range(GARBAGE_CONTROL)])
         members = {}
         for name in ["c1", "c2"]:
             members[name] = start([bin_, "-v", "collect", "--from", kafka, "--group", group,
@@ -235,3 +261,15 @@ def murmur2(data: bytes) -> int:
     h = (h * m) & mask
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def test_messages_that_are_not_frames_are_counted_and_skipped(run):
+    """Every garbage records message is skipped by whichever member read it (a partition's
+    next owner may read it again); each member reads the whole control topic."""
+    logs = {m: (run["tmp"] / f"{m}.log").read_text() for m in ["c1", "c2"]}
+    skipped = {m: t.count("not a hoptrace records frame") for m, t in logs.items()}
+    assert sum(skipped.values()) >= 6, skipped
+    c2 = json.loads((run["dir"] / "members" / "c2" / "run.json").read_text())["group"]
+    assert c2["bad_messages"] == skipped["c2"], (c2, skipped)
+    assert c2["bad_control_messages"] == GARBAGE_CONTROL, c2
+    assert "not a hoptrace frame" in logs["c2"]
