@@ -13,8 +13,14 @@ export HOPTRACE_INTEGRATION=1
 LOG=$(mktemp -d /tmp/hoptrace-test.XXXXXX)
 
 infra/setup.sh --browser
-infra/services.sh up
-trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
+# Services already running (someone's shell, another run) are used and left running; the
+# ones this run starts, it stops.
+if infra/services.sh status >/dev/null 2>&1; then
+    echo "services already running: using them, leaving them up"
+else
+    infra/services.sh up
+    trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
+fi
 # shellcheck source=env.sh
 source infra/env.sh
 
