@@ -16,7 +16,8 @@ infra/setup.sh --browser
 # Services already running (someone's shell, another run) are used and left running; the
 # ones this run starts, it stops.
 if infra/services.sh status >/dev/null 2>&1; then
-    echo "services already running: using them, leaving them up"
+    infra/services.sh up
+    echo "services were already running: they stay up after the tests"
 else
     infra/services.sh up
     trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
