@@ -303,13 +303,9 @@ class Exporter:
                 last_clock = now
             while self._control:
                 parts.append(protocol.encode(self._control.popleft()))
-            batch = []
+            # Only this thread pops, so at least len(queue) entries are there to take.
             pop = queue.popleft
-            try:
-                while len(batch) < max_batch:
-                    batch.append(pop())
-            except IndexError:
-                pass
+            batch = [pop() for _ in range(min(len(queue), max_batch))]
             n = len(batch)
             if n:
                 parts.append(protocol.encode_records(batch))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Deque, Optional, Tuple, TypeVar
+from typing import Any, Callable, Deque, List, Optional, Tuple, TypeVar
 
 from .carrier import CarrierError
 from .clock import now_ns as _realtime_ns
 from .context import MAX_STAMPS, TraceContext
 from .counters import CounterSnapshot, Counters
+from .protocol import Record, from_queued
 
 log = logging.getLogger("hoptrace_probe")
 
@@ -90,8 +91,13 @@ class Probe:
         """
         q = self._queue
         if len(q) < self._capacity:
-            q.append((self.hop, ctx.publisher, ctx.stream, ctx.sequence, stamp_ns,
-                      ctx.metric_count, ctx.intended_ns, ctx.otel_trace_id))
+            tid = ctx.otel_trace_id
+            if tid is None:
+                q.append((0, self.hop, ctx.publisher, ctx.stream, ctx.sequence, stamp_ns,
+                          ctx.metric_count, ctx.intended_ns))
+            else:
+                q.append((1, self.hop, ctx.publisher, ctx.stream, ctx.sequence, stamp_ns,
+                          ctx.metric_count, ctx.intended_ns, tid))
             return True
         self._counters.cell().queue_full += 1
         return False
@@ -110,8 +116,13 @@ class Probe:
             self._counters.cell().stamps_full += 1
         q = self._queue
         if len(q) < self._capacity:
-            q.append((hop, ctx.publisher, ctx.stream, ctx.sequence, ns,
-                      ctx.metric_count, ctx.intended_ns, ctx.otel_trace_id))
+            tid = ctx.otel_trace_id
+            if tid is None:
+                q.append((0, hop, ctx.publisher, ctx.stream, ctx.sequence, ns,
+                          ctx.metric_count, ctx.intended_ns))
+            else:
+                q.append((1, hop, ctx.publisher, ctx.stream, ctx.sequence, ns,
+                          ctx.metric_count, ctx.intended_ns, tid))
         else:
             self._counters.cell().queue_full += 1
         return ns
@@ -161,15 +172,11 @@ class LocalQueue:
         """A probe for ``hop``."""
         return Probe(hop, self.shared, clock)
 
-    def drain(self, max_records: int = 1 << 62) -> list:
-        """Pops up to ``max_records`` records (tuples in ``protocol.Record`` order)."""
+    def drain(self, max_records: int = 1 << 62) -> List[Record]:
+        """Pops up to ``max_records`` records."""
         q = self.shared.queue
-        out = []
-        while len(out) < max_records:
-            try:
-                out.append(q.popleft())
-            except IndexError:
-                break
+        pop = q.popleft
+        out = [from_queued(pop()) for _ in range(min(len(q), max_records))]
         self.shared.counters.dequeued += len(out)
         return out
 

@@ -75,7 +75,8 @@ class ProtocolError(ValueError):
 
 
 class Record(NamedTuple):
-    """One hop's stamp of one message. The probe's queue holds plain tuples in this order."""
+    """One hop's stamp of one message (the probes queue it as a plain tuple in wire
+    order, see :func:`queued`)."""
 
     hop: int
     publisher: int
@@ -104,7 +105,7 @@ class Hello:
 class Records:
     """0x02: a batch of records (1 to 20,000)."""
 
-    records: Sequence[Sequence]
+    records: Sequence[Record]
 
 
 @dataclass
@@ -202,21 +203,36 @@ def _frame(ty: int, body: bytes) -> bytes:
     return _LEN_TYPE.pack(len(body) + 1, ty) + body
 
 
-def encode_records(records: Sequence[Sequence]) -> bytes:
-    """A Records frame of ``records`` (tuples in :class:`Record` order)."""
-    n = len(records)
+def queued(r: Record) -> tuple:
+    """A record as the probes queue it: wire order, ``flags`` first, the trace id last
+    and only when present."""
+    tid = r.otel_trace_id
+    head = (r.hop, r.publisher, r.stream, r.sequence, r.stamp_ns, r.metric_count, r.intended_ns)
+    return (0, *head) if tid is None else (1, *head, tid)
+
+
+def from_queued(q: Sequence) -> Record:
+    """The :class:`Record` of a queued tuple."""
+    return Record(*q[1:8], q[8] if q[0] else None)
+
+
+def encode_records(queued_records: Sequence[Sequence]) -> bytes:
+    """A Records frame of records as the probes queue them (see :func:`queued`)."""
+    n = len(queued_records)
     if not 1 <= n <= MAX_RECORDS_PER_FRAME:
         raise ValueError(f"a Records frame holds 1 to {MAX_RECORDS_PER_FRAME} records, got {n}")
     pack = _RECORD.pack
-    parts = [_U32.pack(n)]
-    for hop, p, s, q, t, m, i, tid in records:
-        if tid is None:
-            parts.append(pack(0, hop, p, s, q, t, m, i))
+    parts = [b"", _U32.pack(n)]
+    with_id = 0
+    for r in queued_records:
+        if r[0]:
+            parts.append(pack(*r[:8]))
+            parts.append(r[8])
+            with_id += 1
         else:
-            parts.append(pack(1, hop, p, s, q, t, m, i))
-            parts.append(tid)
-    body = b"".join(parts)
-    return _LEN_TYPE.pack(len(body) + 1, RECORDS) + body
+            parts.append(pack(*r))
+    parts[0] = _LEN_TYPE.pack(1 + 4 + RECORD_LEN * n + 16 * with_id, RECORDS)
+    return b"".join(parts)
 
 
 def encode(frame: Frame) -> bytes:
@@ -225,7 +241,7 @@ def encode(frame: Frame) -> bytes:
     Raises ``ValueError`` when a count is outside the protocol's limits.
     """
     if isinstance(frame, Records):
-        return encode_records(frame.records)
+        return encode_records([queued(r) for r in frame.records])
     if isinstance(frame, Hello):
         if not 1 <= len(frame.hops) <= MAX_HOPS:
             raise ValueError(f"Hello announces 1 to {MAX_HOPS} hops, got {len(frame.hops)}")

@@ -50,7 +50,8 @@ def test_records_without_and_with_trace_id():
     assert len(h(rec1)) == 36 and len(h(rec2)) == 52
     want = frame(0x02, "02000000" + rec1 + rec2)
     assert p.encode(p.Records([r1, r2])) == want
-    assert p.encode_records([tuple(r1), tuple(r2)]) == want
+    assert p.encode_records([p.queued(r1), p.queued(r2)]) == want
+    assert p.from_queued(p.queued(r2)) == r2
     assert p.decode(0x02, want[5:]) == p.Records([r1, r2])
 
 
@@ -161,11 +162,11 @@ def test_frames_survive_any_split_point():
 
 
 def test_records_frame_limits():
-    r = (0, 0, 0, 0, 0, 0, 0, None)
+    r = (0, 0, 0, 0, 0, 0, 0, 0)
     assert len(p.encode_records([r] * 3)) == 4 + 1 + 4 + 3 * 36
     with pytest.raises(ValueError):
         p.encode_records([])
     with pytest.raises(ValueError):
         p.encode_records([r] * 20_001)
-    full = p.encode_records([(0, 0, 0, 0, 0, 0, 0, bytes(range(16)))] * 20_000)
+    full = p.encode_records([(1, 0, 0, 0, 0, 0, 0, 0, bytes(range(16)))] * 20_000)
     assert len(full) - 4 <= p.MAX_FRAME_LEN
