@@ -54,16 +54,24 @@ def contexts(n: int, base: int) -> list:
     return [TraceContext(1, 0, base + i, 1, 0) for i in range(n)]
 
 
-def per_call_ns(fn, items) -> float:
-    """ns per call of fn over items, the bare loop's own time subtracted."""
-    t0 = time.perf_counter_ns()
+def per_call(fn, items, drained=None) -> tuple:
+    """(wall, caller-thread CPU, process CPU) ns per call of fn over items, each with the
+    bare loop's own cost subtracted; `drained()` is waited for before the clocks stop
+    (the exporter has written everything to the socket)."""
+    w0, t0, p0 = time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
     for c in items:
         fn(c)
-    t1 = time.perf_counter_ns()
+    w1, t1 = time.perf_counter_ns(), time.thread_time_ns()
+    while drained is not None and not drained():
+        time.sleep(0.0005)
+    p1 = time.process_time_ns()
+    w2, t2, p2 = time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
     for c in items:
         pass
-    t2 = time.perf_counter_ns()
-    return ((t1 - t0) - (t2 - t1)) / len(items)
+    w3, t3, p3 = time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns()
+    n = len(items)
+    bare = (w3 - w2, t3 - t2, p3 - p2)
+    return ((w1 - w0 - bare[0]) / n, (t1 - t0 - bare[1]) / n, (p1 - p0 - bare[2]) / n)
 
 
 def machine() -> str:
@@ -104,21 +112,24 @@ def main() -> int:
                       [(0, "publish"), (1, "flow_in")])
         assert ex.wait_connected(10), ex.last_error
         probe = ex.probe("publish")
-        results = {"record": [], "stamp": [], "report_stamp": [], "record (LocalQueue)": []}
+        results = {"record, exporter connected": [], "stamp": [], "report_stamp": [],
+                   "record, LocalQueue (no exporter thread)": []}
         base = 0
         for _ in range(args.repeat):
             items = contexts(args.calls, base)
             base += args.calls
-            results["record"].append(per_call_ns(probe.record, items))
-            # stamp alone (in-band only), on other contexts, and report alone (queue only).
+            results["record, exporter connected"].append(
+                per_call(probe.record, items, lambda: ex.counters().sent >= base))
+            # stamp alone (in-band only), report alone (queue only), record without exporter.
             local = LocalQueue(args.calls)
             lp = local.probe(1)
             spare = contexts(args.calls, 0)
-            results["stamp"].append(per_call_ns(lp.stamp, spare))
-            results["report_stamp"].append(per_call_ns(lambda c: lp.report_stamp(c, 1), spare))
+            results["stamp"].append(per_call(lp.stamp, spare))
+            results["report_stamp"].append(per_call(lambda c: lp.report_stamp(c, 1), spare))
             local = LocalQueue(args.calls)
             lp = local.probe(1)
-            results["record (LocalQueue)"].append(per_call_ns(lp.record, contexts(args.calls, 0)))
+            results["record, LocalQueue (no exporter thread)"].append(
+                per_call(lp.record, contexts(args.calls, 0)))
             del items, spare, local
         t0 = time.perf_counter()
         summary = ex.shutdown(timeout_s=120)
@@ -133,11 +144,17 @@ def main() -> int:
     delivered = run["accounting"]["records_by_hop"]["publish"]
     print(f"machine: {machine()}")
     print(f"command: python {' '.join(sys.argv)}")
-    print(f"calls per run: {args.calls:,}, runs: {args.repeat} (median, min, max in ns per call)\n")
-    print("| call | median ns | min ns | max ns |")
+    print(f"calls per run: {args.calls:,}, runs: {args.repeat}; median (min-max) ns per call\n")
+    print("| call | wall ns per call | caller thread CPU ns | process CPU ns (exporter "
+          "thread included, until written to the socket) |")
     print("| --- | ---: | ---: | ---: |")
+
+    def cell(v, i):
+        xs = [r[i] for r in v]
+        return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
+
     for name, v in results.items():
-        print(f"| `{name}` | {statistics.median(v):.0f} | {min(v):.0f} | {max(v):.0f} |")
+        print(f"| `{name}` | {cell(v, 0)} | {cell(v, 1)} | {cell(v, 2)} |")
     print(f"\nexporter: reported {c.reported:,}, sent {c.sent:,}, queue_full {c.queue_full}, "
           f"send_failed {c.send_failed}, clean {summary.clean}; the collector received "
           f"{delivered:,} publish records; shutdown (flush of what was still queued) "
