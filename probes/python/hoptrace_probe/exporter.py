@@ -11,6 +11,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -38,6 +39,11 @@ class ExporterConfig:
     """Process or component name sent in Hello."""
     token: Optional[str] = None
     """Token the collector requires on non-loopback listeners."""
+    tls_ca: Optional[str] = None
+    """Speak TLS (1.2 or 1.3) to the collector, trusting the CA certificates of this PEM
+    file (``hoptrace collect --tls-cert``; the probes' ``--collector-ca``)."""
+    tls_server_name: Optional[str] = None
+    """The name the collector's certificate must carry (default: the host of ``collector``)."""
     host: str = field(default_factory=socket.gethostname)
     """Host name sent in Hello."""
     queue_capacity: int = 1 << 20
@@ -137,6 +143,10 @@ class Exporter:
         if any(not 0 <= h <= 255 for h in ids):
             raise ValueError("hop ids are 0 to 255")
         self._address = _split_address(config.collector)
+        self._tls: Optional[ssl.SSLContext] = None
+        if config.tls_ca:
+            self._tls = ssl.create_default_context(cafile=config.tls_ca)
+            self._tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self.config = config
         self.hops: List[Tuple[int, str]] = hops
         self._clock_status: ClockStatusSource = (
@@ -375,8 +385,14 @@ class Exporter:
             raise _ConnectError(f"connect to {cfg.collector}: {e}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(
+                    sock, server_hostname=cfg.tls_server_name or self._address[0])
             sock.sendall(protocol.encode(self._hello))
             frame = protocol.read_frame(lambda n: _recv_exactly(sock, n))
+        except ssl.SSLError as e:
+            sock.close()
+            raise _ConnectError(f"TLS with {cfg.collector} failed: {e}") from None
         except (OSError, EOFError, protocol.ProtocolError) as e:
             sock.close()
             raise _ConnectError(f"no welcome from {cfg.collector}: {e}") from None
@@ -394,7 +410,8 @@ class Exporter:
 
     def _read_incoming(self, conn: socket.socket, inbox: bytes) -> bytes:
         """Reads what the collector sent, if anything, and acts on complete frames."""
-        while select.select([conn], [], [], 0)[0]:
+        while (isinstance(conn, ssl.SSLSocket) and conn.pending()) or \
+                select.select([conn], [], [], 0)[0]:
             chunk = conn.recv(65536)
             if not chunk:
                 raise EOFError("the collector closed the connection")
@@ -414,11 +431,13 @@ class Exporter:
     def _finish(self, conn: socket.socket) -> None:
         """Closes the write side after Goodbye and waits briefly for the collector to close."""
         try:
-            conn.shutdown(socket.SHUT_WR)
             conn.settimeout(1.0)
+            if isinstance(conn, ssl.SSLSocket):
+                conn = conn.unwrap()  # close_notify; then the plain socket
+            conn.shutdown(socket.SHUT_WR)
             while conn.recv(65536):
                 pass
-        except OSError:
+        except (OSError, ValueError):
             pass
         conn.close()
         self._connected = False

@@ -128,14 +128,16 @@ def wait_for_line(log: Path, pattern: str, p: subprocess.Popen, timeout: float =
 class Collector:
     """A real `hoptrace collect` on 127.0.0.1 (port 0 unless one is given)."""
 
-    def __init__(self, tmp: Path, run_id: str, pipeline: Path, port: int = 0) -> None:
+    def __init__(self, tmp: Path, run_id: str, pipeline: Path, port: int = 0,
+                 extra: Optional[list] = None) -> None:
         self.bin = hoptrace_bin()
         self.out = tmp / "runs"
         self.run_dir = self.out / run_id
         self.pipeline = pipeline
         self.log = tmp / f"collector-{run_id}.log"
         self.proc = start([self.bin, "collect", "--listen", f"127.0.0.1:{port}",
-                           "--pipeline", pipeline, "--out", self.out, "--run-id", run_id],
+                           "--pipeline", pipeline, "--out", self.out, "--run-id", run_id,
+                           *(extra or [])],
                           self.log)
         m = wait_for_line(self.log, r"collecting on (\S+)", self.proc)
         self.address = m.group(1)

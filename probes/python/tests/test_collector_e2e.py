@@ -3,7 +3,9 @@ stamps `publish` and sends Sent frames, a Python processor stamps `flow_in` and
 `flow_out`; run.json's accounting must be exact and the Parquet must hold exactly the
 stamps Python took. Skipped unless HOPTRACE_INTEGRATION=1."""
 
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +143,37 @@ def test_queue_full_while_the_collector_is_away_is_counted_in_the_run(tmp_path):
     (probe,) = run["probes"]
     assert probe["counters"]["queue_full"] == 900 and probe["clean_close"]
     assert acc["missing_by_hop"] == {"flow_in": 100, "flow_out": 100}
+
+
+def test_tls_to_the_real_collector(tmp_path):
+    """With --tls-cert the collector speaks only TLS: an exporter with the CA delivers
+    (the certificate is checked against 127.0.0.1); one without TLS, or trusting another
+    CA, is never welcomed and says why."""
+    require_integration()
+    make_certs = Path(__file__).resolve().parents[3] / "infra" / "tls" / "make-certs.sh"
+    for d in ("pki", "other"):
+        subprocess.run([str(make_certs), str(tmp_path / d), "127.0.0.1"], check=True,
+                       capture_output=True, timeout=60)
+    pki = tmp_path / "pki"
+    c = Collector(tmp_path, "py-tls", write_pipeline(tmp_path / "pipeline.toml"),
+                  extra=["--tls-cert", pki / "collector.pem", "--tls-key", pki / "collector-key.pem"])
+    good = Exporter(ExporterConfig(c.address, "py-tls", tls_ca=str(pki / "ca.pem")), [(0, "publish")])
+    plain = Exporter(ExporterConfig(c.address, "py-plain", backoff_min_s=0.05), [(0, "publish")])
+    wrong_ca = Exporter(ExporterConfig(c.address, "py-wrong-ca", backoff_min_s=0.05,
+                                       tls_ca=str(tmp_path / "other" / "ca.pem")), [(0, "publish")])
+    publisher = Publisher(good, publisher=9)
+    for i in range(100):
+        publisher.published(publisher.context(0))
+    summary = good.shutdown()
+    assert summary.clean and summary.counters.sent == 100, good.last_error
+    time.sleep(0.5)
+    assert not plain.is_connected and not wrong_ca.is_connected
+    assert "TLS" in wrong_ca.last_error and "certificate" in wrong_ca.last_error, wrong_ca.last_error
+    assert plain.last_error is not None
+    plain.shutdown(timeout_s=0.1)
+    wrong_ca.shutdown(timeout_s=0.1)
+    run = c.stop()
+    assert [p["process"] for p in run["probes"]] == ["py-tls"]
+    (p,) = run["accounting"]["publishers"]
+    assert (p["sent"], p["incomplete"], p["unseen"]) == (100, 100, 0)
+    assert run["connections"].get("tls_failed", 0) >= 2, run["connections"]
