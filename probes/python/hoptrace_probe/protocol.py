@@ -213,7 +213,7 @@ def queued(r: Record) -> tuple:
 
 def from_queued(q: Sequence) -> Record:
     """The :class:`Record` of a queued tuple."""
-    return Record(*q[1:8], q[8] if q[0] else None)
+    return Record(q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8] if q[0] else None)
 
 
 def encode_records(queued_records: Sequence[Sequence]) -> bytes:
