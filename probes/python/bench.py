@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hoptrace_probe import Exporter, ExporterConfig, LocalQueue, TraceContext  # noqa: E402
+from hoptrace_probe.carrier import envelope, kafka_header, mqtt_property  # noqa: E402
 
 PIPELINE = """\
 name = "python-probe-bench"
@@ -131,6 +132,22 @@ def main() -> int:
             results["record, LocalQueue (no exporter thread)"].append(
                 per_call(lp.record, contexts(args.calls, 0)))
             del items, spare, local
+        # The carriers, on a context with two stamps (what a processor does per message).
+        two = TraceContext(1, 2, 3, 50, time.time_ns(), stamps=[(0, 1), (1, 2)])
+        n = max(1, args.calls // 5)
+        props = mqtt_property.inject_user_properties(two, [])
+        headers = kafka_header.inject(two)
+        wrapped = envelope.wrap(two, b"x" * 100)
+        carriers = {
+            "mqtt_property.extract (text form)": lambda c: mqtt_property.extract_user_properties(props),
+            "mqtt_property.inject (text form)": lambda c: mqtt_property.inject_user_properties(two, []),
+            "kafka_header.extract (binary form)": lambda c: kafka_header.extract(headers),
+            "kafka_header.inject (binary form)": lambda c: kafka_header.inject(two),
+            "envelope.unwrap": lambda c: envelope.unwrap(wrapped),
+            "envelope.wrap": lambda c: envelope.wrap(two, b"x" * 100),
+        }
+        for name, fn in carriers.items():
+            results[name] = [per_call(fn, range(n)) for _ in range(args.repeat)]
         t0 = time.perf_counter()
         summary = ex.shutdown(timeout_s=120)
         flush_s = time.perf_counter() - t0

@@ -12,7 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from typing import List, Optional, Tuple
+from itertools import chain
+from typing import Dict, List, Optional, Tuple
 
 VERSION = 0x01
 """Byte 0 of the binary form."""
@@ -32,9 +33,19 @@ TEXT_PREFIX = "ht1."
 _COUNT_MASK = 0x1F
 _RESERVED_MASK = 0x60
 _TRACE_ID_BIT = 0x80
-_HEADER = struct.Struct("<BBHIQIq")
-_STAMP = struct.Struct("<Bq")
-_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_LAYOUTS: Dict[Tuple[bool, int], struct.Struct] = {}
+
+
+def _layout(trace_id: bool, stamps: int) -> struct.Struct:
+    """The whole binary form as one struct: header, trace id, ``stamps`` stamps."""
+    key = (trace_id, stamps)
+    st = _LAYOUTS.get(key)
+    if st is None:
+        st = _LAYOUTS[key] = struct.Struct("<BBHIQIq" + ("16s" if trace_id else "") + "Bq" * stamps)
+    return st
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_B64_ALPHABET = frozenset(_B64)
+_B64_VALUE = {c: i for i, c in enumerate(_B64)}
 
 _U16 = 0xFFFF
 _U32 = 0xFFFF_FFFF
@@ -132,16 +143,22 @@ class TraceContext:
 
         Raises ``ValueError`` for a context it cannot carry (a programming error).
         """
-        self.validate()
-        info = len(self.stamps)
-        if self.otel_trace_id is not None:
-            info |= _TRACE_ID_BIT
-        parts = [_HEADER.pack(VERSION, info, self.publisher, self.stream, self.sequence,
-                              self.metric_count, self.intended_ns)]
-        if self.otel_trace_id is not None:
-            parts.append(bytes(self.otel_trace_id))
-        parts.extend(_STAMP.pack(h, ns) for h, ns in self.stamps)
-        return b"".join(parts)
+        stamps = self.stamps
+        tid = self.otel_trace_id
+        n = len(stamps)
+        if n > MAX_STAMPS or (tid is not None and (len(tid) != TRACE_ID_LEN or not any(tid))):
+            self.validate()
+        try:
+            if tid is None:
+                return _layout(False, n).pack(
+                    VERSION, n, self.publisher, self.stream, self.sequence, self.metric_count,
+                    self.intended_ns, *chain.from_iterable(stamps))
+            return _layout(True, n).pack(
+                VERSION, n | _TRACE_ID_BIT, self.publisher, self.stream, self.sequence,
+                self.metric_count, self.intended_ns, bytes(tid), *chain.from_iterable(stamps))
+        except (struct.error, TypeError) as e:
+            self.validate()  # says which field
+            raise ValueError(f"context cannot be encoded: {e}") from None
 
     @classmethod
     def decode(cls, data: bytes) -> "TraceContext":
@@ -149,12 +166,12 @@ class TraceContext:
 
         The rules are checked in the order of the document's table.
         """
-        data = bytes(data)
+        if not isinstance(data, bytes):
+            data = bytes(data)
         n = len(data)
         if n < HEADER_LEN:
             raise DecodeError("truncated", f"{n} bytes, the header needs {HEADER_LEN}")
-        version, info, publisher, stream, sequence, metric_count, intended_ns = \
-            _HEADER.unpack_from(data)
+        version, info = data[0], data[1]
         if version != VERSION:
             raise DecodeError("unsupported_version", f"version {version}")
         count = info & _COUNT_MASK
@@ -168,15 +185,17 @@ class TraceContext:
             raise DecodeError("truncated", f"{n} bytes, the header declares {expected}")
         if n > expected:
             raise DecodeError("trailing_bytes", f"{n - expected} bytes after the context")
-        at = HEADER_LEN
+        v = _layout(has_id, count).unpack(data)
+        at = 7
         tid = None
         if has_id:
-            tid = data[at:at + TRACE_ID_LEN]
+            tid = v[7]
             if not any(tid):
                 raise DecodeError("invalid_trace_id", "all-zero trace id")
-            at += TRACE_ID_LEN
-        stamps = [_STAMP.unpack_from(data, at + i * STAMP_LEN) for i in range(count)]
-        return cls(publisher, stream, sequence, metric_count, intended_ns, tid, stamps)
+            at = 8
+        ctx = cls(v[2], v[3], v[4], v[5], v[6], tid)
+        ctx.stamps = list(zip(v[at::2], v[at + 1::2]))
+        return ctx
 
     # ----------------------------------------------------------------------- text
 
@@ -192,14 +211,15 @@ class TraceContext:
         body = text[len(TEXT_PREFIX):]
         if not _B64_ALPHABET.issuperset(body) or len(body) % 4 == 1:
             raise DecodeError("bad_base64", "not base64url without padding")
+        # Canonical: the unused low bits of the last character are zero (4 bits when the
+        # length is 2 modulo 4, 2 bits when it is 3).
+        unused = (0, 0, 0x0F, 0x03)[len(body) % 4]
+        if unused and _B64_VALUE[body[-1]] & unused:
+            raise DecodeError("bad_base64", "non-zero unused bits in the last character")
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError) as e:  # pragma: no cover - alphabet checked
             raise DecodeError("bad_base64", str(e)) from None
-        # Canonical: the unused low bits of the last character are zero, i.e. encoding
-        # the bytes again gives back the same text.
-        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != body:
-            raise DecodeError("bad_base64", "non-zero unused bits in the last character")
         return cls.decode(raw)
 
     # ----------------------------------------------------------------------- misc

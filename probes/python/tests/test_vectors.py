@@ -86,7 +86,7 @@ def test_doc_example_bytes():
     dict(metric_count=1 << 32), dict(intended_ns=1 << 63), dict(intended_ns=-(1 << 63) - 1),
     dict(otel_trace_id=bytes(16)), dict(otel_trace_id=b"\x01" * 15),
     dict(stamps=[(0, 0)] * 17), dict(stamps=[(256, 0)]), dict(stamps=[(0, 1 << 63)]),
-    dict(publisher=True), dict(sequence=1.0),
+    dict(sequence=1.0), dict(stamps=[(0, 0.5)]), dict(otel_trace_id="0" * 16),
 ])
 def test_encoder_refuses_what_the_form_cannot_carry(bad):
     fields = dict(publisher=1, stream=2, sequence=3, metric_count=4, intended_ns=5)
