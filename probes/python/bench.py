@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -157,6 +158,7 @@ def main() -> int:
     finally:
         if collector.poll() is None:
             os.killpg(collector.pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
     c = summary.counters
     delivered = run["accounting"]["records_by_hop"]["publish"]
     print(f"machine: {machine()}")
