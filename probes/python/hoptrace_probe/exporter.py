@@ -1,0 +1,463 @@
+"""The :class:`Exporter`: one background thread per process that drains the probes' queue
+into Records frames over TCP to the collector (``docs/collector-protocol.md``), sends the
+host's clock status, the counters and what publishers sent, reconnects with backoff, and
+flushes on :meth:`Exporter.shutdown`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import select
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import protocol
+from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named
+from .counters import CounterSnapshot
+from .probe import Probe, Shared
+from .protocol import Frame
+
+__version__ = "0.1.0"
+
+log = logging.getLogger("hoptrace_probe")
+
+
+@dataclass
+class ExporterConfig:
+    """How an exporter reaches the collector and paces itself. Times in seconds."""
+
+    collector: str
+    """Collector address, ``host:port`` (``[v6addr]:port`` for IPv6)."""
+    process: str
+    """Process or component name sent in Hello."""
+    token: Optional[str] = None
+    """Token the collector requires on non-loopback listeners."""
+    tls_ca: Optional[str] = None
+    """Speak TLS (1.2 or 1.3) to the collector, trusting the CA certificates of this PEM
+    file (``hoptrace collect --tls-cert``; the probes' ``--collector-ca``)."""
+    tls_server_name: Optional[str] = None
+    """The name the collector's certificate must carry (default: the host of ``collector``)."""
+    host: str = field(default_factory=socket.gethostname)
+    """Host name sent in Hello."""
+    queue_capacity: int = 1 << 20
+    """Records the queue holds before ``report()`` starts dropping (and counting)."""
+    max_batch: int = 8192
+    """Most records per Records frame (at most 20,000)."""
+    idle_wait_s: float = 0.001
+    """Sleep when the queue is empty."""
+    clock_interval_s: float = 5.0
+    """How often the clock status is sent."""
+    counters_interval_s: float = 1.0
+    """How often the counters (and publishers' Sent frames) are sent."""
+    connect_timeout_s: float = 2.0
+    """Timeout of one connection attempt, including waiting for Welcome."""
+    write_timeout_s: float = 10.0
+    """A write blocked longer than this (collector stalled) drops the connection."""
+    backoff_min_s: float = 0.05
+    """First retry delay after a failed connection; doubles up to ``backoff_max_s``."""
+    backoff_max_s: float = 5.0
+    """Longest retry delay."""
+    shutdown_timeout_s: float = 5.0
+    """How long :meth:`Exporter.shutdown` keeps trying to deliver what is queued."""
+    clock_status: Union[str, ClockStatusSource, None] = None
+    """``"unknown"`` (default), ``"chrony"`` (runs ``chronyc -c tracking``), or a callable
+    returning a :class:`~hoptrace_probe.protocol.Clock`."""
+
+
+class ExportSummary(NamedTuple):
+    """What happened to everything reported, after :meth:`Exporter.shutdown`."""
+
+    counters: CounterSnapshot
+    """Final counters."""
+    clean: bool
+    """Whether the collector received the final Counters and Goodbye."""
+    run_id: Optional[str]
+    """The run id the collector announced, if it was ever reached."""
+
+
+class _Outbox:
+    """What the exporter keeps of the Records frames it has written.
+
+    Protocol version 1 has no acknowledgements: a frame is done once written, so nothing
+    is kept. A later version whose collector acknowledges the sequence of the last
+    durable frame keeps each written frame's records here (bounded, counting what it
+    must drop), releases them on :meth:`acked`, and hands the rest back from
+    :meth:`unacked` for re-sending after a reconnect. Only this class and the frame
+    handling of the exporter thread change for it; the public API does not.
+    """
+
+    def __init__(self) -> None:
+        self.next_sequence = 0
+
+    def written(self, records: Sequence[tuple]) -> int:
+        """Notes a Records frame written to the socket; returns its sequence."""
+        seq = self.next_sequence
+        self.next_sequence += 1
+        return seq
+
+    def acked(self, sequence: int) -> None:
+        """The collector made every frame up to ``sequence`` durable (not in version 1)."""
+
+    def unacked(self) -> List[Sequence[tuple]]:
+        """Batches to send again on a new connection, oldest first (none in version 1)."""
+        return []
+
+
+class _ConnectError(Exception):
+    pass
+
+
+def _split_address(address: str) -> Tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"collector address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class Exporter:
+    """Runs the exporter thread and hands out :class:`~hoptrace_probe.probe.Probe`\\ s
+    that feed it.
+
+    ``hops`` are ``(hop id, hop name)`` pairs as in the collector's pipeline spec (1 to 16,
+    ids unique). The connection is made in the background: probes work at once and queue
+    until the collector is reachable.
+
+    >>> exporter = Exporter(ExporterConfig("127.0.0.1:7400", "my-processor"),
+    ...                     [(1, "flow_in"), (2, "flow_out")])  # doctest: +SKIP
+    """
+
+    def __init__(self, config: ExporterConfig, hops: Iterable[Tuple[int, str]]) -> None:
+        hops = [(int(h), str(n)) for h, n in hops]
+        if not 1 <= len(hops) <= protocol.MAX_HOPS:
+            raise ValueError(f"{len(hops)} hops given, 1 to {protocol.MAX_HOPS} allowed")
+        ids = [h for h, _ in hops]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a hop id appears twice")
+        if any(not 0 <= h <= 255 for h in ids):
+            raise ValueError("hop ids are 0 to 255")
+        self._address = _split_address(config.collector)
+        self._tls: Optional[ssl.SSLContext] = None
+        if config.tls_ca:
+            self._tls = ssl.create_default_context(cafile=config.tls_ca)
+            self._tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.config = config
+        self.hops: List[Tuple[int, str]] = hops
+        self._clock_status: ClockStatusSource = (
+            config.clock_status if callable(config.clock_status)
+            else source_named(config.clock_status))
+        self._shared = Shared(config.queue_capacity)
+        self._control: Deque[Frame] = deque()
+        self._frame_sources: List[Callable[[], List[Frame]]] = []
+        self._outbox = _Outbox()
+        self._hello = protocol.Hello(
+            instance_id=int.from_bytes(os.urandom(8), "little"),
+            host=config.host,
+            process=config.process,
+            software=f"hoptrace-probe-python {__version__}",
+            token=config.token or "",
+            hops=hops,
+        )
+        self._connected = False
+        self._run_id: Optional[str] = None
+        self._last_error: Optional[str] = None
+        self._clean = False
+        self._summary: Optional[ExportSummary] = None
+        self._stop_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="hoptrace-exporter", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # ------------------------------------------------------------------- public API
+
+    def probe(self, hop: Union[int, str], clock: Optional[Callable[[], int]] = None) -> Probe:
+        """A probe for ``hop``, given by id or by name; ``clock`` (a callable returning ns)
+        replaces CLOCK_REALTIME (tests inject a skewed or manual clock).
+
+        Raises ``ValueError`` when the hop was not declared at start.
+        """
+        for h, name in self.hops:
+            if hop == name or (isinstance(hop, int) and not isinstance(hop, bool) and hop == h):
+                return Probe(h, self._shared, clock)
+        raise ValueError(f"hop {hop!r} was not declared when the exporter started "
+                         f"(declared: {', '.join(n for _, n in self.hops)})")
+
+    def send_frame(self, frame: Frame) -> None:
+        """Queues a frame other than records (a publisher's Sent frame) for the collector.
+        Frames queued before :meth:`shutdown` are sent before Goodbye."""
+        self._control.append(frame)
+
+    def add_frame_source(self, source: Callable[[], List[Frame]]) -> None:
+        """Registers a callable whose frames are sent with every Counters frame and once
+        more at shutdown, before Goodbye (a publisher's cumulative Sent frames)."""
+        self._frame_sources.append(source)
+
+    def counters(self) -> CounterSnapshot:
+        """Current counters."""
+        return self._shared.counters.snapshot(len(self._shared.queue))
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the exporter is connected to the collector."""
+        return self._connected
+
+    @property
+    def run_id(self) -> Optional[str]:
+        """The run id the collector announced in Welcome."""
+        return self._run_id
+
+    @property
+    def last_error(self) -> Optional[str]:
+        """The last connection error, if any."""
+        return self._last_error
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for the first connection; returns whether connected."""
+        deadline = time.monotonic() + timeout_s
+        while not self._connected and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self._connected
+
+    def shutdown(self, timeout_s: Optional[float] = None) -> ExportSummary:
+        """Flushes everything queued, sends the final counters and Goodbye, and stops.
+
+        Records that cannot be delivered within ``timeout_s`` (default
+        ``config.shutdown_timeout_s``) are counted as ``send_failed`` and logged as an
+        error. Calling it again returns the same summary.
+        """
+        with self._stop_lock:
+            if self._summary is None:
+                if timeout_s is not None:
+                    self.config.shutdown_timeout_s = timeout_s
+                self._shared.stopping = True
+                self._thread.join()
+                atexit.unregister(self._at_exit)
+                self._summary = ExportSummary(self.counters(), self._clean, self._run_id)
+            return self._summary
+
+    def __enter__(self) -> "Exporter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _at_exit(self) -> None:
+        summary = self.shutdown()
+        if summary.counters.lost():
+            log.error("hoptrace exporter lost %d records (%s)", summary.counters.lost(),
+                      summary.counters.by_name())
+
+    # ------------------------------------------------------------------- exporter thread
+
+    def _run(self) -> None:
+        cfg = self.config
+        counters = self._shared.counters
+        queue = self._shared.queue
+        max_batch = min(max(1, cfg.max_batch), protocol.MAX_RECORDS_PER_FRAME)
+        conn: Optional[socket.socket] = None
+        inbox = b""
+        backoff = cfg.backoff_min_s
+        next_attempt = time.monotonic()
+        connected_once = False
+        last_clock: Optional[float] = None
+        last_counters: Optional[float] = None
+        deadline: Optional[float] = None
+        clean = False
+        while True:
+            now = time.monotonic()
+            stopping = self._shared.stopping
+            if stopping and deadline is None:
+                deadline = now + cfg.shutdown_timeout_s
+            past_deadline = deadline is not None and now >= deadline
+            if conn is None:
+                if past_deadline:
+                    break
+                if now >= next_attempt:
+                    try:
+                        conn = self._connect()
+                    except _ConnectError as e:
+                        self._connected, self._last_error = False, str(e)
+                        log.warning("cannot reach the collector %s: %s; retrying in %.2fs",
+                                    cfg.collector, e, backoff)
+                        next_attempt = now + backoff
+                        backoff = min(backoff * 2, cfg.backoff_max_s)
+                    else:
+                        if connected_once:
+                            counters.reconnects += 1
+                        connected_once = True
+                        backoff = cfg.backoff_min_s
+                        last_clock = last_counters = None
+                        inbox = b""
+                        continue
+                time.sleep(max(0.0, min(next_attempt - time.monotonic(), 0.01)))
+                continue
+
+            # What the collector says after Welcome: nothing in version 1, except a Reject
+            # before it closes (and, later, acknowledgements).
+            try:
+                inbox = self._read_incoming(conn, inbox)
+            except (OSError, EOFError, protocol.ProtocolError) as e:
+                self._drop(conn, f"collector connection ended: {e}")
+                conn, next_attempt = None, time.monotonic()
+                continue
+
+            parts: List[bytes] = []
+            if last_clock is None or now - last_clock >= cfg.clock_interval_s:
+                parts.append(protocol.encode(self._clock_frame()))
+                last_clock = now
+            while self._control:
+                parts.append(protocol.encode(self._control.popleft()))
+            # Only this thread pops, so at least len(queue) entries are there to take.
+            pop = queue.popleft
+            batch = [pop() for _ in range(min(len(queue), max_batch))]
+            n = len(batch)
+            if n:
+                parts.append(protocol.encode_records(batch))
+                counters.dequeued += n
+            finishing = stopping and n == 0 and not queue and not self._control
+            if finishing or last_counters is None or now - last_counters >= cfg.counters_interval_s:
+                for source in self._frame_sources:
+                    parts.extend(protocol.encode(f) for f in source())
+                # Counted as if this frame's records were already sent, which they are once
+                # the write below succeeds; on failure the connection is dropped.
+                snap = counters.snapshot(len(queue))._replace(sent=counters.sent + n)
+                parts.append(protocol.encode(protocol.Counters(now_ns(), snap.to_wire())))
+                last_counters = now
+            if finishing:
+                parts.append(protocol.encode(protocol.Goodbye()))
+            if parts:
+                try:
+                    conn.sendall(b"".join(parts))
+                except OSError as e:
+                    counters.send_failed += n
+                    if n:
+                        log.error("lost a records frame of %d records: write to the collector "
+                                  "failed: %s", n, e)
+                    self._drop(conn, f"write failed: {e}")
+                    conn, next_attempt = None, time.monotonic()
+                    continue
+                counters.sent += n
+                if n:
+                    self._outbox.written(batch)
+            if finishing:
+                self._finish(conn)
+                conn, clean = None, True
+                break
+            if past_deadline:
+                break
+            if n == 0:
+                time.sleep(cfg.idle_wait_s)
+        if conn is not None:
+            self._drop(conn, None)
+        # Whatever is still queued cannot be delivered any more: count it, say so.
+        left = 0
+        try:
+            while True:
+                queue.popleft()
+                left += 1
+        except IndexError:
+            pass
+        if left:
+            counters.dequeued += left
+            counters.send_failed += left
+            log.error("exporter stopped with %d undelivered records (collector %s); they are "
+                      "counted as send_failed", left, cfg.collector)
+        self._connected = False
+        self._clean = clean
+
+    def _clock_frame(self) -> protocol.Clock:
+        try:
+            return self._clock_status()
+        except Exception as e:  # a broken custom source must not stop the exporter
+            return UnknownClockStatus(f"clock status source failed: {e}"[:1024])()
+
+    def _connect(self) -> socket.socket:
+        cfg = self.config
+        try:
+            sock = socket.create_connection(self._address, timeout=cfg.connect_timeout_s)
+        except OSError as e:
+            raise _ConnectError(f"connect to {cfg.collector}: {e}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(
+                    sock, server_hostname=cfg.tls_server_name or self._address[0])
+            sock.sendall(protocol.encode(self._hello))
+            frame = protocol.read_frame(lambda n: _recv_exactly(sock, n))
+        except ssl.SSLError as e:
+            sock.close()
+            raise _ConnectError(f"TLS with {cfg.collector} failed: {e}") from None
+        except (OSError, EOFError, protocol.ProtocolError) as e:
+            sock.close()
+            raise _ConnectError(f"no welcome from {cfg.collector}: {e}") from None
+        if isinstance(frame, protocol.Reject):
+            sock.close()
+            raise _ConnectError(f"collector {cfg.collector} rejected this probe "
+                                f"(code {frame.code}): {frame.reason}")
+        if not isinstance(frame, protocol.Welcome):
+            sock.close()
+            raise _ConnectError(f"collector {cfg.collector} answered hello with {frame!r}")
+        sock.settimeout(cfg.write_timeout_s)
+        self._connected, self._run_id = True, frame.run_id
+        log.info("connected to the collector %s, run %s", cfg.collector, frame.run_id)
+        return sock
+
+    def _read_incoming(self, conn: socket.socket, inbox: bytes) -> bytes:
+        """Reads what the collector sent, if anything, and acts on complete frames."""
+        while (isinstance(conn, ssl.SSLSocket) and conn.pending()) or \
+                select.select([conn], [], [], 0)[0]:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise EOFError("the collector closed the connection")
+            inbox += chunk
+            while True:
+                got = protocol.split_frame(inbox)
+                if got is None:
+                    break
+                ty, body, used = got
+                inbox = inbox[used:]
+                frame = protocol.decode(ty, body)
+                if isinstance(frame, protocol.Reject):
+                    raise EOFError(f"rejected (code {frame.code}): {frame.reason}")
+                log.warning("unexpected frame from the collector: %r", frame)
+        return inbox
+
+    def _finish(self, conn: socket.socket) -> None:
+        """Closes the write side after Goodbye and waits briefly for the collector to close."""
+        try:
+            conn.settimeout(1.0)
+            if isinstance(conn, ssl.SSLSocket):
+                conn = conn.unwrap()  # close_notify; then the plain socket
+            conn.shutdown(socket.SHUT_WR)
+            while conn.recv(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        conn.close()
+        self._connected = False
+
+    def _drop(self, conn: socket.socket, error: Optional[str]) -> None:
+        try:
+            conn.close()
+        except OSError:
+            pass
+        self._connected = False
+        if error:
+            self._last_error = error
+            log.warning("%s", error)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)

@@ -1,0 +1,100 @@
+"""An in-test collector for unit tests of framing, reconnects and backoff: it speaks the
+protocol with the package's own decoder. End-to-end tests use the real `hoptrace collect`."""
+
+import socket
+import threading
+import time
+from typing import List, Optional
+
+from hoptrace_probe import protocol
+
+
+class Connection:
+    def __init__(self) -> None:
+        self.hello: Optional[protocol.Hello] = None
+        self.frames: List[protocol.Frame] = []
+        self.closed = threading.Event()
+
+    def of(self, kind):
+        return [f for f in self.frames if isinstance(f, kind)]
+
+    def records(self):
+        return [r for f in self.of(protocol.Records) for r in f.records]
+
+
+class FakeCollector:
+    """Accepts probes on 127.0.0.1; `reject` answers Hello with Reject; `close_after`
+    closes each connection after that many frames following Hello."""
+
+    def __init__(self, port: int = 0, reject: Optional[protocol.Reject] = None,
+                 close_after: Optional[int] = None) -> None:
+        self.reject = reject
+        self.close_after = close_after
+        self.connections: List[Connection] = []
+        self.accept_times: List[float] = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accept_times.append(time.monotonic())
+            c = Connection()
+            self.connections.append(c)
+            threading.Thread(target=self._serve, args=(conn, c), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, c: Connection) -> None:
+        buf = b""
+        try:
+            while True:
+                got = protocol.split_frame(buf)
+                if got is None:
+                    chunk = conn.recv(1 << 16)
+                    if not chunk:
+                        return
+                    buf += chunk
+                    continue
+                ty, body, used = got
+                buf = buf[used:]
+                frame = protocol.decode(ty, body)
+                if c.hello is None:
+                    c.hello = frame
+                    answer = self.reject or protocol.Welcome("fake-run")
+                    conn.sendall(protocol.encode(answer))
+                    if self.reject:
+                        return
+                    continue
+                c.frames.append(frame)
+                if isinstance(frame, protocol.Goodbye):
+                    return
+                if self.close_after is not None and len(c.frames) >= self.close_after:
+                    return
+        finally:
+            conn.close()
+            c.closed.set()
+
+    def wait(self, predicate, timeout=10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "timed out waiting for the fake collector"
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
