@@ -53,6 +53,12 @@ pyrc=${PIPESTATUS[0]}
 set -e
 if ((pyrc != 0)); then rc=1; fi
 
+step "probes in other languages: Python"
+set +e
+probes/python/test.sh -q 2>&1 | tee "$LOG/pytest-python-probe.txt"
+if ((PIPESTATUS[0] != 0)); then rc=1; fi
+set -e
+
 passed=0
 failed=0
 while read -r p f; do
@@ -60,9 +66,11 @@ while read -r p f; do
     failed=$((failed + f))
 done < <(
     sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo.txt"
-    # pytest's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors (a
-    # fixture that failed) count as failures.
-    grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$LOG/pytest.txt" | tail -1 |
+    # Each pytest log's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors
+    # (a fixture that failed) count as failures.
+    for f in "$LOG"/pytest*.txt; do
+        grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$f" | tail -1
+    done |
         awk '{p = 0; f = 0
               for (i = 2; i <= NF; i++) {
                   n = $(i - 1) + 0; w = $i; gsub(/[^a-z]/, "", w)
