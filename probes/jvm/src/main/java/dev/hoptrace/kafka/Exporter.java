@@ -302,6 +302,10 @@ public final class Exporter {
                 if (pastDeadline) {
                     break;
                 }
+                if (stop && hops().isEmpty() && queue.size() == 0) {
+                    clean = true; // no hop was ever announced: nothing to tell the collector
+                    break;
+                }
                 boolean settling = !connectedOnce && !stop && now - hopsChangedNs < settleNs;
                 if (!settling && now - nextAttemptNs >= 0 && !hops().isEmpty()) {
                     try {
