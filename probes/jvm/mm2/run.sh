@@ -148,7 +148,7 @@ collector=$(grep -oE 'collecting on 127\.0\.0\.1:[0-9]+' "$work/collect.log" | h
 log "collector on $collector"
 
 # --- MirrorMaker 2 ------------------------------------------------------------------------
-sed -e "s/@TOPIC@/$topic/g" -e "s/@COLLECTOR@/$collector/g" "$HERE/mm2.properties.in" >"$work/mm2.properties"
+sed -e "s/@TOPIC@/$topic/g" -e "s/@COLLECTOR@/$collector/g" -e "s/@RUN@/$run_id/g" "$HERE/mm2.properties.in" >"$work/mm2.properties"
 java -Xmx256m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     "-Dlog4j.configuration=file:$HERE/log4j.properties" \
     -cp "$MM2_LIB/*:$probe_cp" org.apache.kafka.connect.mirror.MirrorMaker "$work/mm2.properties" \
@@ -187,6 +187,10 @@ log "stopping the collector"
 stop "$collect_pid" 120
 trap - EXIT
 cleanup
+
+# MirrorMaker's internal topics of this run (the data topics stay for inspection).
+"$KAFKA_SH" topics --bootstrap-server 127.0.0.1:29092 --delete --topic "mm2-.*\\.$run_id" >"$work/delete-topics.log" 2>&1 ||
+    log "could not delete MirrorMaker's internal topics of this run (see $work/delete-topics.log)"
 
 run_dir=$out/runs/$run_id
 [[ -f $run_dir/run.json ]] || die "no run.json in $run_dir (collector log: $work/collect.log)"

@@ -67,6 +67,11 @@ public class HoptraceProducerInterceptor<K, V> implements ProducerInterceptor<K,
                 record.value(), out);
     }
 
+    /** The probe behind this interceptor (benchmarks and tests in this package). */
+    HopProbe probeForBench() {
+        return probe;
+    }
+
     @Override
     public void onAcknowledgement(RecordMetadata metadata, Exception exception) {}
 
