@@ -6,5 +6,8 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mvn -q -B -f "$HERE/pom.xml" test-compile
-cp=$(mvn -q -B -f "$HERE/pom.xml" dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=/dev/stdout)
-exec java -Xmx256m -cp "$HERE/target/classes:$HERE/target/test-classes:$cp" dev.hoptrace.kafka.StampBench "$@"
+cpfile=$(mktemp)
+trap 'rm -f "$cpfile"' EXIT
+mvn -q -B -f "$HERE/pom.xml" dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$cpfile"
+cp=$(cat "$cpfile")
+java -Xmx256m -cp "$HERE/target/classes:$HERE/target/test-classes:$cp" dev.hoptrace.kafka.StampBench "$@"

@@ -282,6 +282,7 @@ public final class Exporter {
         boolean countersDue = true;
         int failures = 0;
         long lastWarnNs = 0;
+        long frameSeq = 0;
         int maxBatch = Math.max(1, Math.min(config.maxBatch, Protocol.MAX_RECORDS_PER_FRAME));
         long clockNs = TimeUnit.MILLISECONDS.toNanos(config.clockIntervalMs);
         long countersNs = TimeUnit.MILLISECONDS.toNanos(config.countersIntervalMs);
@@ -310,6 +311,17 @@ public final class Exporter {
                 if (!settling && now - nextAttemptNs >= 0 && !hops().isEmpty()) {
                     try {
                         conn = connect();
+                        try {
+                            for (byte[] frame : delivery.toResend()) {
+                                Protocol.Buffer again = new Protocol.Buffer(frame.length);
+                                again.bytes(frame);
+                                conn.write(again);
+                            }
+                        } catch (IOException e) {
+                            conn.close();
+                            conn = null;
+                            throw e;
+                        }
                         if (connectedOnce) {
                             counters.reconnects.incrementAndGet();
                         }
@@ -350,9 +362,13 @@ public final class Exporter {
                 lastClockNs = now;
                 clockDue = false;
             }
-            int at = Protocol.beginRecords(buf);
+            int recordsAt = Protocol.beginRecords(buf);
             int n = queue.drainInto(buf, maxBatch, conn.hopMask);
-            Protocol.endRecords(buf, at, n);
+            Protocol.endRecords(buf, recordsAt, n);
+            int recordsLen = buf.length() - recordsAt;
+            if (n > 0) {
+                frameSeq++;
+            }
             counters.dequeued.addAndGet(n);
             boolean blocked = n < maxBatch && queue.blockedHop() >= 0;
             boolean drained = n == 0 && !blocked && queue.size() == 0;
@@ -375,9 +391,13 @@ public final class Exporter {
             if (buf.length() > 0) {
                 try {
                     conn.write(buf);
-                    delivery.written(n);
+                    if (n > 0) {
+                        delivery.written(frameSeq, buf.array(), recordsAt, recordsLen, n);
+                    }
                 } catch (IOException e) {
-                    delivery.failed(n);
+                    if (n > 0) {
+                        delivery.failed(frameSeq, n);
+                    }
                     if (n > 0) {
                         LOG.error("hoptrace: lost {} records: write to the collector {} failed: {}", n,
                                 config.collector, e.getMessage());
@@ -574,18 +594,28 @@ public final class Exporter {
     }
 
     /**
-     * What becomes of a written Records frame. Version 1: it is sent once written. A version
-     * with durable acknowledgements keeps frames until acknowledged and re-sends them after a
-     * reconnect; the exporter loop calls the same two methods.
+     * What becomes of a Records frame once the exporter has written it. Version 1 ({@link
+     * AtOnce}): written is sent, a failed write is lost. A version with durable
+     * acknowledgements keeps each written frame (its sequence number and bytes, bounded in
+     * records) until the collector acknowledges that sequence, counts it as sent then, and
+     * hands the unacknowledged frames back after the Hello of a new connection; the exporter
+     * loop already numbers the frames, calls these hooks, and reads every collector frame on
+     * the connection's reader thread.
      */
     interface Delivery {
-        /** A frame of {@code records} records was written to the socket. */
-        void written(int records);
+        /**
+         * Records frame number {@code frameSeq} of {@code records} records, at {@code
+         * frame[off..off+len)}, was written to the socket (the array is reused afterwards).
+         */
+        void written(long frameSeq, byte[] frame, int off, int len, int records);
 
-        /** A frame of {@code records} records could not be written. */
-        void failed(int records);
+        /** Frame {@code frameSeq} of {@code records} records could not be written. */
+        void failed(long frameSeq, int records);
 
-        /** Version 1: written is sent, failed is lost. */
+        /** Frames to write again, in order, right after the Hello of a new connection. */
+        List<byte[]> toResend();
+
+        /** Version 1: written is sent, failed is lost (counted), nothing is re-sent. */
         final class AtOnce implements Delivery {
             private final Counters counters;
 
@@ -594,13 +624,18 @@ public final class Exporter {
             }
 
             @Override
-            public void written(int records) {
+            public void written(long frameSeq, byte[] frame, int off, int len, int records) {
                 counters.sent.addAndGet(records);
             }
 
             @Override
-            public void failed(int records) {
+            public void failed(long frameSeq, int records) {
                 counters.sendFailed.addAndGet(records);
+            }
+
+            @Override
+            public List<byte[]> toResend() {
+                return List.of();
             }
         }
     }
