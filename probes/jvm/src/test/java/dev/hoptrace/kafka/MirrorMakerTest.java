@@ -1,0 +1,98 @@
+package dev.hoptrace.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The proof: Apache Kafka's MirrorMaker 2 replicating a topic from the single-node Kafka to
+ * the 3-node cluster, with the interceptors in its consumer and producer, measured hop by hop
+ * by mm2/run.sh --short. The accounting must be exact, and every replicated record must carry
+ * the context with the publish, mm2_consume and mm2_produce stamps in-band.
+ */
+class MirrorMakerTest {
+    @Test
+    void mirrorMaker2ReplicatesAndEveryTraceIsComplete(@TempDir Path dir) throws Exception {
+        Path bin = Integration.require();
+        Path script = TestPaths.repo().resolve("probes/jvm/mm2/run.sh");
+        Path log = dir.resolve("run.log");
+        ProcessBuilder pb = new ProcessBuilder("bash", script.toString(), "--short", "--out", dir.toString())
+                .redirectErrorStream(true).redirectOutput(log.toFile());
+        pb.environment().put("HOPTRACE_BIN", bin.toString());
+        pb.environment().put("HOPTRACE_JVM_PROBE_CLASSES", Path.of("target/classes").toAbsolutePath().toString());
+        Process p = pb.start();
+        if (!p.waitFor(600, TimeUnit.SECONDS)) {
+            p.destroy();
+            throw new AssertionError("run.sh --short did not finish in 10 minutes:\n" + Files.readString(log));
+        }
+        String out = Files.readString(log);
+        assertEquals(0, p.exitValue(), "run.sh --short failed:\n" + out);
+        List<String> lines = out.lines().toList();
+        String last = lines.get(lines.size() - 1);
+        assertTrue(last.startsWith("run: "), out);
+        Path runDir = Path.of(last.substring(5));
+        JsonNode run = new ObjectMapper().enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS)
+                .readTree(runDir.resolve("run.json").toFile());
+        long sent = run.get("accounting").get("publishers").get(0).get("sent").longValue();
+        assertEquals(1500, sent);
+        Integration.assertExact(run, sent, "publish", "source_append", "mm2_consume", "mm2_produce",
+                "target_arrival");
+        assertTrue(Files.isRegularFile(runDir.resolve("report/report.md")), "hoptrace report wrote report.md");
+
+        long mm2Sent = 0;
+        for (JsonNode probe : run.get("probes")) {
+            if (probe.get("process").textValue().equals("mirrormaker2")) {
+                assertTrue(probe.get("clean_close").booleanValue(), "MirrorMaker's exporter said goodbye: " + probe);
+                assertEquals(0, probe.get("counters").get("queue_full").longValue(), probe.toString());
+                assertEquals(0, probe.get("counters").get("send_failed").longValue(), probe.toString());
+                assertEquals(0, probe.get("counters").get("bad_context").longValue(), probe.toString());
+                mm2Sent += probe.get("counters").get("sent").longValue();
+            }
+        }
+        assertEquals(3 * sent, mm2Sent, "MirrorMaker reported source_append, mm2_consume and mm2_produce");
+
+        // In-band: the replicated records carry one hoptrace header with the three stamps.
+        String runId = runDir.getFileName().toString();
+        Properties props = new Properties();
+        props.put("bootstrap.servers", "127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094");
+        props.put("group.id", runId + "-check");
+        props.put("auto.offset.reset", "earliest");
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        long checked = 0;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(props)) {
+            c.subscribe(List.of("src.jvm-probe-" + runId));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (checked < sent && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    int n = 0;
+                    for (Header h : r.headers()) {
+                        n += h.key().equals("hoptrace") ? 1 : 0;
+                    }
+                    assertEquals(1, n, "one hoptrace header");
+                    TraceContext ctx = TraceContext.decode(r.headers().lastHeader("hoptrace").value());
+                    assertEquals(3, ctx.stampCount(), ctx.toString());
+                    assertEquals(List.of(0, 2, 3), List.of(ctx.stampHop(0), ctx.stampHop(1), ctx.stampHop(2)));
+                    assertTrue(ctx.stampNs(0) <= ctx.stampNs(1) && ctx.stampNs(1) <= ctx.stampNs(2), ctx.toString());
+                    checked++;
+                }
+            }
+        }
+        assertEquals(sent, checked, "replicated records checked");
+    }
+}
