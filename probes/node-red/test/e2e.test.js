@@ -1,7 +1,8 @@
 'use strict';
 // End to end, every part real: `hoptrace collect`, Mosquitto, a Node-RED runtime started
-// from this package's node_modules with the package installed in its userDir, `hoptrace
-// publish` (MQTT v5, context in a user property) and `hoptrace tap` on the flow's output.
+// from this package's node_modules with the package installed in its userDir as the README
+// says, running the README's example flow, `hoptrace publish` (MQTT v5, context in a user
+// property) and `hoptrace tap` on the flow's output.
 //
 //   hoptrace publish -> mqtt in (v5) -> hoptrace flow_in -> function -> hoptrace flow_out
 //     -> mqtt out (v5) -> hoptrace tap (delivered)
@@ -165,28 +166,23 @@ async function stop(p, ms = 20000) {
   return r;
 }
 
-function flowFor(tag, collector) {
-  const broker = { id: 'e2e-broker', type: 'mqtt-broker', name: 'mosquitto', broker: '127.0.0.1', port: '', clientid: '',
-    autoConnect: true, usetls: false, protocolVersion: '5', keepalive: '30', cleansession: true, autoUnsubscribe: true,
-    birthTopic: '', closeTopic: '', willTopic: '', sessionExpiry: '' };
-  const [host, port] = (process.env.HOPTRACE_MQTT || '127.0.0.1:11883').split(':');
-  broker.broker = host;
-  broker.port = port;
-  return [
-    { id: 'e2e-tab', type: 'tab', label: 'hoptrace e2e' },
-    broker,
-    { id: 'e2e-collector', type: 'hoptrace-collector', collector, process: 'node-red-e2e', queueCapacity: 65536 },
-    { id: 'e2e-mqtt-in', type: 'mqtt in', z: 'e2e-tab', name: '', topic: `nodered-probe/${tag}/in/#`, qos: '1',
-      datatype: 'auto-detect', broker: 'e2e-broker', nl: false, rap: true, rh: 0, inputs: 0, wires: [['e2e-flow-in']] },
-    { id: 'e2e-flow-in', type: 'hoptrace', z: 'e2e-tab', collector: 'e2e-collector', hop: 'flow_in', hopId: 1,
-      mode: 'in', carrier: 'property', wires: [['e2e-function']] },
-    { id: 'e2e-function', type: 'function', z: 'e2e-tab', name: 'enrich',
-      func: 'msg.payload = { received: msg.payload, site: "plant-7" };\nreturn msg;', outputs: 1, wires: [['e2e-flow-out']] },
-    { id: 'e2e-flow-out', type: 'hoptrace', z: 'e2e-tab', collector: 'e2e-collector', hop: 'flow_out', hopId: 2,
-      mode: 'out', carrier: 'property', wires: [['e2e-mqtt-out']] },
-    { id: 'e2e-mqtt-out', type: 'mqtt out', z: 'e2e-tab', name: '', topic: `nodered-probe/${tag}/out`, qos: '1',
-      retain: 'false', broker: 'e2e-broker', wires: [] },
-  ];
+/**
+ * The README's example flow (examples/mqtt-flow.json), pointed at this test's collector,
+ * broker and topics.
+ */
+function flowFor(tag, collector, mqtt) {
+  const [host, port] = mqtt.split(':');
+  const nodes = JSON.parse(fs.readFileSync(path.join(PKG, 'examples', 'mqtt-flow.json'), 'utf8'));
+  const one = (type) => {
+    const found = nodes.filter((n) => n.type === type);
+    assert.equal(found.length, 1, `one ${type} node in the example flow`);
+    return found[0];
+  };
+  Object.assign(one('mqtt-broker'), { broker: host, port });
+  Object.assign(one('hoptrace-collector'), { collector, process: 'node-red-e2e' });
+  one('mqtt in').topic = `nodered-probe/${tag}/in/#`;
+  one('mqtt out').topic = `nodered-probe/${tag}/out`;
+  return nodes;
 }
 
 test('publish -> Mosquitto -> Node-RED (hoptrace in/out) -> Mosquitto -> tap, through the real collector',
@@ -216,7 +212,7 @@ test('publish -> Mosquitto -> Node-RED (hoptrace in/out) -> Mosquitto -> tap, th
       fs.writeFileSync(path.join(userDir, 'package.json'), JSON.stringify({ name: 'node-red-project', private: true }));
       execFileSync('npm', ['install', '--no-audit', '--no-fund', '--offline', '--no-save', PKG], { cwd: userDir, stdio: 'pipe' });
       const port = await freePortInRange(PORTS);
-      fs.writeFileSync(path.join(userDir, 'flows.json'), JSON.stringify(flowFor(tag, address), null, 1));
+      fs.writeFileSync(path.join(userDir, 'flows.json'), JSON.stringify(flowFor(tag, address, mqtt), null, 1));
       fs.writeFileSync(path.join(userDir, 'settings.js'), `module.exports = {
   uiHost: '127.0.0.1',
   uiPort: ${port},
