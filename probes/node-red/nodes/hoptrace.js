@@ -73,6 +73,7 @@ module.exports = function register(RED) {
     const hopId = Number(config.hopId);
     let stamper = null;
     let lastStatus = '';
+    let failures = 0;
 
     const fail = (why) => {
       node.error(`hoptrace: ${why}`);
@@ -110,7 +111,9 @@ module.exports = function register(RED) {
       const c = ex.counters;
       const lost = c.queue_full + c.send_failed;
       let status;
-      if (s.state === 'connected' || s.state === 'closing') {
+      if (failures > 0) {
+        status = { fill: 'red', shape: 'dot', text: `${hopName}: ${failures} messages not stamped (see the log)` };
+      } else if (s.state === 'connected' || s.state === 'closing') {
         status = lost > 0
           ? { fill: 'yellow', shape: 'dot', text: `${hopName}: ${stamper.stamped} stamped, ${lost} records lost` }
           : { fill: 'green', shape: 'dot', text: `${hopName}: ${stamper.stamped} stamped` };
@@ -130,7 +133,16 @@ module.exports = function register(RED) {
     showStatus();
 
     node.on('input', (msg, send, done) => {
-      if (stamper) stamper.process(msg);
+      if (stamper) {
+        try {
+          stamper.process(msg);
+        } catch (e) {
+          // Never lose the flow's message to the probe: pass it on as it is, and say so
+          // (once; the count is in the node's status).
+          failures += 1;
+          if (failures === 1) node.error(`hoptrace: could not stamp a message (${e.message}); it is passed on unstamped`, msg);
+        }
+      }
       send(msg);
       done();
     });

@@ -182,3 +182,24 @@ test('a hop id announced twice under two names is refused; its messages pass unt
   assert.deepEqual(col.connections[0].hello.hops, [[1, 'flow_in']]);
   await col.close();
 });
+
+test('a message the probe cannot write to still passes on', async () => {
+  const col = await new FakeCollector().listen();
+  const nodes = [
+    { id: 'c1', type: 'hoptrace-collector', collector: col.address },
+    { id: 'a', type: 'hoptrace', collector: 'c1', hop: 'flow_in', hopId: 1, mode: 'in', carrier: 'property', wires: [['h']] },
+    { id: 'h', type: 'helper' },
+  ];
+  await helper.load([hoptraceNode], nodes, { c1: { token: '' } });
+  const got = collect(helper.getNode('h'));
+  const text = ctxmod.encodeText(ctx(1));
+  // Writing the stamped context into a frozen object throws: the message must go on
+  // unchanged (the helper hands it to the node as it is, without a clone).
+  helper.getNode('a').receive({ payload: 1, userProperties: Object.freeze({ hoptrace: text }) });
+  helper.getNode('a').receive({ payload: 2, userProperties: { hoptrace: text } });
+  await until(() => got.length === 2, 5000, 'messages');
+  assert.equal(got[0].payload, 1);
+  assert.equal(got[0].userProperties.hoptrace, text);
+  assert.equal(ctxmod.decodeText(got[1].userProperties.hoptrace).stamps.length, 2);
+  await col.close();
+});
