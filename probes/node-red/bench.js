@@ -4,7 +4,8 @@
 //   node bench.js [--messages N] [--runs R]
 //
 // - clock reads: Date.now(), process.hrtime.bigint(), RealtimeClock.nowNs();
-// - report(): one record into the exporter's ring (no socket);
+// - reportBinary() / report(): one record into the exporter's ring (no socket), from the
+//   context's bytes (what the node does) or from a decoded context;
 // - stamp+report, per carrier: what a hoptrace node does to one message (read the
 //   context, stamp it, report the record, write the context back), no socket;
 // - stamp+report with the exporter connected to a local collector stand-in that reads
@@ -146,8 +147,10 @@ async function main() {
   row('RealtimeClock.nowNs()', perCall(() => { sink0 ^= clock.nowNs(); }));
 
   const c0 = context(1);
+  const b0 = ctxmod.encode(c0);
   let ex = offlineExporter(clock);
-  row('exporter.report() into the ring', perCall((i) => ex.report(c0, 1, BigInt(i)), () => { ex = offlineExporter(clock); }));
+  row('exporter.reportBinary() into the ring', perCall((i) => ex.reportBinary(b0, 1, BigInt(i)), () => { ex = offlineExporter(clock); }));
+  row('exporter.report() (decoded context) into the ring', perCall((i) => ex.report(c0, 1, BigInt(i)), () => { ex = offlineExporter(clock); }));
 
   for (const carrier of ['property', 'header', 'envelope']) {
     const msgs = makeMessages(carrier, N);

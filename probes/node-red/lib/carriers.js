@@ -9,14 +9,33 @@
 // - `envelope`: the envelope form at the start of a Buffer `msg.payload`.
 //
 // extract() returns an outcome and never throws on what a message holds:
-//   { kind: 'ok', context, badTraceparent, payload? }  (payload: the envelope's rest)
+//   { kind: 'ok', binary, badTraceparent, payload?, context }
+//     binary: the context's checked binary form (a trace id lent by a traceparent
+//     included); context: the same, decoded (computed when read); payload: the rest of
+//     an enveloped payload
 //   { kind: 'not_traced' }
 //   { kind: 'bad_context', error }                      (error: a DecodeError)
+// inject() takes a binary form (Buffer) or a context object.
 
 const ctxmod = require('./context');
 const traceparent = require('./traceparent');
 
 const KEY = 'hoptrace';
+
+/** A context taken from a message. */
+class Extracted {
+  constructor(binary, badTraceparent, payload) {
+    this.kind = 'ok';
+    this.binary = binary;
+    this.badTraceparent = badTraceparent;
+    if (payload !== undefined) this.payload = payload;
+  }
+
+  /** The context, decoded. */
+  get context() {
+    return ctxmod.decode(this.binary);
+  }
+}
 
 function notTraced() {
   return { kind: 'not_traced' };
@@ -26,11 +45,19 @@ function bad(error) {
   return { kind: 'bad_context', error };
 }
 
-/** Combines the last `hoptrace` value (already decoded) with the last `traceparent`. */
-function combine(decodeLast, tpValue) {
-  let context;
+/** A binary form of `ctx`, which is one already (Buffer) or a context object. */
+function binaryOf(ctx) {
+  return Buffer.isBuffer(ctx) ? ctx : ctxmod.encode(ctx);
+}
+
+/**
+ * Combines the last `hoptrace` value (checked by `checkLast`, which returns its binary
+ * form) with the last `traceparent`.
+ */
+function combine(checkLast, tpValue) {
+  let binary;
   try {
-    context = decodeLast();
+    binary = checkLast();
   } catch (e) {
     if (e instanceof ctxmod.DecodeError) return bad(e);
     throw e;
@@ -39,9 +66,9 @@ function combine(decodeLast, tpValue) {
   if (tpValue !== undefined) {
     const tp = traceparent.parse(tpValue);
     if (tp.error) badTraceparent = tp.error;
-    else if (!context.otelTraceId) context.otelTraceId = tp.traceId;
+    else binary = ctxmod.withTraceId(binary, tp.traceId);
   }
-  return { kind: 'ok', context, badTraceparent };
+  return new Extracted(binary, badTraceparent);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -75,14 +102,17 @@ const property = {
     const tp = Object.prototype.hasOwnProperty.call(up, traceparent.TRACEPARENT)
       ? lastPropertyValue(up[traceparent.TRACEPARENT])
       : undefined;
-    return combine(() => ctxmod.decodeText(value), tp === undefined ? undefined : tp);
+    return combine(() => ctxmod.textToBinary(value), tp);
   },
-  /** Sets the user property to the context's text form, replacing any earlier value. */
-  inject(msg, context, text) {
+  /**
+   * Sets the user property to the context's text form, replacing any earlier value.
+   * `text`, when given, is that text form already.
+   */
+  inject(msg, ctx, text) {
     if (!msg.userProperties || typeof msg.userProperties !== 'object' || Array.isArray(msg.userProperties)) {
       msg.userProperties = {};
     }
-    msg.userProperties[KEY] = text === undefined ? ctxmod.encodeText(context) : text;
+    msg.userProperties[KEY] = text === undefined ? ctxmod.binaryToText(binaryOf(ctx)) : text;
   },
 };
 
@@ -171,12 +201,12 @@ function header(path = 'headers') {
       if (!headers || typeof headers !== 'object') return notTraced();
       const { ctx, tp } = lastHeaders(headers);
       if (!ctx) return notTraced();
-      return combine(() => ctxmod.decode(headerBytes(ctx.v)), tp ? tp.v : undefined);
+      return combine(() => ctxmod.check(headerBytes(ctx.v)), tp ? tp.v : undefined);
     },
     /** Sets the header `hoptrace` to the binary form, replacing earlier values, in the
      * shape the headers already have (an object when there are none). */
-    inject(msg, context) {
-      const bin = ctxmod.encode(context);
+    inject(msg, ctx) {
+      const bin = binaryOf(ctx);
       const headers = getPath(msg, parts);
       if (Array.isArray(headers)) {
         const recordShape = headers.length > 0 && headers.every((h) => h && typeof h === 'object' && 'key' in h && 'value' in h);
@@ -217,16 +247,16 @@ const envelope = {
     const bytes = Buffer.isBuffer(p) ? p : Buffer.from(p.buffer, p.byteOffset, p.length);
     if (!ctxmod.isEnveloped(bytes)) return notTraced();
     try {
-      const { context, payload } = ctxmod.unwrapEnvelope(bytes);
-      return { kind: 'ok', context, badTraceparent: null, payload };
+      const { binary, payload } = ctxmod.splitEnvelope(bytes);
+      return new Extracted(binary, null, payload);
     } catch (e) {
       if (e instanceof ctxmod.DecodeError) return bad(e);
       throw e;
     }
   },
-  /** Puts the envelope of `context` in front of the payload (as bytes). */
-  inject(msg, context) {
-    msg.payload = ctxmod.wrapEnvelope(context, payloadBytes(msg.payload));
+  /** Puts the envelope of the context in front of the payload (as bytes). */
+  inject(msg, ctx) {
+    msg.payload = ctxmod.wrapBinary(binaryOf(ctx), payloadBytes(msg.payload));
   },
 };
 

@@ -106,12 +106,18 @@ function encode(ctx) {
   return out;
 }
 
+/** `bytes` as a Buffer (a view, not a copy). */
+function asBuffer(bytes) {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+}
+
 /**
- * Decodes a binary form, checking the document's rules in the document's order.
+ * Checks a binary form against every rule of the document, in the document's order,
+ * without building the context. Throws a DecodeError; returns the buffer.
  * @param {Uint8Array} bytes
  */
-function decode(bytes) {
-  const b = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+function check(bytes) {
+  const b = asBuffer(bytes);
   if (b.length < HEADER_LEN) throw new DecodeError('truncated', `${b.length} bytes, at least 28 needed`);
   if (b[0] !== VERSION) throw new DecodeError('unsupported_version', `version byte ${b[0]}`);
   const info = b[1];
@@ -122,11 +128,31 @@ function decode(bytes) {
   const len = HEADER_LEN + (hasId ? TRACE_ID_LEN : 0) + STAMP_LEN * n;
   if (b.length < len) throw new DecodeError('truncated', `${b.length} bytes, ${len} declared`);
   if (b.length > len) throw new DecodeError('trailing_bytes', `${b.length} bytes, ${len} declared`);
+  if (hasId) {
+    let zero = true;
+    for (let i = HEADER_LEN; i < HEADER_LEN + TRACE_ID_LEN; i++) {
+      if (b[i] !== 0) {
+        zero = false;
+        break;
+      }
+    }
+    if (zero) throw new DecodeError('invalid_trace_id', 'all zeros');
+  }
+  return b;
+}
+
+/**
+ * Decodes a binary form, checking the document's rules in the document's order.
+ * @param {Uint8Array} bytes
+ */
+function decode(bytes) {
+  const b = check(bytes);
+  const n = b[1] & 0x1f;
+  const hasId = (b[1] & 0x80) !== 0;
   let otelTraceId = null;
   let p = HEADER_LEN;
   if (hasId) {
     otelTraceId = Buffer.from(b.subarray(p, p + TRACE_ID_LEN));
-    if (otelTraceId.every((x) => x === 0)) throw new DecodeError('invalid_trace_id', 'all zeros');
     p += TRACE_ID_LEN;
   }
   const stamps = new Array(n);
@@ -145,6 +171,37 @@ function decode(bytes) {
   };
 }
 
+/**
+ * A checked binary form with one more stamp: 9 bytes appended and N incremented, as the
+ * document's stamping rule says; null (nothing changed) when it already holds 16.
+ * @param {Buffer} b a binary form that passed check()
+ */
+function appendStamp(b, hop, ns) {
+  if ((b[1] & 0x1f) >= MAX_STAMPS) return null;
+  const out = Buffer.allocUnsafe(b.length + STAMP_LEN);
+  b.copy(out, 0);
+  out[1] = b[1] + 1;
+  out[b.length] = hop;
+  out.writeBigInt64LE(ns, b.length + 1);
+  return out;
+}
+
+/** Whether a checked binary form carries a trace id. */
+function hasTraceId(b) {
+  return (b[1] & 0x80) !== 0;
+}
+
+/** A checked binary form given the trace id `id` (16 bytes); unchanged when it has one. */
+function withTraceId(b, id) {
+  if (hasTraceId(b)) return b;
+  const out = Buffer.allocUnsafe(b.length + TRACE_ID_LEN);
+  b.copy(out, 0, 0, HEADER_LEN);
+  out[1] = b[1] | 0x80;
+  out.set(id, HEADER_LEN);
+  b.copy(out, HEADER_LEN + TRACE_ID_LEN, HEADER_LEN);
+  return out;
+}
+
 // base64url value of each character code, -1 when outside the alphabet.
 const B64URL = new Int8Array(128).fill(-1);
 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
@@ -157,10 +214,11 @@ function encodeText(ctx) {
 }
 
 /**
- * Decodes a text form: prefix, canonical base64url, then the binary rules.
+ * The binary form inside a text form, checked: the prefix, canonical base64url, then the
+ * binary rules.
  * @param {string} text
  */
-function decodeText(text) {
+function textToBinary(text) {
   if (typeof text !== 'string' || !text.startsWith(TEXT_PREFIX)) {
     throw new DecodeError('bad_text_prefix');
   }
@@ -176,7 +234,20 @@ function decodeText(text) {
   if ((len % 4 === 2 && (last & 0x0f)) || (len % 4 === 3 && (last & 0x03))) {
     throw new DecodeError('bad_base64', 'non-zero unused bits (not canonical)');
   }
-  return decode(Buffer.from(text.slice(TEXT_PREFIX.length), 'base64url'));
+  return check(Buffer.from(text.slice(TEXT_PREFIX.length), 'base64url'));
+}
+
+/** The text form of a binary form. */
+function binaryToText(b) {
+  return TEXT_PREFIX + asBuffer(b).toString('base64url');
+}
+
+/**
+ * Decodes a text form: prefix, canonical base64url, then the binary rules.
+ * @param {string} text
+ */
+function decodeText(text) {
+  return decode(textToBinary(text));
 }
 
 /**
@@ -200,18 +271,39 @@ function isEnveloped(bytes) {
 }
 
 /**
+ * Splits an enveloped message into its checked binary context and the original payload
+ * (views of `bytes`, not copies).
+ * @param {Buffer} bytes
+ * @returns {{binary: Buffer, payload: Buffer}}
+ */
+function splitEnvelope(bytes) {
+  if (!isEnveloped(bytes)) throw new DecodeError('not_enveloped');
+  if (bytes.length < ENVELOPE_PREFIX_LEN) throw new DecodeError('truncated', 'no length byte');
+  const l = bytes[4];
+  const end = ENVELOPE_PREFIX_LEN + l;
+  if (bytes.length < end) throw new DecodeError('truncated', `length byte ${l}, ${bytes.length - 5} bytes follow`);
+  return { binary: check(bytes.subarray(ENVELOPE_PREFIX_LEN, end)), payload: bytes.subarray(end) };
+}
+
+/**
  * Splits an enveloped message into its context and the original payload (a view of
  * `bytes`, not a copy).
  * @param {Buffer} bytes
  * @returns {{context: object, payload: Buffer}}
  */
 function unwrapEnvelope(bytes) {
-  if (!isEnveloped(bytes)) throw new DecodeError('not_enveloped');
-  if (bytes.length < ENVELOPE_PREFIX_LEN) throw new DecodeError('truncated', 'no length byte');
-  const l = bytes[4];
-  const end = ENVELOPE_PREFIX_LEN + l;
-  if (bytes.length < end) throw new DecodeError('truncated', `length byte ${l}, ${bytes.length - 5} bytes follow`);
-  return { context: decode(bytes.subarray(ENVELOPE_PREFIX_LEN, end)), payload: bytes.subarray(end) };
+  const { binary, payload } = splitEnvelope(bytes);
+  return { context: decode(binary), payload };
+}
+
+/** The envelope of a binary form around `payload`. */
+function wrapBinary(binary, payload) {
+  const out = Buffer.allocUnsafe(ENVELOPE_PREFIX_LEN + binary.length + payload.length);
+  MAGIC.copy(out, 0);
+  out[4] = binary.length;
+  out.set(binary, ENVELOPE_PREFIX_LEN);
+  out.set(payload, ENVELOPE_PREFIX_LEN + binary.length);
+  return out;
 }
 
 /** Appends a stamp; returns false (context unchanged) when it already holds 16. */
@@ -235,10 +327,18 @@ module.exports = {
   binaryLength,
   encode,
   encodeInto,
+  check,
   decode,
+  appendStamp,
+  hasTraceId,
+  withTraceId,
   encodeText,
+  textToBinary,
+  binaryToText,
   decodeText,
   wrapEnvelope,
+  wrapBinary,
+  splitEnvelope,
   unwrapEnvelope,
   isEnveloped,
   pushStamp,

@@ -145,6 +145,24 @@ class Exporter extends EventEmitter {
     return true;
   }
 
+  /** As report(), from a checked binary context (lib/context.js check()). */
+  reportBinary(bin, hop, stampNs) {
+    this.counters.reported += 1;
+    if (this.state === 'stopped') {
+      this.counters.send_failed += 1;
+      return false;
+    }
+    if (!this.ring.pushBinary(bin, hop, stampNs)) {
+      this.counters.queue_full += 1;
+      return false;
+    }
+    if (!this.flushScheduled && this.state === 'connected') {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+    return true;
+  }
+
   /** Counts an event of the carriers: not_traced, bad_context, stamps_full, bad_traceparent. */
   count(name) {
     if (!(name in this.counters)) throw new RangeError(`unknown counter ${name}`);

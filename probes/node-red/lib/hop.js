@@ -42,7 +42,7 @@ class HopStamper {
 
   _fromField(msg) {
     try {
-      return { kind: 'ok', context: ctxmod.decodeText(msg[MSG_FIELD]), badTraceparent: null, fromField: true };
+      return { kind: 'ok', binary: ctxmod.textToBinary(msg[MSG_FIELD]), badTraceparent: null };
     } catch (e) {
       if (e instanceof ctxmod.DecodeError) return { kind: 'bad_context', error: e };
       throw e;
@@ -79,22 +79,26 @@ class HopStamper {
       return got.kind;
     }
     if (got.badTraceparent) this.exporter.count('bad_traceparent');
-    const ctx = got.context;
-    if (!ctxmod.pushStamp(ctx, this.hopId, ns)) this.exporter.count('stamps_full');
-    this.exporter.report(ctx, this.hopId, ns);
-    const text = ctxmod.encodeText(ctx);
+    // The context stays in its binary form: 9 bytes appended, the record copied from it.
+    let bin = ctxmod.appendStamp(got.binary, this.hopId, ns);
+    if (!bin) {
+      this.exporter.count('stamps_full');
+      bin = got.binary;
+    }
+    this.exporter.reportBinary(bin, this.hopId, ns);
+    const text = ctxmod.binaryToText(bin);
     if (this.carrier.name === 'envelope') {
       if (this.mode === 'in') {
         msg.payload = this._unwrapped(got.payload);
       } else {
         if (useField) this._stripEnvelope(msg);
         else msg.payload = got.payload;
-        this.carrier.inject(msg, ctx);
+        this.carrier.inject(msg, bin);
       }
     } else if (this.carrier.name === 'property') {
-      this.carrier.inject(msg, ctx, text);
+      this.carrier.inject(msg, bin, text);
     } else {
-      this.carrier.inject(msg, ctx);
+      this.carrier.inject(msg, bin);
     }
     msg[MSG_FIELD] = text;
     this.stamped += 1;

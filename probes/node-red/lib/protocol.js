@@ -148,6 +148,25 @@ function writeRecord(out, at, ctx, hop, stampNs) {
 }
 
 /**
+ * Writes the record of `hop` stamping a checked binary context at `stampNs` (bigint) at
+ * `at` of `out`, copying the fields straight from the context's bytes (the binary form
+ * and the record share their field order); returns its length.
+ */
+function writeRecordFromBinary(out, at, bin, hop, stampNs) {
+  const hasId = (bin[1] & 0x80) !== 0;
+  out[at] = hasId ? 1 : 0;
+  out[at + 1] = hop;
+  bin.copy(out, at + 2, 2, 16); // publisher, stream, sequence
+  out.writeBigInt64LE(stampNs, at + 16);
+  bin.copy(out, at + 24, 16, 28); // metric count, intended
+  if (hasId) {
+    bin.copy(out, at + 36, 28, 44);
+    return RECORD_LEN_WITH_ID;
+  }
+  return RECORD_LEN;
+}
+
+/**
  * Records frame of [{ context, hop, stampNs }].
  */
 function encodeRecords(records) {
@@ -433,6 +452,7 @@ module.exports = {
   Writer,
   encodeHello,
   writeRecord,
+  writeRecordFromBinary,
   encodeRecords,
   encodeClock,
   encodeCounters,

@@ -16,7 +16,7 @@
 // held and queued records together, so the memory bound and the `queue_full` count keep
 // their meaning in both.
 
-const { writeRecord, TYPE, RECORD_LEN_WITH_ID } = require('./protocol');
+const { writeRecord, writeRecordFromBinary, TYPE, RECORD_LEN_WITH_ID } = require('./protocol');
 
 const SLOT = RECORD_LEN_WITH_ID;
 
@@ -49,6 +49,15 @@ class RecordRing {
     if (this.tail - this.head >= this.capacity) return false;
     const i = this.tail % this.capacity;
     this.lens[i] = writeRecord(this.slots, i * SLOT, ctx, hop, stampNs);
+    this.tail += 1;
+    return true;
+  }
+
+  /** As push(), from a checked binary context. */
+  pushBinary(bin, hop, stampNs) {
+    if (this.tail - this.head >= this.capacity) return false;
+    const i = this.tail % this.capacity;
+    this.lens[i] = writeRecordFromBinary(this.slots, i * SLOT, bin, hop, stampNs);
     this.tail += 1;
     return true;
   }

@@ -129,6 +129,21 @@ test('random contexts round-trip through every form', () => {
       stamps: Array.from({ length: rnd() % 17 }, () => ({ hop: rnd() & 0xff, ns: BigInt.asIntN(64, big()) })),
     };
     const payload = Buffer.from(Array.from({ length: rnd() % 20 }, () => rnd() & 0xff));
+    // The binary stamping path gives the bytes of the decoded path.
+    const bin = ctxmod.check(ctxmod.encode(ctx));
+    const hop = rnd() & 0xff;
+    const ns = BigInt.asIntN(64, big());
+    const appended = ctxmod.appendStamp(bin, hop, ns);
+    const viaObject = structuredClone(ctx);
+    if (ctx.otelTraceId) viaObject.otelTraceId = ctx.otelTraceId;
+    if (ctxmod.pushStamp(viaObject, hop, ns)) assert.deepEqual(appended, ctxmod.encode(viaObject));
+    else assert.equal(appended, null);
+    if (!ctx.otelTraceId) {
+      const id = Buffer.from(Array.from({ length: 16 }, (_, k) => (k === 15 ? 1 : rnd() & 0xff)));
+      assert.deepEqual(ctxmod.withTraceId(bin, id), ctxmod.encode({ ...ctx, otelTraceId: id }));
+    }
+    assert.equal(ctxmod.binaryToText(bin), ctxmod.encodeText(ctx));
+    assert.deepEqual(ctxmod.textToBinary(ctxmod.encodeText(ctx)), bin);
     assert.deepEqual(ctxmod.decode(ctxmod.encode(ctx)), ctx);
     assert.deepEqual(ctxmod.decodeText(ctxmod.encodeText(ctx)), ctx);
     const u = ctxmod.unwrapEnvelope(ctxmod.wrapEnvelope(ctx, payload));

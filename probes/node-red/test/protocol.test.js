@@ -97,6 +97,22 @@ test('the record ring lays records out exactly as the Records frame', () => {
   assert.equal(ring.takeFrame(100), null);
 });
 
+test('a record copied from a binary context equals one written from the decoded context', () => {
+  const ctxmod = require('../lib/context');
+  for (const c of [CTX1, CTX2, { ...CTX2, stamps: [{ hop: 1, ns: 5n }, { hop: 2, ns: -7n }] }]) {
+    const a = Buffer.alloc(52);
+    const b = Buffer.alloc(52);
+    const la = p.writeRecord(a, 0, c, 9, 1234567890123456789n);
+    const lb = p.writeRecordFromBinary(b, 0, ctxmod.encode(c), 9, 1234567890123456789n);
+    assert.equal(la, lb);
+    assert.deepEqual(a, b);
+  }
+  const ring = new RecordRing(2);
+  ring.pushBinary(ctxmod.encode(CTX1), 1, 1700000000000001000n);
+  ring.pushBinary(ctxmod.encode(CTX2), 2, -1n);
+  assert.equal(ring.takeFrame(10).frame.toString('hex'), RECORDS_HEX);
+});
+
 test('the record ring is bounded by what it holds, sent or not', () => {
   const ring = new RecordRing(3);
   assert.ok(ring.push(CTX1, 1, 1n));
