@@ -13,6 +13,7 @@
 // written as u64 on the wire.
 
 const net = require('node:net');
+const tls = require('node:tls');
 const os = require('node:os');
 const crypto = require('node:crypto');
 const { EventEmitter } = require('node:events');
@@ -53,6 +54,9 @@ class Exporter extends EventEmitter {
    * @param {object} opts.clock a RealtimeClock (lib/clock.js): nowNs()
    * @param {object} [opts.clockStatus] reader with async read() returning Clock fields
    * @param {object} [opts.log] { info, warn, error } (strings)
+   * @param {string|Buffer} [opts.tlsCa] speak TLS, trusting these PEM CA certificates
+   * @param {string} [opts.tlsServerName] the name the collector's certificate must carry
+   *   (default: the host of `collector`)
    */
   constructor(opts) {
     super();
@@ -85,6 +89,7 @@ class Exporter extends EventEmitter {
     this.flushScheduled = false;
     this.stopping = null; // { deadline, resolve } while shutting down
     this.rehello = false;
+    this.goodbyeWritten = false;
     this.runId = null;
     this.lastError = null;
     this.timer = null;
@@ -234,7 +239,23 @@ class Exporter extends EventEmitter {
     const hops = [...this.hops.entries()].sort((a, b) => a[0] - b[0]);
     this.announced = new Map(hops);
     this.state = 'connecting';
-    const sock = net.connect({ host: this.address.host, port: this.address.port });
+    const { host, port } = this.address;
+    let sock;
+    if (this.opts.tlsCa) {
+      const name = this.opts.tlsServerName;
+      const o = { host, port, ca: this.opts.tlsCa };
+      // The certificate must carry the given name, else the collector's host (an IP
+      // address is checked against the certificate's IP addresses).
+      if (name) {
+        o.servername = name;
+        o.checkServerIdentity = (_, cert) => tls.checkServerIdentity(name, cert);
+      } else if (!net.isIP(host)) {
+        o.servername = host;
+      }
+      sock = tls.connect(o);
+    } else {
+      sock = net.connect({ host, port });
+    }
     this.sock = sock;
     this.reader = new protocol.FrameReader();
     sock.setNoDelay(true);
@@ -242,7 +263,7 @@ class Exporter extends EventEmitter {
     sock.on('timeout', () => {
       if (this.sock === sock && this.state !== 'connected') this._drop(new Error('no welcome in time'));
     });
-    sock.on('connect', () => {
+    sock.on(this.opts.tlsCa ? 'secureConnect' : 'connect', () => {
       if (this.sock !== sock) return;
       this.state = 'handshake';
       sock.write(protocol.encodeHello({
@@ -327,12 +348,15 @@ class Exporter extends EventEmitter {
       this.counters.send_failed += failed;
       this.log.error(`lost ${failed} records: the connection to the collector failed; counted as send_failed`);
     }
+    // Closing, the Goodbye taken by the socket: a reset now is the collector closing
+    // with bytes of ours unread (a TLS close_notify), after our Goodbye.
+    const closedAfterGoodbye = wasClosing && this.goodbyeWritten &&
+      (!err || err.code === 'ECONNRESET' || err.code === 'EPIPE');
     if (wasClosing && this.stopping) {
-      // Goodbye was written; an error now means it may not have arrived.
-      this._finish(!err);
+      this._finish(closedAfterGoodbye);
       return;
     }
-    if (wasClosing && !err) {
+    if (closedAfterGoodbye) {
       // A new hop list: connect again at once with a new Hello.
       this.state = 'idle';
       this.nextAttempt = 0;
@@ -432,9 +456,18 @@ class Exporter extends EventEmitter {
     const sock = this.sock;
     this.state = 'closing';
     this.rehello = false;
+    this.goodbyeWritten = false;
     sock.write(protocol.encodeCounters({ atNs: this.clock.nowNs(), values: this._counterValues() }));
-    sock.write(protocol.encodeGoodbye());
-    sock.end();
+    sock.write(protocol.encodeGoodbye(), (err) => {
+      if (!err) this.goodbyeWritten = true;
+    });
+    // The collector closes after Goodbye; close our side when it has (Node answers its
+    // end with ours), or after a while. Closing first would leave a TLS close_notify
+    // unread on its side, which resets the connection.
+    const t = setTimeout(() => {
+      if (this.sock === sock) sock.end();
+    }, 2000);
+    t.unref();
   }
 
   _finish(clean) {

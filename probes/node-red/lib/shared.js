@@ -1,6 +1,6 @@
 'use strict';
 // One exporter per collector per process: every config node that names the same
-// collector (address, token and process name) shares one connection, and every hoptrace
+// collector (address, token, process name and TLS settings) shares one connection, and every hoptrace
 // node using any of them adds its hop to that connection's Hello.
 
 const { Exporter } = require('./exporter');
@@ -67,7 +67,8 @@ class SharedExporter {
 }
 
 function keyOf(settings) {
-  return JSON.stringify([settings.collector, settings.token || '', settings.process || '']);
+  return JSON.stringify([settings.collector, settings.token || '', settings.process || '',
+    settings.tlsCaFile || '', settings.tlsServerName || '']);
 }
 
 /**

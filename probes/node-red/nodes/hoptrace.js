@@ -5,6 +5,8 @@
 // - `hoptrace`: stamps each message passing it as one hop of the pipeline, reports the
 //   stamp to the collector and passes the context on (lib/hop.js says how).
 
+const fs = require('node:fs');
+
 const shared = require('../lib/shared');
 const { HopStamper } = require('../lib/hop');
 
@@ -21,8 +23,11 @@ module.exports = function register(RED) {
       token: (node.credentials && node.credentials.token) || '',
       process: String(config.process || 'node-red').trim() || 'node-red',
       queueCapacity: Number(config.queueCapacity) > 0 ? Math.floor(Number(config.queueCapacity)) : 65536,
+      tlsCaFile: String(config.tlsCa || '').trim(),
+      tlsServerName: String(config.tlsName || '').trim(),
     };
     try {
+      if (node.settings.tlsCaFile) node.settings.tlsCa = fs.readFileSync(node.settings.tlsCaFile);
       node.entry = shared.acquire(node.id, node.settings, {
         info: (m) => node.log(m),
         warn: (m) => node.warn(m),

@@ -342,3 +342,47 @@ test('publish -> Mosquitto -> Node-RED (hoptrace in/out) -> Mosquitto -> tap, th
       }
     }
   });
+
+test('the exporter speaks TLS to the real collector (hoptrace collect --tls-cert)',
+  { skip: !INTEGRATION && 'set HOPTRACE_INTEGRATION=1 (needs HOPTRACE_BIN)', timeout: 60000 },
+  async () => {
+    const bin = process.env.HOPTRACE_BIN;
+    need(bin, 'HOPTRACE_BIN is not set');
+    need(fs.existsSync(bin), `HOPTRACE_BIN ${bin} does not exist`);
+    const { selfSignedCert } = require('./fake-collector');
+    const { Exporter } = require('../lib/exporter');
+    const { RealtimeClock, ClockStatusReader } = require('../lib/clock');
+    const cert = selfSignedCert();
+    need(cert, 'openssl is not installed');
+    const dir = cert.dir;
+    let collector;
+    try {
+      fs.writeFileSync(path.join(dir, 'pipeline.toml'), PIPELINE);
+      collector = run('collector', bin, ['collect', '--listen', '127.0.0.1:0', '--pipeline', 'pipeline.toml',
+        '--out', 'runs', '--run-id', 'tls', '--tls-cert', cert.certFile, '--tls-key', cert.keyFile], dir);
+      const address = (await waitFor(collector, /collecting on (\S+) \(TLS\)/, 30000))[1];
+      const clock = new RealtimeClock();
+      const ex = new Exporter({ collector: address, clock, clockStatus: new ClockStatusReader(clock), tlsCa: cert.cert,
+        tlsServerName: 'collector.test', process: 'tls-check' });
+      ex.setHops([[1, 'flow_in']]);
+      ex.start();
+      const end = Date.now() + 10000;
+      while (ex.status().state !== 'connected' && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(ex.status().state, 'connected', String(ex.status().lastError));
+      assert.equal(ex.status().runId, 'tls');
+      const ctx = { publisher: 2, stream: 1, sequence: 1n, metricCount: 1, intendedNs: clock.nowNs(), otelTraceId: null, stamps: [] };
+      ex.report(ctx, 1, clock.nowNs());
+      assert.equal((await ex.shutdown(5000)).clean, true);
+      await stop(collector, 30000);
+      assert.equal(collector.exited.code, 0, collector.text.slice(-2000));
+      const summary = parseExact(fs.readFileSync(path.join(dir, 'runs', 'tls', 'run.json'), 'utf8'));
+      const probe = summary.probes.find((p) => p.process === 'tls-check');
+      assert.ok(probe);
+      assert.equal(probe.clean_close, true);
+      assert.equal(probe.counters.sent, 1n);
+      assert.equal(summary.accounting.records_by_hop.flow_in, 1n);
+    } finally {
+      await stop(collector, 10000);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });

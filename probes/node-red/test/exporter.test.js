@@ -208,3 +208,38 @@ test('reports after shutdown are counted as send_failed', async () => {
   assert.deepEqual([ex.snapshot().reported, ex.snapshot().send_failed], [1, 1]);
   await col.close();
 });
+
+test('TLS: records reach a TLS collector; a wrong name or plain TCP does not connect', async (t) => {
+  const { selfSignedCert } = require('./fake-collector');
+  const cert = selfSignedCert();
+  if (!cert) {
+    t.skip('openssl is not installed');
+    return;
+  }
+  const col = await new FakeCollector({ tls: cert }).listen();
+  const ex = exporter(col.address, { tlsCa: cert.cert });
+  ex.setHops([[1, 'flow_in']]);
+  ex.start();
+  await until(() => ex.status().state === 'connected', 3000, 'welcome over TLS');
+  ex.report(ctx(5), 1, 5n);
+  assert.equal((await ex.shutdown(3000)).clean, true);
+  assert.deepEqual(col.records().map((r) => r.context.sequence), [5n]);
+  // The certificate names collector.test, not collector.example.
+  const wrongName = exporter(col.address, { tlsCa: cert.cert, tlsServerName: 'collector.example' });
+  wrongName.setHops([[1, 'flow_in']]);
+  wrongName.start();
+  await until(() => wrongName.status().lastError, 3000, 'a TLS error');
+  assert.match(wrongName.status().lastError, /collector\.example/);
+  const named = exporter(col.address, { tlsCa: cert.cert, tlsServerName: 'collector.test' });
+  named.setHops([[1, 'flow_in']]);
+  named.start();
+  await until(() => named.status().state === 'connected', 3000, 'welcome with the right name');
+  const plain = exporter(col.address);
+  plain.setHops([[1, 'flow_in']]);
+  plain.start();
+  await new Promise((r) => setTimeout(r, 300));
+  assert.notEqual(plain.status().state, 'connected');
+  await Promise.all([wrongName.shutdown(100), named.shutdown(1000), plain.shutdown(100)]);
+  await col.close();
+  require('node:fs').rmSync(cert.dir, { recursive: true });
+});

@@ -4,6 +4,11 @@
 // stop reading to stall a probe. End-to-end tests use the real `hoptrace collect`.
 
 const net = require('node:net');
+const tls = require('node:tls');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
 const { once } = require('node:events');
 const protocol = require('../lib/protocol');
 
@@ -12,7 +17,10 @@ class FakeCollector {
     this.runId = opts.runId || 'test-run';
     this.reject = opts.reject || null; // { code, reason } to reject every Hello
     this.connections = [];
-    this.server = net.createServer((sock) => this._accept(sock));
+    this.server = opts.tls
+      ? tls.createServer({ key: opts.tls.key, cert: opts.tls.cert }, (sock) => this._accept(sock))
+      : net.createServer((sock) => this._accept(sock));
+    if (opts.tls) this.server.on('tlsClientError', () => { this.tlsErrors = (this.tlsErrors || 0) + 1; });
   }
 
   async listen(port = 0) {
@@ -40,7 +48,9 @@ class FakeCollector {
               sock.write(protocol.encodeWelcome(1, this.runId));
             }
           } else if (f.type === 'goodbye') {
+            // As the collector does: Goodbye ends the conversation.
             conn.goodbye = true;
+            sock.end();
           }
         }
       } catch (e) {
@@ -89,6 +99,25 @@ class FakeCollector {
   }
 }
 
+/**
+ * A self-signed certificate for `collector.test` and 127.0.0.1 (openssl), as PEM files in
+ * a new temporary directory: { dir, key, cert, keyFile, certFile }. Null without openssl.
+ */
+function selfSignedCert() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hoptrace-tls-'));
+  const keyFile = path.join(dir, 'key.pem');
+  const certFile = path.join(dir, 'cert.pem');
+  try {
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', keyFile, '-out', certFile, '-days', '2', '-subj', '/CN=collector.test',
+      '-addext', 'subjectAltName=DNS:collector.test,IP:127.0.0.1'], { stdio: 'pipe' });
+  } catch (e) {
+    if (e.code === 'ENOENT') return null;
+    throw e;
+  }
+  return { dir, keyFile, certFile, key: fs.readFileSync(keyFile), cert: fs.readFileSync(certFile) };
+}
+
 /** Polls `pred` every 10 ms until true, or fails after `ms`. */
 async function until(pred, ms = 5000, what = 'condition') {
   const end = Date.now() + ms;
@@ -98,4 +127,4 @@ async function until(pred, ms = 5000, what = 'condition') {
   }
 }
 
-module.exports = { FakeCollector, until };
+module.exports = { FakeCollector, until, selfSignedCert };
