@@ -11,6 +11,16 @@
 //
 // Counters are plain numbers (exact to 2^53, centuries of records at any rate); they are
 // written as u64 on the wire.
+//
+// Protocol version 1 has no acknowledgement: a Records frame counts as `sent` once the
+// socket has taken it (its write callback), and its ring slots are released then; a frame
+// the socket had not taken when the connection failed is `send_failed`. Each frame of a
+// connection is numbered (`inflight[].seq`), and the ring keeps records until they are
+// released, so a later version in which the collector acknowledges the sequence of its
+// last durable frame fits without reshaping: release in an Ack handler instead of in
+// _written(), and in _lost() rewind the ring to its oldest unreleased record (to send it
+// again after the next Hello) instead of counting the in-flight frames as lost. The ring's
+// capacity then bounds unacknowledged records as well, and `queue_full` keeps its meaning.
 
 const net = require('node:net');
 const tls = require('node:tls');
@@ -78,7 +88,7 @@ class Exporter extends EventEmitter {
     this.reader = null;
     this.blocked = false;
     this.blockedSince = 0;
-    this.inflight = []; // [{ end, count, done }] records frames handed to the socket
+    this.inflight = []; // [{ seq, end, count, done }] records frames handed to the socket
     this.frameSeq = 0; // frames written on this connection (what a durable ack would name)
     this.connectedOnce = false;
     this.backoffMs = this.opts.backoffMinMs;
@@ -306,6 +316,8 @@ class Exporter extends EventEmitter {
         if (this.connectedOnce) this.counters.reconnects += 1;
         this.connectedOnce = true;
         this.backoffMs = this.opts.backoffMinMs;
+        // A hop added while this Hello was on its way: say Hello again.
+        if ([...this.hops].some(([id, name]) => this.announced.get(id) !== name)) this.rehello = true;
         this.lastClock = -Infinity;
         this.lastCounters = -Infinity;
         this.log.info(`connected to the collector ${this.opts.collector}, run ${f.runId}`);
@@ -419,7 +431,7 @@ class Exporter extends EventEmitter {
       for (let i = 0; (finishing || i < 4) && !this.blocked; i++) {
         const f = this.ring.takeFrame(Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME));
         if (!f) break;
-        const entry = { end: f.end, count: f.count, done: false };
+        const entry = { seq: this.frameSeq + 1, end: f.end, count: f.count, done: false };
         this.inflight.push(entry);
         this._write(f.frame, (err) => this._written(sock, entry, err));
       }

@@ -203,3 +203,32 @@ test('a message the probe cannot write to still passes on', async () => {
   assert.equal(ctxmod.decodeText(got[1].userProperties.hoptrace).stamps.length, 2);
   await col.close();
 });
+
+test('a redeploy says Goodbye with the final counters; a node-only deploy keeps the connection', async () => {
+  const col = await new FakeCollector().listen();
+  const base = [
+    { id: 'c1', type: 'hoptrace-collector', collector: col.address },
+    { id: 'a', type: 'hoptrace', collector: 'c1', hop: 'flow_in', hopId: 1, mode: 'in', carrier: 'property', wires: [['h']] },
+    { id: 'h', type: 'helper' },
+  ];
+  await helper.load([hoptraceNode], base, { c1: { token: '' } });
+  await until(() => col.connections.length === 1 && col.connections[0].hello, 5000, 'hello');
+  helper.getNode('a').receive({ userProperties: { hoptrace: ctxmod.encodeText(ctx(1)) } });
+  await until(() => col.records().length === 1, 5000, 'record');
+  // A node-only deploy of a changed hoptrace node with a hop the connection announced:
+  // the config node stays, so does the connection.
+  const renamed = base.map((n) => (n.id === 'a' ? { ...n, name: 'renamed' } : n));
+  await helper.setFlows(renamed, 'nodes', { c1: { token: '' } });
+  helper.getNode('a').receive({ userProperties: { hoptrace: ctxmod.encodeText(ctx(2)) } });
+  await until(() => col.records().length === 2, 5000, 'record after the node deploy');
+  assert.equal(col.connections.length, 1);
+  // A full deploy restarts everything: Goodbye, then a new connection.
+  await helper.setFlows(renamed, 'full', { c1: { token: '' } });
+  await until(() => col.connections[0].goodbye, 5000, 'goodbye on redeploy');
+  const c = col.lastCounters(col.connections[0]);
+  assert.equal(c.reported, 2n);
+  assert.equal(c.sent, 2n);
+  await until(() => col.connections.length === 2 && col.connections[1].hello, 5000, 'a new hello');
+  assert.notEqual(col.connections[1].hello.instanceId, col.connections[0].hello.instanceId);
+  await col.close();
+});
