@@ -105,8 +105,9 @@ class Exporter extends EventEmitter {
     this.timer = null;
     this.flush = () => {
       this.flushScheduled = false;
-      this._pump();
+      this._guard(() => this._pump());
     };
+    this.closingSince = 0;
   }
 
   // -------------------------------------------------------------------------------------
@@ -133,9 +134,22 @@ class Exporter extends EventEmitter {
   /** Starts connecting in the background. */
   start() {
     if (this.timer || this.state === 'stopped') return;
-    this.timer = setInterval(() => this._tick(), this.opts.tickMs);
+    this.timer = setInterval(() => this._guard(() => this._tick()), this.opts.tickMs);
     this.timer.unref();
     this._tick();
+  }
+
+  /**
+   * Runs `fn` from a timer or an I/O callback: an exception (a bug) must not take the
+   * Node-RED process down; it is logged and the connection is started afresh.
+   */
+  _guard(fn) {
+    try {
+      fn();
+    } catch (e) {
+      this.log.error(`hoptrace exporter: ${e.stack || e}`);
+      this._drop(e);
+    }
   }
 
   /**
@@ -212,7 +226,7 @@ class Exporter extends EventEmitter {
     const promise = new Promise((r) => { resolve = r; });
     this.stopping = { deadline: Date.now() + timeoutMs, resolve, promise };
     if (!this.timer) {
-      this.timer = setInterval(() => this._tick(), this.opts.tickMs);
+      this.timer = setInterval(() => this._guard(() => this._tick()), this.opts.tickMs);
       this.timer.unref();
     }
     this._tick();
@@ -234,6 +248,11 @@ class Exporter extends EventEmitter {
         return;
       }
       if (now >= this.nextAttempt) this._connect();
+      return;
+    }
+    if (this.state === 'closing' && now - this.closingSince > this.opts.connectTimeoutMs + 5000) {
+      // The collector never closed after Goodbye (nor after our end): give up on it.
+      this.sock.destroy();
       return;
     }
     if (this.state === 'connected') {
@@ -285,11 +304,11 @@ class Exporter extends EventEmitter {
         hops,
       }));
     });
-    sock.on('data', (chunk) => this._onData(sock, chunk));
+    sock.on('data', (chunk) => this._guard(() => this._onData(sock, chunk)));
     sock.on('drain', () => {
       if (this.sock !== sock) return;
       this.blocked = false;
-      this._pump();
+      this._guard(() => this._pump());
     });
     sock.on('error', (e) => this._lost(sock, e));
     sock.on('close', () => this._lost(sock, null));
@@ -424,7 +443,11 @@ class Exporter extends EventEmitter {
             this.control.unshift(protocol.encodeClock(c));
             this._schedule();
           }
-        }, () => { this.clockReading = false; });
+        }).catch((e) => {
+          this.clockReading = false;
+          this.log.warn(`hoptrace exporter: no clock status: ${e.message}`);
+          this._schedule();
+        });
       }
       while (this.control.length && !this.blocked) this._write(this.control.shift());
       // At most a few frames per turn of the event loop, unless flushing for good.
@@ -467,6 +490,7 @@ class Exporter extends EventEmitter {
     if (this.ring.queued > 0 || this.control.length > 0 || this.inflight.length > 0 || this.clockReading) return;
     const sock = this.sock;
     this.state = 'closing';
+    this.closingSince = Date.now();
     this.rehello = false;
     this.goodbyeWritten = false;
     sock.write(protocol.encodeCounters({ atNs: this.clock.nowNs(), values: this._counterValues() }));
