@@ -1,0 +1,533 @@
+'use strict';
+// The exporter: one TCP connection to the collector (docs/collector-protocol.md) that
+// carries the records of every hop of this process, the host's clock status and the
+// counters; reconnects with backoff; flushes and says Goodbye on shutdown.
+//
+// report() only writes into a bounded ring (lib/ring.js) and schedules a flush on the
+// event loop; it never waits for the network. When the ring is full the record is
+// dropped and counted (`queue_full`); the counters reach the collector in Counters
+// frames. Socket writes are asynchronous: while the socket does not take more (the
+// collector is slow), no new frame is written and records wait in the ring.
+//
+// Counters are plain numbers (exact to 2^53, centuries of records at any rate); they are
+// written as u64 on the wire.
+//
+// Protocol version 1 has no acknowledgement: a Records frame counts as `sent` once the
+// socket has taken it (its write callback), and its ring slots are released then; a frame
+// the socket had not taken when the connection failed is `send_failed`. Each frame of a
+// connection is numbered (`inflight[].seq`), and the ring keeps records until they are
+// released, so a later version in which the collector acknowledges the sequence of its
+// last durable frame fits without reshaping: release in an Ack handler instead of in
+// _written(), and in _lost() rewind the ring to its oldest unreleased record (to send it
+// again after the next Hello) instead of counting the in-flight frames as lost. The ring's
+// capacity then bounds unacknowledged records as well, and `queue_full` keeps its meaning.
+
+const net = require('node:net');
+const tls = require('node:tls');
+const os = require('node:os');
+const crypto = require('node:crypto');
+const { EventEmitter } = require('node:events');
+
+const protocol = require('./protocol');
+const { RecordRing } = require('./ring');
+
+const COUNTER_NAMES = Object.keys(protocol.COUNTER_ID);
+const SOFTWARE = `node-red-contrib-hoptrace ${require('../package.json').version}`;
+
+/** Splits `host:port` (or `[v6]:port`). */
+function parseAddress(addr) {
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(addr) || /^([^:]+):(\d+)$/.exec(addr);
+  if (!m) throw new RangeError(`collector address ${JSON.stringify(addr)}: expected host:port`);
+  const port = Number(m[2]);
+  if (!(port > 0 && port < 65536)) throw new RangeError(`collector port ${m[2]} out of range`);
+  return { host: m[1], port };
+}
+
+const DEFAULTS = {
+  token: '',
+  process: 'node-red',
+  queueCapacity: 65536,
+  maxBatch: 8192,
+  clockIntervalMs: 5000,
+  countersIntervalMs: 1000,
+  connectTimeoutMs: 2000,
+  writeTimeoutMs: 10000,
+  backoffMinMs: 50,
+  backoffMaxMs: 5000,
+  tickMs: 50,
+};
+
+class Exporter extends EventEmitter {
+  /**
+   * @param {object} opts
+   * @param {string} opts.collector `host:port`
+   * @param {object} opts.clock a RealtimeClock (lib/clock.js): nowNs()
+   * @param {object} [opts.clockStatus] reader with async read() returning Clock fields
+   * @param {object} [opts.log] { info, warn, error } (strings)
+   * @param {string|Buffer} [opts.tlsCa] speak TLS, trusting these PEM CA certificates
+   * @param {string} [opts.tlsServerName] the name the collector's certificate must carry
+   *   (default: the host of `collector`)
+   */
+  constructor(opts) {
+    super();
+    this.opts = { ...DEFAULTS, ...opts };
+    this.address = parseAddress(this.opts.collector);
+    this.clock = this.opts.clock;
+    this.clockStatus = this.opts.clockStatus || null;
+    const noop = () => {};
+    this.log = { info: noop, warn: noop, error: noop, ...(this.opts.log || {}) };
+    this.instanceId = this.opts.instanceId ?? crypto.randomBytes(8).readBigUInt64LE(0);
+    this.host = this.opts.host || os.hostname();
+    this.ring = new RecordRing(this.opts.queueCapacity);
+    this.counters = Object.fromEntries(COUNTER_NAMES.map((n) => [n, 0]));
+    this.hops = new Map(); // id -> name
+    this.announced = null; // Map id -> name of the current connection's Hello
+    this.control = []; // encoded frames other than records (Sent), sent before records
+    this.state = 'idle'; // idle | connecting | handshake | connected | closing | stopped
+    this.sock = null;
+    this.reader = null;
+    this.blocked = false;
+    this.blockedSince = 0;
+    this.inflight = []; // [{ seq, end, count, done }] records frames handed to the socket
+    this.frameSeq = 0; // frames written on this connection (what a durable ack would name)
+    this.connectedOnce = false;
+    this.backoffMs = this.opts.backoffMinMs;
+    this.nextAttempt = 0;
+    this.lastClock = -Infinity;
+    this.lastCounters = -Infinity;
+    this.clockReading = false;
+    this.flushScheduled = false;
+    this.stopping = null; // { deadline, resolve } while shutting down
+    this.rehello = false;
+    this.goodbyeWritten = false;
+    this.runId = null;
+    this.lastError = null;
+    this.timer = null;
+    this.flush = () => {
+      this.flushScheduled = false;
+      this._guard(() => this._pump());
+    };
+    this.closingSince = 0;
+  }
+
+  // -------------------------------------------------------------------------------------
+  // The API the nodes use
+
+  /**
+   * Sets the hops announced in Hello. A hop the current connection did not announce
+   * makes the exporter flush, say Goodbye and connect again with a new Hello; a hop
+   * that went away changes nothing until the next connection (announcing a hop that
+   * sends nothing is harmless).
+   */
+  setHops(hops) {
+    this.hops = new Map(hops);
+    if (this.state === 'connected' && this.announced) {
+      const missing = [...this.hops].some(([id, name]) => this.announced.get(id) !== name);
+      if (missing) {
+        this.rehello = true;
+        this._schedule();
+      }
+    }
+    if (this.state === 'idle' && this.hops.size > 0 && this.timer) this._tick();
+  }
+
+  /** Starts connecting in the background. */
+  start() {
+    if (this.timer || this.state === 'stopped') return;
+    this.timer = setInterval(() => this._guard(() => this._tick()), this.opts.tickMs);
+    this.timer.unref();
+    this._tick();
+  }
+
+  /**
+   * Runs `fn` from a timer or an I/O callback: an exception (a bug) must not take the
+   * Node-RED process down; it is logged and the connection is started afresh.
+   */
+  _guard(fn) {
+    try {
+      fn();
+    } catch (e) {
+      this.log.error(`hoptrace exporter: ${e.stack || e}`);
+      this._drop(e);
+    }
+  }
+
+  /**
+   * Hands the record of `hop` stamping `ctx` at `stampNs` (bigint) to the exporter.
+   * @returns {boolean} false when it was dropped (counted as `queue_full`, or
+   *   `send_failed` after shutdown)
+   */
+  report(ctx, hop, stampNs) {
+    this.counters.reported += 1;
+    if (this.state === 'stopped') {
+      this.counters.send_failed += 1;
+      return false;
+    }
+    if (!this.ring.push(ctx, hop, stampNs)) {
+      this.counters.queue_full += 1;
+      return false;
+    }
+    if (!this.flushScheduled && this.state === 'connected') {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+    return true;
+  }
+
+  /** As report(), from a checked binary context (lib/context.js check()). */
+  reportBinary(bin, hop, stampNs) {
+    this.counters.reported += 1;
+    if (this.state === 'stopped') {
+      this.counters.send_failed += 1;
+      return false;
+    }
+    if (!this.ring.pushBinary(bin, hop, stampNs)) {
+      this.counters.queue_full += 1;
+      return false;
+    }
+    if (!this.flushScheduled && this.state === 'connected') {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+    return true;
+  }
+
+  /** Counts an event of the carriers: not_traced, bad_context, stamps_full, bad_traceparent. */
+  count(name) {
+    if (!(name in this.counters)) throw new RangeError(`unknown counter ${name}`);
+    this.counters[name] += 1;
+  }
+
+  /** Queues an encoded frame other than records (a publisher's Sent frame). */
+  sendFrame(frame) {
+    this.control.push(frame);
+    this._schedule();
+  }
+
+  /** The counters now. */
+  snapshot() {
+    return { ...this.counters };
+  }
+
+  /** A short status for people: state, run id, last error. */
+  status() {
+    return { state: this.state, runId: this.runId, lastError: this.lastError, queued: this.ring.queued };
+  }
+
+  /**
+   * Flushes what is queued, sends the final Counters and Goodbye, and closes. Records not
+   * delivered within `timeoutMs` are counted as `send_failed`.
+   * @returns {Promise<{clean: boolean, counters: object}>}
+   */
+  shutdown(timeoutMs = 5000) {
+    if (this.state === 'stopped') return Promise.resolve({ clean: this.clean === true, counters: this.snapshot() });
+    if (this.stopping) return this.stopping.promise;
+    let resolve;
+    const promise = new Promise((r) => { resolve = r; });
+    this.stopping = { deadline: Date.now() + timeoutMs, resolve, promise };
+    if (!this.timer) {
+      this.timer = setInterval(() => this._guard(() => this._tick()), this.opts.tickMs);
+      this.timer.unref();
+    }
+    this._tick();
+    return promise;
+  }
+
+  // -------------------------------------------------------------------------------------
+  // Connection
+
+  _tick() {
+    const now = Date.now();
+    if (this.stopping && now >= this.stopping.deadline) {
+      this._finish(false);
+      return;
+    }
+    if (this.state === 'idle') {
+      if (this.hops.size === 0) {
+        if (this.stopping) this._finish(this.ring.held === 0 && this.control.length === 0);
+        return;
+      }
+      if (now >= this.nextAttempt) this._connect();
+      return;
+    }
+    if (this.state === 'closing' && now - this.closingSince > this.opts.connectTimeoutMs + 5000) {
+      // The collector never closed after Goodbye (nor after our end): give up on it.
+      this.sock.destroy();
+      return;
+    }
+    if (this.state === 'connected') {
+      if (this.blocked && now - this.blockedSince > this.opts.writeTimeoutMs) {
+        this._drop(new Error(`the collector took nothing for ${this.opts.writeTimeoutMs} ms`));
+        return;
+      }
+      this._pump();
+    }
+  }
+
+  _connect() {
+    const hops = [...this.hops.entries()].sort((a, b) => a[0] - b[0]);
+    this.announced = new Map(hops);
+    this.state = 'connecting';
+    const { host, port } = this.address;
+    let sock;
+    if (this.opts.tlsCa) {
+      const name = this.opts.tlsServerName;
+      const o = { host, port, ca: this.opts.tlsCa };
+      // The certificate must carry the given name, else the collector's host (an IP
+      // address is checked against the certificate's IP addresses).
+      if (name) {
+        o.servername = name;
+        o.checkServerIdentity = (_, cert) => tls.checkServerIdentity(name, cert);
+      } else if (!net.isIP(host)) {
+        o.servername = host;
+      }
+      sock = tls.connect(o);
+    } else {
+      sock = net.connect({ host, port });
+    }
+    this.sock = sock;
+    this.reader = new protocol.FrameReader();
+    sock.setNoDelay(true);
+    sock.setTimeout(this.opts.connectTimeoutMs);
+    sock.on('timeout', () => {
+      if (this.sock === sock && this.state !== 'connected') this._drop(new Error('no welcome in time'));
+    });
+    sock.on(this.opts.tlsCa ? 'secureConnect' : 'connect', () => {
+      if (this.sock !== sock) return;
+      this.state = 'handshake';
+      sock.write(protocol.encodeHello({
+        instanceId: this.instanceId,
+        host: this.host,
+        process: this.opts.process,
+        software: SOFTWARE,
+        token: this.opts.token,
+        hops,
+      }));
+    });
+    sock.on('data', (chunk) => this._guard(() => this._onData(sock, chunk)));
+    sock.on('drain', () => {
+      if (this.sock !== sock) return;
+      this.blocked = false;
+      this._guard(() => this._pump());
+    });
+    sock.on('error', (e) => this._lost(sock, e));
+    sock.on('close', () => this._lost(sock, null));
+  }
+
+  _onData(sock, chunk) {
+    if (this.sock !== sock) return;
+    this.reader.push(chunk);
+    let f;
+    for (;;) {
+      try {
+        f = this.reader.next();
+      } catch (e) {
+        this._drop(new Error(`the collector sent a bad frame: ${e.message}`));
+        return;
+      }
+      if (!f) return;
+      if (f.type === 'welcome' && this.state === 'handshake') {
+        sock.setTimeout(0);
+        this.state = 'connected';
+        this.runId = f.runId;
+        this.lastError = null;
+        this.frameSeq = 0;
+        if (this.connectedOnce) this.counters.reconnects += 1;
+        this.connectedOnce = true;
+        this.backoffMs = this.opts.backoffMinMs;
+        // A hop added while this Hello was on its way: say Hello again.
+        if ([...this.hops].some(([id, name]) => this.announced.get(id) !== name)) this.rehello = true;
+        this.lastClock = -Infinity;
+        this.lastCounters = -Infinity;
+        this.log.info(`connected to the collector ${this.opts.collector}, run ${f.runId}`);
+        this.emit('connected', f.runId);
+        this._pump();
+      } else if (f.type === 'reject') {
+        this._drop(new Error(`the collector rejected this probe (code ${f.code}): ${f.reason}`));
+        return;
+      } else {
+        this._drop(new Error(`unexpected ${f.type} frame from the collector`));
+        return;
+      }
+    }
+  }
+
+  /** Closes the connection after an error; lost() does the accounting. */
+  _drop(err) {
+    const sock = this.sock;
+    if (!sock) return;
+    this._lost(sock, err);
+    sock.destroy();
+  }
+
+  _lost(sock, err) {
+    if (this.sock !== sock) return;
+    const wasClosing = this.state === 'closing';
+    this.sock = null;
+    this.blocked = false;
+    // Protocol v1: a frame the socket had not taken when the connection died is lost.
+    let failed = 0;
+    for (const f of this.inflight) {
+      if (!f.done) {
+        f.done = true;
+        failed += f.count;
+      }
+    }
+    this.inflight = [];
+    this.ring.release(this.ring.sendPos);
+    if (failed > 0) {
+      this.counters.send_failed += failed;
+      this.log.error(`lost ${failed} records: the connection to the collector failed; counted as send_failed`);
+    }
+    // Closing, the Goodbye taken by the socket: a reset now is the collector closing
+    // with bytes of ours unread (a TLS close_notify), after our Goodbye.
+    const closedAfterGoodbye = wasClosing && this.goodbyeWritten &&
+      (!err || err.code === 'ECONNRESET' || err.code === 'EPIPE');
+    if (wasClosing && this.stopping) {
+      this._finish(closedAfterGoodbye);
+      return;
+    }
+    if (closedAfterGoodbye) {
+      // A new hop list: connect again at once with a new Hello.
+      this.state = 'idle';
+      this.nextAttempt = 0;
+      this._tick();
+      return;
+    }
+    this.state = 'idle';
+    if (err) {
+      const msg = err.message || String(err);
+      if (msg !== this.lastError) this.log.warn(`collector ${this.opts.collector}: ${msg}; retrying in ${this.backoffMs} ms`);
+      this.lastError = msg;
+      this.emit('disconnected', msg);
+    }
+    this.nextAttempt = Date.now() + this.backoffMs;
+    this.backoffMs = Math.min(this.backoffMs * 2, this.opts.backoffMaxMs);
+  }
+
+  // -------------------------------------------------------------------------------------
+  // Sending
+
+  _schedule() {
+    if (!this.flushScheduled && this.state === 'connected') {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+  }
+
+  _write(frame, onDone) {
+    this.frameSeq += 1;
+    if (!this.sock.write(frame, onDone)) {
+      if (!this.blocked) this.blockedSince = Date.now();
+      this.blocked = true;
+    }
+  }
+
+  _counterValues() {
+    return COUNTER_NAMES.map((n) => [protocol.COUNTER_ID[n], BigInt(this.counters[n])]);
+  }
+
+  _pump() {
+    if (this.state !== 'connected' || this.blocked) return;
+    const now = Date.now();
+    const sock = this.sock;
+    const finishing = this.stopping || this.rehello;
+    sock.cork();
+    try {
+      if (this.clockStatus && now - this.lastClock >= this.opts.clockIntervalMs && !this.clockReading) {
+        this.lastClock = now;
+        this.clockReading = true;
+        this.clockStatus.read().then((c) => {
+          this.clockReading = false;
+          if (this.sock === sock && this.state === 'connected') {
+            this.control.unshift(protocol.encodeClock(c));
+            this._schedule();
+          }
+        }).catch((e) => {
+          this.clockReading = false;
+          this.log.warn(`hoptrace exporter: no clock status: ${e.message}`);
+          this._schedule();
+        });
+      }
+      while (this.control.length && !this.blocked) this._write(this.control.shift());
+      // At most a few frames per turn of the event loop, unless flushing for good.
+      for (let i = 0; (finishing || i < 4) && !this.blocked; i++) {
+        const f = this.ring.takeFrame(Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME));
+        if (!f) break;
+        const entry = { seq: this.frameSeq + 1, end: f.end, count: f.count, done: false };
+        this.inflight.push(entry);
+        this._write(f.frame, (err) => this._written(sock, entry, err));
+      }
+      if (!finishing && now - this.lastCounters >= this.opts.countersIntervalMs) {
+        this.lastCounters = now;
+        this._write(protocol.encodeCounters({ atNs: this.clock.nowNs(), values: this._counterValues() }));
+      }
+    } finally {
+      sock.uncork();
+    }
+    if (this.ring.queued > 0 && !this.blocked) this._schedule();
+    if (finishing) this._maybeGoodbye();
+  }
+
+  _written(sock, entry, err) {
+    if (entry.done) return;
+    entry.done = true;
+    if (err) {
+      this.counters.send_failed += entry.count;
+    } else {
+      this.counters.sent += entry.count;
+    }
+    // v1: released once written. Frames complete in order; release up to the last done.
+    while (this.inflight.length && this.inflight[0].done) {
+      this.ring.release(this.inflight.shift().end);
+    }
+    if (this.sock === sock && (this.stopping || this.rehello)) this._maybeGoodbye();
+  }
+
+  /** Final Counters and Goodbye once everything queued has been taken by the socket. */
+  _maybeGoodbye() {
+    if (this.state !== 'connected' || this.blocked) return;
+    if (this.ring.queued > 0 || this.control.length > 0 || this.inflight.length > 0 || this.clockReading) return;
+    const sock = this.sock;
+    this.state = 'closing';
+    this.closingSince = Date.now();
+    this.rehello = false;
+    this.goodbyeWritten = false;
+    sock.write(protocol.encodeCounters({ atNs: this.clock.nowNs(), values: this._counterValues() }));
+    sock.write(protocol.encodeGoodbye(), (err) => {
+      if (!err) this.goodbyeWritten = true;
+    });
+    // The collector closes after Goodbye; close our side when it has (Node answers its
+    // end with ours), or after a while. Closing first would leave a TLS close_notify
+    // unread on its side, which resets the connection.
+    const t = setTimeout(() => {
+      if (this.sock === sock) sock.end();
+    }, 2000);
+    t.unref();
+  }
+
+  _finish(clean) {
+    if (this.state === 'stopped') return;
+    const leftover = this.ring.queued + this.inflight.filter((f) => !f.done).reduce((a, f) => a + f.count, 0);
+    this.inflight = [];
+    this.ring.clear();
+    if (leftover > 0) {
+      this.counters.send_failed += leftover;
+      this.log.error(`stopped with ${leftover} undelivered records; counted as send_failed`);
+    }
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    if (this.sock) {
+      const s = this.sock;
+      this.sock = null;
+      s.destroy();
+    }
+    this.state = 'stopped';
+    this.clean = clean;
+    const stopping = this.stopping;
+    this.emit('stopped', clean);
+    if (stopping) stopping.resolve({ clean, counters: this.snapshot() });
+  }
+}
+
+module.exports = { Exporter, parseAddress, SOFTWARE, COUNTER_NAMES };
