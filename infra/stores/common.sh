@@ -53,7 +53,7 @@ pid_from() {
     local file=$1 pattern=$2 pid
     [[ -f $file ]] || return 1
     pid=$(head -n 1 "$file")
-    [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+    [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" || return 1
     echo "$pid"
 }
@@ -94,13 +94,22 @@ show_logs() {
     done
 }
 
+# alive PID: the process exists and is not a zombie (a server started by a script that has
+# since exited is reaped by pid 1, which may take a while).
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z ]]
+}
+
 # stop_pid PID TIMEOUT_S [SIGNAL]: signal the process (SIGTERM by default), wait for it to
 # exit, and SIGKILL it after TIMEOUT_S seconds.
 stop_pid() {
     local pid=$1 timeout=$2 sig=${3:-TERM}
     kill "-$sig" "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + timeout))
-    while kill -0 "$pid" 2>/dev/null; do
+    while alive "$pid"; do
         if ((SECONDS >= deadline)); then
             warn "pid $pid ignored SIG$sig for ${timeout}s; sending SIGKILL"
             kill -KILL "$pid" 2>/dev/null || true

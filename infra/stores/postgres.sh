@@ -41,7 +41,7 @@ PG_PASSWORD=hoptrace-test
 PG_DATABASE=hoptrace
 URL=postgresql://$PG_USER:$PG_PASSWORD@$HOST:$PORT/$PG_DATABASE
 
-server_pid() { pid_from "$DATA/postmaster.pid" "-D $DATA"; }
+server_pid() { pid_from "$PID_FILE" "-D $DATA"; }
 
 # as_postgres CMD...: run CMD as the OS user postgres (setpriv execs, it does not fork).
 as_postgres() {
