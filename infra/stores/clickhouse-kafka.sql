@@ -1,8 +1,9 @@
 -- Kafka -> ClickHouse 18.16 with no code: a Kafka engine table consumes the topic, a
 -- materialized view moves every consumed block into a MergeTree table, where the rows become
 -- queryable. Applied by `clickhouse.sh kafka-pipeline TOPIC [GROUP]`, which replaces
--- @TOPIC@, @GROUP@, @KAFKA@ (the bootstrap address) and @NAME@ (the topic name with every
--- character other than a letter, digit or underscore turned into "_").
+-- @TOPIC@, @GROUP@, @KAFKA@ (the bootstrap address), @MAX_BLOCK@ (kafka_max_block_size,
+-- $HOPTRACE_CH_KAFKA_MAX_BLOCK) and @NAME@ (the topic name with every character other than a
+-- letter, digit or underscore turned into "_").
 --
 -- Messages are JSON objects, one per Kafka record, e.g.
 --     {"hoptrace": "<trace key, text form>", "value": 1.5}
@@ -25,7 +26,7 @@ SETTINGS kafka_broker_list = '@KAFKA@',
          kafka_group_name = '@GROUP@',
          kafka_format = 'JSONEachRow',
          kafka_num_consumers = 1,
-         kafka_max_block_size = 16;
+         kafka_max_block_size = @MAX_BLOCK@;
 
 CREATE TABLE IF NOT EXISTS hoptrace.@NAME@
 (

@@ -14,7 +14,8 @@
 #                           materialized view of clickhouse-kafka.sql, consuming TOPIC from
 #                           the single-node Kafka (127.0.0.1:19092) as consumer group GROUP
 #                           (default: hoptrace-clickhouse-TOPIC); the topic must exist. Rows
-#                           land in hoptrace.NAME (NAME: TOPIC with [^A-Za-z0-9_] -> "_")
+#                           land in hoptrace.NAME (NAME: TOPIC with [^A-Za-z0-9_] -> "_");
+#                           kafka_max_block_size from $HOPTRACE_CH_KAFKA_MAX_BLOCK (default 1)
 #
 # Listeners (see clickhouse-config.xml): HTTP 127.0.0.1:18123, native TCP 127.0.0.1:19900; no
 # interserver port. User "default" without a password, from 127.0.0.1 only. The Kafka engine's
@@ -46,6 +47,7 @@ TCP_PORT=19900
 URL=http://$HOST:$HTTP_PORT
 DATABASE=hoptrace
 KAFKA_BOOTSTRAP=${HOPTRACE_KAFKA:-127.0.0.1:19092}
+KAFKA_MAX_BLOCK=${HOPTRACE_CH_KAFKA_MAX_BLOCK:-1}
 
 server_pid() { pid_from "$PID_FILE" "--config-file=$CONF"; }
 
@@ -137,10 +139,12 @@ cmd_kafka_pipeline() {
     [[ $topic =~ ^[A-Za-z0-9._-]+$ ]] || die "kafka-pipeline: bad topic name '$topic'"
     [[ -n $group ]] || group=hoptrace-clickhouse-$topic
     [[ $group =~ ^[A-Za-z0-9._-]+$ ]] || die "kafka-pipeline: bad group name '$group'"
+    [[ $KAFKA_MAX_BLOCK =~ ^[1-9][0-9]*$ ]] ||
+        die "kafka-pipeline: HOPTRACE_CH_KAFKA_MAX_BLOCK must be a positive number, not '$KAFKA_MAX_BLOCK'"
     server_pid >/dev/null || die "not running; start it first"
     local name=${topic//[^A-Za-z0-9_]/_} sql stmt out n=0
     sql=$(sed -e "s|@TOPIC@|$topic|g" -e "s|@GROUP@|$group|g" -e "s|@KAFKA@|$KAFKA_BOOTSTRAP|g" \
-        -e "s|@NAME@|$name|g" \
+        -e "s|@NAME@|$name|g" -e "s|@MAX_BLOCK@|$KAFKA_MAX_BLOCK|g" \
         "$HERE/clickhouse-kafka.sql" | sed 's/--.*$//')
     # One statement per HTTP request: split on the semicolons that end statements.
     while IFS= read -r -d ';' stmt; do
