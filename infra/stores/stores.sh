@@ -6,6 +6,7 @@
 #   stores.sh down   [NAME...]   stop them (data is kept)
 #   stores.sh status [NAME...]   show what runs; exit 3 unless every named store does
 #   stores.sh urls   [NAME...]   print NAME=ADDRESS lines
+#   stores.sh install [NAME...]  only install the missing packages (one apt-get run)
 #
 # NAME is one of: influxdb postgres clickhouse victoriametrics (default: all four). Each has
 # its own script beside this one (influxdb.sh, postgres.sh, clickhouse.sh, victoriametrics.sh)
@@ -102,15 +103,16 @@ main() {
     shift
     (($#)) || set -- "${ALL[@]}"
     case $cmd in
-    up | down | status | urls) check_names "$@" ;;
+    up | down | status | urls | install) check_names "$@" ;;
     esac
     case $cmd in
     up) up "$@" ;;
     down) down "$@" ;;
     status) status "$@" ;;
     urls) urls "$@" ;;
+    install) install_all "$@" ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$cmd' (up, down, status, urls)" ;;
+    *) die "unknown command '$cmd' (up, down, status, urls, install)" ;;
     esac
 }
 
