@@ -17,6 +17,12 @@ export HOPTRACE_MQTT_AUTH=127.0.0.1:11884
 # Test credential for HOPTRACE_MQTT_AUTH; it only exists on the local test broker.
 export HOPTRACE_MQTT_USER=hoptrace
 export HOPTRACE_MQTT_PASSWORD=hoptrace-test
+# Stores for the store taps (infra/stores/stores.sh up) and Node-RED (infra/nodered/nodered.sh).
+export HOPTRACE_INFLUXDB=http://127.0.0.1:18086
+export HOPTRACE_POSTGRES=postgresql://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace
+export HOPTRACE_CLICKHOUSE=http://127.0.0.1:18123
+export HOPTRACE_VICTORIAMETRICS=http://127.0.0.1:18428
+export HOPTRACE_NODERED=http://127.0.0.1:11880
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     env | grep '^HOPTRACE_' | sort

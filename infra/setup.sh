@@ -10,6 +10,9 @@
 #   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
 #   Chart libraries: npm ci in analysis/web (vega, vega-lite, vega-embed, inlined into
 #                    report.html and used to render report.md's SVG images)
+#   Stores:          InfluxDB, PostgreSQL 15, ClickHouse, VictoriaMetrics (Debian packages,
+#                    infra/stores/stores.sh install) and Node-RED with its InfluxDB node
+#                    (npm, infra/nodered/nodered.sh install), for the store taps' tests
 #   --browser:       also Debian's chromium, for the report's headless browser test
 #
 # The packages' own system services are not wanted: the project runs its own broker instances
@@ -53,11 +56,16 @@ stop_system_daemon() {
 }
 
 install_packages() {
-    local missing=() p
+    local missing=() p store_missing=0
     for p in "${PACKAGES[@]}"; do
         installed "$p" || missing+=("$p")
     done
-    ((${#missing[@]})) || return 0
+    for p in $("$HERE/stores/stores.sh" packages); do
+        installed "$p" || store_missing=1
+    done
+    if ((${#missing[@]} == 0 && store_missing == 0)); then
+        return 0
+    fi
 
     command -v apt-get >/dev/null || die "apt-get not found; install by hand: ${missing[*]}"
     ((EUID == 0)) || die "installing ${missing[*]} needs root (rerun as root or install them by hand)"
@@ -69,6 +77,9 @@ install_packages() {
         tail -n 20 "$aptlog" >&2
         die "apt-get update failed (full output: $aptlog)"
     fi
+    # The stores' packages, with the same package lists (no second update).
+    HOPTRACE_APT_UPDATED=1 "$HERE/stores/stores.sh" install || die "installing the stores' packages failed"
+    ((${#missing[@]})) || { rm -f "$aptlog"; return 0; }
     if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
         tail -n 20 "$aptlog" >&2
         die "apt-get install ${missing[*]} failed (full output: $aptlog)"
@@ -97,4 +108,5 @@ install_web() {
 install_packages
 install_web
 "$HERE/kafka/kafka.sh" fetch --quiet
+"$HERE/nodered/nodered.sh" install >/dev/null
 log "ok (packages present, Kafka jars in ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})"

@@ -53,11 +53,22 @@ pyrc=${PIPESTATUS[0]}
 set -e
 if ((pyrc != 0)); then rc=1; fi
 
-step "probes in other languages: Python"
-set +e
-probes/python/test.sh -q 2>&1 | tee "$LOG/pytest-python-probe.txt"
-if ((PIPESTATUS[0] != 0)); then rc=1; fi
-set -e
+# suite NAME LOG COMMAND...: runs one more suite, its output also into $LOG/LOG.
+suite() {
+    local name=$1 log=$2
+    shift 2
+    step "$name"
+    set +e
+    "$@" 2>&1 | tee "$LOG/$log"
+    local status=${PIPESTATUS[0]}
+    set -e
+    if ((status != 0)); then rc=1; fi
+}
+suite "probes in other languages: Python" pytest-python-probe.txt probes/python/test.sh -q
+suite "probes in other languages: JVM Kafka interceptors, MirrorMaker 2" jvm.txt probes/jvm/test.sh
+suite "probes in other languages: Node-RED" nodered.txt probes/node-red/test.sh
+suite "stores (InfluxDB, PostgreSQL, ClickHouse, VictoriaMetrics) and the Node-RED pipeline" \
+    pytest-stores.txt infra/stores/test.sh
 
 passed=0
 failed=0
@@ -68,6 +79,11 @@ done < <(
     sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo.txt"
     # Each pytest log's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors
     # (a fixture that failed) count as failures.
+    # Maven's last "Tests run: N, Failures: F, Errors: E, Skipped: S" line.
+    grep -E '^\[[A-Z]+\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$LOG/jvm.txt" 2>/dev/null | tail -1 |
+        sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+).*/\1 \2 \3 \4/' |
+        awk '{print $1 - $2 - $3 - $4, $2 + $3}'
+    sed -nE 's/^node-red: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$LOG/nodered.txt" 2>/dev/null | tail -1
     for f in "$LOG"/pytest*.txt; do
         grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$f" | tail -1
     done |

@@ -166,7 +166,8 @@ ensure_packages() {
         ((${#missing[@]})) || exit 0
         log "installing ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        if ! apt-get update -q >"$aptlog" 2>&1; then
+        # infra/setup.sh updates the package lists once for everything it installs.
+        if [[ ${HOPTRACE_APT_UPDATED:-} != 1 ]] && ! apt-get update -q >"$aptlog" 2>&1; then
             tail -n 20 "$aptlog" >&2
             die "apt-get update failed (full output: $aptlog)"
         fi

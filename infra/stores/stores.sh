@@ -7,6 +7,7 @@
 #   stores.sh status [NAME...]   show what runs; exit 3 unless every named store does
 #   stores.sh urls   [NAME...]   print NAME=ADDRESS lines
 #   stores.sh install [NAME...]  only install the missing packages (one apt-get run)
+#   stores.sh packages [NAME...] print the Debian packages they need
 #
 # NAME is one of: influxdb postgres clickhouse victoriametrics (default: all four). Each has
 # its own script beside this one (influxdb.sh, postgres.sh, clickhouse.sh, victoriametrics.sh)
@@ -103,7 +104,7 @@ main() {
     shift
     (($#)) || set -- "${ALL[@]}"
     case $cmd in
-    up | down | status | urls | install) check_names "$@" ;;
+    up | down | status | urls | install | packages) check_names "$@" ;;
     esac
     case $cmd in
     up) up "$@" ;;
@@ -111,8 +112,9 @@ main() {
     status) status "$@" ;;
     urls) urls "$@" ;;
     install) install_all "$@" ;;
+    packages) for n in "$@"; do "$HERE/$n.sh" packages; done | tr ' ' '\n' | sort -u | tr '\n' ' ' ;;
     -h | --help | help) usage ;;
-    *) die "unknown command '$cmd' (up, down, status, urls, install)" ;;
+    *) die "unknown command '$cmd' (up, down, status, urls, install, packages)" ;;
     esac
 }
 
