@@ -198,7 +198,7 @@ pub fn run_report(args: &ReportArgs) -> Result<()> {
 
 /// Prints a run's headline figures to stdout.
 pub fn print_summary(s: &hoptrace_analysis::Summary) {
-    use hoptrace_analysis::format::{count, duration_ns, precision_ns, rate};
+    use hoptrace_analysis::format::{count, duration_ns, precision_ns, rate, signed_ns};
     println!(
         "{}: {} messages, {} metrics over {:.1} s ({} metrics/s)",
         s.pipeline,
@@ -211,13 +211,7 @@ pub fn print_summary(s: &hoptrace_analysis::Summary) {
         let p = |l: &str| {
             st.percentile(l).map_or_else(
                 || "-".into(),
-                |p| {
-                    format!(
-                        "{} {}",
-                        duration_ns(p.value_ns),
-                        precision_ns(p.precision_ns)
-                    )
-                },
+                |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
             )
         };
         println!(

@@ -198,17 +198,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
     let a = &summary.accounting;
     for p in &a.publishers {
-        if p.sent < p.complete + p.incomplete {
-            println!(
-                "publisher {}: sent {} is less than seen (complete {} + incomplete {}): it did not report all it sent, the accounting cannot close",
-                p.publisher, p.sent, p.complete, p.incomplete
-            );
-        } else {
-            println!(
-                "publisher {}: sent {} = complete {} + incomplete {} + unseen {}",
-                p.publisher, p.sent, p.complete, p.incomplete, p.unseen
-            );
-        }
+        let holds = p.sent == p.complete + p.incomplete + p.unseen;
+        println!(
+            "publisher {}: sent {} {} complete {} + incomplete {} + unseen {}{}",
+            p.publisher,
+            p.sent,
+            if holds { "=" } else { "!=" },
+            p.complete,
+            p.incomplete,
+            p.unseen,
+            if p.not_sent > 0 {
+                format!(" ({} traces of keys it never reported sending)", p.not_sent)
+            } else {
+                String::new()
+            }
+        );
     }
     for (hop, n) in &a.missing_by_hop {
         println!("  incomplete, missing {hop}: {n}");
@@ -222,6 +226,21 @@ pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
         a.in_flight,
         if a.adds_up { "yes" } else { "NO" }
     );
+    for d in &a.discrepancies {
+        println!("  does not add up: {d}");
+    }
+    let dropped = [
+        ("records of unannounced hops", a.unannounced_hop_records),
+        ("records with implausible stamps", a.implausible_records),
+        (
+            "traces with implausible intended times (flagged)",
+            a.implausible_traces,
+        ),
+        ("records of undeclared hops", a.unknown_hop_records),
+    ];
+    for (what, n) in dropped.into_iter().filter(|(_, n)| *n > 0) {
+        println!("  {what}: {n}");
+    }
     let rows: u64 = summary.files.iter().map(|f| f.rows).sum();
     let bytes: u64 = summary.files.iter().map(|f| f.bytes).sum();
     println!(

@@ -201,10 +201,12 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
     let mut entries: Vec<SentEntry> = per_stream.into_values().collect();
     entries.sort_by_key(|e| e.stream);
     for chunk in entries.chunks(protocol::MAX_SENT_PER_FRAME) {
-        exporter.send_frame(Frame::Sent(SentFrame {
-            publisher: 1,
-            entries: chunk.to_vec(),
-        }));
+        exporter
+            .send_frame(&Frame::Sent(SentFrame {
+                publisher: 1,
+                entries: chunk.to_vec(),
+            }))
+            .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     if tty {
         eprintln!();

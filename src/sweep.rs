@@ -450,7 +450,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .map_or_else(String::new, |(t, p)| format!(
                     ", {} P99 {}",
                     t.name,
-                    hoptrace_analysis::format::duration_ns(p.value_ns)
+                    hoptrace_analysis::format::signed_ns(p.value_ns)
                 )),
             sweep::why_not(&cell).map_or_else(|| "holds".into(), |w| format!("does not hold: {w}"))
         );

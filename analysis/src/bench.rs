@@ -225,6 +225,7 @@ pub fn generate(
                 complete: opts.traces - incomplete,
                 incomplete,
                 unseen: 0,
+                not_sent: 0,
             }],
             missing_by_hop: [("queryable".to_owned(), incomplete)].into(),
             records_by_hop: hop_names

@@ -26,6 +26,12 @@ pub fn duration_f64(ns: f64) -> String {
     format!("{sign}{v:.1}{unit}")
 }
 
+/// A signed duration in ns (a percentile of a stage with negative deltas): `-3.2µs`.
+#[must_use]
+pub fn signed_ns(ns: i64) -> String {
+    duration_f64(ns as f64)
+}
+
 /// A precision: `±512ns`, `±1.0µs`.
 #[must_use]
 pub fn precision_ns(ns: u64) -> String {

@@ -2,21 +2,26 @@
 //!
 //! | function | returns |
 //! | --- | --- |
-//! | `hdr_histogram(ns)` | Binary: the values' histogram, serialized (HdrHistogram V2 format) |
+//! | `hdr_histogram(ns)` | Binary: the values' histogram, serialized (see below) |
 //! | `hdr_merge(hist)` | Binary: the merge of serialized histograms (per run, per cell, ...) |
 //! | `hdr_percentile(ns, q)` | Int64: the value at quantile `q`, the middle of its bucket |
 //! | `hdr_precision(ns, q)` | Int64: half that bucket's width; the exact value is within ± this |
 //! | `hdr_value_at(hist, q)` / `hdr_precision_at(hist, q)` / `hdr_count(hist)` | the same, of a serialized histogram (scalar) |
 //!
-//! Every histogram tracks 1 ns to 1 hour at 3 significant digits (the collector's
-//! histograms, [`hoptrace_collector::stages::new_histogram`]). Values are nanoseconds.
-//! Negative values (stage deltas below zero, from clock error) cannot be recorded: they
-//! are left out, and a query counts them with `count(*) FILTER (WHERE d < 0)`. Values
-//! above an hour are clamped to an hour. NULLs are ignored.
+//! Every histogram has the layout of [`hoptrace_format::hist`]: 1 ns to 1 hour at 3
+//! significant digits; values are nanoseconds, magnitudes above an hour are clamped to an
+//! hour, NULLs are ignored. **Negative values count**: a stage delta below zero (a later
+//! hop's clock behind an earlier one's) is a value like any other, so `hdr_count(hdr_histogram(d))`
+//! equals `count(d)` and the percentiles rank every value, as `quantile_disc` does.
 //!
 //! The quantile of `n` values is the value of rank `max(1, ceil(q * n))` in ascending
 //! order (as HdrHistogram computes it, and as DuckDB's `quantile_disc` does), reported as
-//! the middle of the HDR bucket that holds it.
+//! the middle of the HDR bucket that holds it (negated for a negative value).
+//!
+//! **Serialized form.** The histogram of the values `>= 0` in HdrHistogram's V2 encoding
+//! (readable by HdrHistogram's own libraries), followed, only when some values were
+//! negative, by a second V2 histogram of the *magnitudes* of the negative values. A
+//! reader that knows only V2 reads the first one: the non-negative values.
 
 use std::sync::Arc;
 
@@ -34,181 +39,8 @@ use datafusion::physical_expr::expressions::Literal;
 use datafusion::prelude::SessionContext;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
-use hoptrace_collector::stages::{MAX_TRACKABLE_NS, new_histogram};
-
-/// Significant digits of the layout [`HdrCounts`] shares with [`new_histogram`].
-const DIGITS: u32 = hoptrace_collector::stages::SIGNIFICANT_DIGITS as u32;
-/// log2 of the sub-buckets per bucket: the smallest power of two holding every integer
-/// below 2 × 10^digits (single-unit resolution up to there).
-const SUB_BUCKET_MAGNITUDE: u32 = (2 * 10_u64.pow(DIGITS) - 1).ilog2() + 1;
-/// log2 of half the sub-buckets: every bucket but the first uses its upper half only.
-const HALF_MAGNITUDE: u32 = SUB_BUCKET_MAGNITUDE - 1;
-/// Values below this share bucket 0, one index per value.
-const SUB_BUCKET_MASK: u64 = (1 << SUB_BUCKET_MAGNITUDE) - 1;
-/// Leading zeros of the largest value of bucket 0, subtracted to find a value's bucket.
-const LEADING_ZERO_BASE: u32 = 64 - SUB_BUCKET_MAGNITUDE;
-/// Length of the counts of a full histogram (up to [`MAX_TRACKABLE_NS`]).
-pub const HDR_LEN: usize = hdr_index(MAX_TRACKABLE_NS) + 1;
-
-/// The index of `value` in the counts of a histogram of the project's layout (lowest
-/// discernible value 1, [`MAX_TRACKABLE_NS`], 3 significant digits): the same bucket the
-/// `hdrhistogram` crate records it in. `value` must not exceed [`MAX_TRACKABLE_NS`].
-#[inline]
-#[must_use]
-pub const fn hdr_index(value: u64) -> usize {
-    let bucket = LEADING_ZERO_BASE - (value | SUB_BUCKET_MASK).leading_zeros();
-    ((bucket as usize) << HALF_MAGNITUDE) + (value >> bucket) as usize
-}
-
-/// The lowest value of the bucket at `index` (the inverse of [`hdr_index`]).
-#[inline]
-#[must_use]
-pub const fn hdr_value(index: usize) -> u64 {
-    let half = 1_usize << HALF_MAGNITUDE;
-    let bucket = index >> HALF_MAGNITUDE;
-    if bucket == 0 {
-        index as u64
-    } else {
-        (((index & (half - 1)) + half) as u64) << (bucket - 1)
-    }
-}
-
-/// Adds each of `values` (>= 0, clamped to [`MAX_TRACKABLE_NS`]) to its bucket of `counts`,
-/// which must reach the largest one's.
-#[inline(always)]
-fn count_into_portable(counts: &mut [u64], values: &[i64]) {
-    for &v in values {
-        counts[hdr_index((v as u64).min(MAX_TRACKABLE_NS))] += 1;
-    }
-}
-
-/// [`count_into_portable`] compiled for CPUs with LZCNT: the bucket of a value is found
-/// from its leading zeros, which LZCNT counts several times faster than the BSR the
-/// portable build falls back to.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "lzcnt")]
-fn count_into_lzcnt(counts: &mut [u64], values: &[i64]) {
-    count_into_portable(counts, values);
-}
-
-fn count_into(counts: &mut [u64], values: &[i64]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("lzcnt") {
-        // SAFETY: this CPU has LZCNT, checked just above.
-        unsafe { count_into_lzcnt(counts, values) };
-        return;
-    }
-    count_into_portable(counts, values);
-}
-
-/// A histogram's counts alone, in a flat vector with exactly the bucket layout of
-/// [`new_histogram`], grown only as far as the largest value seen. Recording is an index
-/// computation and an increment; [`HdrCounts::to_histogram`] gives the equivalent
-/// `hdrhistogram::Histogram` (same buckets, same counts, so the same percentiles).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HdrCounts {
-    counts: Vec<u64>,
-}
-
-impl HdrCounts {
-    /// No values.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { counts: Vec::new() }
-    }
-
-    /// The counts, by bucket index; buckets past the last one used are not stored.
-    #[must_use]
-    pub fn counts(&self) -> &[u64] {
-        &self.counts
-    }
-
-    /// Values recorded.
-    #[must_use]
-    pub fn len(&self) -> u64 {
-        self.counts.iter().sum()
-    }
-
-    /// Nothing recorded.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.counts.iter().all(|&c| c == 0)
-    }
-
-    /// Bytes held.
-    #[must_use]
-    pub fn allocated_bytes(&self) -> usize {
-        self.counts.capacity() * std::mem::size_of::<u64>()
-    }
-
-    /// Makes room for indices below `len`.
-    #[inline]
-    fn reserve_to(&mut self, len: usize) {
-        if self.counts.len() < len {
-            self.counts.resize(len, 0);
-        }
-    }
-
-    /// Records `value`, clamped to [`MAX_TRACKABLE_NS`] as `Histogram::saturating_record`
-    /// of a value clamped by the caller would.
-    #[inline]
-    pub fn record(&mut self, value: u64) {
-        self.add_at(hdr_index(value.min(MAX_TRACKABLE_NS)), 1);
-    }
-
-    /// Records every value of `values`, each clamped to [`MAX_TRACKABLE_NS`]. Every value
-    /// must be >= 0, and `max` their largest (so the counts grow once).
-    #[inline]
-    pub fn record_non_negative(&mut self, values: &[i64], max: i64) {
-        debug_assert!(values.iter().all(|&v| (0..=max).contains(&v)));
-        self.reserve_to(hdr_index((max as u64).min(MAX_TRACKABLE_NS)) + 1);
-        count_into(self.counts.as_mut_slice(), values);
-    }
-
-    /// Adds `n` to the bucket at `index` (below [`HDR_LEN`]).
-    #[inline]
-    pub fn add_at(&mut self, index: usize, n: u64) {
-        self.reserve_to(index + 1);
-        self.counts[index] += n;
-    }
-
-    /// Adds the counts of `other`.
-    pub fn merge(&mut self, other: &Self) {
-        self.reserve_to(other.counts.len());
-        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
-        }
-    }
-
-    /// Adds the counts of a histogram of the project's layout (e.g. [`deserialize`]d).
-    pub fn add_histogram(&mut self, h: &Histogram<u64>) {
-        for v in h.iter_recorded() {
-            let value = v.value_iterated_to().min(MAX_TRACKABLE_NS);
-            self.add_at(hdr_index(value), v.count_at_value());
-        }
-    }
-
-    /// The non-empty buckets: (index, count), in ascending order.
-    pub fn non_zero(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.counts
-            .iter()
-            .enumerate()
-            .filter(|&(_, &c)| c > 0)
-            .map(|(i, &c)| (i, c))
-    }
-
-    /// The equivalent histogram ([`new_histogram`]): each bucket's count recorded at a
-    /// value of that bucket.
-    #[must_use]
-    pub fn to_histogram(&self) -> Histogram<u64> {
-        let mut h = new_histogram();
-        for (i, c) in self.non_zero() {
-            h.record_n(hdr_value(i), c)
-                .expect("every index below HDR_LEN is within the histogram's range");
-        }
-        h
-    }
-}
+pub use hoptrace_format::hist::{HDR_LEN, HdrCounts, hdr_index, hdr_value};
+use hoptrace_format::hist::{Percentile, new_histogram, signed_percentile};
 
 /// Registers every HDR function of this module in `ctx`.
 pub fn register(ctx: &SessionContext) {
@@ -231,23 +63,62 @@ pub fn serialize(h: &Histogram<u64>) -> Vec<u8> {
     out
 }
 
-/// Reads a histogram written by [`serialize`] (or any V2 / V2-deflate histogram).
-///
-/// # Errors
-/// When `bytes` is not a serialized histogram.
-pub fn deserialize(bytes: &[u8]) -> Result<Histogram<u64>> {
-    let mut r = bytes;
+/// The serialized form of the values of two histograms (`pos` of the values `>= 0`,
+/// `neg` of the magnitudes of the values `< 0`): `pos` in V2, then `neg` in V2 when it
+/// holds any value.
+#[must_use]
+pub fn serialize_signed(pos: &HdrCounts, neg: &HdrCounts) -> Vec<u8> {
+    let mut out = serialize(&pos.to_histogram());
+    if !neg.is_empty() {
+        out.extend(serialize(&neg.to_histogram()));
+    }
+    out
+}
+
+/// Reads one histogram (V2 or V2-deflate) from the front of `r`, widened to the project's
+/// range so merges of any inputs never fail.
+fn read_one(r: &mut &[u8]) -> Result<Histogram<u64>> {
     let h: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut r)
+        .deserialize(r)
         .map_err(|e| DataFusionError::Execution(format!("not a serialized HdrHistogram: {e}")))?;
-    // Widen to the project's range so merges of any inputs never fail.
     let mut wide = new_histogram();
     wide.add(&h)
         .map_err(|e| DataFusionError::Execution(format!("histogram out of range: {e:?}")))?;
     Ok(wide)
 }
 
-/// The value reported for quantile `q`: the middle of the bucket holding it.
+/// Reads the histogram of the values `>= 0` of a serialized histogram (any V2 or
+/// V2-deflate histogram, or the first part of [`serialize_signed`]'s form).
+///
+/// # Errors
+/// When `bytes` is not a serialized histogram.
+pub fn deserialize(bytes: &[u8]) -> Result<Histogram<u64>> {
+    read_one(&mut &bytes[..])
+}
+
+/// Reads [`serialize_signed`]'s form (or any single V2 histogram, which has no negative
+/// values): the counts of the values `>= 0` and of the magnitudes of the values `< 0`.
+///
+/// # Errors
+/// When `bytes` is not such a form.
+pub fn deserialize_signed(bytes: &[u8]) -> Result<(HdrCounts, HdrCounts)> {
+    let mut r = bytes;
+    let (mut pos, mut neg) = (HdrCounts::new(), HdrCounts::new());
+    pos.add_histogram(&read_one(&mut r)?);
+    if !r.is_empty() {
+        neg.add_histogram(&read_one(&mut r)?);
+    }
+    if !r.is_empty() {
+        return exec_err!(
+            "a serialized hoptrace histogram holds at most two HdrHistograms; {} bytes follow",
+            r.len()
+        );
+    }
+    Ok((pos, neg))
+}
+
+/// The value reported for quantile `q` of the values `>= 0` in `h`: the middle of the
+/// bucket holding it.
 #[must_use]
 pub fn value_at(h: &Histogram<u64>, q: f64) -> u64 {
     h.median_equivalent(h.value_at_quantile(q))
@@ -259,12 +130,14 @@ pub fn precision_at(h: &Histogram<u64>, q: f64) -> u64 {
     h.equivalent_range(h.value_at_quantile(q)) / 2
 }
 
-/// Records every non-negative, non-null value of an Int64 array (each clamped to
-/// [`MAX_TRACKABLE_NS`]).
-fn record_all(counts: &mut HdrCounts, values: &Int64Array) {
+/// Records every non-null value of an Int64 array: values `>= 0` into `pos`, the
+/// magnitudes of the others into `neg` (each clamped to [`MAX_TRACKABLE_NS`]).
+fn record_all(pos: &mut HdrCounts, neg: &mut HdrCounts, values: &Int64Array) {
     let mut add = |v: i64| {
-        if let Ok(v) = u64::try_from(v) {
-            counts.record(v);
+        if v >= 0 {
+            pos.record(v as u64);
+        } else {
+            neg.record(v.unsigned_abs());
         }
     };
     if values.null_count() == 0 {
@@ -274,11 +147,11 @@ fn record_all(counts: &mut HdrCounts, values: &Int64Array) {
     }
 }
 
-fn merge_all(h: &mut Histogram<u64>, states: &BinaryArray) -> Result<()> {
+fn merge_all(pos: &mut HdrCounts, neg: &mut HdrCounts, states: &BinaryArray) -> Result<()> {
     for bytes in states.iter().flatten() {
-        let other = deserialize(bytes)?;
-        h.add(&other)
-            .map_err(|e| DataFusionError::Execution(format!("merging histograms: {e:?}")))?;
+        let (p, n) = deserialize_signed(bytes)?;
+        pos.merge(&p);
+        neg.merge(&n);
     }
     Ok(())
 }
@@ -407,8 +280,8 @@ impl AggregateUDFImpl for HdrAgg {
             Output::Histogram | Output::Merge => None,
         };
         Ok(Box::new(HdrAccumulator {
-            h: new_histogram(),
-            recorded: HdrCounts::new(),
+            pos: HdrCounts::new(),
+            neg: HdrCounts::new(),
             output: self.output,
             quantile,
         }))
@@ -425,24 +298,23 @@ impl AggregateUDFImpl for HdrAgg {
 
 #[derive(Debug)]
 struct HdrAccumulator {
-    /// Histograms merged in, and values recorded so far once [`HdrAccumulator::flush`]ed.
-    h: Histogram<u64>,
-    /// Values recorded since the last flush.
-    recorded: HdrCounts,
+    /// Values >= 0.
+    pos: HdrCounts,
+    /// Magnitudes of values < 0.
+    neg: HdrCounts,
     output: Output,
     quantile: Option<f64>,
 }
 
-impl HdrAccumulator {
-    /// Moves the recorded values into `h`.
-    fn flush(&mut self) {
-        for (i, n) in self.recorded.non_zero() {
-            self.h
-                .record_n(hdr_value(i), n)
-                .expect("every index below HDR_LEN is within the histogram's range");
+/// The percentile (or its precision) as an Int64 scalar; NULL without values.
+fn percentile_scalar(p: Option<Percentile>, precision: bool) -> ScalarValue {
+    ScalarValue::Int64(p.map(|p| {
+        if precision {
+            i64::try_from(p.precision_ns).unwrap_or(i64::MAX)
+        } else {
+            p.value_ns
         }
-        self.recorded = HdrCounts::new();
-    }
+    }))
 }
 
 impl Accumulator for HdrAccumulator {
@@ -451,36 +323,37 @@ impl Accumulator for HdrAccumulator {
             return Ok(());
         };
         if self.output == Output::Merge {
-            return merge_all(&mut self.h, v.as_binary::<i32>());
+            return merge_all(&mut self.pos, &mut self.neg, v.as_binary::<i32>());
         }
-        record_all(&mut self.recorded, v.as_primitive::<Int64Type>());
+        record_all(&mut self.pos, &mut self.neg, v.as_primitive::<Int64Type>());
         Ok(())
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        self.flush();
         let q = self.quantile.unwrap_or(0.5);
-        let value = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let p = || signed_percentile(&self.pos, &self.neg, q);
         Ok(match self.output {
-            Output::Histogram | Output::Merge => ScalarValue::Binary(Some(serialize(&self.h))),
-            _ if self.h.is_empty() => ScalarValue::Int64(None),
-            Output::Percentile => ScalarValue::Int64(Some(value(value_at(&self.h, q)))),
-            Output::Precision => ScalarValue::Int64(Some(value(precision_at(&self.h, q)))),
+            Output::Histogram | Output::Merge => {
+                ScalarValue::Binary(Some(serialize_signed(&self.pos, &self.neg)))
+            }
+            Output::Percentile => percentile_scalar(p(), false),
+            Output::Precision => percentile_scalar(p(), true),
         })
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.h.distinct_values() * 8 + self.recorded.allocated_bytes()
+        std::mem::size_of_val(self) + self.pos.allocated_bytes() + self.neg.allocated_bytes()
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        self.flush();
-        Ok(vec![ScalarValue::Binary(Some(serialize(&self.h)))])
+        Ok(vec![ScalarValue::Binary(Some(serialize_signed(
+            &self.pos, &self.neg,
+        )))])
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         match states.first() {
-            Some(s) => merge_all(&mut self.h, s.as_binary::<i32>()),
+            Some(s) => merge_all(&mut self.pos, &mut self.neg, s.as_binary::<i32>()),
             None => Ok(()),
         }
     }
@@ -554,23 +427,23 @@ impl ScalarUDFImpl for HdrScalar {
                 out.append_null();
                 continue;
             }
-            let h = deserialize(hists.value(i))?;
+            let (pos, neg) = deserialize_signed(hists.value(i))?;
             let v = match self.kind {
-                ScalarKind::Count => h.len(),
-                _ if h.is_empty() => {
-                    out.append_null();
-                    continue;
-                }
+                ScalarKind::Count => i64::try_from(pos.len() + neg.len()).unwrap_or(i64::MAX),
                 kind => {
                     let q = check_quantile(self.name(), qs.map_or(0.5, |q| q.value(i)))?;
+                    let Some(p) = signed_percentile(&pos, &neg, q) else {
+                        out.append_null();
+                        continue;
+                    };
                     if kind == ScalarKind::ValueAt {
-                        value_at(&h, q)
+                        p.value_ns
                     } else {
-                        precision_at(&h, q)
+                        i64::try_from(p.precision_ns).unwrap_or(i64::MAX)
                     }
                 }
             };
-            out.append_value(i64::try_from(v).unwrap_or(i64::MAX));
+            out.append_value(v);
         }
         let array: ArrayRef = Arc::new(out.finish());
         if rows == 1
@@ -613,6 +486,7 @@ pub fn from_scalar(v: &ScalarValue) -> Result<Histogram<u64>> {
 
 #[cfg(test)]
 mod tests {
+    use hoptrace_format::hist::MAX_TRACKABLE_NS;
     use proptest::prelude::*;
 
     use super::*;

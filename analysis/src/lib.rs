@@ -65,6 +65,9 @@ pub enum AnalysisError {
     /// A collector group's run does not read (a member's log or run.json).
     #[error("collector group run: {0}")]
     Group(String),
+    /// An aggregate's state does not decode (a bug).
+    #[error("internal: {0}")]
+    State(#[from] hoptrace_format::hist::DecodeError),
     /// Nothing matched the paths given: check the run directory or glob.
     #[error("no run directories match {0:?}")]
     NoRuns(String),

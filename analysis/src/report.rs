@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::charts::{self, Chart};
-use crate::format::{count, duration_f64, duration_ns, precision_ns, rate, span_s};
+use crate::format::{count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s};
 use crate::summary::{StageHistograms, StageSummary, Summary};
 use crate::{AnalysisError, write_file};
 
@@ -94,7 +94,7 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
     for p in &s.percentiles {
         rows.push(vec![
             p.label.clone(),
-            duration_ns(p.value_ns),
+            signed_ns(p.value_ns),
             precision_ns(p.precision_ns),
         ]);
     }
@@ -116,7 +116,7 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
         rows.push(vec![
             "Negative deltas".into(),
             count(s.negative),
-            "clock error; flagged, not in the statistics".into(),
+            "clock error; flagged, and counted in every figure above".into(),
         ]);
         rows.push(vec![
             "Clamped (> 1 h)".into(),
@@ -152,13 +152,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     let pick = |st: &StageSummary, l: &str| {
         st.percentile(l).map_or_else(
             || "-".into(),
-            |p| {
-                format!(
-                    "{} {}",
-                    duration_ns(p.value_ns),
-                    precision_ns(p.precision_ns)
-                )
-            },
+            |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
         )
     };
     b.push(Block::Table(
@@ -223,6 +217,12 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         format!("Kernel: Linux {}", c.kernel),
         format!("Topology: {}", s.environment.topology),
     ]));
+    if !s.environment.idle_probes.is_empty() {
+        b.push(Block::Para(format!(
+            "Probes that stamped nothing the run used (not hosts of any stage; their clocks do not enter any uncertainty): {}",
+            s.environment.idle_probes.join("; ")
+        )));
+    }
     b.push(Block::Table(
         vec![
             "Host".into(),
@@ -291,6 +291,8 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             rate(s.totals.metrics_per_s)
         ),
         format!("Quantile rank: {}", s.method.rank),
+        format!("Deltas: {}", s.method.signs),
+        "Std Dev is the population standard deviation (divided by n).".into(),
     ]));
     for st in &s.stages {
         b.push(Block::Heading(
@@ -345,10 +347,29 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         ],
         vec!["Duplicates (flagged)".into(), count(a.duplicates)],
         vec!["Negative deltas (flagged)".into(), count(a.negative_deltas)],
-        vec!["Late records".into(), count(a.late_records)],
+        vec![
+            "Late records (after their trace was written; never a second row)".into(),
+            count(a.late_records),
+        ],
         vec![
             "Records of undeclared hops".into(),
             count(a.unknown_hop_records),
+        ],
+        vec![
+            "Records of hops their connection did not announce".into(),
+            count(a.unannounced_hop_records),
+        ],
+        vec![
+            "Records with an implausible stamp (dropped)".into(),
+            count(a.implausible_records),
+        ],
+        vec![
+            "Traces with an implausible intended time (flagged)".into(),
+            count(a.implausible_traces),
+        ],
+        vec![
+            "Traces whose keys were never reported sent".into(),
+            count(a.not_sent),
         ],
         vec![
             "Counts add up".into(),
@@ -356,6 +377,10 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         ],
     ]);
     b.push(Block::Table(vec!["".into(), "Messages".into()], rows));
+    if !a.discrepancies.is_empty() {
+        b.push(Block::Para("The counts do not add up:".into()));
+        b.push(Block::Bullets(a.discrepancies.clone()));
+    }
 
     b.push(Block::Heading(2, "Charts".into()));
     let groups = [

@@ -479,6 +479,7 @@ fn clock_schema() -> Schema {
         Field::new("synced", DataType::Boolean, false),
         Field::new("offset_ns", DataType::Int64, false),
         Field::new("error_bound_ns", DataType::UInt64, false),
+        Field::new("leap", DataType::Utf8, false),
         Field::new("detail", DataType::Utf8, false),
     ])
 }

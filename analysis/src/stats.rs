@@ -1,27 +1,27 @@
 //! The aggregates behind a report's single scan of a run.
 //!
 //! - `stage_stats(ns)` ([`stage_stats_udaf`]): everything a report says about one stage
-//!   over a group of traces, as a [`StageStats`] in a compact binary encoding: the
-//!   values >= 0 counted, with their exact minimum, maximum and sum, their second moment
-//!   (for the population standard deviation) and their HDR histogram ([`HdrCounts`]);
-//!   values < 0 (clock error) counted apart; NULLs ignored. It aggregates per group
+//!   over a group of traces, as a [`SignedStats`] in its compact binary encoding: every
+//!   value counted, negative ones (clock error) included and also counted apart, with
+//!   their exact minimum, maximum and sum, their second moment (for the population
+//!   standard deviation) and their HDR histograms (one per sign); NULLs ignored. It aggregates per group
 //!   natively (DataFusion's `GroupsAccumulator`), and a batch whose rows belong to one
 //!   group (time buckets are contiguous in a run's files) is added in a few tight passes.
 //! - `trace_counts(stream, publisher, complete, flags, missing_mask)`
 //!   ([`trace_counts_udaf`]): rows, complete rows, the rows with each bit of `flags` and of
 //!   `missing_mask` set, and the distinct streams and publishers, as a [`TraceCounts`].
 //!
-//! Both return `Binary`; [`StageStats::decode`] and [`TraceCounts::decode`] read it. The
+//! Both return `Binary`; [`SignedStats::decode`] and [`TraceCounts::decode`] read it. The
 //! encodings are this module's own and may change between versions: they are not for
 //! storing.
 //!
 //! ```
-//! use hoptrace_analysis::stats::StageStats;
-//! let mut s = StageStats::default();
+//! use hoptrace_format::hist::SignedStats;
+//! let mut s = SignedStats::default();
 //! s.add_values(&[5, 7, -2, 9]);
-//! assert_eq!((s.count, s.negative, s.min_ns(), s.max_ns()), (3, 1, Some(5), Some(9)));
-//! assert_eq!(s.mean_ns(), Some(7.0));
-//! let back = StageStats::decode(&s.encode()).unwrap();
+//! assert_eq!((s.count, s.negative, s.min_ns(), s.max_ns()), (4, 1, Some(-2), Some(9)));
+//! assert_eq!(s.mean_ns(), Some(4.75));
+//! let back = SignedStats::decode(&s.encode()).unwrap();
 //! assert_eq!(back, s);
 //! ```
 
@@ -41,12 +41,8 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
-use hoptrace_collector::stages::MAX_TRACKABLE_NS;
+use hoptrace_format::hist::SignedStats;
 
-use crate::hdr::{HDR_LEN, HdrCounts};
-
-/// First byte of an encoded [`StageStats`].
-const STAGE_TAG: u8 = 0x53;
 /// First byte of an encoded [`TraceCounts`].
 const COUNTS_TAG: u8 = 0x54;
 
@@ -62,10 +58,6 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn put_zigzag(out: &mut Vec<u8>, v: i64) {
-    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
 /// Reads what the `put_*` functions wrote.
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -77,15 +69,6 @@ impl Reader<'_> {
         let (&b, rest) = self.bytes.split_first().ok_or_else(|| corrupt(self.what))?;
         self.bytes = rest;
         Ok(b)
-    }
-
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let (head, rest) = self
-            .bytes
-            .split_first_chunk::<N>()
-            .ok_or_else(|| corrupt(self.what))?;
-        self.bytes = rest;
-        Ok(*head)
     }
 
     fn varint(&mut self) -> Result<u64> {
@@ -100,283 +83,12 @@ impl Reader<'_> {
         Err(corrupt(self.what))
     }
 
-    fn zigzag(&mut self) -> Result<i64> {
-        let v = self.varint()?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
-    }
-
     fn finish(&self) -> Result<()> {
         if self.bytes.is_empty() {
             Ok(())
         } else {
             Err(corrupt(self.what))
         }
-    }
-}
-
-/// One stage over a group of traces.
-///
-/// Values >= 0 are counted in `count` and described exactly (minimum, maximum, sum, and
-/// the second moment about the mean, merged across batches with Chan's parallel formula);
-/// their histogram holds each clamped to [`MAX_TRACKABLE_NS`] (`clamped` counts those
-/// above it). Values < 0 are only counted, in `negative`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageStats {
-    /// Values >= 0.
-    pub count: u64,
-    /// Values < 0.
-    pub negative: u64,
-    /// Values above [`MAX_TRACKABLE_NS`].
-    pub clamped: u64,
-    /// Smallest value >= 0 (meaningless when `count` is 0).
-    pub min: i64,
-    /// Largest value (meaningless when `count` is 0).
-    pub max: i64,
-    /// Exact sum of the values >= 0.
-    pub sum: i128,
-    /// Sum of squared differences from their mean.
-    pub m2: f64,
-    /// Their histogram.
-    pub hdr: HdrCounts,
-}
-
-impl Default for StageStats {
-    fn default() -> Self {
-        Self {
-            count: 0,
-            negative: 0,
-            clamped: 0,
-            min: i64::MAX,
-            max: i64::MIN,
-            sum: 0,
-            m2: 0.0,
-            hdr: HdrCounts::new(),
-        }
-    }
-}
-
-/// 2^52 as an f64's bits: ORed into an integer below 2^52, it gives 2^52 + that integer.
-const TWO_52_BITS: u64 = 0x4330_0000_0000_0000;
-
-/// `v` (0 <= v < 2^52) as an f64, exactly, with integer and float operations that
-/// vectorize (no scalar conversion instruction).
-#[inline(always)]
-fn small_to_f64(v: i64) -> f64 {
-    f64::from_bits(v as u64 | TWO_52_BITS) - f64::from_bits(TWO_52_BITS)
-}
-
-/// Figures of a slice of values >= 0 from one pass: minimum, maximum, sum, and the sum
-/// of squared differences from `shift`.
-struct SlicePass {
-    min: i64,
-    max: i64,
-    sum: i128,
-    squares: f64,
-}
-
-/// One pass over `values`. Exact while every value is in 0..2^51 (the sum of 4096 of them
-/// fits an i64; each converts exactly); [`SlicePass::exact`] otherwise, and only `min` is
-/// meaningful when a value is negative.
-#[inline]
-fn one_pass(values: &[i64], shift: f64) -> SlicePass {
-    let mut out = SlicePass {
-        min: i64::MAX,
-        max: 0,
-        sum: 0,
-        squares: 0.0,
-    };
-    let mut lanes = [0.0_f64; 4];
-    for chunk in values.chunks(4096) {
-        let (mut min, mut max, mut sum) = (i64::MAX, 0_i64, 0_i64);
-        let quads = chunk.chunks_exact(4);
-        for &v in quads.remainder() {
-            let d = small_to_f64(v) - shift;
-            lanes[0] += d * d;
-        }
-        for q in quads {
-            for (l, &v) in lanes.iter_mut().zip(q) {
-                let d = small_to_f64(v) - shift;
-                *l += d * d;
-            }
-        }
-        for &v in chunk {
-            min = min.min(v);
-            max = max.max(v);
-            sum = sum.wrapping_add(v);
-        }
-        out.min = out.min.min(min);
-        out.max = out.max.max(max);
-        out.sum += i128::from(sum);
-    }
-    out.squares = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    out
-}
-
-impl SlicePass {
-    /// The pass for values of any size: exact sum, and squares with each value converted
-    /// to the nearest f64.
-    fn exact(values: &[i64], shift: f64) -> Self {
-        let sq = |v: i64| {
-            let d = v as f64 - shift;
-            d * d
-        };
-        Self {
-            min: values.iter().copied().min().unwrap_or(i64::MAX),
-            max: values.iter().copied().max().unwrap_or(0),
-            sum: values.iter().map(|&v| i128::from(v)).sum(),
-            squares: values.iter().map(|&v| sq(v)).sum(),
-        }
-    }
-}
-
-impl StageStats {
-    /// Exact minimum of the values >= 0.
-    #[must_use]
-    pub fn min_ns(&self) -> Option<i64> {
-        (self.count > 0).then_some(self.min)
-    }
-
-    /// Exact maximum of the values >= 0.
-    #[must_use]
-    pub fn max_ns(&self) -> Option<i64> {
-        (self.count > 0).then_some(self.max)
-    }
-
-    /// Mean of the values >= 0 (their exact sum over their count).
-    #[must_use]
-    pub fn mean_ns(&self) -> Option<f64> {
-        (self.count > 0).then(|| self.sum as f64 / self.count as f64)
-    }
-
-    /// Population standard deviation of the values >= 0.
-    #[must_use]
-    pub fn stddev_ns(&self) -> Option<f64> {
-        (self.count > 0).then(|| (self.m2 / self.count as f64).max(0.0).sqrt())
-    }
-
-    /// Adds every value of `values` (negative ones are only counted).
-    pub fn add_values(&mut self, values: &[i64]) {
-        let Some(&first) = values.first() else {
-            return;
-        };
-        // Squares are summed about the first value (close to the others), and the second
-        // moment about their mean follows: sum((v - mean)^2) = sum((v - s)^2) - n (mean - s)^2.
-        let pass = one_pass(values, first as f64);
-        if pass.min >= 0 {
-            self.add_pass(values, pass, first as f64);
-            return;
-        }
-        // Negative deltas (clock error) are rare: the others are added on their own.
-        let kept: Vec<i64> = values.iter().copied().filter(|&v| v >= 0).collect();
-        self.negative += (values.len() - kept.len()) as u64;
-        if let Some(&first) = kept.first() {
-            self.add_pass(&kept, one_pass(&kept, first as f64), first as f64);
-        }
-    }
-
-    /// Adds `values` (all >= 0) given their [`one_pass`] about `shift`.
-    fn add_pass(&mut self, values: &[i64], mut pass: SlicePass, shift: f64) {
-        debug_assert!(!values.is_empty() && values.iter().all(|&v| v >= 0));
-        if pass.max >= 1 << 51 {
-            pass = SlicePass::exact(values, shift);
-        }
-        let n = values.len() as u64;
-        let mean = pass.sum as f64 / n as f64;
-        let m2 = (pass.squares - n as f64 * (mean - shift) * (mean - shift)).max(0.0);
-        self.hdr.record_non_negative(values, pass.max);
-        if pass.max as u64 > MAX_TRACKABLE_NS {
-            self.clamped += values
-                .iter()
-                .filter(|&&v| v as u64 > MAX_TRACKABLE_NS)
-                .count() as u64;
-        }
-        self.merge_moments(n, pass.sum, m2);
-        self.min = self.min.min(pass.min);
-        self.max = self.max.max(pass.max);
-    }
-
-    /// Merges a count, sum and second moment of other values into these.
-    fn merge_moments(&mut self, n: u64, sum: i128, m2: f64) {
-        if n == 0 {
-            return;
-        }
-        if self.count > 0 {
-            let (na, nb) = (self.count as f64, n as f64);
-            let delta = sum as f64 / nb - self.sum as f64 / na;
-            self.m2 += m2 + delta * delta * (na * nb / (na + nb));
-        } else {
-            self.m2 = m2;
-        }
-        self.count += n;
-        self.sum += sum;
-    }
-
-    /// Adds `other`'s values.
-    pub fn merge(&mut self, other: &Self) {
-        self.merge_moments(other.count, other.sum, other.m2);
-        self.negative += other.negative;
-        self.clamped += other.clamped;
-        self.min = self.min.min(other.min);
-        self.max = self.max.max(other.max);
-        self.hdr.merge(&other.hdr);
-    }
-
-    /// The compact binary form `stage_stats` returns.
-    #[must_use]
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.push(STAGE_TAG);
-        put_varint(&mut out, self.count);
-        put_varint(&mut out, self.negative);
-        put_varint(&mut out, self.clamped);
-        put_zigzag(&mut out, self.min);
-        put_zigzag(&mut out, self.max);
-        out.extend_from_slice(&self.sum.to_le_bytes());
-        out.extend_from_slice(&self.m2.to_le_bytes());
-        // Non-empty buckets as (zeros skipped, count) pairs.
-        let mut next = 0;
-        for (i, c) in self.hdr.non_zero() {
-            put_varint(&mut out, (i - next) as u64);
-            put_varint(&mut out, c);
-            next = i + 1;
-        }
-        out
-    }
-
-    /// Reads [`StageStats::encode`]'s bytes.
-    ///
-    /// # Errors
-    /// When `bytes` are not such an encoding.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let mut r = Reader {
-            bytes,
-            what: "stage_stats",
-        };
-        if r.byte()? != STAGE_TAG {
-            return Err(corrupt(r.what));
-        }
-        let mut s = Self {
-            count: r.varint()?,
-            negative: r.varint()?,
-            clamped: r.varint()?,
-            min: r.zigzag()?,
-            max: r.zigzag()?,
-            sum: i128::from_le_bytes(r.fixed()?),
-            m2: f64::from_le_bytes(r.fixed()?),
-            hdr: HdrCounts::new(),
-        };
-        let mut next = 0_usize;
-        while !r.bytes.is_empty() {
-            let skip = usize::try_from(r.varint()?).map_err(|_| corrupt(r.what))?;
-            let index = next.checked_add(skip).ok_or_else(|| corrupt(r.what))?;
-            if index >= HDR_LEN {
-                return Err(corrupt(r.what));
-            }
-            s.hdr.add_at(index, r.varint()?);
-            next = index + 1;
-        }
-        r.finish()?;
-        Ok(s)
     }
 }
 
@@ -396,7 +108,7 @@ fn kept_rows(values: &dyn Array, filter: Option<&BooleanArray>) -> Option<Boolea
 /// Adds the rows `range` of `values` (those set in `kept`, when given) to `stats`: each
 /// stretch of kept rows as a slice.
 fn add_rows(
-    stats: &mut StageStats,
+    stats: &mut SignedStats,
     values: &[i64],
     range: std::ops::Range<usize>,
     kept: Option<&BooleanBuffer>,
@@ -415,7 +127,7 @@ fn add_rows(
 /// Adds a batch of values, grouped by `groups` (one group index per row), to `stats`:
 /// each run of consecutive rows of one group is added as a slice.
 fn add_grouped(
-    stats: &mut [StageStats],
+    stats: &mut [SignedStats],
     values: &ArrayRef,
     groups: &[usize],
     filter: Option<&BooleanArray>,
@@ -443,7 +155,7 @@ fn add_grouped(
     }
 }
 
-fn binary_of<'a>(items: impl Iterator<Item = &'a StageStats>) -> ArrayRef {
+fn binary_of<'a>(items: impl Iterator<Item = &'a SignedStats>) -> ArrayRef {
     let mut b = BinaryBuilder::new();
     for s in items {
         b.append_value(s.encode());
@@ -453,20 +165,20 @@ fn binary_of<'a>(items: impl Iterator<Item = &'a StageStats>) -> ArrayRef {
 
 /// `stage_stats(ns)`.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct StageStatsAgg {
+struct SignedStatsAgg {
     signature: Signature,
 }
 
 /// The `stage_stats` aggregate (not registered in sessions: its result is this module's
-/// own encoding, read with [`StageStats::decode`]).
+/// own encoding, read with [`SignedStats::decode`]).
 #[must_use]
 pub fn stage_stats_udaf() -> AggregateUDF {
-    AggregateUDF::from(StageStatsAgg {
+    AggregateUDF::from(SignedStatsAgg {
         signature: Signature::user_defined(Volatility::Immutable),
     })
 }
 
-impl AggregateUDFImpl for StageStatsAgg {
+impl AggregateUDFImpl for SignedStatsAgg {
     fn name(&self) -> &str {
         "stage_stats"
     }
@@ -487,7 +199,7 @@ impl AggregateUDFImpl for StageStatsAgg {
     }
 
     fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(StageStatsAccumulator::default()))
+        Ok(Box::new(SignedStatsAccumulator::default()))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -506,16 +218,16 @@ impl AggregateUDFImpl for StageStatsAgg {
         &self,
         _args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(StageStatsGroups::default()))
+        Ok(Box::new(SignedStatsGroups::default()))
     }
 }
 
 #[derive(Debug, Default)]
-struct StageStatsAccumulator {
-    stats: StageStats,
+struct SignedStatsAccumulator {
+    stats: SignedStats,
 }
 
-impl Accumulator for StageStatsAccumulator {
+impl Accumulator for SignedStatsAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         if let Some(v) = values.first() {
             let array = v.as_primitive::<Int64Type>();
@@ -535,7 +247,7 @@ impl Accumulator for StageStatsAccumulator {
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.stats.hdr.allocated_bytes()
+        std::mem::size_of_val(self) + self.stats.allocated_bytes()
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
@@ -545,7 +257,8 @@ impl Accumulator for StageStatsAccumulator {
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         if let Some(s) = states.first() {
             for bytes in s.as_binary::<i32>().iter().flatten() {
-                self.stats.merge(&StageStats::decode(bytes)?);
+                self.stats
+                    .merge(&SignedStats::decode(bytes).map_err(|_| corrupt("stage_stats"))?);
             }
         }
         Ok(())
@@ -554,18 +267,18 @@ impl Accumulator for StageStatsAccumulator {
 
 /// `stage_stats` of every group at once.
 #[derive(Debug, Default)]
-struct StageStatsGroups {
-    groups: Vec<StageStats>,
+struct SignedStatsGroups {
+    groups: Vec<SignedStats>,
 }
 
-impl StageStatsGroups {
+impl SignedStatsGroups {
     fn emit(&mut self, emit_to: EmitTo) -> ArrayRef {
         let taken = emit_to.take_needed(&mut self.groups);
         binary_of(taken.iter())
     }
 }
 
-impl GroupsAccumulator for StageStatsGroups {
+impl GroupsAccumulator for SignedStatsGroups {
     fn update_batch(
         &mut self,
         values: &[ArrayRef],
@@ -574,7 +287,7 @@ impl GroupsAccumulator for StageStatsGroups {
         total_num_groups: usize,
     ) -> Result<()> {
         self.groups
-            .resize_with(total_num_groups, StageStats::default);
+            .resize_with(total_num_groups, SignedStats::default);
         if let Some(v) = values.first() {
             add_grouped(&mut self.groups, v, group_indices, opt_filter);
         }
@@ -596,14 +309,15 @@ impl GroupsAccumulator for StageStatsGroups {
         total_num_groups: usize,
     ) -> Result<()> {
         self.groups
-            .resize_with(total_num_groups, StageStats::default);
+            .resize_with(total_num_groups, SignedStats::default);
         let Some(states) = values.first() else {
             return Ok(());
         };
         let states: &BinaryArray = states.as_binary::<i32>();
         for (bytes, &g) in states.iter().zip(group_indices) {
             if let Some(bytes) = bytes {
-                self.groups[g].merge(&StageStats::decode(bytes)?);
+                self.groups[g]
+                    .merge(&SignedStats::decode(bytes).map_err(|_| corrupt("stage_stats"))?);
             }
         }
         Ok(())
@@ -620,7 +334,7 @@ impl GroupsAccumulator for StageStatsGroups {
         let array = v.as_primitive::<Int64Type>();
         let kept = kept_rows(array, opt_filter);
         let rows = (0..array.len()).map(|i| {
-            let mut s = StageStats::default();
+            let mut s = SignedStats::default();
             if kept.as_ref().is_none_or(|k| k.value(i)) {
                 s.add_values(&[array.value(i)]);
             }
@@ -635,11 +349,11 @@ impl GroupsAccumulator for StageStatsGroups {
 
     fn size(&self) -> usize {
         // Groups are few (time buckets): summing them per batch is cheap.
-        self.groups.capacity() * std::mem::size_of::<StageStats>()
+        self.groups.capacity() * std::mem::size_of::<SignedStats>()
             + self
                 .groups
                 .iter()
-                .map(|s| s.hdr.allocated_bytes())
+                .map(SignedStats::allocated_bytes)
                 .sum::<usize>()
     }
 }
@@ -1052,39 +766,46 @@ impl Accumulator for TraceCountsAccumulator {
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::{Int64Array, UInt64Array};
+    use hoptrace_format::hist::{HdrCounts, MAX_TRACKABLE_NS};
     use proptest::prelude::*;
 
     use super::*;
 
     /// The figures of `values` computed the plain way.
-    fn oracle(values: &[i64]) -> StageStats {
-        let kept: Vec<i64> = values.iter().copied().filter(|&v| v >= 0).collect();
-        let mut hdr = HdrCounts::new();
-        kept.iter().for_each(|&v| hdr.record(v as u64));
-        let sum: i128 = kept.iter().map(|&v| i128::from(v)).sum();
-        let mean = sum as f64 / kept.len().max(1) as f64;
-        StageStats {
-            count: kept.len() as u64,
-            negative: (values.len() - kept.len()) as u64,
-            clamped: kept
+    fn oracle(values: &[i64]) -> SignedStats {
+        let (mut pos, mut neg) = (HdrCounts::new(), HdrCounts::new());
+        for &v in values {
+            if v < 0 {
+                neg.record(v.unsigned_abs());
+            } else {
+                pos.record(v as u64);
+            }
+        }
+        let sum: i128 = values.iter().map(|&v| i128::from(v)).sum();
+        let mean = sum as f64 / values.len().max(1) as f64;
+        SignedStats {
+            count: values.len() as u64,
+            negative: values.iter().filter(|&&v| v < 0).count() as u64,
+            clamped: values
                 .iter()
-                .filter(|&&v| v as u64 > MAX_TRACKABLE_NS)
+                .filter(|&&v| v.unsigned_abs() > MAX_TRACKABLE_NS)
                 .count() as u64,
-            min: kept.iter().copied().min().unwrap_or(i64::MAX),
-            max: kept.iter().copied().max().unwrap_or(i64::MIN),
+            min: values.iter().copied().min().unwrap_or(i64::MAX),
+            max: values.iter().copied().max().unwrap_or(i64::MIN),
             sum,
-            m2: kept.iter().map(|&v| (v as f64 - mean).powi(2)).sum(),
-            hdr,
+            m2: values.iter().map(|&v| (v as f64 - mean).powi(2)).sum(),
+            pos,
+            neg,
         }
     }
 
-    fn assert_same(got: &StageStats, want: &StageStats) {
+    fn assert_same(got: &SignedStats, want: &SignedStats) {
         assert_eq!(
             (got.count, got.negative, got.clamped, got.sum),
             (want.count, want.negative, want.clamped, want.sum)
         );
         assert_eq!((got.min_ns(), got.max_ns()), (want.min_ns(), want.max_ns()));
-        assert_eq!(got.hdr, want.hdr);
+        assert_eq!((&got.pos, &got.neg), (&want.pos, &want.neg));
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) + 1e-6;
         assert!(close(got.m2, want.m2), "m2 {} vs {}", got.m2, want.m2);
         assert_eq!(got.mean_ns(), want.mean_ns());
@@ -1112,7 +833,7 @@ mod tests {
 
     /// The expected figures per group of `rows` (of the rows passing the filter when
     /// `filtered`).
-    fn expected(rows: &[(usize, Option<i64>, bool)], filtered: bool) -> Vec<StageStats> {
+    fn expected(rows: &[(usize, Option<i64>, bool)], filtered: bool) -> Vec<SignedStats> {
         (0..4)
             .map(|g| {
                 let v: Vec<i64> = rows
@@ -1125,7 +846,7 @@ mod tests {
             .collect()
     }
 
-    fn feed(acc: &mut StageStatsGroups, rows: &[(usize, Option<i64>, bool)], filtered: bool) {
+    fn feed(acc: &mut SignedStatsGroups, rows: &[(usize, Option<i64>, bool)], filtered: bool) {
         for chunk in rows.chunks(37) {
             let values: ArrayRef = Arc::new(Int64Array::from_iter(chunk.iter().map(|r| r.1)));
             let groups: Vec<usize> = chunk.iter().map(|r| r.0).collect();
@@ -1135,11 +856,11 @@ mod tests {
         }
     }
 
-    fn decode_all(array: &ArrayRef) -> Vec<StageStats> {
+    fn decode_all(array: &ArrayRef) -> Vec<SignedStats> {
         array
             .as_binary::<i32>()
             .iter()
-            .map(|b| StageStats::decode(b.unwrap()).unwrap())
+            .map(|b| SignedStats::decode(b.unwrap()).unwrap())
             .collect()
     }
 
@@ -1153,7 +874,7 @@ mod tests {
             if sorted {
                 rows.sort_by_key(|r| r.0);
             }
-            let mut acc = StageStatsGroups::default();
+            let mut acc = SignedStatsGroups::default();
             feed(&mut acc, &rows, filtered);
             let got = decode_all(&acc.evaluate(EmitTo::All).unwrap());
             for (g, w) in got.iter().zip(expected(&rows, filtered)) {
@@ -1164,17 +885,17 @@ mod tests {
         #[test]
         fn partial_states_merge_to_the_whole(rows in rows(), split in 0_usize..300) {
             let split = split.min(rows.len());
-            let (mut a, mut b) = (StageStatsGroups::default(), StageStatsGroups::default());
+            let (mut a, mut b) = (SignedStatsGroups::default(), SignedStatsGroups::default());
             feed(&mut a, &rows[..split], false);
             feed(&mut b, &rows[split..], false);
-            let mut fin = StageStatsGroups::default();
+            let mut fin = SignedStatsGroups::default();
             for part in [&mut a, &mut b] {
                 let state = part.state(EmitTo::All).unwrap();
                 let n = state[0].len();
                 fin.merge_batch(&state, &(0..n).collect::<Vec<_>>(), 4).unwrap();
             }
             // Rows converted one by one to states merge to the same figures.
-            let mut each = StageStatsGroups::default();
+            let mut each = SignedStatsGroups::default();
             let values: ArrayRef = Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1)));
             let state = each.convert_to_state(&[values], None).unwrap();
             let groups: Vec<usize> = rows.iter().map(|r| r.0).collect();
@@ -1191,15 +912,15 @@ mod tests {
         #[test]
         fn stage_stats_encode_and_decode(values in prop::collection::vec(value(), 0..200)) {
             let values: Vec<i64> = values.into_iter().flatten().collect();
-            let mut s = StageStats::default();
+            let mut s = SignedStats::default();
             s.add_values(&values);
             let bytes = s.encode();
-            prop_assert_eq!(StageStats::decode(&bytes).unwrap(), s);
+            prop_assert_eq!(SignedStats::decode(&bytes).unwrap(), s);
             // Damaged states are refused or read, never a panic.
             for cut in 0..bytes.len() {
-                let _ = StageStats::decode(&bytes[..cut]);
+                let _ = SignedStats::decode(&bytes[..cut]);
             }
-            prop_assert!(StageStats::decode(&[0x00]).is_err());
+            prop_assert!(SignedStats::decode(&[0x00]).is_err());
         }
 
         #[test]
@@ -1257,7 +978,7 @@ mod tests {
             .map(|i| (i * 7_919) % 3_000_000 + i % 13)
             .chain([-1, -50, i64::MAX, MAX_TRACKABLE_NS as i64 + 1])
             .collect();
-        let mut s = StageStats::default();
+        let mut s = SignedStats::default();
         for chunk in values.chunks(8192) {
             s.add_values(chunk);
         }
@@ -1364,18 +1085,15 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let q = "SELECT g, stage_stats(d) AS s, count(d) FILTER (WHERE d >= 0) AS n, \
-                 count(d) FILTER (WHERE d < 0) AS neg, min(d) FILTER (WHERE d >= 0) AS lo, \
-                 max(d) FILTER (WHERE d >= 0) AS hi, \
-                 avg(CAST(d AS DOUBLE)) FILTER (WHERE d >= 0) AS mean, \
-                 stddev_pop(CAST(d AS DOUBLE)) FILTER (WHERE d >= 0) AS sd, \
+        // Every value counts, negative ones included.
+        let q = "SELECT g, stage_stats(d) AS s, count(d) AS n, \
+                 count(d) FILTER (WHERE d < 0) AS neg, min(d) AS lo, max(d) AS hi, \
+                 avg(CAST(d AS DOUBLE)) AS mean, stddev_pop(CAST(d AS DOUBLE)) AS sd, \
                  hdr_percentile(d, 0.99) AS p99 FROM t GROUP BY g \
                  UNION ALL \
-                 SELECT -1, stage_stats(d), count(d) FILTER (WHERE d >= 0), \
-                 count(d) FILTER (WHERE d < 0), min(d) FILTER (WHERE d >= 0), \
-                 max(d) FILTER (WHERE d >= 0), avg(CAST(d AS DOUBLE)) FILTER (WHERE d >= 0), \
-                 stddev_pop(CAST(d AS DOUBLE)) FILTER (WHERE d >= 0), hdr_percentile(d, 0.99) \
-                 FROM t";
+                 SELECT -1, stage_stats(d), count(d), count(d) FILTER (WHERE d < 0), min(d), \
+                 max(d), avg(CAST(d AS DOUBLE)), stddev_pop(CAST(d AS DOUBLE)), \
+                 hdr_percentile(d, 0.99) FROM t";
         let batches = rt
             .block_on(async { ctx.sql(q).await?.collect().await })
             .unwrap();
@@ -1386,7 +1104,7 @@ mod tests {
                 ScalarValue::try_from_array(c, r).unwrap()
             };
             for r in 0..b.num_rows() {
-                let s = StageStats::decode(b.column(1).as_binary::<i32>().value(r)).unwrap();
+                let s = SignedStats::decode(b.column(1).as_binary::<i32>().value(r)).unwrap();
                 assert_eq!(int(2, r), ScalarValue::Int64(Some(s.count as i64)));
                 assert_eq!(int(3, r), ScalarValue::Int64(Some(s.negative as i64)));
                 assert_eq!(int(4, r), ScalarValue::Int64(s.min_ns()));
@@ -1399,10 +1117,9 @@ mod tests {
                 };
                 assert!((s.mean_ns().unwrap() - mean).abs() <= 1e-9 * mean.abs());
                 assert!((s.stddev_ns().unwrap() - sd).abs() <= 1e-9 * sd.abs());
-                let h = s.hdr.to_histogram();
                 assert_eq!(
                     int(8, r),
-                    ScalarValue::Int64(Some(crate::hdr::value_at(&h, 0.99) as i64))
+                    ScalarValue::Int64(s.percentile(0.99).map(|p| p.value_ns))
                 );
                 seen += 1;
             }

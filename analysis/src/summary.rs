@@ -16,13 +16,12 @@ use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
 use hoptrace_collector::run::HostInfo;
 use hoptrace_collector::spec::StageSpec;
-use hoptrace_collector::stages::{MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, new_histogram};
+use hoptrace_format::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, SignedStats, new_histogram};
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
-use crate::hdr;
 use crate::session::{RunSet, quote_ident, stage_column};
-use crate::stats::{self, StageStats, TraceCounts};
+use crate::stats::{self, TraceCounts};
 
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -87,6 +86,9 @@ pub struct Method {
     pub highest_trackable_ns: u64,
     /// How the rank of a quantile is defined.
     pub rank: String,
+    /// Which deltas the statistics cover: every known one, negative ones included.
+    #[serde(default)]
+    pub signs: String,
 }
 
 /// The data read.
@@ -126,8 +128,9 @@ pub struct PercentileValue {
     pub label: String,
     /// Quantile, e.g. 0.999.
     pub quantile: f64,
-    /// Middle of the HDR bucket holding it, ns.
-    pub value_ns: u64,
+    /// Middle of the HDR bucket holding it, ns; negative when the value of that rank is
+    /// (clock error between hosts).
+    pub value_ns: i64,
     /// Half the bucket's width: the exact value is within ± this, ns.
     pub precision_ns: u64,
 }
@@ -147,11 +150,11 @@ pub struct StageSummary {
     pub definition: String,
     /// Shown in the highlights.
     pub headline: bool,
-    /// Traces with both hops and a delta >= 0.
+    /// Traces with both hops: every known delta, negative ones included.
     pub count: u64,
-    /// Traces with both hops and a delta < 0 (clock error), not in the statistics.
+    /// Of those, deltas < 0 (clock error between hosts): in every figure, and flagged.
     pub negative: u64,
-    /// Deltas above the histogram's range (clamped into it).
+    /// Deltas whose magnitude is above the histogram's range (clamped into it).
     pub clamped: u64,
     /// Exact minimum, ns.
     pub min_ns: Option<i64>,
@@ -208,9 +211,24 @@ pub struct AccountingSummary {
     pub late_records: u64,
     /// Records of hops the spec does not declare.
     pub unknown_hop_records: u64,
-    /// sent = complete + incomplete + unseen (per publisher) and the Parquet rows equal
-    /// complete + incomplete.
+    /// Traces whose keys lie outside what their publisher reported sending.
+    #[serde(default)]
+    pub not_sent: u64,
+    /// Records of hops their connection did not announce (dropped, counted).
+    #[serde(default)]
+    pub unannounced_hop_records: u64,
+    /// Records whose stamp was implausible (dropped, counted).
+    #[serde(default)]
+    pub implausible_records: u64,
+    /// Traces whose intended time was implausible (kept out of the run's span).
+    #[serde(default)]
+    pub implausible_traces: u64,
+    /// sent = complete + incomplete + unseen per publisher from independent counts (as the
+    /// collector found), and the Parquet holds exactly the rows its run.json accounts for.
     pub adds_up: bool,
+    /// Why not, one line per finding; empty when the counts add up.
+    #[serde(default)]
+    pub discrepancies: Vec<String>,
 }
 
 /// One host.
@@ -235,6 +253,9 @@ pub struct HostSummary {
     pub max_error_bound_ns: Option<u64>,
     /// Largest |offset| reported, ns.
     pub max_abs_offset_ns: Option<i64>,
+    /// A leap second its clock source announced (`insert` or `delete`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leap_pending: Option<String>,
 }
 
 /// Hosts and topology.
@@ -242,8 +263,13 @@ pub struct HostSummary {
 pub struct Environment {
     /// The collector's host (CPU, memory, kernel).
     pub collector: HostInfo,
-    /// Probe hosts.
+    /// Probe hosts: the hosts whose probes stamped something the run used.
     pub hosts: Vec<HostSummary>,
+    /// Probe connections that stamped nothing the run used (`host/process`, with the
+    /// hops they announced): not hosts of any stage, so their clocks do not enter any
+    /// stage's uncertainty.
+    #[serde(default)]
+    pub idle_probes: Vec<String>,
     /// One line: hops and where they ran.
     pub topology: String,
     /// One line on clocks.
@@ -362,11 +388,11 @@ struct BucketScan {
     bucket: Option<i64>,
     messages: u64,
     metrics: u64,
-    stages: Vec<StageStats>,
+    stages: Vec<SignedStats>,
 }
 
 /// The one scan of the stage columns: per time bucket of `bucket_ns` from `t_min`, the
-/// traces, their metrics and [`StageStats`] of every stage.
+/// traces, their metrics and [`SignedStats`] of every stage.
 async fn scan_buckets(
     runs: &RunSet,
     ctx: &SessionContext,
@@ -410,7 +436,7 @@ async fn scan_buckets(
                 metrics: u(metrics),
                 stages: stage_cols
                     .iter()
-                    .map(|c| StageStats::decode(c.value(r)))
+                    .map(|c| SignedStats::decode(c.value(r)))
                     .collect::<Result<_, _>>()?,
             });
         }
@@ -419,7 +445,7 @@ async fn scan_buckets(
 }
 
 /// The aggregates every scan of the traces computes: `messages`, `metrics` and `s_<i>`,
-/// the [`StageStats`] of stage `i`.
+/// the [`SignedStats`] of stage `i`.
 fn trace_aggregates(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
@@ -483,7 +509,11 @@ pub async fn compute(
     let pipeline = runs.pipeline();
     let hops: Vec<String> = pipeline.hops.iter().map(|h| h.name.clone()).collect();
     let first_hop = quote_ident(&format!("{}_ns", hops[0]));
-    let time_col = format!("CAST(coalesce({first_hop}, intended_ns) AS BIGINT)");
+    // A trace's time: its first hop's stamp, else its intended send time unless that was
+    // implausible (flag 16), so one absurd record cannot stretch the run.
+    let time_col = format!(
+        "CAST(coalesce({first_hop}, CASE WHEN (flags & 16) = 0 THEN intended_ns END) AS BIGINT)"
+    );
 
     let (t_min, t_max) = time_span(ctx, &first_hop, &time_col).await?;
     let duration_s = (t_max - t_min) as f64 / 1e9;
@@ -512,8 +542,8 @@ pub async fn compute(
             metrics_per_s: 0.0,
         })
         .collect();
-    let mut whole = vec![StageStats::default(); pipeline.stages.len()];
-    let mut by_time: Vec<Vec<Option<&StageStats>>> =
+    let mut whole = vec![SignedStats::default(); pipeline.stages.len()];
+    let mut by_time: Vec<Vec<Option<&SignedStats>>> =
         vec![vec![None; nbuckets]; pipeline.stages.len()];
     for s in &scanned {
         for (w, st) in whole.iter_mut().zip(&s.stages) {
@@ -541,9 +571,17 @@ pub async fn compute(
         .flat_map(|r| r.summary.clock_alerts.iter())
         .map(|a| format!("clock preflight failed: {a}"))
         .collect();
+    for h in &env.hosts {
+        if let Some(leap) = &h.leap_pending {
+            warnings.push(format!(
+                "{}: its clock announced a leap second ({leap}) at the end of the UTC day: stamps taken across it can be 1 s apart from those of other hosts",
+                h.host
+            ));
+        }
+    }
     for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
-        let hist = figures.hdr.to_histogram();
-        let summary = stage_summary(st, figures, &hist, &env.hosts);
+        let hist = figures.pos.to_histogram();
+        let summary = stage_summary(st, figures, &env.hosts);
         if summary.clock_warning {
             warnings.push(format!(
                 "{}: clock uncertainty {} is not small against its P50 {}",
@@ -554,12 +592,12 @@ pub async fn compute(
                 summary
                     .percentiles
                     .first()
-                    .map_or_else(|| "-".into(), |p| crate::format::duration_ns(p.value_ns))
+                    .map_or_else(|| "-".into(), |p| crate::format::signed_ns(p.value_ns))
             ));
         }
         if summary.negative > 0 {
             warnings.push(format!(
-                "{}: {} negative deltas (clock error between hosts); flagged, kept out of the statistics",
+                "{}: {} negative deltas (clock error between hosts); flagged, and counted in every figure of the stage",
                 st.name, summary.negative
             ));
         }
@@ -569,7 +607,7 @@ pub async fn compute(
             whole: hist,
             by_time: cells
                 .iter()
-                .map(|c| c.map_or_else(new_histogram, |c| c.hdr.to_histogram()))
+                .map(|c| c.map_or_else(new_histogram, |c| c.pos.to_histogram()))
                 .collect(),
         });
     }
@@ -607,6 +645,7 @@ pub async fn compute(
             max_relative_error: 0.5 * 10f64.powi(-i32::from(SIGNIFICANT_DIGITS)),
             highest_trackable_ns: MAX_TRACKABLE_NS,
             rank: "value of rank max(1, ceil(q * n)) in ascending order, reported as the middle of its HDR bucket".into(),
+            signs: "every known delta, negative ones (clock error) included: values >= 0 in one HDR histogram, magnitudes of negative values in a second one of the same layout; count, min, max, mean, standard deviation and percentiles cover both".into(),
         },
         data: DataRead {
             files: files.len() as u64,
@@ -706,11 +745,11 @@ pub async fn window(
     for (i, st) in pipeline.stages.iter().enumerate() {
         let figures = scalar(batch, &format!("s_{i}"))?;
         let figures = match figures {
-            ScalarValue::Binary(Some(b)) => StageStats::decode(&b)?,
-            _ => StageStats::default(),
+            ScalarValue::Binary(Some(b)) => SignedStats::decode(&b)
+                .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?,
+            _ => SignedStats::default(),
         };
-        let hist = figures.hdr.to_histogram();
-        stages.push(stage_summary(st, &figures, &hist, &env.hosts));
+        stages.push(stage_summary(st, &figures, &env.hosts));
     }
     Ok(WindowSummary {
         from_unix_ns: from,
@@ -722,28 +761,23 @@ pub async fn window(
     })
 }
 
-/// A stage's summary from its figures (`hist` is `figures.hdr` as a histogram).
-fn stage_summary(
-    st: &StageSpec,
-    figures: &StageStats,
-    hist: &Histogram<u64>,
-    hosts: &[HostSummary],
-) -> StageSummary {
-    let percentiles: Vec<PercentileValue> = QUANTILES
-        .iter()
-        .filter(|_| !hist.is_empty())
-        .map(|&q| PercentileValue {
-            label: quantile_label(q),
-            quantile: q,
-            value_ns: hdr::value_at(hist, q),
-            precision_ns: hdr::precision_at(hist, q),
+/// A stage's summary from its figures over every known delta.
+fn stage_summary(st: &StageSpec, figures: &SignedStats, hosts: &[HostSummary]) -> StageSummary {
+    let percentiles: Vec<PercentileValue> = figures
+        .percentiles()
+        .into_iter()
+        .map(|p| PercentileValue {
+            label: quantile_label(p.quantile),
+            quantile: p.quantile,
+            value_ns: p.value_ns,
+            precision_ns: p.precision_ns,
         })
         .collect();
     let (uncertainty, note) = clock_uncertainty(hosts, &st.from, &st.to);
     let p50 = percentiles.first().map(|p| p.value_ns);
     let clock_warning = match (uncertainty, p50) {
         (None, _) => true,
-        (Some(u), Some(p50)) => u as f64 > CLOCK_WARN_FRACTION * p50 as f64,
+        (Some(u), Some(p50)) => u as f64 > CLOCK_WARN_FRACTION * p50.unsigned_abs() as f64,
         (Some(_), None) => false,
     };
     StageSummary {
@@ -786,7 +820,22 @@ fn accounting(
     let pubs = || acc.clone().flat_map(|a| a.publishers.iter());
     let sent: u64 = pubs().map(|p| p.sent).sum();
     let unseen: u64 = pubs().map(|p| p.unseen).sum();
-    let per_publisher_ok = acc.clone().all(|a| a.adds_up);
+    let several = runs.runs.len() > 1;
+    let mut discrepancies: Vec<String> = Vec::new();
+    for r in &runs.runs {
+        let a = &r.summary.accounting;
+        let prefix = if several {
+            format!("{}: ", r.summary.run_id)
+        } else {
+            String::new()
+        };
+        discrepancies.extend(a.discrepancies.iter().map(|d| format!("{prefix}{d}")));
+        if !a.adds_up && a.discrepancies.is_empty() {
+            discrepancies.push(format!(
+                "{prefix}the collector found that its counts do not add up"
+            ));
+        }
+    }
     let run_complete: u64 = pubs().map(|p| p.complete).sum();
     let run_incomplete: u64 = pubs().map(|p| p.incomplete).sum();
     // Files an interrupted earlier collector left are read but are not in its accounting.
@@ -796,7 +845,17 @@ fn accounting(
         .filter_map(|r| r.summary.recovered.as_ref())
         .map(|r| r.rows)
         .sum();
-    let adds_up = per_publisher_ok && rows == run_complete + run_incomplete + recovered;
+    if rows != run_complete + run_incomplete + recovered {
+        discrepancies.push(format!(
+            "the Parquet holds {rows} rows, the run's accounting {} (complete {run_complete} + incomplete {run_incomplete} + recovered {recovered})",
+            run_complete + run_incomplete + recovered
+        ));
+    } else if recovered == 0 && complete != run_complete {
+        discrepancies.push(format!(
+            "the Parquet holds {complete} complete rows, the run's accounting {run_complete}"
+        ));
+    }
+    let adds_up = discrepancies.is_empty();
     AccountingSummary {
         sent,
         sent_metrics: pubs().map(|p| p.sent_metrics).sum(),
@@ -809,7 +868,12 @@ fn accounting(
         negative_deltas: counts.flag(1),
         late_records: acc.clone().map(|a| a.late_records).sum(),
         unknown_hop_records: acc.clone().map(|a| a.unknown_hop_records).sum(),
+        not_sent: pubs().map(|p| p.not_sent).sum(),
+        unannounced_hop_records: acc.clone().map(|a| a.unannounced_hop_records).sum(),
+        implausible_records: acc.clone().map(|a| a.implausible_records).sum(),
+        implausible_traces: acc.clone().map(|a| a.implausible_traces).sum(),
         adds_up,
+        discrepancies,
     }
 }
 
@@ -828,13 +892,34 @@ fn environment(runs: &RunSet) -> Environment {
                 synced: true,
                 max_error_bound_ns: None,
                 max_abs_offset_ns: None,
+                leap_pending: None,
             })
             .clone()
     };
+    let mut idle_probes = Vec::new();
     for run in &runs.runs {
         for p in &run.summary.probes {
+            // The hops the probe stamped; runs of older collectors only say which it
+            // announced.
+            let stamped: Vec<&String> = match &p.stamps_by_hop {
+                Some(by_hop) => by_hop
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(h, _)| h)
+                    .collect(),
+                None => p.hops.iter().collect(),
+            };
+            if stamped.is_empty() {
+                idle_probes.push(format!(
+                    "{}/{} (announced {})",
+                    p.host,
+                    p.process,
+                    p.hops.join(", ")
+                ));
+                continue;
+            }
             let mut h = entry(&mut hosts, &p.host);
-            for hop in &p.hops {
+            for hop in stamped {
                 if !h.hops.contains(hop) {
                     h.hops.push(hop.clone());
                 }
@@ -852,14 +937,25 @@ fn environment(runs: &RunSet) -> Environment {
             hosts.insert(p.host.clone(), h);
         }
         for c in &run.summary.clock {
+            // Clocks of hosts whose probes stamped nothing do not matter to any stage.
+            if !hosts.contains_key(&c.host) {
+                continue;
+            }
             let mut h = entry(&mut hosts, &c.host);
             h.clock_samples += 1;
             h.synced &= c.synced;
             if !h.clock_sources.contains(&c.source) {
                 h.clock_sources.push(c.source.clone());
             }
-            h.max_error_bound_ns = Some(h.max_error_bound_ns.unwrap_or(0).max(c.error_bound_ns));
+            // A status of an unknown source carries no bound: it leaves the bound unknown.
+            if c.source != "unknown" {
+                h.max_error_bound_ns =
+                    Some(h.max_error_bound_ns.unwrap_or(0).max(c.error_bound_ns));
+            }
             h.max_abs_offset_ns = Some(h.max_abs_offset_ns.unwrap_or(0).max(c.offset_ns.abs()));
+            if matches!(c.leap.as_str(), "insert" | "delete") {
+                h.leap_pending = Some(c.leap.clone());
+            }
             hosts.insert(c.host.clone(), h);
         }
     }
@@ -905,6 +1001,7 @@ fn environment(runs: &RunSet) -> Environment {
     Environment {
         collector: runs.runs[0].summary.collector_host.clone(),
         hosts,
+        idle_probes,
         topology,
         clocking,
     }
@@ -980,6 +1077,7 @@ mod tests {
             synced: true,
             max_error_bound_ns: bound,
             max_abs_offset_ns: Some(0),
+            leap_pending: None,
         }
     }
 
@@ -1025,7 +1123,10 @@ mod tests {
 
     #[test]
     fn labels() {
-        let l: Vec<String> = QUANTILES.iter().map(|&q| quantile_label(q)).collect();
+        let l: Vec<String> = hoptrace_format::hist::QUANTILES
+            .iter()
+            .map(|&q| quantile_label(q))
+            .collect();
         assert_eq!(l, ["P50", "P90", "P95", "P99", "P99.9", "P99.99"]);
     }
 

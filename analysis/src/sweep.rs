@@ -295,7 +295,7 @@ fn with_precision(st: &StageSummary, label: &str) -> String {
         |p| {
             format!(
                 "{} {}",
-                format::duration_ns(p.value_ns),
+                format::signed_ns(p.value_ns),
                 format::precision_ns(p.precision_ns)
             )
         },
@@ -650,7 +650,7 @@ mod tests {
             percentiles: vec![crate::summary::PercentileValue {
                 label: "P99".into(),
                 quantile: 0.99,
-                value_ns: p99_ns,
+                value_ns: i64::try_from(p99_ns).unwrap(),
                 precision_ns: p99_ns / 2000,
             }],
             clock_uncertainty_ns: Some(0),

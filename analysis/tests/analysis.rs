@@ -15,7 +15,14 @@ use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
 
 const TRACES: u64 = 20_000;
-const BASE_NS: i64 = 1_800_000_000_000_000_000;
+/// A whole second shortly before the test started: stamps must be plausible for the run.
+fn base_ns() -> i64 {
+    static BASE: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
+        let now = hoptrace_probe::clock::realtime_ns();
+        now - now % 1_000_000_000 - 60_000_000_000
+    });
+    *BASE
+}
 /// Host A's (publisher) and host B's (everything else) clock error bounds.
 const BOUND_A_NS: u64 = 5_000;
 const BOUND_B_NS: u64 = 7_000;
@@ -41,7 +48,7 @@ fn stamps(seq: u64) -> [Option<i64>; 6] {
         let exp = (r.next() % 5) as u32 + 2;
         (10_i64.pow(exp) + (r.next() % 10_u64.pow(exp)) as i64).max(1)
     };
-    let publish = BASE_NS + seq as i64 * 100_000;
+    let publish = base_ns() + seq as i64 * 100_000;
     let broker_time = if seq.is_multiple_of(97) {
         -3_000
     } else {
@@ -94,6 +101,9 @@ fn make_run(dir: &Path) {
     };
     let ea = exporter("host-a", &hops[..1], BOUND_A_NS);
     let eb = exporter("host-b", &hops[1..], BOUND_B_NS);
+    // A probe that connects, announces `publish`, sends its (bad) clock and stamps
+    // nothing: it is no host of any stage.
+    let idle = exporter("bad-host", &hops[..1], 50 * BOUND_A_NS);
     let (ca, cb) = (ManualClock::new(0), ManualClock::new(0));
     let pa = ea.probe_with_clock(hops[0].0, ca.clone()).unwrap();
     let pb: Vec<_> = hops[1..]
@@ -132,12 +142,14 @@ fn make_run(dir: &Path) {
             }
         })
         .collect();
-    ea.send_frame(Frame::Sent(SentFrame {
+    ea.send_frame(&Frame::Sent(SentFrame {
         publisher: 9,
         entries,
-    }));
+    }))
+    .unwrap();
     assert!(ea.shutdown().clean);
     assert!(eb.shutdown().clean);
+    assert!(idle.shutdown().clean);
     collector.stop().unwrap();
 }
 
@@ -174,11 +186,9 @@ fn oracle(from: usize, to: usize) -> (Vec<i64>, u64) {
     for seq in 0..TRACES {
         let s = stamps(seq);
         if let (Some(a), Some(b)) = (s[from], s[to]) {
-            if b - a < 0 {
-                negative += 1;
-            } else {
-                v.push(b - a);
-            }
+            // Every known delta counts; negative ones are also counted apart.
+            negative += u64::from(b < a);
+            v.push(b - a);
         }
     }
     v.sort_unstable();
@@ -212,7 +222,7 @@ fn every_stage_figure_matches_the_exact_oracle() {
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
         assert!(
-            (st.mean_ns.unwrap() - mean).abs() <= 1e-9 * mean,
+            (st.mean_ns.unwrap() - mean).abs() <= 1e-9 * mean.abs(),
             "{}",
             st.name
         );
@@ -224,7 +234,7 @@ fn every_stage_figure_matches_the_exact_oracle() {
         assert_eq!(st.percentiles.len(), 6);
         for p in &st.percentiles {
             let rank = ((p.quantile * n).ceil() as usize).max(1);
-            let exact = v[rank - 1] as u64;
+            let exact = v[rank - 1];
             assert!(
                 p.value_ns.abs_diff(exact) <= p.precision_ns,
                 "{} {}: reported {} ± {}, exact {exact}",
@@ -233,7 +243,7 @@ fn every_stage_figure_matches_the_exact_oracle() {
                 p.value_ns,
                 p.precision_ns
             );
-            assert!(p.precision_ns as f64 <= 0.0005 * exact as f64 + 1.0);
+            assert!(p.precision_ns as f64 <= 0.0005 * exact.unsigned_abs() as f64 + 1.0);
         }
     }
     // The collector's own statistics (run.json) agree with the SQL ones.
@@ -292,6 +302,14 @@ fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
         s.warnings
     );
     assert_eq!(s.environment.hosts.len(), 2);
+    assert!(
+        s.environment
+            .idle_probes
+            .iter()
+            .any(|p| p.starts_with("bad-host/")),
+        "{:?}",
+        s.environment.idle_probes
+    );
 }
 
 #[test]
@@ -317,7 +335,7 @@ fn sql_functions_agree_with_the_summary() {
                 .unwrap()
                 .value(0)
         };
-        assert_eq!(col(0) as u64, p99.value_ns);
+        assert_eq!(col(0), p99.value_ns);
         assert_eq!(col(1) as u64, p99.precision_ns);
         assert_eq!(col(2) as u64, total.count);
         // Per-stream histograms merged give the whole run's percentile.
@@ -330,7 +348,7 @@ fn sql_functions_agree_with_the_summary() {
             .downcast_ref::<datafusion::arrow::array::Int64Array>()
             .unwrap()
             .value(0);
-        assert_eq!(v as u64, p99.value_ns);
+        assert_eq!(v, p99.value_ns);
         // Tables over the run.
         let b = hoptrace_analysis::sql::query(&ctx, "SELECT count(*) FROM clock WHERE host = 'host-b'")
             .await

@@ -406,10 +406,12 @@ pub fn run(
     // Tell the collector what the publisher sent, so its accounting can add up.
     let entries = sent_entries(generated);
     for chunk in entries.chunks(MAX_SENT_PER_FRAME) {
-        exporters[0].send_frame(Frame::Sent(SentFrame {
-            publisher: PUBLISHER,
-            entries: chunk.to_vec(),
-        }));
+        exporters[0]
+            .send_frame(&Frame::Sent(SentFrame {
+                publisher: PUBLISHER,
+                entries: chunk.to_vec(),
+            }))
+            .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     // Let the exporters empty their queues, then shut them down.
     let mut stalled = stalled;

@@ -34,6 +34,7 @@ use hoptrace_probe::TraceKey;
 use hoptrace_probe::protocol::Record;
 use serde::{Deserialize, Serialize};
 
+use crate::accounting::Rows;
 use crate::join::{JoinStats, JoinedTrace, Joiner};
 use crate::run::{Accounting, PublisherAccount, RunSummary};
 use crate::spec::ResolvedSpec;
@@ -122,6 +123,12 @@ pub struct Tally {
     pub late: u64,
     /// Records of a hop the spec does not declare.
     pub unknown_hop: u64,
+    /// Records whose stamp was implausible.
+    #[serde(default)]
+    pub implausible: u64,
+    /// Traces flagged for an implausible intended time.
+    #[serde(default)]
+    pub implausible_traces: u64,
     /// Records by hop index (stored, duplicate or late).
     pub records_by_hop: Vec<u64>,
     /// Incomplete traces by the expected hop index they miss.
@@ -139,6 +146,8 @@ impl Tally {
         self.records += s.records;
         self.late += s.late;
         self.unknown_hop += s.unknown_hop;
+        self.implausible += s.implausible;
+        self.implausible_traces += s.implausible_traces;
         self.duplicate_traces += s.duplicate_traces;
         self.negative_delta_traces += s.negative_delta_traces;
         add_counts(&mut self.records_by_hop, &s.records_by_hop[..hops]);
@@ -150,6 +159,8 @@ impl Tally {
         self.records += other.records;
         self.late += other.late;
         self.unknown_hop += other.unknown_hop;
+        self.implausible += other.implausible;
+        self.implausible_traces += other.implausible_traces;
         self.duplicate_traces += other.duplicate_traces;
         self.negative_delta_traces += other.negative_delta_traces;
         add_counts(&mut self.records_by_hop, &other.records_by_hop);
@@ -168,7 +179,7 @@ impl Tally {
         hops: &[String],
         publishers: Vec<PublisherAccount>,
         records_lost_by_probes: u64,
-        adds_up: bool,
+        discrepancies: Vec<String>,
     ) -> Accounting {
         let named = |counts: &[u64]| -> BTreeMap<String, u64> {
             hops.iter()
@@ -188,9 +199,13 @@ impl Tally {
             negative_delta_traces: self.negative_delta_traces,
             late_records: self.late,
             unknown_hop_records: self.unknown_hop,
+            unannounced_hop_records: 0,
+            implausible_records: self.implausible,
+            implausible_traces: self.implausible_traces,
             in_flight: 0,
             backpressure_episodes: 0,
-            adds_up,
+            adds_up: discrepancies.is_empty(),
+            discrepancies,
         }
     }
 
@@ -690,33 +705,35 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
             .is_some_and(|m| !info.members.get(m).copied().unwrap_or(false))
     });
     let hops: Vec<String> = base.pipeline.hops.iter().map(|h| h.name.clone()).collect();
-    let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
+    // Sent snapshots are cumulative and every member read all of them.
+    let mut sent: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
     for (_, s) in &finished {
         for p in &s.accounting.publishers {
-            let a = publishers
-                .entry(p.publisher)
-                .or_insert_with(|| PublisherAccount {
-                    publisher: p.publisher,
-                    ..PublisherAccount::default()
-                });
-            // Sent snapshots are cumulative and every member read all of them.
-            a.sent = a.sent.max(p.sent);
-            a.sent_metrics = a.sent_metrics.max(p.sent_metrics);
+            if p.sent > 0 || sent.contains_key(&p.publisher) {
+                let e = sent.entry(p.publisher).or_default();
+                e.0 = e.0.max(p.sent);
+                e.1 = e.1.max(p.sent_metrics);
+            }
         }
     }
-    for (p, (c, i)) in &total.publishers {
-        let a = publishers.entry(*p).or_insert_with(|| PublisherAccount {
-            publisher: *p,
-            ..PublisherAccount::default()
-        });
-        a.complete = *c;
-        a.incomplete = *i;
-    }
-    let mut adds_up = !unfinished_owner;
-    for a in publishers.values_mut() {
-        let seen = a.complete + a.incomplete;
-        a.unseen = a.sent.saturating_sub(seen);
-        adds_up &= a.sent == seen + a.unseen;
+    let rows: BTreeMap<u16, Rows> = total
+        .publishers
+        .iter()
+        .map(|(p, (c, i))| {
+            (
+                *p,
+                Rows {
+                    complete: *c,
+                    incomplete: *i,
+                },
+            )
+        })
+        .collect();
+    let (publishers, mut discrepancies) = crate::accounting::publishers_by_rows(&sent, &rows);
+    if unfinished_owner {
+        discrepancies.push(
+            "a partition's last owner did not finish: traces it held were never written".into(),
+        );
     }
     let mut summary = base;
     summary.started_unix_ns = finished
@@ -728,9 +745,9 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
     summary.stages = Vec::new();
     summary.accounting = total.accounting(
         &hops,
-        publishers.into_values().collect(),
+        publishers,
         summary.accounting.records_lost_by_probes,
-        adds_up,
+        discrepancies,
     );
     summary.group = Some(info);
     Ok(GroupRun {

@@ -20,18 +20,21 @@
 //!   is not in `expected`.
 //! - Records of a hop id the spec does not declare are counted and dropped
 //!   ([`InsertOutcome::UnknownHop`]).
-//! - **Late records.** A record whose trace was already emitted cannot be merged; it is
-//!   counted and dropped ([`InsertOutcome::Late`]). To recognise such records the joiner
-//!   remembers the keys it emitted during the last window, at most `max_pending` of them
-//!   (the oldest are forgotten first; [`Joiner::with_late_memory`] changes the number). A
-//!   late record whose key has been forgotten is indistinguishable from the first record
-//!   of a new trace: it starts one, which later expires as an incomplete trace whose
-//!   missing hops are the ones that did stamp the first time (typically `publish`).
-//!   [`JoinStats::forgotten_early`] counts keys forgotten before their window was over.
+//! - **Implausible times.** With a plausibility window set
+//!   ([`Joiner::set_plausible_window`]), a record whose stamp lies outside it is counted
+//!   and dropped ([`InsertOutcome::Implausible`]): a stamp decades away from the run is no
+//!   measurement. A record whose `intended_ns` lies outside it is joined, and its trace
+//!   gets [`flags::IMPLAUSIBLE_TIME`] so readers keep it out of the run's span.
+//! - **A key is written once.** Every emitted key is remembered for the rest of the run
+//!   ([`WrittenKeys`], a set of sequence ranges per stream: memory grows with the gaps
+//!   between keys, not with their number). A record whose trace was already emitted,
+//!   however long ago, cannot be merged; it is counted and dropped
+//!   ([`InsertOutcome::Late`]) and never starts a second trace of the same key.
 //!
 //! Every record is accounted for exactly once:
-//! `records = stored + duplicates + late + unknown_hop`, and every trace started ends in
-//! one place: `traces = completed + expired + drained + pending`.
+//! `records = stored + duplicates + late + unknown_hop + implausible`, and every trace
+//! started ends in one place: `traces = completed + expired + drained + pending`, with
+//! `traces` equal to the number of distinct keys written once nothing is pending.
 //!
 //! # Memory
 //! Pending traces live in a slab of fixed-size slots (key, metadata and flags: 56 bytes)
@@ -49,10 +52,11 @@
 //! | 8 | 144-180 |
 //! | 16 | 208-260 |
 //!
-//! A remembered emitted key keeps its bucket in the same table (so one lookup tells
-//! pending, late and new apart) plus a 24-byte FIFO entry: 31-41 bytes measured, for at
-//! most `max_pending` keys. [`Joiner::memory_bytes`] reports the total. In steady state
-//! inserting allocates nothing: freed slots, table buckets and FIFO space are reused.
+//! Written keys are held apart ([`WrittenKeys`]): a stream whose keys arrive in order is
+//! one range, and each gap (a message not seen, or still pending when its successors were
+//! written) about 40 bytes. [`Joiner::memory_bytes`] reports the total. In steady state
+//! inserting allocates nothing for pending traces: freed slots, table buckets and FIFO
+//! space are reused.
 //!
 //! ```
 //! use hoptrace_collector::join::{InsertOutcome, Joiner};
@@ -82,12 +86,14 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher as _;
+use std::ops::RangeInclusive;
 
 use hashbrown::HashTable;
 use hoptrace_probe::protocol::{MAX_HOPS, Record};
 use hoptrace_probe::{OtelTraceId, TraceKey};
 use rustc_hash::FxBuildHasher;
 
+use crate::keys::WrittenKeys;
 use crate::spec::{ResolvedSpec, ResolvedStage};
 
 /// Bits of [`JoinedTrace::flags`].
@@ -101,8 +107,11 @@ pub mod flags {
     pub const CONFLICT: u8 = 4;
     /// A hop that is not in the spec's `expected` set stamped the trace.
     pub const UNEXPECTED_HOP: u8 = 8;
+    /// A record of the trace carried an intended send time outside the run's plausibility
+    /// window: readers keep the trace out of the run's span and throughput.
+    pub const IMPLAUSIBLE_TIME: u8 = 16;
     /// Every flag.
-    pub const ALL: u8 = DUPLICATE | NEGATIVE_DELTA | CONFLICT | UNEXPECTED_HOP;
+    pub const ALL: u8 = DUPLICATE | NEGATIVE_DELTA | CONFLICT | UNEXPECTED_HOP | IMPLAUSIBLE_TIME;
 }
 
 /// Internal slot flag: the slot holds a trace id.
@@ -111,14 +120,19 @@ const HAS_TRACE_ID: u8 = 0x80;
 /// What [`Joiner::insert`] did with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum InsertOutcome {
-    /// Joined to a trace that still lacks expected hops (also for a duplicate stamp).
+    /// Joined to a trace that still lacks expected hops.
     Pending,
+    /// The hop had already stamped the record's trace: the first stamp is kept, the trace
+    /// flagged [`flags::DUPLICATE`].
+    Duplicate,
     /// The record completed its trace, which was pushed to `out`.
     Completed,
     /// The hop id is not in the spec: counted, not stored.
     UnknownHop,
     /// The record's trace was already emitted: counted, not stored.
     Late,
+    /// The record's stamp lies outside the plausibility window: counted, not stored.
+    Implausible,
 }
 
 /// One message's joined stamps, as emitted by the [`Joiner`].
@@ -193,10 +207,15 @@ pub struct JoinStats {
     pub late: u64,
     /// Records of a hop id the spec does not declare.
     pub unknown_hop: u64,
+    /// Records whose stamp lay outside the plausibility window.
+    pub implausible: u64,
+    /// Records whose intended time lay outside the plausibility window (joined; their
+    /// trace is flagged [`flags::IMPLAUSIBLE_TIME`]).
+    pub implausible_intended: u64,
     /// Records that disagreed with their trace's metadata (also counted in `stored` or
     /// `duplicates`).
     pub conflicts: u64,
-    /// Traces started (first record of a key not pending and not remembered).
+    /// Traces started (first record of a key neither pending nor written).
     pub traces: u64,
     /// Traces emitted complete.
     pub completed: u64,
@@ -204,13 +223,10 @@ pub struct JoinStats {
     pub expired: u64,
     /// Traces emitted incomplete by [`Joiner::drain`].
     pub drained: u64,
-    /// Emitted keys forgotten before a window had passed, because the memory of emitted
-    /// keys was full: late records for them would start new traces.
-    pub forgotten_early: u64,
     /// Most traces pending at once.
     pub peak_pending: u64,
-    /// Records received per hop index, whatever became of them (stored, duplicate or
-    /// late); their sum is `records - unknown_hop`.
+    /// Records received per hop index, whatever became of them (stored, duplicate, late or
+    /// implausible); their sum is `records - unknown_hop`.
     pub records_by_hop: [u64; MAX_HOPS],
     /// Incomplete traces emitted, per expected hop index they miss.
     pub missing_by_hop: [u64; MAX_HOPS],
@@ -222,6 +238,11 @@ pub struct JoinStats {
     pub conflict_traces: u64,
     /// Traces emitted with [`flags::UNEXPECTED_HOP`].
     pub unexpected_hop_traces: u64,
+    /// Traces emitted with [`flags::IMPLAUSIBLE_TIME`].
+    pub implausible_traces: u64,
+    /// Records stored, per hop index: `records_by_hop` less duplicates, late and
+    /// implausible records.
+    pub stored_by_hop: [u64; MAX_HOPS],
 }
 
 /// A pending trace. 56 bytes.
@@ -247,27 +268,6 @@ struct FifoEntry {
     generation: u32,
 }
 
-/// Table values with this bit name an emitted key (its position in `Joiner::emitted`);
-/// other values are slot indices of pending traces.
-const REMEMBERED: u32 = 1 << 31;
-/// The position bits of a [`REMEMBERED`] value.
-const POSITION: u32 = REMEMBERED - 1;
-
-/// The key a table value stands for.
-#[inline]
-fn key_of(
-    slots: &[Slot],
-    emitted: &VecDeque<(u64, TraceKey)>,
-    emitted_head: u32,
-    value: u32,
-) -> TraceKey {
-    if value & REMEMBERED == 0 {
-        slots[value as usize].key
-    } else {
-        emitted[(value.wrapping_sub(emitted_head) & POSITION) as usize].1
-    }
-}
-
 /// Joins records into traces. See the [module documentation](self) for the rules.
 #[derive(Debug)]
 pub struct Joiner {
@@ -280,21 +280,19 @@ pub struct Joiner {
     stages: Vec<(usize, usize)>,
     window_ns: u64,
     max_pending: usize,
-    late_memory: usize,
+    /// Stamps and intended times outside this range are implausible.
+    plausible: RangeInclusive<i64>,
     /// Latest time seen; times are clamped to it so they never go backwards.
     clock_ns: u64,
-    /// Pending traces (slot index) and remembered emitted keys ([`REMEMBERED`] | their
-    /// position), so one lookup finds either.
+    /// Pending traces, by slot index.
     table: HashTable<u32>,
     pending: usize,
     slots: Vec<Slot>,
     stamps: Vec<i64>,
     free: Vec<u32>,
     fifo: VecDeque<FifoEntry>,
-    /// Remembered emitted keys with their emission time, oldest first.
-    emitted: VecDeque<(u64, TraceKey)>,
-    /// Position (mod 2^31) of `emitted.front()`.
-    emitted_head: u32,
+    /// Every key emitted.
+    written: WrittenKeys,
     stats: JoinStats,
 }
 
@@ -314,8 +312,8 @@ fn reserve_vec<T>(v: &mut Vec<T>, one: usize) {
 }
 
 impl Joiner {
-    /// A joiner for `spec`'s hops, expected set, stages, window and `max_pending`; it
-    /// remembers up to `max_pending` emitted keys to recognise late records.
+    /// A joiner for `spec`'s hops, expected set, stages, window and `max_pending`, with no
+    /// plausibility window.
     #[must_use]
     pub fn new(spec: &ResolvedSpec) -> Self {
         let mut index_by_id = [NO_HOP; 256];
@@ -334,7 +332,7 @@ impl Joiner {
             stages,
             window_ns: spec.window_ns(),
             max_pending: spec.max_pending(),
-            late_memory: spec.max_pending(),
+            plausible: i64::MIN..=i64::MAX,
             clock_ns: 0,
             table: HashTable::new(),
             pending: 0,
@@ -342,19 +340,15 @@ impl Joiner {
             stamps: Vec::new(),
             free: Vec::new(),
             fifo: VecDeque::new(),
-            emitted: VecDeque::new(),
-            emitted_head: 0,
+            written: WrittenKeys::new(),
             stats: JoinStats::default(),
         }
     }
 
-    /// Remembers at most `keys` emitted keys (instead of `max_pending`; at most 2^31 - 1)
-    /// to recognise late records; 0 recognises none.
-    #[must_use]
-    pub fn with_late_memory(mut self, keys: usize) -> Self {
-        self.late_memory = keys.min(POSITION as usize);
-        self.trim_late_memory();
-        self
+    /// Stamps and intended times (`CLOCK_REALTIME` ns) outside `range` are implausible
+    /// from now on: the collector moves the window with the run.
+    pub fn set_plausible_window(&mut self, range: RangeInclusive<i64>) {
+        self.plausible = range;
     }
 
     /// Joins one record. `arrival_ns` is the collector's monotonic clock when the record
@@ -375,18 +369,22 @@ impl Joiner {
             return InsertOutcome::UnknownHop;
         }
         self.stats.records_by_hop[usize::from(hop)] += 1;
+        if !self.plausible.contains(&rec.stamp_ns) {
+            self.stats.implausible += 1;
+            return InsertOutcome::Implausible;
+        }
         let hash = hash_key(&rec.key);
-        let (slots, emitted, head) = (&self.slots, &self.emitted, self.emitted_head);
+        let slots = &self.slots;
         let found = self
             .table
-            .find(hash, |&v| key_of(slots, emitted, head, v) == rec.key)
+            .find(hash, |&i| slots[i as usize].key == rec.key)
             .copied();
         let index = match found {
-            Some(v) if v & REMEMBERED != 0 => {
+            Some(i) => i,
+            None if self.written.contains(&rec.key) => {
                 self.stats.late += 1;
                 return InsertOutcome::Late;
             }
-            Some(i) => i,
             None => self.start(rec, hash, now),
         };
 
@@ -405,19 +403,24 @@ impl Joiner {
             slot.flags |= flags::CONFLICT;
             self.stats.conflicts += 1;
         }
+        if !self.plausible.contains(&rec.intended_ns) {
+            slot.flags |= flags::IMPLAUSIBLE_TIME;
+            self.stats.implausible_intended += 1;
+        }
         let bit = 1u16 << hop;
         if slot.present & bit != 0 {
             slot.flags |= flags::DUPLICATE;
             self.stats.duplicates += 1;
-            return InsertOutcome::Pending;
+            return InsertOutcome::Duplicate;
         }
         slot.present |= bit;
         self.stamps[index as usize * self.stride + usize::from(hop)] = rec.stamp_ns;
         self.stats.stored += 1;
+        self.stats.stored_by_hop[usize::from(hop)] += 1;
         if slot.present & self.expected != self.expected {
             return InsertOutcome::Pending;
         }
-        self.emit(index, hash, true, now, out);
+        self.emit(index, hash, true, out);
         self.stats.completed += 1;
         if self.fifo.len() > self.pending + self.pending / 2 + 16 {
             let slots = &self.slots;
@@ -441,21 +444,20 @@ impl Joiner {
             }
             self.fifo.pop_front();
             let hash = hash_key(&self.slots[e.slot as usize].key);
-            self.emit(e.slot, hash, false, now, out);
+            self.emit(e.slot, hash, false, out);
             self.stats.expired += 1;
         }
     }
 
     /// Emits every pending trace as incomplete, oldest first (clean shutdown). Their keys
-    /// are remembered as for any emission.
+    /// are written as for any emission.
     pub fn drain(&mut self, out: &mut Vec<JoinedTrace>) {
-        let now = self.clock_ns;
         while let Some(e) = self.fifo.pop_front() {
             if self.slots[e.slot as usize].generation != e.generation {
                 continue;
             }
             let hash = hash_key(&self.slots[e.slot as usize].key);
-            self.emit(e.slot, hash, false, now, out);
+            self.emit(e.slot, hash, false, out);
             self.stats.drained += 1;
         }
         debug_assert_eq!(self.pending, 0);
@@ -480,14 +482,14 @@ impl Joiner {
         self.stats
     }
 
-    /// Emitted keys currently remembered to recognise late records.
+    /// Every key emitted so far.
     #[must_use]
-    pub fn remembered(&self) -> usize {
-        self.emitted.len()
+    pub fn written(&self) -> &WrittenKeys {
+        &self.written
     }
 
     /// Approximate heap bytes held: pending traces, the FIFO, the free list and the
-    /// memory of emitted keys, by capacity (high-water mark), not by use.
+    /// written keys, by capacity (high-water mark), not by use.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
@@ -499,33 +501,15 @@ impl Joiner {
             + self.stamps.capacity() * size_of::<i64>()
             + self.free.capacity() * size_of::<u32>()
             + self.fifo.capacity() * size_of::<FifoEntry>()
-            + self.emitted.capacity() * size_of::<(u64, TraceKey)>()
+            + self.written.memory_bytes()
     }
 
-    /// Moves the clock to `t_ns` (never backwards) and forgets emitted keys older than
-    /// one window.
+    /// Moves the clock to `t_ns` (never backwards).
     #[inline]
     fn advance(&mut self, t_ns: u64) -> u64 {
         let now = t_ns.max(self.clock_ns);
         self.clock_ns = now;
-        while let Some(&(at, _)) = self.emitted.front() {
-            if now - at <= self.window_ns {
-                break;
-            }
-            self.forget_oldest();
-        }
         now
-    }
-
-    /// Forgets the oldest remembered key.
-    fn forget_oldest(&mut self) {
-        let (_, key) = self.emitted.pop_front().expect("a key is remembered");
-        let value = REMEMBERED | self.emitted_head;
-        let Ok(entry) = self.table.find_entry(hash_key(&key), |&v| v == value) else {
-            unreachable!("a remembered key is in the table");
-        };
-        entry.remove();
-        self.emitted_head = self.emitted_head.wrapping_add(1) & POSITION;
     }
 
     /// Starts a trace for `rec` and returns its slot.
@@ -562,24 +546,17 @@ impl Joiner {
             slot: index,
             generation: self.slots[index as usize].generation,
         });
-        let (slots, emitted, head) = (&self.slots, &self.emitted, self.emitted_head);
+        let slots = &self.slots;
         self.table
-            .insert_unique(hash, index, |&v| hash_key(&key_of(slots, emitted, head, v)));
+            .insert_unique(hash, index, |&i| hash_key(&slots[i as usize].key));
         self.pending += 1;
         self.stats.traces += 1;
         self.stats.peak_pending = self.stats.peak_pending.max(self.pending as u64);
         index
     }
 
-    /// Pushes the trace in slot `index` to `out`, frees the slot and remembers the key.
-    fn emit(
-        &mut self,
-        index: u32,
-        hash: u64,
-        complete: bool,
-        now: u64,
-        out: &mut Vec<JoinedTrace>,
-    ) {
+    /// Pushes the trace in slot `index` to `out`, frees the slot and writes the key.
+    fn emit(&mut self, index: u32, hash: u64, complete: bool, out: &mut Vec<JoinedTrace>) {
         let slot = &mut self.slots[index as usize];
         let present = slot.present;
         let base = index as usize * self.stride;
@@ -613,6 +590,7 @@ impl Joiner {
             (flags::NEGATIVE_DELTA, &mut stats.negative_delta_traces),
             (flags::CONFLICT, &mut stats.conflict_traces),
             (flags::UNEXPECTED_HOP, &mut stats.unexpected_hop_traces),
+            (flags::IMPLAUSIBLE_TIME, &mut stats.implausible_traces),
         ] {
             *n += u64::from(trace_flags & flag != 0);
         }
@@ -636,26 +614,9 @@ impl Joiner {
         let Ok(entry) = self.table.find_entry(hash, |&v| v == index) else {
             unreachable!("a pending slot is in the table");
         };
-        if self.late_memory == 0 {
-            entry.remove();
-            return;
-        }
-        // The key's table entry now stands for the remembered key: no second lookup.
-        let len = u32::try_from(self.emitted.len()).expect("at most 2^31 - 1 remembered keys");
-        *entry.into_mut() = REMEMBERED | (self.emitted_head.wrapping_add(len) & POSITION);
-        if self.emitted.len() == self.emitted.capacity() {
-            self.emitted.reserve_exact((self.emitted.len() / 4).max(64));
-        }
-        self.emitted.push_back((now, key));
-        self.trim_late_memory();
-    }
-
-    /// Forgets the oldest emitted keys beyond `late_memory`.
-    fn trim_late_memory(&mut self) {
-        while self.emitted.len() > self.late_memory {
-            self.forget_oldest();
-            self.stats.forgotten_early += 1;
-        }
+        entry.remove();
+        let fresh = self.written.insert(&key);
+        debug_assert!(fresh, "a key is emitted once");
     }
 }
 
@@ -724,7 +685,10 @@ mod tests {
 
     fn accounted(j: &Joiner) {
         let s = j.stats();
-        assert_eq!(s.records, s.stored + s.duplicates + s.late + s.unknown_hop);
+        assert_eq!(
+            s.records,
+            s.stored + s.duplicates + s.late + s.unknown_hop + s.implausible
+        );
         assert_eq!(
             s.traces,
             s.completed + s.expired + s.drained + j.pending() as u64
@@ -806,7 +770,7 @@ mod tests {
         j.insert(&rec(1, 0, 100), 0, &mut out);
         assert_eq!(
             j.insert(&rec(1, 0, 90), 0, &mut out),
-            InsertOutcome::Pending
+            InsertOutcome::Duplicate
         );
         j.insert(&rec(1, 1, 200), 0, &mut out);
         j.insert(&rec(1, 2, 300), 0, &mut out);
@@ -944,7 +908,7 @@ mod tests {
 
     #[test]
     fn drain_emits_everything_incomplete_in_first_arrival_order() {
-        let mut j = Joiner::new(&spec()).with_late_memory(100);
+        let mut j = Joiner::new(&spec());
         let mut out = Vec::new();
         for seq in [5, 3, 9, 1] {
             j.insert(&rec(seq, 0, 1), seq, &mut out);
@@ -959,62 +923,67 @@ mod tests {
         assert!(out.iter().all(|t| !t.complete && t.missing_mask == 0b110));
         assert_eq!(j.pending(), 0);
         assert_eq!(j.stats().drained, 3);
-        assert_eq!(j.remembered(), 4);
+        assert_eq!(j.written().len(), 4);
         accounted(&j);
     }
 
     #[test]
-    fn late_records_after_the_memory_window_start_a_new_trace() {
+    fn a_key_is_written_once_however_late_its_records_come() {
         let mut j = Joiner::new(&spec());
         let mut out = Vec::new();
         for h in 0..3 {
             j.insert(&rec(1, h, 1), 0, &mut out);
         }
+        // Windows later, a duplicate stamp and the optional tap: late, never a new trace.
+        for (hop, t) in [(1, 5 * WINDOW), (9, 50 * WINDOW), (0, 1_000 * WINDOW)] {
+            assert_eq!(j.insert(&rec(1, hop, 1), t, &mut out), InsertOutcome::Late);
+            j.expire(t + 2 * WINDOW, &mut out);
+        }
+        // An incomplete trace's missing hop, after it expired: late too.
+        j.insert(&rec(2, 0, 1), 0, &mut out);
+        j.expire(2_000 * WINDOW, &mut out);
         assert_eq!(
-            j.insert(&rec(1, 9, 1), WINDOW, &mut out),
+            j.insert(&rec(2, 1, 1), 3_000 * WINDOW, &mut out),
             InsertOutcome::Late
         );
-        assert_eq!(j.remembered(), 1);
-        // One window after its emission the key is forgotten: the tap's record now starts
-        // a new trace, which expires with every expected hop missing.
-        assert_eq!(
-            j.insert(&rec(1, 9, 1), WINDOW + 1, &mut out),
-            InsertOutcome::Pending
-        );
-        assert_eq!(j.remembered(), 0);
-        j.expire(2 * WINDOW + 2, &mut out);
+        j.drain(&mut out);
         assert_eq!(out.len(), 2);
-        assert_eq!(out[1].key, key(1));
-        assert_eq!(out[1].missing_mask, 0b111);
         assert_eq!(j.stats().traces, 2);
-        assert_eq!(j.stats().forgotten_early, 0);
+        assert_eq!(j.stats().late, 4);
+        assert_eq!(j.written().len(), 2);
         accounted(&j);
     }
 
     #[test]
-    fn late_memory_is_bounded_and_forgets_the_oldest_first() {
-        let mut j = Joiner::new(&spec()).with_late_memory(2);
+    fn implausible_stamps_are_dropped_and_intended_times_flagged() {
+        let mut j = Joiner::new(&spec());
+        j.set_plausible_window(1_000..=2_000);
         let mut out = Vec::new();
-        for seq in 1..=3 {
-            for h in 0..3 {
-                j.insert(&rec(seq, h, 1), 0, &mut out);
-            }
-        }
-        assert_eq!(j.remembered(), 2);
-        assert_eq!(j.stats().forgotten_early, 1);
-        assert_eq!(j.insert(&rec(3, 9, 1), 0, &mut out), InsertOutcome::Late);
-        assert_eq!(j.insert(&rec(2, 9, 1), 0, &mut out), InsertOutcome::Late);
-        assert_eq!(j.insert(&rec(1, 9, 1), 0, &mut out), InsertOutcome::Pending);
-
-        let mut none = Joiner::new(&spec()).with_late_memory(0);
-        for h in 0..3 {
-            none.insert(&rec(1, h, 1), 0, &mut out);
-        }
         assert_eq!(
-            none.insert(&rec(1, 0, 1), 0, &mut out),
-            InsertOutcome::Pending
+            j.insert(&rec(1, 0, 1), 0, &mut out),
+            InsertOutcome::Implausible
         );
-        assert_eq!(none.remembered(), 0);
+        assert_eq!(
+            j.insert(&rec(1, 0, 2_001), 0, &mut out),
+            InsertOutcome::Implausible
+        );
+        for h in 0..3 {
+            j.insert(
+                &Record {
+                    intended_ns: 1,
+                    ..rec(1, h, 1_500)
+                },
+                0,
+                &mut out,
+            );
+        }
+        assert_eq!(out.len(), 1);
+        assert!(out[0].has_flag(flags::IMPLAUSIBLE_TIME));
+        let s = j.stats();
+        assert_eq!((s.implausible, s.implausible_intended), (2, 3));
+        assert_eq!((s.implausible_traces, s.records_by_hop[0]), (1, 3));
+        assert_eq!(s.stored_by_hop[..3], [1, 1, 1]);
+        accounted(&j);
     }
 
     #[test]

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::protocol::{
-    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, counter_id,
+    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION,
+    counter_id,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -478,14 +479,17 @@ impl Pump {
         let batches = std::mem::take(&mut self.batches);
         for (p, batch) in batches {
             *self.by_partition.entry(p).or_default() += batch.len() as u64;
-            let key = batch[0].key.to_le_bytes();
-            let n = batch.len();
-            let payload = Frame::Records(batch).to_bytes();
-            let record = BaseRecord::with_opaque_to(&self.target.topic, n)
-                .partition(p)
-                .key(&key[..])
-                .payload(&payload[..]);
-            send(&self.producer, &mut self.messages, record);
+            for chunk in batch.chunks(MAX_RECORDS_PER_FRAME) {
+                let key = chunk[0].key.to_le_bytes();
+                let payload = Frame::Records(chunk.to_vec())
+                    .to_bytes()
+                    .expect("at most MAX_RECORDS_PER_FRAME records encode");
+                let record = BaseRecord::with_opaque_to(&self.target.topic, chunk.len())
+                    .partition(p)
+                    .key(&key[..])
+                    .payload(&payload[..]);
+                send(&self.producer, &mut self.messages, record);
+            }
         }
     }
 
@@ -507,7 +511,8 @@ impl Pump {
                 value: Some(if clean { "1" } else { "0" }.as_bytes()),
             });
         }
-        let payload = f.to_bytes();
+        // A frame a connection's reader decoded is within the limits, so it encodes again.
+        let payload = f.to_bytes().expect("a decoded frame encodes again");
         let record = BaseRecord::with_opaque_to(&self.control, 0)
             .partition(0)
             .key(source.as_bytes())
@@ -1124,8 +1129,21 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         total.add(&seg.tally);
         files.extend(seg.files.iter().cloned());
     }
-    let (publishers, adds_up) =
-        control.publishers(total.publishers.iter().map(|(p, (c, i))| (*p, *c, *i)));
+    let rows = total
+        .publishers
+        .iter()
+        .map(|(p, (c, i))| {
+            (
+                *p,
+                crate::accounting::Rows {
+                    complete: *c,
+                    incomplete: *i,
+                },
+            )
+        })
+        .collect();
+    let (publishers, discrepancies) =
+        crate::accounting::publishers_by_rows(&control.sent_by_publisher(), &rows);
     let (clock, alerts) = control.clock();
     let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     for o in &s.owners {
@@ -1140,7 +1158,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
         collector_host: HostInfo::this_host(),
-        probes: control.probe_infos(),
+        probes: control.probe_infos(None),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,
@@ -1150,7 +1168,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             s.spec.hop_names(),
             publishers,
             control.records_lost(),
-            adds_up,
+            discrepancies,
         ),
         connections: BTreeMap::new(),
         group: Some(GroupInfo {

@@ -26,11 +26,13 @@
 //! # }
 //! ```
 
+mod accounting;
 pub mod bench;
 pub mod group;
 pub mod join;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod keys;
 pub mod metrics;
 pub mod procfs;
 pub mod run;

@@ -1,17 +1,22 @@
 //! A Prometheus text endpoint (`GET /metrics`) for a running collector.
 //!
-//! Minimal on purpose: one short-lived thread per request, a 2 s read timeout, requests
-//! larger than 8 KiB refused, and nothing but `GET /metrics` answered.
+//! Minimal on purpose: one short-lived thread per request, at most
+//! [`MAX_CONCURRENT_REQUESTS`] at once (more are answered 503 without a thread), a 2 s
+//! read and write timeout, requests larger than 8 KiB refused, and nothing but
+//! `GET /metrics` answered.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::run::Progress;
+
+/// Requests answered at once; a scraper needs one.
+pub const MAX_CONCURRENT_REQUESTS: usize = 8;
 
 /// Serves `/metrics` until dropped.
 #[derive(Debug)]
@@ -38,13 +43,26 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("collector-metrics".into())
             .spawn(move || {
+                let busy = Arc::new(AtomicUsize::new(0));
                 while !s.load(Relaxed) {
                     match listener.accept() {
-                        Ok((stream, _)) => {
-                            let render = Arc::clone(&render);
-                            std::thread::spawn(move || {
-                                let _ = answer(stream, &*render);
-                            });
+                        Ok((mut stream, _)) => {
+                            if busy.load(Relaxed) >= MAX_CONCURRENT_REQUESTS {
+                                let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                                let _ = stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+                                continue;
+                            }
+                            busy.fetch_add(1, Relaxed);
+                            let (render, done) = (Arc::clone(&render), Arc::clone(&busy));
+                            let spawned = std::thread::Builder::new()
+                                .name("collector-metrics-request".into())
+                                .spawn(move || {
+                                    let _ = answer(stream, &*render);
+                                    done.fetch_sub(1, Relaxed);
+                                });
+                            if spawned.is_err() {
+                                busy.fetch_sub(1, Relaxed);
+                            }
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
@@ -76,6 +94,7 @@ impl Drop for MetricsServer {
 fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = [0u8; 8192];
     let mut n = 0;
     while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
@@ -173,4 +192,37 @@ pub fn render(p: &Progress) -> String {
         &closed,
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(addr: SocketAddr) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn idle_connections_cannot_take_more_than_the_request_limit() {
+        let server = MetricsServer::start("127.0.0.1:0", Arc::new(|| "up 1\n".to_owned())).unwrap();
+        let addr = server.local_addr();
+        assert!(get(addr).starts_with("HTTP/1.1 200"));
+        // Connections that never send a request hold a request thread each, up to the
+        // limit; beyond it the server answers at once without a thread.
+        let idle: Vec<TcpStream> = (0..MAX_CONCURRENT_REQUESTS)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(get(addr).starts_with("HTTP/1.1 503"));
+        // The idle ones time out (2 s) and the endpoint answers again.
+        std::thread::sleep(Duration::from_millis(2_500));
+        assert!(get(addr).starts_with("HTTP/1.1 200"));
+        drop(idle);
+    }
 }

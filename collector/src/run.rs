@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::ClockStatus;
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, SentEntry, counter_id};
+use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::join::{JoinedTrace, Joiner};
+use crate::accounting::{self, Rows};
+use crate::join::{InsertOutcome, JoinedTrace, Joiner};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
 use crate::spec::{PipelineSpec, ResolvedSpec};
 use crate::stages::{StageRecorder, StageStats};
@@ -125,7 +126,7 @@ pub struct Progress {
     /// Probe connections open.
     pub connections: u64,
     /// Last interval's (stage, p50 ns, p99 ns).
-    pub stages: Vec<(String, u64, u64)>,
+    pub stages: Vec<(String, i64, i64)>,
     /// Connections refused or closed, by reason.
     pub closed_connections: BTreeMap<String, u64>,
     /// Times the join filled up and the collector pushed back on probes.
@@ -222,6 +223,7 @@ impl Collector {
                     ..Control::default()
                 },
                 tallies: FxHashMap::default(),
+                plausible_ns: spec.plausible_window_ns(),
                 records: 0,
                 recovered: recovered.clone(),
                 backpressure_episodes: 0,
@@ -230,6 +232,7 @@ impl Collector {
                 counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
             };
+            state.move_plausible_window();
             server::Service::spawn(
                 ("collector", "join"),
                 listener,
@@ -307,6 +310,11 @@ pub struct ProbeInfo {
     pub clean_close: bool,
     /// Its last counters, by name.
     pub counters: BTreeMap<String, u64>,
+    /// Stamps of this connection the run used (stored in a trace), by hop. A probe that
+    /// stamped nothing does not count as a host of any stage: its clock does not enter a
+    /// stage's uncertainty. Absent in runs of older collectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamps_by_hop: Option<BTreeMap<String, u64>>,
 }
 
 /// Per publisher: what was sent and what became of it.
@@ -322,8 +330,12 @@ pub struct PublisherAccount {
     pub complete: u64,
     /// Traces missing at least one expected hop.
     pub incomplete: u64,
-    /// Messages of which no stamp at all reached the collector.
+    /// Messages of which no stamp at all reached the collector: `sent` less the distinct
+    /// keys written within the sequences the publisher reported.
     pub unseen: u64,
+    /// Traces written whose keys lie outside the sequences the publisher reported sending.
+    #[serde(default)]
+    pub not_sent: u64,
 }
 
 /// The run's accounting: every message sent is complete, incomplete or unseen, and
@@ -342,17 +354,33 @@ pub struct Accounting {
     pub duplicate_traces: u64,
     /// Traces flagged with a negative stage delta.
     pub negative_delta_traces: u64,
-    /// Records for traces already written (after their window).
+    /// Records for traces already written, however late: counted, never a second row.
     pub late_records: u64,
     /// Records of hops the spec does not declare.
     pub unknown_hop_records: u64,
+    /// Records of a hop their connection did not announce in its Hello: dropped, counted.
+    #[serde(default)]
+    pub unannounced_hop_records: u64,
+    /// Records whose stamp lay outside the plausibility window (`join.plausible_window_s`):
+    /// dropped, counted.
+    #[serde(default)]
+    pub implausible_records: u64,
+    /// Traces whose intended send time lay outside the plausibility window: written,
+    /// flagged, and kept out of the run's span.
+    #[serde(default)]
+    pub implausible_traces: u64,
     /// Traces still in the join at the end (0 after a clean stop).
     pub in_flight: u64,
     /// Times the join filled up (`join.max_pending`) and the collector pushed back on
     /// probes through TCP.
     pub backpressure_episodes: u64,
-    /// sent = complete + incomplete + unseen for every publisher, and nothing in flight.
+    /// `sent = complete + incomplete + unseen` for every publisher, each figure counted
+    /// independently (rows as written, unseen from the distinct keys written), no key
+    /// written twice or outside what was sent, and nothing in flight.
     pub adds_up: bool,
+    /// Why the counts do not add up, one line per finding (empty when they do).
+    #[serde(default)]
+    pub discrepancies: Vec<String>,
 }
 
 /// What `run.json` holds.
@@ -409,8 +437,16 @@ pub struct ClockRow {
     pub offset_ns: i64,
     /// Error bound, ns.
     pub error_bound_ns: u64,
+    /// Leap second state: `none`, `insert` or `delete` (pending at the end of the UTC
+    /// day), or `unsynchronised`.
+    #[serde(default = "leap_unknown")]
+    pub leap: String,
     /// Detail text.
     pub detail: String,
+}
+
+fn leap_unknown() -> String {
+    "unknown".into()
 }
 
 /// CPU, memory and kernel of a host.
@@ -462,12 +498,8 @@ struct ProbeConn {
     open: bool,
     clean: bool,
     counters: Option<CountersFrame>,
-}
-
-#[derive(Default)]
-struct Tally {
-    complete: u64,
-    incomplete: u64,
+    /// Stamps stored in traces, by hop index.
+    stamps: [u64; MAX_HOPS],
 }
 
 struct JoinState {
@@ -481,8 +513,11 @@ struct JoinState {
     started_unix_ns: i64,
     epoch: Instant,
     control: Control,
-    /// Per publisher; looked up once per trace, so hashed with Fx rather than SipHash.
-    tallies: FxHashMap<u16, Tally>,
+    /// Rows written per publisher; looked up once per trace, so hashed with Fx rather
+    /// than SipHash.
+    tallies: FxHashMap<u16, Rows>,
+    /// Stamps are plausible within this many ns of the run (before its start, after now).
+    plausible_ns: i64,
     records: u64,
     recovered: Option<crate::writer::Recovered>,
     backpressure_episodes: u64,
@@ -501,6 +536,8 @@ pub(crate) struct Control {
     clock: Vec<ClockRow>,
     counter_rows: Vec<CounterRow>,
     sent: BTreeMap<(u16, u32), SentEntry>,
+    /// Exporter instances that sent Sent frames, per publisher id.
+    sent_by: BTreeMap<u16, std::collections::BTreeSet<u64>>,
     max_clock_error_ns: Option<u64>,
     clock_alerts: Vec<String>,
     clock_alert_kinds: Vec<(
@@ -522,6 +559,7 @@ impl Control {
                         open: true,
                         clean: false,
                         counters: None,
+                        stamps: [0; MAX_HOPS],
                     },
                 );
             }
@@ -568,7 +606,13 @@ impl Control {
                     p.counters = Some(c);
                 }
             }
-            Event::Frame(_, Frame::Sent(s)) => {
+            Event::Frame(id, Frame::Sent(s)) => {
+                if let Some(p) = self.probes.get(&id) {
+                    self.sent_by
+                        .entry(s.publisher)
+                        .or_default()
+                        .insert(p.hello.instance_id);
+                }
                 for e in s.entries {
                     self.sent.insert((s.publisher, e.stream), e);
                 }
@@ -588,40 +632,26 @@ impl Control {
         write_probes(&run_dir.join("probes.parquet"), &self.counter_rows)
     }
 
-    /// Per publisher: what it sent (its Sent frames) and what was seen of it
-    /// (`(publisher, complete, incomplete)`); and whether every publisher adds up.
-    pub(crate) fn publishers(
-        &self,
-        seen: impl Iterator<Item = (u16, u64, u64)>,
-    ) -> (Vec<PublisherAccount>, bool) {
-        let mut publishers: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
-        fn entry(m: &mut BTreeMap<u16, PublisherAccount>, p: u16) -> &mut PublisherAccount {
-            m.entry(p).or_insert_with(|| PublisherAccount {
-                publisher: p,
-                ..Default::default()
-            })
-        }
-        for ((p, _), e) in &self.sent {
-            let a = entry(&mut publishers, *p);
-            a.sent += e.messages;
-            a.sent_metrics += e.metrics;
-        }
-        for (p, complete, incomplete) in seen {
-            let a = entry(&mut publishers, p);
-            a.complete = complete;
-            a.incomplete = incomplete;
-        }
-        let mut adds_up = true;
-        for a in publishers.values_mut() {
-            let seen = a.complete + a.incomplete;
-            a.unseen = a.sent.saturating_sub(seen);
-            adds_up &= a.sent == seen + a.unseen;
-        }
-        (publishers.into_values().collect(), adds_up)
+    /// What publishers said they sent, per (publisher, stream): their last Sent entries.
+    pub(crate) fn sent(&self) -> &BTreeMap<(u16, u32), SentEntry> {
+        &self.sent
     }
 
-    /// Every probe connection, for `run.json`.
-    pub(crate) fn probe_infos(&self) -> Vec<ProbeInfo> {
+    /// What publishers said they sent, per publisher: (messages, metrics).
+    #[cfg(feature = "kafka")]
+    pub(crate) fn sent_by_publisher(&self) -> BTreeMap<u16, (u64, u64)> {
+        let mut out: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
+        for ((p, _), e) in &self.sent {
+            let t = out.entry(*p).or_default();
+            t.0 += e.messages;
+            t.1 += e.metrics;
+        }
+        out
+    }
+
+    /// Every probe connection, for `run.json`; with the pipeline's hop names when this
+    /// collector joined the records itself (their stamps per hop are then known).
+    pub(crate) fn probe_infos(&self, hop_names: Option<&[String]>) -> Vec<ProbeInfo> {
         self.probes
             .values()
             .map(|p| ProbeInfo {
@@ -644,18 +674,50 @@ impl Control {
                         )
                     })
                     .collect(),
+                stamps_by_hop: hop_names.map(|names| {
+                    p.hello
+                        .hops
+                        .iter()
+                        .map(|(_, name)| {
+                            let n = names
+                                .iter()
+                                .position(|h| h == name)
+                                .map_or(0, |i| p.stamps[i]);
+                            (name.clone(), n)
+                        })
+                        .collect()
+                }),
             })
             .collect()
     }
 
-    /// Records probes could not deliver (queue full, send failed), from their last
-    /// counters.
+    /// Records probes could not deliver (queue full, send failed), from each exporter's
+    /// last counters. Counters are cumulative per exporter instance, across its
+    /// reconnections: an instance that connected several times counts once, with the
+    /// latest of its Counters frames.
     pub(crate) fn records_lost(&self) -> u64 {
-        self.probes
-            .values()
-            .filter_map(|p| p.counters.as_ref())
+        let mut last: BTreeMap<u64, &CountersFrame> = BTreeMap::new();
+        for p in self.probes.values() {
+            if let Some(c) = &p.counters {
+                let e = last.entry(p.hello.instance_id).or_insert(c);
+                if c.at_ns >= e.at_ns {
+                    *e = c;
+                }
+            }
+        }
+        last.values()
             .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
             .sum()
+    }
+
+    /// Publisher ids whose Sent frames came from more than one exporter instance: their
+    /// snapshots overwrite each other, so their accounting cannot hold.
+    pub(crate) fn shared_publisher_ids(&self) -> Vec<(u16, usize)> {
+        self.sent_by
+            .iter()
+            .filter(|(_, instances)| instances.len() > 1)
+            .map(|(p, instances)| (*p, instances.len()))
+            .collect()
     }
 
     /// Clock statuses received, and the preflight's alerts.
@@ -703,6 +765,7 @@ impl JoinState {
             }
             if last_expire.elapsed() >= Duration::from_millis(100) {
                 last_expire = Instant::now();
+                self.move_plausible_window();
                 self.joiner.expire(self.now_ns(), &mut self.out);
                 self.write_out()?;
                 if let Some(w) = self.writer.as_mut() {
@@ -744,12 +807,31 @@ impl JoinState {
         self.finish()
     }
 
+    /// Moves the plausibility window with the run: from `join.plausible_window_s` before
+    /// the start to that long after now.
+    fn move_plausible_window(&mut self) {
+        let now = hoptrace_probe::clock::realtime_ns();
+        self.joiner.set_plausible_window(
+            self.started_unix_ns.saturating_sub(self.plausible_ns)
+                ..=now.saturating_add(self.plausible_ns),
+        );
+    }
+
     fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
-        if let Event::Frame(_, Frame::Records(recs)) = ev {
+        if let Event::Frame(id, Frame::Records(recs)) = ev {
             let now = self.now_ns();
             self.records += recs.len() as u64;
+            let mut stamps = self.control.probes.get_mut(&id).map(|p| &mut p.stamps);
             for r in &recs {
-                self.joiner.insert(r, now, &mut self.out);
+                let stored = matches!(
+                    self.joiner.insert(r, now, &mut self.out),
+                    InsertOutcome::Pending | InsertOutcome::Completed
+                );
+                if stored
+                    && let (Some(s), Some(h)) = (stamps.as_deref_mut(), self.spec.hop_index(r.hop))
+                {
+                    s[h] += 1;
+                }
             }
             return self.write_out();
         }
@@ -816,13 +898,21 @@ impl JoinState {
     fn summary(&self, files: Vec<PartFile>, stages: Vec<StageStats>) -> RunSummary {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
-        let (publishers, adds_up) = self.control.publishers(
-            self.tallies
-                .iter()
-                .map(|(p, t)| (*p, t.complete, t.incomplete)),
-        );
-        let adds_up = adds_up && self.joiner.pending() == 0;
-        let probes = self.control.probe_infos();
+        let rows: BTreeMap<u16, Rows> = self.tallies.iter().map(|(p, r)| (*p, *r)).collect();
+        let (publishers, mut discrepancies) =
+            accounting::publishers(self.control.sent(), &rows, self.joiner.written());
+        if self.joiner.pending() > 0 {
+            discrepancies.push(format!(
+                "{} traces still in the join when the run ended",
+                self.joiner.pending()
+            ));
+        }
+        for (p, n) in self.control.shared_publisher_ids() {
+            discrepancies.push(format!(
+                "publisher id {p} was reported by {n} exporters: give each publisher its own id (--publisher-id)"
+            ));
+        }
+        let probes = self.control.probe_infos(Some(names));
         let records_lost_by_probes = self.control.records_lost();
         let connections = connection_counts(&self.counters);
         RunSummary {
@@ -855,9 +945,13 @@ impl JoinState {
                 negative_delta_traces: stats.negative_delta_traces,
                 late_records: stats.late,
                 unknown_hop_records: stats.unknown_hop,
+                unannounced_hop_records: self.counters.unannounced_hop_records.load(Relaxed),
+                implausible_records: stats.implausible,
+                implausible_traces: stats.implausible_traces,
                 in_flight: self.joiner.pending() as u64,
                 backpressure_episodes: self.backpressure_episodes,
-                adds_up,
+                adds_up: discrepancies.is_empty(),
+                discrepancies,
             },
             connections,
             group: None,
@@ -892,6 +986,7 @@ fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
         synced: c.synced,
         offset_ns: c.offset_ns,
         error_bound_ns: c.error_bound_ns,
+        leap: c.leap.name().to_owned(),
         detail: c.detail.clone(),
     }
 }

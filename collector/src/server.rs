@@ -15,7 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::protocol::{
-    self, Frame, Hello, MAX_FRAME_LEN, PROTOCOL_VERSION, ProtocolError, reject_code,
+    self, Frame, Hello, MAX_FRAME_LEN, MAX_HELLO_LEN, MAX_STRING_LEN, PROTOCOL_VERSION,
+    ProtocolError, reject_code,
 };
 
 use crate::run::CollectorError;
@@ -53,6 +54,9 @@ pub struct ConnectionCounters {
     pub too_large: AtomicU64,
     /// Closed: the TLS handshake failed (a plain-text peer, an untrusted certificate).
     pub tls_failed: AtomicU64,
+    /// Records of a hop their connection did not announce in Hello: dropped, counted
+    /// (the connection stays open).
+    pub unannounced_hop_records: AtomicU64,
 }
 
 /// Network settings of the collector.
@@ -340,15 +344,21 @@ fn accept_tls(
 }
 
 fn reject(stream: &mut impl Write, code: u16, reason: &str) -> std::io::Result<()> {
-    stream.write_all(
-        &Frame::Reject {
-            code,
-            reason: reason.to_owned(),
-        }
-        .to_bytes(),
-    )?;
+    let mut end = reason.len().min(MAX_STRING_LEN);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let frame = Frame::Reject {
+        code,
+        reason: reason[..end].to_owned(),
+    };
+    stream.write_all(&frame.to_bytes().map_err(std::io::Error::other)?)?;
     stream.flush()
 }
+
+/// Bytes a connection's reader buffers. Frames larger than this are read straight into
+/// their own buffer, so it bounds only the read-ahead.
+const READ_BUFFER: usize = 64 << 10;
 
 fn serve(
     stream: TcpStream,
@@ -384,8 +394,9 @@ fn serve(
             }
         },
     };
-    let mut reader = BufReader::with_capacity(1 << 20, conn);
-    let hello = match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER, conn);
+    // Before the token is checked a peer may send no more than the largest hello.
+    let hello = match protocol::read_frame(&mut reader, MAX_HELLO_LEN) {
         Ok(Frame::Hello(h)) => h,
         Ok(other) => {
             counters.malformed.fetch_add(1, Relaxed);
@@ -457,14 +468,23 @@ fn serve(
         version: PROTOCOL_VERSION,
         run_id: cfg.run_id.clone(),
     };
+    let Ok(welcome) = welcome.to_bytes() else {
+        tracing::error!("the run id does not fit a welcome frame");
+        return;
+    };
     let conn = reader.get_mut();
     if conn
-        .write_all(&welcome.to_bytes())
+        .write_all(&welcome)
         .and_then(|()| conn.flush())
         .is_err()
     {
         return;
     }
+    let mut announced = [false; 256];
+    for (hop, _) in &hello.hops {
+        announced[usize::from(hop.0)] = true;
+    }
+    let (host, process) = (hello.host.clone(), hello.process.clone());
     tracing::info!(%peer, host = %hello.host, process = %hello.process, "probe connected");
     if tx.send(Event::Connected(id, peer, hello)).is_err() {
         return;
@@ -480,7 +500,24 @@ fn serve(
                 clean = true;
                 break;
             }
-            Ok(f @ (Frame::Records(_) | Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_))) => {
+            Ok(Frame::Records(mut recs)) => {
+                let before = recs.len();
+                recs.retain(|r| announced[usize::from(r.hop.0)]);
+                let dropped = before - recs.len();
+                if dropped > 0 {
+                    let total = counters
+                        .unannounced_hop_records
+                        .fetch_add(dropped as u64, Relaxed);
+                    if total == 0 {
+                        tracing::warn!(%peer, %host, %process, "dropped {dropped} record(s) of hops this connection did not announce in its hello (counted as unannounced_hop_records)");
+                    }
+                }
+                // Blocks when the join thread is behind: that is the back-pressure.
+                if !recs.is_empty() && tx.send(Event::Frame(id, Frame::Records(recs))).is_err() {
+                    break;
+                }
+            }
+            Ok(f @ (Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_))) => {
                 // Blocks when the join thread is behind: that is the back-pressure.
                 if tx.send(Event::Frame(id, f)).is_err() {
                     break;

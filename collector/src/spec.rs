@@ -126,6 +126,11 @@ window_ms = 10000
 # Most messages waiting for stamps at once. When reached, the collector stops reading
 # from probes until messages complete or expire (back-pressure, nothing is dropped).
 max_pending = 2000000
+# Stamps more than this many seconds before the collector started or after the current
+# time are implausible (a broken clock, a corrupt record): they are counted and dropped,
+# and a message whose intended send time is that far off is flagged and kept out of the
+# run's span and throughput.
+plausible_window_s = 3600
 
 # How the collector writes Parquet. A Parquet file is readable only once closed (its
 # footer is written last), so a crash loses the open file: by default every file holds
@@ -205,6 +210,10 @@ pub struct JoinSpec {
     /// Most traces pending at once; at this many the collector stops reading from probes.
     #[serde(default = "default_max_pending")]
     pub max_pending: usize,
+    /// Seconds before the collector's start and after the current time outside which a
+    /// stamp or intended time is implausible.
+    #[serde(default = "default_plausible_window_s")]
+    pub plausible_window_s: u64,
 }
 
 /// Parquet output settings.
@@ -231,6 +240,9 @@ fn default_window_ms() -> u64 {
 fn default_max_pending() -> usize {
     2_000_000
 }
+fn default_plausible_window_s() -> u64 {
+    3_600
+}
 fn default_roll_rows() -> u64 {
     1_000_000
 }
@@ -249,6 +261,7 @@ impl Default for JoinSpec {
         Self {
             window_ms: default_window_ms(),
             max_pending: default_max_pending(),
+            plausible_window_s: default_plausible_window_s(),
         }
     }
 }
@@ -347,6 +360,17 @@ pub enum SpecError {
     DuplicateStageName {
         /// The name.
         name: String,
+    },
+    /// A stage's column in the results (`<slug of its name>_ns`) is already a column: a
+    /// hop's, another stage's, or one of the trace columns. Rename the stage.
+    #[error("stage \"{stage}\": its column `{column}` would clash with {other}; rename the stage")]
+    StageColumnClash {
+        /// The stage.
+        stage: String,
+        /// The column its name makes.
+        column: String,
+        /// What already has that column.
+        other: String,
     },
     /// A stage's `from` or `to` names an undeclared hop: fix the name or declare the hop.
     #[error("stage \"{stage}\": `{field}` hop \"{hop}\" is not declared (hops: {hops})")]
@@ -585,6 +609,25 @@ impl ResolvedSpec {
         };
 
         let mut stage_names = HashSet::new();
+        // Every column of the results a stage's column could clash with.
+        let mut columns: std::collections::HashMap<String, String> = [
+            "run_id",
+            "publisher",
+            "stream",
+            "sequence",
+            "metric_count",
+            "intended_ns",
+            "status",
+            "missing_mask",
+            "flags",
+            "otel_trace_id",
+        ]
+        .into_iter()
+        .map(|c| (c.to_owned(), format!("the trace column `{c}`")))
+        .collect();
+        for h in &spec.hops {
+            columns.insert(format!("{}_ns", h.name), format!("hop \"{}\"", h.name));
+        }
         let mut stages = Vec::with_capacity(spec.stages.len());
         for (index, stage) in spec.stages.iter().enumerate() {
             if stage.name.trim().is_empty() {
@@ -595,6 +638,15 @@ impl ResolvedSpec {
                     name: stage.name.clone(),
                 });
             }
+            let column = format!("{}_ns", crate::stages::slug(&stage.name));
+            if let Some(other) = columns.get(&column) {
+                return Err(SpecError::StageColumnClash {
+                    stage: stage.name.clone(),
+                    column,
+                    other: other.clone(),
+                });
+            }
+            columns.insert(column, format!("stage \"{}\"", stage.name));
             let resolve = |field: &'static str, hop: &str| {
                 find(hop).ok_or_else(|| SpecError::UnknownStageHop {
                     stage: stage.name.clone(),
@@ -629,6 +681,7 @@ impl ResolvedSpec {
         };
         zero(spec.join.window_ms, "join.window_ms")?;
         zero(spec.join.max_pending as u64, "join.max_pending")?;
+        zero(spec.join.plausible_window_s, "join.plausible_window_s")?;
         zero(spec.output.roll_rows, "output.roll_rows")?;
         zero(spec.output.roll_seconds, "output.roll_seconds")?;
         zero(spec.output.row_group_rows as u64, "output.row_group_rows")?;
@@ -723,6 +776,18 @@ impl ResolvedSpec {
     #[must_use]
     pub fn max_pending(&self) -> usize {
         self.spec.join.max_pending
+    }
+
+    /// The plausibility window in nanoseconds (saturating).
+    #[must_use]
+    pub fn plausible_window_ns(&self) -> i64 {
+        i64::try_from(
+            self.spec
+                .join
+                .plausible_window_s
+                .saturating_mul(1_000_000_000),
+        )
+        .unwrap_or(i64::MAX)
     }
 
     /// Output settings.
@@ -870,6 +935,7 @@ mod tests {
             "headline",
             "window_ms",
             "max_pending",
+            "plausible_window_s",
             "roll_rows",
             "roll_seconds",
             "row_group_rows",
@@ -951,6 +1017,23 @@ mod tests {
             assert!(msg.contains(&format!("hop \"{bad}\"")), "{msg}");
             assert!(msg.contains("a-z, 0-9 and _"), "{msg}");
         }
+    }
+
+    #[test]
+    fn a_stage_column_that_clashes_is_refused() {
+        let msg = error_of(|s| s.stages[0].name = "B".into());
+        assert_eq!(
+            msg,
+            "stage \"B\": its column `b_ns` would clash with hop \"b\"; rename the stage"
+        );
+        let msg = error_of(|s| s.stages[0].name = "Intended".into());
+        assert!(msg.contains("the trace column `intended_ns`"), "{msg}");
+        let msg = error_of(|s| {
+            let mut other = s.stages[0].clone();
+            other.name = "a to b".into();
+            s.stages.push(other);
+        });
+        assert!(msg.contains("stage \"A to B\""), "{msg}");
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn write_clock(path: &Path, rows: &[ClockRow]) -> Result<(), WriteError> {
         Field::new("synced", DataType::Boolean, false),
         Field::new("offset_ns", DataType::Int64, false),
         Field::new("error_bound_ns", DataType::UInt64, false),
+        Field::new("leap", DataType::Utf8, false),
         Field::new("detail", DataType::Utf8, false),
     ]));
     let cols: Vec<ArrayRef> = vec![
@@ -67,6 +68,7 @@ pub fn write_clock(path: &Path, rows: &[ClockRow]) -> Result<(), WriteError> {
         Arc::new(UInt64Array::from_iter_values(
             rows.iter().map(|r| r.error_bound_ns),
         )),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.leap))),
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| &r.detail),
         )),

@@ -26,8 +26,11 @@ def hops_of(seq):
     return list(range(6))
 
 
+BASE_NS = 0
+
+
 def stamp_ns(seq, i):
-    return 1_800_000_000_000_000_000 + seq * 1_000 + i * 1_000 + (500 if i == 1 else 0)
+    return BASE_NS + seq * 1_000 + i * 1_000 + (500 if i == 1 else 0)
 
 
 def main(run_dir, traces):
@@ -83,4 +86,5 @@ def main(run_dir, traces):
 
 
 if __name__ == "__main__":
+    BASE_NS = int(sys.argv[3])
     main(sys.argv[1], int(sys.argv[2]))

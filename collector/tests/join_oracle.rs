@@ -4,13 +4,16 @@
 //! both to [`Joiner`] and to an oracle that keeps every record of a pending key in a
 //! plain `HashMap<TraceKey, Vec<Record>>` in arrival order and applies the rules of
 //! `collector::join` directly, recomputing each trace from its raw records and deciding
-//! lateness by scanning the list of every emission. After every event the outcome, the
-//! traces emitted, the pending count, the remembered keys and all counters must be equal.
+//! lateness by a plain set of every key emitted. After every event the outcome, the
+//! traces emitted, the pending count, the written keys and all counters must be equal,
+//! and no key may ever be emitted twice, however late its records come (scenarios re-send
+//! records at random delays of up to fifty windows).
 //!
 //! Scenarios come from a seeded generator (several thousand, deterministic) and from
 //! proptest strategies (shrinkable).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ops::RangeInclusive;
 
 use hoptrace_collector::join::{InsertOutcome, JoinStats, JoinedTrace, Joiner, flags};
 use hoptrace_collector::spec::{
@@ -34,7 +37,8 @@ enum Event {
 #[derive(Debug, Clone)]
 struct Scenario {
     spec: ResolvedSpec,
-    late_memory: usize,
+    /// The joiner's plausibility window, when set.
+    plausible: Option<RangeInclusive<i64>>,
     events: Vec<Event>,
 }
 
@@ -72,6 +76,7 @@ fn make_spec(
         join: JoinSpec {
             window_ms,
             max_pending: 1_000_000,
+            ..JoinSpec::default()
         },
         output: OutputSpec::default(),
     }
@@ -113,9 +118,8 @@ fn scenario(seed: u64) -> Scenario {
     scenario_sized(seed, None)
 }
 
-/// A scenario; with `long = Some((traces, late_memory))` it has that many traces and
-/// remembers that many keys (otherwise both are drawn, up to 150 traces).
-fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
+/// A scenario; with `long = Some(traces)` it has that many traces (otherwise up to 150).
+fn scenario_sized(seed: u64, long: Option<usize>) -> Scenario {
     let mut rng = Rng(seed);
     let hop_count = if rng.chance(1, 8) {
         1 + rng.index(MAX_HOPS)
@@ -154,7 +158,9 @@ fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
     let window_ms = 1 + rng.below(3);
     let window = window_ms * 1_000_000;
     let spec = make_spec(&ids, expected, &stages, window_ms);
-    let mut late_memory = [0, 1, 2, 5, 1_000][rng.index(5)];
+    let plausible = rng
+        .chance(1, 3)
+        .then(|| rng.range_i64(-2_000_000, 0)..=rng.range_i64(500_000_000, 1_000_000_000));
 
     // Records, trace by trace.
     let presence = [1u64, 2, 3, 4][rng.index(4)]; // chance a hop stamps is presence/4
@@ -164,8 +170,8 @@ fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
     } else {
         1 + rng.index(30)
     };
-    if let Some((t, m)) = long {
-        (traces, late_memory) = (t, m);
+    if let Some(t) = long {
+        traces = t;
     }
     let mut keys: Vec<TraceKey> = Vec::new();
     for t in 0..traces {
@@ -184,7 +190,11 @@ fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
             hop: HopId(0),
             stamp_ns: rng.range_i64(-1_000_000, 1_000_000_000),
             metric_count: 1 + rng.below(100) as u32,
-            intended_ns: rng.range_i64(0, 1_000),
+            intended_ns: if rng.chance(1, 30) {
+                rng.next() as i64
+            } else {
+                rng.range_i64(0, 1_000)
+            },
             otel_trace_id: rng
                 .chance(1, 2)
                 .then(|| OtelTraceId([1 + rng.below(200) as u8; 16])),
@@ -277,12 +287,30 @@ fn scenario_sized(seed: u64, long: Option<(usize, usize)>) -> Scenario {
         events.push(Event::Insert(r, now));
         times.push(now);
     }
+    // Late duplicates: records re-sent after random delays, up to fifty windows, with
+    // expiry in between, as a probe that re-sends or a slow path would.
+    let sent: Vec<Record> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Insert(r, _) => Some(*r),
+            Event::Expire(_) => None,
+        })
+        .collect();
+    if !sent.is_empty() && rng.chance(2, 3) {
+        for _ in 0..=rng.index(sent.len().min(40)) {
+            now += rng.below(50 * window);
+            if rng.chance(1, 2) {
+                events.push(Event::Expire(now));
+            }
+            events.push(Event::Insert(sent[rng.index(sent.len())], now));
+        }
+    }
     if rng.chance(1, 2) {
         events.push(Event::Expire(now + rng.below(3 * window)));
     }
     Scenario {
         spec,
-        late_memory,
+        plausible,
         events,
     }
 }
@@ -301,43 +329,27 @@ struct Group {
 struct Oracle<'a> {
     spec: &'a ResolvedSpec,
     window_ns: u64,
-    late_memory: usize,
+    plausible: RangeInclusive<i64>,
     clock_ns: u64,
     pending: HashMap<TraceKey, Group>,
     next_order: u64,
-    /// Every emission (time, key), in order.
-    emissions: Vec<(u64, TraceKey)>,
-    /// Traces started per key.
-    starts: HashMap<TraceKey, u64>,
+    /// Every key emitted.
+    emitted: HashSet<TraceKey>,
     stats: JoinStats,
 }
 
 impl<'a> Oracle<'a> {
-    fn new(spec: &'a ResolvedSpec, late_memory: usize) -> Self {
+    fn new(spec: &'a ResolvedSpec, plausible: Option<RangeInclusive<i64>>) -> Self {
         Self {
             spec,
             window_ns: spec.window_ns(),
-            late_memory,
+            plausible: plausible.unwrap_or(i64::MIN..=i64::MAX),
             clock_ns: 0,
             pending: HashMap::new(),
             next_order: 0,
-            emissions: Vec::new(),
-            starts: HashMap::new(),
+            emitted: HashSet::new(),
             stats: JoinStats::default(),
         }
-    }
-
-    /// Whether `key` is among the last `late_memory` emissions and was emitted at most
-    /// one window before `now`.
-    fn remembers(&self, key: TraceKey, now: u64) -> bool {
-        self.remembered_at(now).any(|(_, k)| *k == key)
-    }
-
-    fn remembered_at(&self, now: u64) -> impl Iterator<Item = &(u64, TraceKey)> {
-        let from = self.emissions.len().saturating_sub(self.late_memory);
-        self.emissions[from..]
-            .iter()
-            .filter(move |(t, _)| now - t <= self.window_ns)
     }
 
     fn insert(&mut self, rec: &Record, arrival: u64, out: &mut Vec<JoinedTrace>) -> InsertOutcome {
@@ -349,8 +361,12 @@ impl<'a> Oracle<'a> {
             return InsertOutcome::UnknownHop;
         };
         self.stats.records_by_hop[hop] += 1;
+        if !self.plausible.contains(&rec.stamp_ns) {
+            self.stats.implausible += 1;
+            return InsertOutcome::Implausible;
+        }
         if !self.pending.contains_key(&rec.key) {
-            if self.remembers(rec.key, now) {
+            if self.emitted.contains(&rec.key) {
                 self.stats.late += 1;
                 return InsertOutcome::Late;
             }
@@ -363,7 +379,6 @@ impl<'a> Oracle<'a> {
                 },
             );
             self.next_order += 1;
-            *self.starts.entry(rec.key).or_default() += 1;
             self.stats.traces += 1;
             self.stats.peak_pending = self.stats.peak_pending.max(self.pending.len() as u64);
         }
@@ -377,6 +392,9 @@ impl<'a> Oracle<'a> {
         {
             self.stats.conflicts += 1;
         }
+        if !self.plausible.contains(&rec.intended_ns) {
+            self.stats.implausible_intended += 1;
+        }
         let duplicate = group
             .records
             .iter()
@@ -384,14 +402,15 @@ impl<'a> Oracle<'a> {
         group.records.push(*rec);
         if duplicate {
             self.stats.duplicates += 1;
-            return InsertOutcome::Pending;
+            return InsertOutcome::Duplicate;
         }
         self.stats.stored += 1;
+        self.stats.stored_by_hop[hop] += 1;
         let present = self.present(&self.pending[&rec.key].records);
         let expected = self.spec.expected_mask();
         if present & expected == expected {
             let group = self.pending.remove(&rec.key).unwrap();
-            self.emit(rec.key, &group.records, true, now, out);
+            self.emit(rec.key, &group.records, true, out);
             self.stats.completed += 1;
             InsertOutcome::Completed
         } else {
@@ -411,7 +430,7 @@ impl<'a> Oracle<'a> {
         due.sort_unstable_by_key(|(order, _)| *order);
         for (_, key) in due {
             let group = self.pending.remove(&key).unwrap();
-            self.emit(key, &group.records, false, now, out);
+            self.emit(key, &group.records, false, out);
             self.stats.expired += 1;
         }
     }
@@ -422,7 +441,7 @@ impl<'a> Oracle<'a> {
         all.sort_unstable_by_key(|(order, _)| *order);
         for (_, key) in all {
             let group = self.pending.remove(&key).unwrap();
-            self.emit(key, &group.records, false, self.clock_ns, out);
+            self.emit(key, &group.records, false, out);
             self.stats.drained += 1;
         }
     }
@@ -440,7 +459,6 @@ impl<'a> Oracle<'a> {
         key: TraceKey,
         records: &[Record],
         complete: bool,
-        now: u64,
         out: &mut Vec<JoinedTrace>,
     ) {
         let first = records[0];
@@ -472,6 +490,9 @@ impl<'a> Oracle<'a> {
             {
                 t.flags |= flags::CONFLICT;
             }
+            if !self.plausible.contains(&r.intended_ns) {
+                t.flags |= flags::IMPLAUSIBLE_TIME;
+            }
         }
         assert_eq!(complete, t.present_mask & expected == expected);
         t.missing_mask = expected & !t.present_mask;
@@ -494,17 +515,8 @@ impl<'a> Oracle<'a> {
         self.stats.negative_delta_traces += u64::from(t.has_flag(flags::NEGATIVE_DELTA));
         self.stats.conflict_traces += u64::from(t.has_flag(flags::CONFLICT));
         self.stats.unexpected_hop_traces += u64::from(t.has_flag(flags::UNEXPECTED_HOP));
-        if self.late_memory > 0 {
-            // Emission i is forgotten early when emission i + late_memory (this one)
-            // comes within its window.
-            let n = self.emissions.len();
-            if n >= self.late_memory
-                && now - self.emissions[n - self.late_memory].0 <= self.window_ns
-            {
-                self.stats.forgotten_early += 1;
-            }
-            self.emissions.push((now, key));
-        }
+        self.stats.implausible_traces += u64::from(t.has_flag(flags::IMPLAUSIBLE_TIME));
+        assert!(self.emitted.insert(key), "the oracle emits a key once");
         out.push(t);
     }
 
@@ -519,8 +531,11 @@ impl<'a> Oracle<'a> {
 /// Runs the scenario through the joiner and the oracle and compares them after every
 /// event. Returns the joiner's final stats.
 fn check(sc: &Scenario) -> Result<JoinStats, TestCaseError> {
-    let mut joiner = Joiner::new(&sc.spec).with_late_memory(sc.late_memory);
-    let mut oracle = Oracle::new(&sc.spec, sc.late_memory);
+    let mut joiner = Joiner::new(&sc.spec);
+    if let Some(p) = &sc.plausible {
+        joiner.set_plausible_window(p.clone());
+    }
+    let mut oracle = Oracle::new(&sc.spec, sc.plausible.clone());
     let (mut got, mut want) = (Vec::new(), Vec::new());
     let mut emitted_per_key: HashMap<TraceKey, u64> = HashMap::new();
     for (step, event) in sc.events.iter().enumerate() {
@@ -543,9 +558,9 @@ fn check(sc: &Scenario) -> Result<JoinStats, TestCaseError> {
             step
         );
         prop_assert_eq!(
-            joiner.remembered(),
-            oracle.remembered_at(oracle.clock_ns).count(),
-            "remembered keys after event {}",
+            joiner.written().len(),
+            oracle.emitted.len() as u64,
+            "written keys after event {}",
             step
         );
         prop_assert_eq!(joiner.stats(), oracle.stats(), "stats after event {}", step);
@@ -565,19 +580,24 @@ fn check(sc: &Scenario) -> Result<JoinStats, TestCaseError> {
     prop_assert_eq!(s, oracle.stats());
     prop_assert_eq!(joiner.pending(), 0);
 
-    // Every key with a record of a declared hop is emitted once per trace it started:
-    // exactly once unless a late record came after its key was forgotten.
+    // Every key with a plausible record of a declared hop is emitted exactly once, however
+    // late and often its records came; the written keys are exactly those.
     for event in &sc.events {
         if let Event::Insert(rec, _) = event
             && sc.spec.hop_index(rec.hop).is_some()
+            && oracle.plausible.contains(&rec.stamp_ns)
         {
-            let starts = oracle.starts[&rec.key];
-            prop_assert_eq!(emitted_per_key.get(&rec.key).copied(), Some(starts));
+            prop_assert_eq!(emitted_per_key.get(&rec.key).copied(), Some(1));
+            prop_assert!(joiner.written().contains(&rec.key));
         }
     }
     prop_assert_eq!(emitted_per_key.values().sum::<u64>(), s.traces);
+    prop_assert_eq!(joiner.written().len(), s.traces);
     // Everything is accounted for.
-    prop_assert_eq!(s.records, s.stored + s.duplicates + s.late + s.unknown_hop);
+    prop_assert_eq!(
+        s.records,
+        s.stored + s.duplicates + s.late + s.unknown_hop + s.implausible
+    );
     prop_assert_eq!(s.traces, s.completed + s.expired + s.drained);
     prop_assert_eq!(
         s.records_by_hop.iter().sum::<u64>(),
@@ -595,7 +615,7 @@ fn check(sc: &Scenario) -> Result<JoinStats, TestCaseError> {
 #[test]
 fn seeded_scenarios_match_the_oracle() {
     let mut total = JoinStats::default();
-    let mut restarts = 0;
+    let mut late_after_windows = 0;
     for seed in 0..4_000u64 {
         let sc = scenario(seed);
         let s = check(&sc).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -607,10 +627,11 @@ fn seeded_scenarios_match_the_oracle() {
         total.completed += s.completed;
         total.expired += s.expired;
         total.drained += s.drained;
-        total.forgotten_early += s.forgotten_early;
+        total.implausible += s.implausible;
+        total.implausible_traces += s.implausible_traces;
         total.negative_delta_traces += s.negative_delta_traces;
         total.unexpected_hop_traces += s.unexpected_hop_traces;
-        restarts += s.traces - sc_distinct_keys(&sc);
+        late_after_windows += u64::from(s.late > 0 && sc_resends(&sc));
     }
     // The generator reaches every rule, so the comparison above means something.
     let reached = [
@@ -621,42 +642,42 @@ fn seeded_scenarios_match_the_oracle() {
         ("completed", total.completed),
         ("expired", total.expired),
         ("drained", total.drained),
-        ("forgotten_early", total.forgotten_early),
+        ("implausible", total.implausible),
+        ("implausible_traces", total.implausible_traces),
         ("negative_delta_traces", total.negative_delta_traces),
         ("unexpected_hop_traces", total.unexpected_hop_traces),
-        ("restarted keys", restarts),
+        (
+            "scenarios with late records after many windows",
+            late_after_windows,
+        ),
     ];
     for (what, n) in reached {
         assert!(n > 50, "{what}: only {n} in all scenarios ({total:?})");
     }
 }
 
-/// Distinct keys with a record of a declared hop.
-fn sc_distinct_keys(sc: &Scenario) -> u64 {
-    let mut keys: Vec<TraceKey> = sc
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Insert(r, _) if sc.spec.hop_index(r.hop).is_some() => Some(r.key),
-            _ => None,
-        })
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    keys.len() as u64
+/// Whether the scenario re-sends a record more than ten windows after its first send.
+fn sc_resends(sc: &Scenario) -> bool {
+    let window = sc.spec.window_ns();
+    let mut first: HashMap<(TraceKey, u8), u64> = HashMap::new();
+    sc.events.iter().any(|e| match e {
+        Event::Insert(r, at) => {
+            let t = *first.entry((r.key, r.hop.0)).or_insert(*at);
+            *at > t + 10 * window
+        }
+        Event::Expire(_) => false,
+    })
 }
 
-/// Thousands of traces against memories of 1 to 2500 keys: the joiner forgets far more
-/// keys than it keeps, by count and by age, while its table grows and shrinks.
+/// Thousands of traces with late re-sends: the written keys grow and fill their gaps
+/// while the table grows and shrinks.
 #[test]
-fn long_scenarios_that_forget_thousands_of_keys_match_the_oracle() {
+fn long_scenarios_match_the_oracle() {
     let mut emitted = 0;
-    for (i, late_memory) in [1usize, 7, 300, 1_000, 2_500].into_iter().enumerate() {
-        for seed in 0..3u64 {
-            let sc = scenario_sized(10_000 + 10 * i as u64 + seed, Some((6_000, late_memory)));
-            let s = check(&sc).unwrap_or_else(|e| panic!("late memory {late_memory}: {e}"));
-            emitted += s.completed + s.expired + s.drained;
-        }
+    for seed in 0..12u64 {
+        let sc = scenario_sized(10_000 + seed, Some(6_000));
+        let s = check(&sc).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        emitted += s.completed + s.expired + s.drained;
     }
     assert!(emitted > 30_000, "only {emitted} traces emitted");
 }
@@ -727,8 +748,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1_000))]
 
     #[test]
-    fn shrinkable_scenarios_match_the_oracle(events in arb_events(), late_memory in 0usize..4) {
-        check(&Scenario { spec: small_spec(), late_memory, events })?;
+    fn shrinkable_scenarios_match_the_oracle(events in arb_events(), plausible in any::<bool>()) {
+        let plausible = plausible.then_some(-2..=2);
+        check(&Scenario { spec: small_spec(), plausible, events })?;
     }
 }
 

@@ -149,6 +149,17 @@ pub enum Leap {
 }
 
 impl Leap {
+    /// The state's name in `run.json` and `clock.parquet`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Insert => "insert",
+            Self::Delete => "delete",
+            Self::Unsynchronised => "unsynchronised",
+        }
+    }
+
     /// From the wire code; out-of-range codes read as unsynchronised.
     #[must_use]
     pub fn from_code(code: u8) -> Self {

@@ -17,8 +17,8 @@ use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
 use crate::protocol::{
-    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
-    PROTOCOL_VERSION, RecordsWriter,
+    self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
+    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter,
 };
 
 /// How an exporter reaches the collector and paces itself.
@@ -95,9 +95,20 @@ pub enum ExporterError {
     /// without the `tls` feature).
     #[error("TLS: {0}")]
     Tls(String),
+    /// A name is too long for the protocol (host, process, token or a hop name over
+    /// 1024 bytes): shorten it.
+    #[error("hello: {0}")]
+    Hello(#[from] EncodeError),
     /// The background thread could not be spawned.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
+}
+
+/// Locks `m`, also when a thread panicked while holding it: the data behind these locks
+/// (queued frame bytes, connection status) stays consistent at every step, so a panic
+/// elsewhere must not turn into a panic in the embedding application's threads.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What happened to everything reported, after [`Exporter::shutdown`].
@@ -114,7 +125,7 @@ pub struct ExportSummary {
 pub struct Exporter {
     shared: Arc<Shared>,
     hops: Vec<(HopId, String)>,
-    control: Arc<Mutex<Vec<Frame>>>,
+    control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
     shutdown_timeout_ns: Arc<AtomicU64>,
     thread: Option<JoinHandle<bool>>,
@@ -169,16 +180,18 @@ impl Exporter {
         let shutdown_timeout_ns = Arc::new(AtomicU64::new(duration_ns(
             config.connect_timeout.max(Duration::from_secs(5)),
         )));
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            instance_id: std::hash::RandomState::new().build_hasher().finish(),
+            host: config.host.clone(),
+            process: config.process.clone(),
+            software: concat!("hoptrace-probe ", env!("CARGO_PKG_VERSION")).to_owned(),
+            token: config.token.clone().unwrap_or_default(),
+            hops: hops.clone(),
+        };
+        Frame::Hello(hello.clone()).check()?;
         let mut worker = Worker {
-            hello: Hello {
-                version: PROTOCOL_VERSION,
-                instance_id: std::hash::RandomState::new().build_hasher().finish(),
-                host: config.host.clone(),
-                process: config.process.clone(),
-                software: concat!("hoptrace-probe ", env!("CARGO_PKG_VERSION")).to_owned(),
-                token: config.token.clone().unwrap_or_default(),
-                hops: hops.clone(),
-            },
+            hello,
             config,
             tls,
             shared: Arc::clone(&shared),
@@ -239,11 +252,14 @@ impl Exporter {
 
     /// Queues a frame other than records (a publisher's Sent frame) for the collector.
     /// Frames queued before [`Exporter::shutdown`] are sent before Goodbye.
-    pub fn send_frame(&self, frame: Frame) {
-        self.control
-            .lock()
-            .expect("control queue poisoned")
-            .push(frame);
+    ///
+    /// # Errors
+    /// A frame beyond the protocol's limits (see [`EncodeError`]); nothing is queued.
+    pub fn send_frame(&self, frame: &Frame) -> Result<(), EncodeError> {
+        let mut bytes = Vec::new();
+        frame.encode(&mut bytes)?;
+        lock(&self.control).extend_from_slice(&bytes);
+        Ok(())
     }
 
     /// Current counters.
@@ -257,23 +273,19 @@ impl Exporter {
     /// Whether the exporter is connected to the collector.
     #[must_use]
     pub fn is_connected(&self) -> bool {
-        self.status.lock().expect("status poisoned").connected
+        lock(&self.status).connected
     }
 
     /// The run id the collector announced in Welcome.
     #[must_use]
     pub fn run_id(&self) -> Option<String> {
-        self.status.lock().expect("status poisoned").run_id.clone()
+        lock(&self.status).run_id.clone()
     }
 
     /// The last connection error, if any.
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
-        self.status
-            .lock()
-            .expect("status poisoned")
-            .last_error
-            .clone()
+        lock(&self.status).last_error.clone()
     }
 
     /// Sets how long [`Exporter::shutdown`] keeps trying to deliver what is queued.
@@ -413,7 +425,7 @@ struct Worker {
     tls: Tls,
     hello: Hello,
     shared: Arc<Shared>,
-    control: Arc<Mutex<Vec<Frame>>>,
+    control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
     clock_status: Box<dyn ClockStatusSource>,
     shutdown_timeout_ns: Arc<AtomicU64>,
@@ -473,17 +485,18 @@ impl Worker {
 
             buf.clear();
             if last_clock.is_none_or(|t| now.duration_since(t) >= self.config.clock_interval) {
-                Frame::Clock(self.clock_status.read()).encode(&mut buf);
+                let mut status = self.clock_status.read();
+                let mut end = status.detail.len().min(MAX_STRING_LEN);
+                while !status.detail.is_char_boundary(end) {
+                    end -= 1;
+                }
+                status.detail.truncate(end);
+                Frame::Clock(status)
+                    .encode(&mut buf)
+                    .expect("a clock status with a short detail encodes");
                 last_clock = Some(now);
             }
-            for frame in self
-                .control
-                .lock()
-                .expect("control queue poisoned")
-                .drain(..)
-            {
-                frame.encode(&mut buf);
-            }
+            buf.append(&mut lock(&self.control));
             let mut w = RecordsWriter::new(&mut buf);
             while w.len() < max_batch {
                 match self.shared.queue.pop() {
@@ -510,11 +523,12 @@ impl Worker {
                     at_ns: realtime_ns(),
                     values: snap.to_wire(),
                 })
-                .encode(&mut buf);
+                .encode(&mut buf)
+                .expect("the exporter's few counters encode");
                 last_counters = Some(now);
             }
             if finishing {
-                Frame::Goodbye.encode(&mut buf);
+                Frame::Goodbye.encode(&mut buf).expect("goodbye encodes");
             }
             if !buf.is_empty() {
                 if let Err(e) = stream.write_all(&buf) {
@@ -576,7 +590,10 @@ impl Worker {
                         .tls
                         .wrap(tcp)
                         .map_err(|e| format!("collector {addr}: {e}"))?;
-                    s.write_all(&Frame::Hello(self.hello.clone()).to_bytes())
+                    let hello = Frame::Hello(self.hello.clone())
+                        .to_bytes()
+                        .map_err(|e| format!("hello: {e}"))?;
+                    s.write_all(&hello)
                         .map_err(|e| format!("sending hello to {addr}: {e}"))?;
                     return match protocol::read_frame(&mut s, MAX_FRAME_LEN) {
                         Ok(Frame::Welcome { run_id, .. }) => {
@@ -598,7 +615,7 @@ impl Worker {
     }
 
     fn set_status(&self, connected: bool, run_id: Option<String>, error: Option<String>) {
-        let mut s = self.status.lock().expect("status poisoned");
+        let mut s = lock(&self.status);
         s.connected = connected;
         if run_id.is_some() {
             s.run_id = run_id;

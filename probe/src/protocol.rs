@@ -17,10 +17,19 @@ pub const HELLO_MAGIC: [u8; 8] = *b"HOPTRACE";
 pub const MAX_STRING_LEN: usize = 1024;
 /// Most records in one Records frame.
 pub const MAX_RECORDS_PER_FRAME: usize = 20_000;
-/// Most entries in one Sent frame.
-pub const MAX_SENT_PER_FRAME: usize = 40_000;
+/// Bytes of one Sent entry on the wire.
+pub const SENT_ENTRY_LEN: usize = 36;
+/// Most entries in one Sent frame: as many as fit in [`MAX_FRAME_LEN`] after the type
+/// byte, the publisher and the count (29,126).
+pub const MAX_SENT_PER_FRAME: usize = (MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN;
 /// Most hops one exporter announces.
 pub const MAX_HOPS: usize = 16;
+/// Largest Hello frame (type byte and body): magic, version, instance id, four strings
+/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,568 bytes). A
+/// collector reads a connection's first frame with this limit, so an unauthenticated
+/// peer cannot make it buffer more.
+pub const MAX_HELLO_LEN: usize =
+    1 + 8 + 2 + 8 + 4 * (2 + MAX_STRING_LEN) + 1 + MAX_HOPS * (1 + 2 + MAX_STRING_LEN);
 /// Encoded length of a record without a trace id.
 pub const RECORD_LEN: usize = 36;
 
@@ -282,6 +291,27 @@ impl ProtocolError {
     }
 }
 
+/// Why a frame cannot be encoded: caller data beyond the protocol's limits. Split such
+/// data over several frames, or shorten the string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// More than [`MAX_HOPS`] hops in a Hello.
+    #[error("a hello announces at most {MAX_HOPS} hops, not {0}")]
+    TooManyHops(usize),
+    /// More than 255 counters in a Counters frame.
+    #[error("a counters frame holds at most 255 counters, not {0}")]
+    TooManyCounters(usize),
+    /// More than [`MAX_SENT_PER_FRAME`] entries in a Sent frame.
+    #[error("a sent frame holds at most {MAX_SENT_PER_FRAME} entries, not {0}")]
+    TooManySentEntries(usize),
+    /// More than [`MAX_RECORDS_PER_FRAME`] records in a Records frame.
+    #[error("a records frame holds at most {MAX_RECORDS_PER_FRAME} records, not {0}")]
+    TooManyRecords(usize),
+    /// A string field longer than [`MAX_STRING_LEN`] bytes.
+    #[error("a string field holds at most {MAX_STRING_LEN} bytes, not {0}")]
+    StringTooLong(usize),
+}
+
 // ---------------------------------------------------------------------------------------
 // Encoding
 
@@ -313,13 +343,29 @@ impl Put for Vec<u8> {
     }
     /// Strings longer than [`MAX_STRING_LEN`] are cut at a char boundary.
     fn put_str(&mut self, s: &str) {
+        // Callers check the length first (`check_str`); a longer string is cut at a
+        // character boundary rather than written malformed.
         let mut end = s.len().min(MAX_STRING_LEN);
         while !s.is_char_boundary(end) {
             end -= 1;
         }
-        self.put_u16(u16::try_from(end).expect("at most 1024"));
+        self.put_u16(u16::try_from(end).unwrap_or(0));
         self.extend_from_slice(&s.as_bytes()[..end]);
     }
+}
+
+fn check_str(s: &str) -> Result<(), EncodeError> {
+    if s.len() > MAX_STRING_LEN {
+        return Err(EncodeError::StringTooLong(s.len()));
+    }
+    Ok(())
+}
+
+fn check_count(n: usize, max: usize, err: fn(usize) -> EncodeError) -> Result<(), EncodeError> {
+    if n > max {
+        return Err(err(n));
+    }
+    Ok(())
 }
 
 /// Starts a frame of type `ty` in `out`; returns where its length goes.
@@ -329,9 +375,10 @@ fn begin(out: &mut Vec<u8>, ty: u8) -> usize {
     at
 }
 
-/// Writes the length of the frame started at `at`.
+/// Writes the length of the frame started at `at`. Every frame the checked encoders
+/// write fits in [`MAX_FRAME_LEN`].
 fn finish(out: &mut [u8], at: usize) {
-    let len = u32::try_from(out.len() - at - 4).expect("frames are at most 1 MiB");
+    let len = (out.len() - at - 4) as u32;
     debug_assert!(len as usize <= MAX_FRAME_LEN);
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
@@ -406,12 +453,49 @@ impl<'a> RecordsWriter<'a> {
 }
 
 impl Frame {
+    /// Checks the frame against the protocol's limits.
+    ///
+    /// # Errors
+    /// A count or string beyond its limit: see [`EncodeError`].
+    pub fn check(&self) -> Result<(), EncodeError> {
+        match self {
+            Self::Hello(h) => {
+                for s in [&h.host, &h.process, &h.software, &h.token] {
+                    check_str(s)?;
+                }
+                check_count(h.hops.len(), MAX_HOPS, EncodeError::TooManyHops)?;
+                h.hops.iter().try_for_each(|(_, n)| check_str(n))
+            }
+            Self::Records(r) => {
+                check_count(r.len(), MAX_RECORDS_PER_FRAME, EncodeError::TooManyRecords)
+            }
+            Self::Clock(c) => check_str(&c.detail),
+            Self::Counters(c) => check_count(c.values.len(), 255, EncodeError::TooManyCounters),
+            Self::Sent(s) => check_count(
+                s.entries.len(),
+                MAX_SENT_PER_FRAME,
+                EncodeError::TooManySentEntries,
+            ),
+            Self::Goodbye => Ok(()),
+            Self::Welcome { run_id, .. } => check_str(run_id),
+            Self::Reject { reason, .. } => check_str(reason),
+        }
+    }
+
     /// Appends the frame's bytes (length prefix included) to `out`.
     ///
-    /// # Panics
-    /// When a count exceeds the protocol's limit (more than 20,000 records, 40,000 sent
-    /// entries, 16 hops or 255 counters); split such data over several frames.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// # Errors
+    /// A count or string beyond the protocol's limit (more than 20,000 records, 29,126
+    /// sent entries, 16 hops, 255 counters, or a string over 1024 bytes): `out` is left
+    /// as it was. Split such data over several frames.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        self.check()?;
+        self.encode_checked(out);
+        Ok(())
+    }
+
+    /// [`Self::encode`] of a frame that passed [`Self::check`].
+    fn encode_checked(&self, out: &mut Vec<u8>) {
         match self {
             Self::Hello(h) => {
                 let at = begin(out, frame_type::HELLO);
@@ -422,7 +506,6 @@ impl Frame {
                 out.put_str(&h.process);
                 out.put_str(&h.software);
                 out.put_str(&h.token);
-                assert!(h.hops.len() <= MAX_HOPS, "at most 16 hops");
                 out.put_u8(h.hops.len() as u8);
                 for (id, name) in &h.hops {
                     out.put_u8(id.0);
@@ -451,7 +534,6 @@ impl Frame {
             Self::Counters(c) => {
                 let at = begin(out, frame_type::COUNTERS);
                 out.put_i64(c.at_ns);
-                assert!(c.values.len() <= 255, "at most 255 counters");
                 out.put_u8(c.values.len() as u8);
                 for (id, v) in &c.values {
                     out.put_u16(*id);
@@ -462,10 +544,6 @@ impl Frame {
             Self::Sent(s) => {
                 let at = begin(out, frame_type::SENT);
                 out.put_u16(s.publisher);
-                assert!(
-                    s.entries.len() <= MAX_SENT_PER_FRAME,
-                    "at most 40,000 entries"
-                );
                 out.put_u32(s.entries.len() as u32);
                 for e in &s.entries {
                     out.put_u32(e.stream);
@@ -496,11 +574,13 @@ impl Frame {
     }
 
     /// The frame's bytes as a new buffer.
-    #[must_use]
-    pub fn to_bytes(&self) -> Vec<u8> {
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn to_bytes(&self) -> Result<Vec<u8>, EncodeError> {
         let mut out = Vec::new();
-        self.encode(&mut out);
-        out
+        self.encode(&mut out)?;
+        Ok(out)
     }
 }
 
@@ -910,7 +990,7 @@ mod tests {
         fn frames_round_trip(frames in proptest::collection::vec(arb_frame(), 1..8)) {
             let mut buf = Vec::new();
             for f in &frames {
-                f.encode(&mut buf);
+                f.encode(&mut buf).unwrap();
             }
             let mut got = Vec::new();
             let used = decode_frames(&buf, MAX_FRAME_LEN, |f| got.push(f)).unwrap();
@@ -926,7 +1006,7 @@ mod tests {
         fn split_points_never_lose_frames(frames in proptest::collection::vec(arb_frame(), 1..5), cut in any::<usize>()) {
             let mut buf = Vec::new();
             for f in &frames {
-                f.encode(&mut buf);
+                f.encode(&mut buf).unwrap();
             }
             let cut = cut % (buf.len() + 1);
             let mut got = Vec::new();
@@ -967,7 +1047,8 @@ mod tests {
             hops: vec![(HopId(0), "publish".into())],
             ..Hello::default()
         })
-        .to_bytes();
+        .to_bytes()
+        .unwrap();
         assert_eq!(
             Frame::decode(hello[4], &hello[5..]),
             Err(ProtocolError::UnsupportedVersion(2))
@@ -994,7 +1075,7 @@ mod tests {
             otel_trace_id: None,
         };
         assert_eq!(
-            Frame::Records(vec![r; 3]).to_bytes().len(),
+            Frame::Records(vec![r; 3]).to_bytes().unwrap().len(),
             4 + 1 + 4 + 3 * RECORD_LEN
         );
         let too_many = MAX_RECORDS_PER_FRAME * (RECORD_LEN + 16) + 9;
@@ -1002,5 +1083,71 @@ mod tests {
             too_many <= MAX_FRAME_LEN,
             "a full frame with trace ids fits"
         );
+    }
+
+    #[test]
+    fn the_limits_agree_with_the_frame_size() {
+        // The fullest Sent frame fits, and is read back.
+        let full = Frame::Sent(SentFrame {
+            publisher: 1,
+            entries: vec![SentEntry::default(); MAX_SENT_PER_FRAME],
+        });
+        let bytes = full.to_bytes().unwrap();
+        assert!(bytes.len() - 4 <= MAX_FRAME_LEN);
+        assert_eq!(read_frame(&mut &bytes[..], MAX_FRAME_LEN).unwrap(), full);
+        assert_eq!(MAX_SENT_PER_FRAME, 29_126);
+        // The largest Hello is exactly MAX_HELLO_LEN.
+        let long = "x".repeat(MAX_STRING_LEN);
+        let hello = Frame::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            host: long.clone(),
+            process: long.clone(),
+            software: long.clone(),
+            token: long.clone(),
+            hops: (0..16).map(|i| (HopId(i), long.clone())).collect(),
+            ..Hello::default()
+        });
+        let bytes = hello.to_bytes().unwrap();
+        assert_eq!(bytes.len() - 4, MAX_HELLO_LEN);
+        assert_eq!(read_frame(&mut &bytes[..], MAX_HELLO_LEN).unwrap(), hello);
+    }
+
+    #[test]
+    fn caller_data_beyond_the_limits_is_an_error_not_a_panic() {
+        let cases = [
+            (
+                Frame::Sent(SentFrame {
+                    publisher: 1,
+                    entries: vec![SentEntry::default(); MAX_SENT_PER_FRAME + 1],
+                }),
+                EncodeError::TooManySentEntries(MAX_SENT_PER_FRAME + 1),
+            ),
+            (
+                Frame::Hello(Hello {
+                    hops: (0..17).map(|i| (HopId(i), "h".into())).collect(),
+                    ..Hello::default()
+                }),
+                EncodeError::TooManyHops(17),
+            ),
+            (
+                Frame::Hello(Hello {
+                    host: "é".repeat(600),
+                    ..Hello::default()
+                }),
+                EncodeError::StringTooLong(1200),
+            ),
+            (
+                Frame::Counters(CountersFrame {
+                    at_ns: 0,
+                    values: vec![(1, 1); 256],
+                }),
+                EncodeError::TooManyCounters(256),
+            ),
+        ];
+        for (frame, want) in cases {
+            let mut out = vec![7];
+            assert_eq!(frame.encode(&mut out), Err(want));
+            assert_eq!(out, [7], "nothing written on error");
+        }
     }
 }

@@ -2,21 +2,10 @@
 //! the schedule lag histogram.
 
 use hdrhistogram::Histogram;
-use hoptrace_probe::protocol::{MAX_FRAME_LEN, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+use hoptrace_probe::protocol::{MAX_SENT_PER_FRAME, SentEntry, SentFrame};
 
-/// Bytes of one Sent entry on the wire.
-const SENT_ENTRY_LEN: usize = 36;
-
-/// Most entries per Sent frame such that the frame fits in [`MAX_FRAME_LEN`] (the
-/// protocol's 40,000-entry limit alone would make a 1.44 MB frame).
-pub const SENT_ENTRIES_PER_FRAME: usize = {
-    let fit = (MAX_FRAME_LEN - 16) / SENT_ENTRY_LEN;
-    if fit < MAX_SENT_PER_FRAME {
-        fit
-    } else {
-        MAX_SENT_PER_FRAME
-    }
-};
+/// Most entries per Sent frame: as many as fit in one frame.
+pub const SENT_ENTRIES_PER_FRAME: usize = MAX_SENT_PER_FRAME;
 
 /// Per-stream counts of what was handed to the broker client.
 #[derive(Debug, Clone)]
@@ -197,13 +186,15 @@ impl LagHistogram {
         self.hist.is_empty()
     }
 
-    /// The value at `quantile` (0 when empty).
+    /// The value at `quantile` (0 when empty): the middle of the bucket holding it, as
+    /// every hoptrace percentile is reported (`hoptrace_format::hist`).
     #[must_use]
     pub fn value_at(&self, quantile: f64) -> u64 {
         if self.hist.is_empty() {
             0
         } else {
-            self.hist.value_at_quantile(quantile)
+            self.hist
+                .median_equivalent(self.hist.value_at_quantile(quantile))
         }
     }
 
@@ -248,8 +239,14 @@ mod tests {
         let mut n = 0;
         for f in &frames {
             assert_eq!(f.publisher, 9);
-            let bytes = hoptrace_probe::protocol::Frame::Sent(f.clone()).to_bytes();
-            assert!(bytes.len() - 4 <= MAX_FRAME_LEN, "{} bytes", bytes.len());
+            let bytes = hoptrace_probe::protocol::Frame::Sent(f.clone())
+                .to_bytes()
+                .unwrap();
+            assert!(
+                bytes.len() - 4 <= hoptrace_probe::protocol::MAX_FRAME_LEN,
+                "{} bytes",
+                bytes.len()
+            );
             for e in &f.entries {
                 assert_eq!(
                     (e.messages, e.metrics, e.first_sequence, e.last_sequence),

@@ -757,7 +757,8 @@ impl Publisher {
                 next_sent = now + self.config.sent_interval;
                 if let Some(e) = &self.exporter {
                     for f in ledger.frames() {
-                        e.send_frame(Frame::Sent(f));
+                        e.send_frame(&Frame::Sent(f))
+                            .expect("the ledger splits sent entries into frames that fit");
                     }
                 }
             }
@@ -767,7 +768,8 @@ impl Publisher {
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
                 for f in ledger.frames() {
-                    e.send_frame(Frame::Sent(f));
+                    e.send_frame(&Frame::Sent(f))
+                        .expect("the ledger splits sent entries into frames that fit");
                 }
                 let run_id = e.run_id();
                 let s = e.shutdown();

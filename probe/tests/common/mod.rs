@@ -119,7 +119,7 @@ fn serve(mut stream: TcpStream, id: usize, frames: &Received, reject: Option<&'s
         },
     };
     use std::io::Write;
-    if stream.write_all(&answer.to_bytes()).is_err() || reject.is_some() {
+    if stream.write_all(&answer.to_bytes().unwrap()).is_err() || reject.is_some() {
         return;
     }
     while let Ok(frame) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) {
