@@ -64,6 +64,28 @@ suite() {
     set -e
     if ((status != 0)); then rc=1; fi
 }
+# fuzz_bounded SECONDS: the coverage-guided fuzzers of probe/fuzz for SECONDS each, where a
+# nightly toolchain is installed (cargo-fuzz needs it); ends with "fuzz: N passed, M failed".
+fuzz_bounded() {
+    local secs=$1 target passed=0 failed=0
+    if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+        echo "fuzz: no nightly toolchain; the stable corpus test (probe/tests/fuzz_corpus.rs) ran instead"
+        return 0
+    fi
+    if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+        cargo +nightly install --locked --quiet cargo-fuzz || { echo "fuzz: installing cargo-fuzz failed"; return 1; }
+    fi
+    for target in trace_context collector_frames; do
+        if (cd probe && cargo +nightly fuzz run "$target" -- -max_total_time="$secs" -print_final_stats=0 2>&1 | tail -n 3); then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+    echo "fuzz: $passed passed, $failed failed"
+    ((failed == 0))
+}
+suite "fuzz (30 s per target)" fuzz.txt fuzz_bounded 30
 suite "probes in other languages: Python" pytest-python-probe.txt probes/python/test.sh -q
 suite "probes in other languages: JVM Kafka interceptors, MirrorMaker 2" jvm.txt probes/jvm/test.sh
 suite "probes in other languages: Node-RED" nodered.txt probes/node-red/test.sh
@@ -84,6 +106,7 @@ done < <(
         sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+).*/\1 \2 \3 \4/' |
         awk '{print $1 - $2 - $3 - $4, $2 + $3}'
     sed -nE 's/^node-red: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$LOG/nodered.txt" 2>/dev/null | tail -1
+    sed -nE 's/^fuzz: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$LOG/fuzz.txt" 2>/dev/null | tail -1
     for f in "$LOG"/pytest*.txt; do
         grep -E '[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$f" | tail -1
     done |
