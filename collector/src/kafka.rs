@@ -1163,6 +1163,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             rows_set_aside: 0,
             owners,
         }),
+        interrupted: false,
     }
 }
 
