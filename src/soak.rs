@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run id (default: `soak-<Unix ms>`); letters, digits, `.`, `_` and `-`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::units::parse_run_id)]
     pub run_id: Option<String>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
@@ -330,19 +330,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let exe = std::env::current_exe().context("this program's path")?;
-    let run_id = match &args.run_id {
-        Some(id) => {
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            {
-                bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-'");
-            }
-            id.clone()
-        }
-        None => format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000),
-    };
+    let run_id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(|| format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000));
     let run_dir = args.runs.join(&run_id);
     let out = args
         .out
@@ -357,7 +348,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut collect = Command::new(&exe);
     collect
         .args(["collect", "--listen", &collector_addr, "--run-id", &run_id])
-        .arg("--out")
+        .arg("--runs")
         .arg(&args.runs)
         .arg("--metrics")
         .arg(metrics_addr.to_string());
