@@ -161,12 +161,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let settled = drain(&published, &flow, &stop);
     let flow = flow.stop(Duration::from_secs(10));
     let store = store.stop();
-    let mut run = collector.stop().context("stopping the collector")?;
+    let run = collector.stop().context("stopping the collector")?;
     if interrupted {
-        run.interrupted = true;
-        let path = run_dir.join("run.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(&run)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::soak::mark_interrupted(&run_dir.join("run.json"))?;
     }
     unfinished.keep();
     print_parts(&published, &flow, &store, settled);

@@ -500,6 +500,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if tty {
         eprintln!();
     }
+    let interrupted = stop.load(Relaxed);
     let publisher_out = publisher.stop(Duration::from_secs(5)).unwrap_or_default();
     if !publish_status.success() {
         bail!(
@@ -536,6 +537,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     collector.stop(Duration::from_secs(120))?;
     for line in publisher_out.iter().chain(&processor_out).chain(&store_out) {
         println!("{line}");
+    }
+    if interrupted {
+        mark_interrupted(&run_dir.join("run.json"))?;
+        eprintln!(
+            "interrupted: published for {:.0} s of the planned {planned:.0} s; the run and its report say so",
+            published["elapsed_ns"].as_f64().unwrap_or(0.0) / 1e9
+        );
     }
     resources::write_parquet(&run_dir.join(resources::FILE), &sampler.samples)?;
 
@@ -717,6 +725,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("the run's accounting does not add up: see the report");
     }
     Ok(())
+}
+
+/// Marks the run in `run_json` as interrupted (the collector that wrote it could not
+/// know).
+///
+/// # Errors
+/// The file does not read, parse or write.
+pub(crate) fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read(run_json).with_context(|| format!("reading {}", run_json.display()))?;
+    let mut run: hoptrace_collector::RunSummary =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
+    run.interrupted = true;
+    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
+        .with_context(|| format!("writing {}", run_json.display()))
 }
 
 /// The broker's program and version, best effort: Mosquitto from `mosquitto -h`, Kafka
