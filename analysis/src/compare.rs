@@ -75,7 +75,7 @@ pub struct Gate {
     pub threshold: Threshold,
 }
 
-/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`.
+/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`, `2m`, `1h`.
 fn parse_ns(s: &str) -> Option<f64> {
     let s = s.trim();
     let split = s.find(|c: char| c.is_alphabetic() || c == 'µ')?;
@@ -86,6 +86,8 @@ fn parse_ns(s: &str) -> Option<f64> {
         "us" | "µs" => 1e3,
         "ms" => 1e6,
         "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3_600e9,
         _ => return None,
     };
     Some(v * mult)
