@@ -125,7 +125,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             print_status(&host, &status, args.max_error, check.as_ref());
         }
-        return conclude(check, args.force, "--force");
+        return conclude(check, args.force, "--force to only warn");
     };
     let interval = Duration::from_nanos(interval_ns.max(1));
     let mut failed = 0_u64;
@@ -189,17 +189,17 @@ impl PreflightArgs {
         conclude(
             Some(sync::preflight_host(&hostname(), &status, max)),
             self.force_clock,
-            "--force-clock",
+            "--force-clock to run anyway (the run still records every host's clock status)",
         )
     }
 }
 
 /// The exit of a single reading: the preflight error with how to fix it, or a warning
-/// with `force` (the option that forces is `force_flag`).
+/// with `force` (`force_hint`: the option that forces, and what it does).
 fn conclude(
     check: Option<Result<(), sync::PreflightError>>,
     force: bool,
-    force_flag: &str,
+    force_hint: &str,
 ) -> anyhow::Result<()> {
     match check {
         Some(Err(e)) if force => {
@@ -207,7 +207,7 @@ fn conclude(
             Ok(())
         }
         Some(Err(e)) => Err(anyhow::anyhow!(
-            "clock preflight failed: {e}. To fix it, synchronise this host's clock: `hoptrace clock` and `chronyc tracking` show its state, infra/clock/README.md sets up chrony (NTP or a PTP hardware clock) or ptp4l; or pass {force_flag} to run anyway (the bound is still recorded)"
+            "clock preflight failed: {e}. To fix it, synchronise this host's clock: `hoptrace clock` and `chronyc tracking` show its state, infra/clock/README.md sets up chrony (NTP or a PTP hardware clock) or ptp4l; or pass {force_hint}"
         )),
         _ => Ok(()),
     }
@@ -374,7 +374,7 @@ mod tests {
                 .contains("not synchronised according to chrony")
         );
         assert!(conclude(Some(check.clone()), true, "--force").is_ok());
-        let e = conclude(Some(check), false, "--force-clock").unwrap_err();
+        let e = conclude(Some(check), false, "--force-clock to run anyway").unwrap_err();
         let text = format!("{e:#}");
         assert!(text.contains("h: clock not synchronised"), "{text}");
         assert!(
