@@ -127,14 +127,17 @@ impl QuietLogs {
     pub const EVERY: Duration = Duration::from_secs(30);
 
     /// Logs `message` at `level`, or counts it when a line of its kind was logged
-    /// within [`Self::EVERY`].
-    pub fn log(&self, level: tracing::Level, message: &str) {
+    /// within [`Self::EVERY`]; returns whether it was logged.
+    pub fn log(&self, level: tracing::Level, message: &str) -> bool {
         // Lines of a kind differ in numbers (times, counts, ports of new connections).
-        let kind: String = message
-            .chars()
-            .map(|c| if c.is_ascii_digit() { '#' } else { c })
-            .take(120)
-            .collect();
+        let mut kind = String::new();
+        for c in message.chars().take(160) {
+            if !c.is_ascii_digit() {
+                kind.push(c);
+            } else if !kind.ends_with('#') {
+                kind.push('#');
+            }
+        }
         let repeats = {
             let mut seen = self
                 .seen
@@ -145,7 +148,7 @@ impl QuietLogs {
                 .or_insert((0, Instant::now() - Self::EVERY));
             if entry.1.elapsed() < Self::EVERY {
                 entry.0 += 1;
-                return;
+                return false;
             }
             let repeats = entry.0;
             *entry = (0, Instant::now());
@@ -165,6 +168,7 @@ impl QuietLogs {
             tracing::Level::INFO => tracing::info!("{message}{also}"),
             _ => tracing::debug!("{message}{also}"),
         }
+        true
     }
 
     /// For [`ClientContext::log`].
@@ -1173,7 +1177,9 @@ pub fn run_member(
             }
             match polled {
                 Some(Ok(m)) => s.message(m.partition(), m.offset(), m.payload())?,
-                Some(Err(e)) => quiet().log(tracing::Level::WARN, &format!("kafka: {e}")),
+                Some(Err(e)) => {
+                    quiet().log(tracing::Level::WARN, &format!("kafka: {e}"));
+                }
                 None => {}
             }
             if last_commit.elapsed() >= cfg.commit_interval {
@@ -1212,7 +1218,9 @@ pub fn run_member(
                         }
                     }
                 }
-                Err(e) => quiet().log(tracing::Level::WARN, &format!("kafka (control): {e}")),
+                Err(e) => {
+                    quiet().log(tracing::Level::WARN, &format!("kafka (control): {e}"));
+                }
             }
         }
         if let Some(since) = stopping {
@@ -1364,6 +1372,21 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeated_client_logs_are_counted_not_printed() {
+        let q = QuietLogs::default();
+        let line = |port: u16| format!("127.0.0.1:{port}/bootstrap: Connect failed: refused");
+        assert!(q.log(tracing::Level::ERROR, &line(1)));
+        // The same kind of line, other numbers: counted.
+        for port in 2..100 {
+            assert!(!q.log(tracing::Level::ERROR, &line(port)));
+        }
+        // Another kind: logged.
+        assert!(q.log(tracing::Level::ERROR, "topic t: unknown topic"));
+        let seen = q.seen.lock().unwrap();
+        assert_eq!(seen.values().map(|(n, _)| n).sum::<u64>(), 98);
+    }
 
     #[test]
     fn kafka_targets_parse_and_name_what_is_wrong() {
