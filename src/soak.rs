@@ -335,6 +335,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000));
     let run_dir = args.runs.join(&run_id);
+    // The collector would refuse it too, but only in its log.
+    crate::collect::check_run_dir(
+        &run_dir,
+        &hoptrace_collector::spec::PipelineSpec::default_pipeline(),
+        false,
+    )?;
     let out = args
         .out
         .clone()
