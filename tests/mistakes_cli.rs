@@ -730,6 +730,7 @@ fn one_grammar_for_every_command() {
         ("d1", &["--duration", "1s", "--runs", "runs"][..]),
         ("d2", &["--duration-s", "1", "--out", "runs"]),
         ("d3", &["--duration", "1500ms"]),
+        ("d4", &["--duration-s", "1s"]),
     ] {
         let o = hoptrace_in(
             &dir,

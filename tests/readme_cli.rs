@@ -123,15 +123,11 @@ fn shorten(words: &mut [String]) {
     for i in 1..words.len() {
         let (flag, value) = (words[i - 1].as_str(), words[i].clone());
         match flag {
-            "--duration" | "--warmup" | "--window" => {
-                if seconds(&value).is_some_and(|s| s > 3.0) {
-                    words[i] = "3s".into();
-                }
+            "--duration" | "--warmup" | "--window" if seconds(&value).is_some_and(|s| s > 3.0) => {
+                words[i] = "3s".into();
             }
-            "--ramp-up" => {
-                if seconds(&value).is_some_and(|s| s > 1.0) {
-                    words[i] = "1s".into();
-                }
+            "--ramp-up" if seconds(&value).is_some_and(|s| s > 1.0) => {
+                words[i] = "1s".into();
             }
             "--rate" => {
                 let rates: Option<Vec<f64>> = value.split(',').map(rate_value).collect();
