@@ -370,19 +370,6 @@ pub enum SpecError {
         /// The hop.
         hop: String,
     },
-    /// A stage whose `from` hop comes after its `to` hop in the pipeline order: every
-    /// delta would be negative. Swap `from` and `to`, or put the hops in pipeline order.
-    #[error(
-        "stage \"{stage}\" runs backwards: `from` hop \"{from}\" comes after `to` hop \"{to}\" in the order of [[hops]], so every delta would be negative; swap `from` and `to`, or list the hops in pipeline order"
-    )]
-    Backwards {
-        /// The stage.
-        stage: String,
-        /// Its `from` hop.
-        from: String,
-        /// Its `to` hop.
-        to: String,
-    },
     /// A setting that must be positive is 0: raise it.
     #[error("`{field}` is 0; it must be greater than 0")]
     Zero {
@@ -622,13 +609,6 @@ impl ResolvedSpec {
                 return Err(SpecError::SameHop {
                     stage: stage.name.clone(),
                     hop: stage.from.clone(),
-                });
-            }
-            if from_index > to_index {
-                return Err(SpecError::Backwards {
-                    stage: stage.name.clone(),
-                    from: stage.from.clone(),
-                    to: stage.to.clone(),
                 });
             }
             stages.push(ResolvedStage {
@@ -1025,21 +1005,6 @@ mod tests {
             msg.starts_with("stage \"A to B\": `from` and `to` are both \"a\""),
             "{msg}"
         );
-    }
-
-    #[test]
-    fn a_stage_may_not_run_against_the_hop_order() {
-        let msg = error_of(|s| {
-            s.stages[0].from = "b".into();
-            s.stages[0].to = "a".into();
-        });
-        assert!(
-            msg.starts_with(
-                "stage \"A to B\" runs backwards: `from` hop \"b\" comes after `to` hop \"a\""
-            ),
-            "{msg}"
-        );
-        assert!(msg.contains("swap `from` and `to`"), "{msg}");
     }
 
     #[test]
