@@ -6,8 +6,12 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use hoptrace_analysis::compare::{self, Gate};
+use hoptrace_analysis::session::OpenOptions;
 use hoptrace_analysis::sql::{self, OutputFormat};
 use hoptrace_analysis::{RunSet, report, summary};
+
+use crate::errors::exit_with;
+use crate::out::{Sink, Stream};
 
 /// Arguments of `hoptrace sql`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +29,43 @@ pub struct SqlArgs {
     /// Write the result here instead of stdout (required for parquet).
     #[arg(long, short)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    read: ReadArgs,
+}
+
+/// What to read beyond the default (shared by `sql` and `report`).
+#[derive(Debug, clap::Args)]
+pub struct ReadArgs {
+    /// Read every copy of a run id: by default a run id met twice (a copied run
+    /// directory) is read once, so that no trace counts twice.
+    #[arg(long)]
+    duplicates: bool,
+    /// Read part files in a run's traces/ that its run.json does not list (by default
+    /// they are left out, and named).
+    #[arg(long)]
+    unlisted: bool,
+}
+
+impl ReadArgs {
+    /// Opens the runs, printing what was skipped or is dubious.
+    fn open<P: AsRef<std::path::Path>>(&self, paths: &[P]) -> Result<RunSet> {
+        let runs = RunSet::open_with(
+            paths,
+            OpenOptions {
+                duplicates: self.duplicates,
+                unlisted: self.unlisted,
+            },
+        )?;
+        print_notes(&runs);
+        Ok(runs)
+    }
+}
+
+/// Prints, on stderr, what opening runs skipped or left out.
+fn print_notes(runs: &RunSet) {
+    for n in &runs.notes {
+        eprintln!("note: {n}");
+    }
 }
 
 /// Arguments of `hoptrace report`.
@@ -34,15 +75,36 @@ pub struct ReportArgs {
     #[arg(required = true, num_args = 1..)]
     runs: Vec<PathBuf>,
     /// Where to write report.md, report.html, summary.json and charts/ (default: the run
-    /// directory's report/).
+    /// directory's report/; required with --merge).
     #[arg(long, short)]
     out: Option<PathBuf>,
+    /// Report several runs (a folder of runs, or several directories) together, as one:
+    /// their traces are merged into one set of statistics.
+    #[arg(long, requires = "out")]
+    merge: bool,
+    #[command(flatten)]
+    read: ReadArgs,
 }
+
+/// Exit status of `hoptrace compare` when a gate fails.
+pub const COMPARE_GATE_FAILED: i32 = 1;
+/// Exit status of `hoptrace compare` when the command is wrong (a malformed gate, a stage
+/// no run has, a bad option).
+pub const COMPARE_USAGE: i32 = 2;
+/// Exit status of `hoptrace compare` when a run cannot be compared (missing, unreadable,
+/// or without data for a gated stage).
+pub const COMPARE_BAD_RUN: i32 = 3;
 
 /// Arguments of `hoptrace compare`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every gate passed (or none was given); 1 a gate failed; \
+2 the command is wrong (a malformed gate, a stage or statistic the runs do not have, a bad \
+option); 3 a run is missing, unreadable, or has no data for a gated stage. Gates are \
+checked against the runs before anything is printed."
+)]
 pub struct CompareArgs {
-    /// Runs to compare; the first is the baseline.
+    /// Runs to compare, one run directory each; the first is the baseline.
     #[arg(required = true, num_args = 2..)]
     runs: Vec<PathBuf>,
     /// Fail (exit 1) when this holds for a run, e.g. 'Total Ingestion.p99 > +10%',
@@ -83,19 +145,20 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the query runtime")
 }
 
-/// Splits `args` into run paths and an optional trailing query.
+/// Splits `args` into run paths and an optional trailing query: the last argument is a
+/// query when it is not an existing path and reads like one (it holds a space, or starts
+/// with a SQL keyword), so that a typo in the query is reported as a query error.
 fn split_query(args: &[String]) -> (Vec<String>, Option<String>) {
     let looks_like_query = |s: &str| {
         let t = s.trim_start().to_ascii_lowercase();
-        s.contains(char::is_whitespace)
-            && ["select", "with", "show", "describe", "explain", "values"]
-                .iter()
-                .any(|k| t.starts_with(k))
+        !std::path::Path::new(s).exists()
+            && (s.contains(char::is_whitespace)
+                || ["select", "with", "show", "describe", "explain", "values"]
+                    .iter()
+                    .any(|k| t.starts_with(k)))
     };
     match args.split_last() {
-        Some((last, rest)) if looks_like_query(last) && !rest.is_empty() => {
-            (rest.to_vec(), Some(last.clone()))
-        }
+        Some((last, rest)) if looks_like_query(last) => (rest.to_vec(), Some(last.clone())),
         _ => (args.to_vec(), None),
     }
 }
@@ -103,7 +166,10 @@ fn split_query(args: &[String]) -> (Vec<String>, Option<String>) {
 /// `hoptrace sql`.
 pub fn run_sql(args: &SqlArgs) -> Result<()> {
     let (paths, query) = split_query(&args.args);
-    let runs = RunSet::open(&paths)?;
+    if paths.is_empty() {
+        bail!("no run directory before the query: hoptrace sql RUN_DIR... \"SELECT ...\"");
+    }
+    let runs = args.read.open(&paths)?;
     let rt = runtime()?;
     rt.block_on(async {
         let ctx = runs.session().await?;
@@ -125,7 +191,11 @@ pub fn run_sql(args: &SqlArgs) -> Result<()> {
                     .with_context(|| format!("creating {}", path.display()))?;
                 sql::write(&batches, args.format, &mut f)?;
             }
-            None => sql::write(&batches, args.format, &mut std::io::stdout().lock())?,
+            None => {
+                let mut out = std::io::BufWriter::new(Sink(Stream::Out));
+                sql::write(&batches, args.format, &mut out)?;
+                out.flush()?;
+            }
         }
         Ok(())
     })
@@ -154,12 +224,14 @@ async fn interactive(
             let started = Instant::now();
             match sql::query(ctx, q).await {
                 Ok(b) => {
-                    sql::write(&b, format, &mut std::io::stdout().lock())?;
+                    let mut out = std::io::BufWriter::new(Sink(Stream::Out));
+                    sql::write(&b, format, &mut out)?;
+                    out.flush()?;
                     if tty {
                         println!("({:.3} s)", started.elapsed().as_secs_f64());
                     }
                 }
-                Err(e) => eprintln!("error: {e}"),
+                Err(e) => eprintln!("error: {}", crate::errors::render(&anyhow::Error::from(e))),
             }
         }
         prompt();
@@ -170,7 +242,21 @@ async fn interactive(
 /// `hoptrace report`.
 pub fn run_report(args: &ReportArgs) -> Result<()> {
     let started = Instant::now();
-    let runs = RunSet::open(&args.runs)?;
+    let runs = args.read.open(&args.runs)?;
+    if runs.runs.len() > 1 && !args.merge {
+        bail!(
+            "{} runs found ({}): name one run directory, or pass --merge --out DIR to report them together as one",
+            runs.runs.len(),
+            run_list(&runs)
+        );
+    }
+    if args.merge {
+        eprintln!(
+            "merging {} run(s) into one report: {}",
+            runs.runs.len(),
+            run_list(&runs)
+        );
+    }
     let out = args
         .out
         .clone()
@@ -194,6 +280,14 @@ pub fn run_report(args: &ReportArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+fn run_list(runs: &RunSet) -> String {
+    runs.runs
+        .iter()
+        .map(|r| r.dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Prints a run's headline figures to stdout.
@@ -243,39 +337,91 @@ pub fn print_summary(s: &hoptrace_analysis::Summary) {
     }
 }
 
-/// `hoptrace compare`.
+/// `hoptrace compare`: the gates are checked against the runs before anything is
+/// printed; see [`CompareArgs`] for the exit statuses.
 pub fn run_compare(args: &CompareArgs) -> Result<()> {
     let gates: Vec<Gate> = args
         .fail_if
         .iter()
         .map(|g| g.parse())
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|e| exit_with(COMPARE_USAGE, e))?;
     let rt = runtime()?;
     let mut summaries = Vec::new();
     for dir in &args.runs {
-        let runs = RunSet::open(std::slice::from_ref(dir))?;
-        let s = rt.block_on(async {
-            let ctx = runs.session().await?;
-            summary::compute(&runs, &ctx).await
-        })?;
+        let runs =
+            RunSet::open(std::slice::from_ref(dir)).map_err(|e| exit_with(COMPARE_BAD_RUN, e))?;
+        print_notes(&runs);
+        if runs.runs.len() > 1 {
+            return Err(exit_with(
+                COMPARE_USAGE,
+                anyhow::anyhow!(
+                    "{} holds {} runs ({}): compare takes one run directory per argument",
+                    dir.display(),
+                    runs.runs.len(),
+                    run_list(&runs)
+                ),
+            ));
+        }
+        let s = rt
+            .block_on(async {
+                let ctx = runs.session().await?;
+                summary::compute(&runs, &ctx).await
+            })
+            .map_err(|e| exit_with(COMPARE_BAD_RUN, e))?;
         summaries.push(s.0);
+    }
+    let base = &summaries[0];
+    for (s, dir) in summaries.iter().zip(&args.runs).skip(1) {
+        let shared = s
+            .stages
+            .iter()
+            .filter(|st| base.stages.iter().any(|b| b.name == st.name))
+            .count();
+        if shared == 0 {
+            eprintln!(
+                "warning: {} shares no stage with the baseline {} (its stages: {}; the baseline's: {}): nothing to compare",
+                dir.display(),
+                args.runs[0].display(),
+                stage_names(s),
+                stage_names(base)
+            );
+        }
+    }
+    for g in &gates {
+        g.check(&summaries)
+            .map_err(|e| exit_with(COMPARE_USAGE, e))?;
+    }
+    let mut results = Vec::new();
+    for g in &gates {
+        results
+            .extend(compare::evaluate(g, &summaries).map_err(|e| exit_with(COMPARE_BAD_RUN, e))?);
     }
     print!("{}", compare::table(&summaries));
     let mut failed = 0;
-    for g in &gates {
-        for r in compare::evaluate(g, &summaries)? {
-            println!(
-                "{} {:?} on {}: {}",
-                if r.failed { "FAIL" } else { "pass" },
-                r.gate,
-                r.run_id,
-                r.detail
-            );
-            failed += usize::from(r.failed);
-        }
+    for r in &results {
+        println!(
+            "{} {:?} on {}: {}",
+            if r.failed { "FAIL" } else { "pass" },
+            r.gate,
+            r.run_id,
+            r.detail
+        );
+        failed += usize::from(r.failed);
     }
     if failed > 0 {
-        bail!("{failed} gate(s) failed");
+        return Err(exit_with(
+            COMPARE_GATE_FAILED,
+            anyhow::anyhow!("{failed} gate(s) failed"),
+        ));
     }
     Ok(())
+}
+
+fn stage_names(s: &hoptrace_analysis::Summary) -> String {
+    s.stages
+        .iter()
+        .map(|st| st.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -2,11 +2,12 @@
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use hoptrace_collector::bench::{self, BenchOptions};
 
-use crate::units::parse_count;
+use crate::units::{parse_count, parse_duration};
 
 /// Which benchmark.
 #[derive(Debug, clap::Subcommand)]
@@ -28,7 +29,8 @@ pub struct CollectorArgs {
     /// Traces (messages) to generate.
     #[arg(long, default_value = "10M", value_parser = parse_count)]
     pub traces: u64,
-    /// Traces per second (open loop); omit for as fast as the collector takes them.
+    /// Target rate, metrics per second (open loop; every generated message carries one
+    /// metric, so this is traces per second); omit for as fast as the collector takes them.
     #[arg(long, value_parser = parse_count)]
     pub rate: Option<u64>,
     /// Hops per trace.
@@ -37,12 +39,15 @@ pub struct CollectorArgs {
     /// Exporters (simulated probe processes), each owning a share of the hops.
     #[arg(long, default_value_t = 2)]
     pub exporters: usize,
-    /// Join window, milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    pub window_ms: u64,
-    /// Where the run directory is written.
-    #[arg(long, default_value = "runs")]
-    pub out: PathBuf,
+    /// Join window (`10s`).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, conflicts_with = "window_ms")]
+    pub window: Duration,
+    /// The join window in plain milliseconds (the older spelling).
+    #[arg(long, hide = true)]
+    pub window_ms: Option<u64>,
+    /// Folder under which the run directory is written.
+    #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
+    pub runs: PathBuf,
 }
 
 /// Runs a benchmark and prints its figures as JSON after a progress line.
@@ -59,8 +64,10 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                 rate: a.rate,
                 hops: a.hops,
                 exporters: a.exporters,
-                out_dir: a.out.clone(),
-                window_ms: a.window_ms,
+                out_dir: a.runs.clone(),
+                window_ms: a
+                    .window_ms
+                    .unwrap_or_else(|| u64::try_from(a.window.as_millis()).unwrap_or(u64::MAX)),
             };
             let tty = std::io::stderr().is_terminal();
             let report = bench::run(&opts, |p| {

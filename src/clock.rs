@@ -125,7 +125,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             print_status(&host, &status, args.max_error, check.as_ref());
         }
-        return conclude(check, args.force);
+        return conclude(check, args.force, "--force to only warn");
     };
     let interval = Duration::from_nanos(interval_ns.max(1));
     let mut failed = 0_u64;
@@ -189,18 +189,26 @@ impl PreflightArgs {
         conclude(
             Some(sync::preflight_host(&hostname(), &status, max)),
             self.force_clock,
+            "--force-clock to run anyway (the run still records every host's clock status)",
         )
     }
 }
 
-/// The exit of a single reading: the preflight error, or a warning with --force.
-fn conclude(check: Option<Result<(), sync::PreflightError>>, force: bool) -> anyhow::Result<()> {
+/// The exit of a single reading: the preflight error with how to fix it, or a warning
+/// with `force` (`force_hint`: the option that forces, and what it does).
+fn conclude(
+    check: Option<Result<(), sync::PreflightError>>,
+    force: bool,
+    force_hint: &str,
+) -> anyhow::Result<()> {
     match check {
         Some(Err(e)) if force => {
             eprintln!("warning: {e} (forced: continuing)");
             Ok(())
         }
-        Some(Err(e)) => Err(anyhow::Error::new(e).context("clock preflight failed")),
+        Some(Err(e)) => Err(anyhow::anyhow!(
+            "clock preflight failed: {e}. To fix it, synchronise this host's clock: `hoptrace clock` and `chronyc tracking` show its state, infra/clock/README.md sets up chrony (NTP or a PTP hardware clock) or ptp4l; or pass {force_hint}"
+        )),
         _ => Ok(()),
     }
 }
@@ -365,11 +373,13 @@ mod tests {
                 .unwrap()
                 .contains("not synchronised according to chrony")
         );
-        assert!(conclude(Some(check.clone()), true).is_ok());
-        let e = conclude(Some(check), false).unwrap_err();
+        assert!(conclude(Some(check.clone()), true, "--force").is_ok());
+        let e = conclude(Some(check), false, "--force-clock to run anyway").unwrap_err();
+        let text = format!("{e:#}");
+        assert!(text.contains("h: clock not synchronised"), "{text}");
         assert!(
-            format!("{e:#}").contains("h: clock not synchronised"),
-            "{e:#}"
+            text.contains("--force-clock") && text.contains("infra/clock/README.md"),
+            "{text}"
         );
     }
 }

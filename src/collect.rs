@@ -1,14 +1,17 @@
 //! `hoptrace collect` and `hoptrace generate-config`.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
+use hoptrace_collector::RunSummary;
 use hoptrace_collector::metrics::{MetricsServer, render};
 use hoptrace_collector::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 use hoptrace_collector::{Collector, CollectorConfig};
+
+use crate::units::{parse_duration, parse_listen, parse_run_id};
 
 /// How a probe reaches a collector that speaks TLS (`hoptrace collect --tls-cert`).
 #[derive(Debug, Clone, clap::Args)]
@@ -21,22 +24,31 @@ pub struct CollectorTlsArgs {
     pub collector_tls_name: Option<String>,
 }
 
+/// Where `hoptrace collect` listens when not told.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+
 /// Options of `hoptrace collect`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Address to listen on for probes. Any non-loopback address requires --token.
-    #[arg(long, default_value = "127.0.0.1:7400")]
-    pub listen: String,
+    /// Address to listen on for probes [default: 127.0.0.1:7400]. Any non-loopback
+    /// address requires --token.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub listen: Option<String>,
     /// Pipeline spec (TOML); `hoptrace generate-config` prints a commented default.
     /// Without it, that default is used.
     #[arg(long)]
     pub pipeline: Option<PathBuf>,
-    /// Directory under which the run directory `<run-id>/` is created.
-    #[arg(long, default_value = "runs")]
-    pub out: PathBuf,
-    /// Run id (default: run-<UTC time>).
-    #[arg(long)]
+    /// Folder under which the run directory `<run-id>/` is created.
+    #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
+    pub runs: PathBuf,
+    /// Run id (default: run-<UTC time>): letters, digits, '.', '_' and '-'.
+    #[arg(long, value_parser = parse_run_id)]
     pub run_id: Option<String>,
+    /// Add to the run in <runs>/<run-id>/ although it closed cleanly: its files are kept
+    /// and the new run.json accounts for what this collector receives. Without it, a
+    /// finished run is never written over.
+    #[arg(long = "continue", requires = "run_id")]
+    pub continue_run: bool,
     /// Token probes must present.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -47,18 +59,19 @@ pub struct Args {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, env = "HOPTRACE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long)]
-    pub duration_s: Option<u64>,
-    /// Serve Prometheus metrics at http://ADDR/metrics.
-    #[arg(long)]
+    /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
+    /// run until SIGINT/SIGTERM.
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub metrics: Option<String>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
     /// Read probe records from Kafka instead of listening
     /// (kafka://HOST:PORT[,HOST:PORT...]/TOPIC, written by `hoptrace relay`): this
     /// collector joins the consumer group --group and writes its own files under
-    /// <out>/<run-id>/members/<member>/; the analysis reads all members as one run.
+    /// <runs>/<run-id>/members/<member>/; the analysis reads all members as one run.
     #[arg(long, value_name = "KAFKA_URL", requires = "run_id")]
     pub from: Option<String>,
     /// Consumer group of the collectors reading --from.
@@ -67,9 +80,9 @@ pub struct Args {
     /// This collector's name in the group (default: host name and process id).
     #[arg(long, requires = "from")]
     pub member: Option<String>,
-    /// Seconds between checkpoints (files closed, offsets committed) with --from.
-    #[arg(long, default_value_t = 5, requires = "from")]
-    pub commit_interval_s: u64,
+    /// Time between checkpoints (files closed, offsets committed) with --from.
+    #[arg(long, alias = "commit-interval-s", value_name = "DURATION", default_value = "5s", value_parser = parse_duration, requires = "from")]
+    pub commit_interval: Duration,
 }
 
 /// The pipeline spec at `path`, or the built-in default pipeline without one.
@@ -77,10 +90,30 @@ pub struct Args {
 /// # Errors
 /// A file that does not read or is not a valid spec (the error names the file).
 pub fn load_spec(path: Option<&std::path::Path>) -> anyhow::Result<PipelineSpec> {
-    match path {
-        Some(p) => PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display())),
-        None => Ok(PipelineSpec::default_pipeline()),
+    let Some(p) = path else {
+        return Ok(PipelineSpec::default_pipeline());
+    };
+    let spec = PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?;
+    for w in spec_warnings(&spec) {
+        eprintln!("warning: pipeline spec {}: {w}", p.display());
     }
+    Ok(spec)
+}
+
+/// What is valid in a spec but most likely a mistake: a stage whose `from` hop comes
+/// after its `to` hop in the order of `[[hops]]` measures every message as negative.
+pub fn spec_warnings(spec: &PipelineSpec) -> Vec<String> {
+    let position = |name: &str| spec.hops.iter().position(|h| h.name == name);
+    spec.stages
+        .iter()
+        .filter(|st| matches!((position(&st.from), position(&st.to)), (Some(f), Some(t)) if f > t))
+        .map(|st| {
+            format!(
+                "stage {:?} runs backwards: `from` hop {:?} comes after `to` hop {:?} in the order of [[hops]], so its deltas will be negative; swap `from` and `to`, or list the hops in pipeline order",
+                st.name, st.from, st.to
+            )
+        })
+        .collect()
 }
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
@@ -93,14 +126,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     let spec = load_spec(args.pipeline.as_deref())?;
     if let Some(from) = &args.from {
+        refuse_listener_options(args)?;
+        args.preflight.check()?;
         return crate::scaleout::collect_group(args, from, spec, &stop);
     }
-    let mut cfg = CollectorConfig::new(&args.listen, spec, &args.out);
+    args.preflight.check()?;
+    if let Some(id) = &args.run_id {
+        check_run_dir(&args.runs.join(id), &spec, args.continue_run)?;
+    }
+    let listen = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let mut cfg = CollectorConfig::new(listen, spec, &args.runs);
     cfg.run_id.clone_from(&args.run_id);
     cfg.token.clone_from(&args.token);
     cfg.tls_cert.clone_from(&args.tls_cert);
     cfg.tls_key.clone_from(&args.tls_key);
-    args.preflight.check()?;
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
@@ -140,7 +179,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
 
     let started = Instant::now();
-    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let deadline = args.duration.map(|d| started + d);
     let tty = std::io::stderr().is_terminal();
     let mut last = collector.progress();
     let mut last_at = Instant::now();
@@ -188,10 +227,150 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!(
         "run {} written to {}",
         summary.run_id,
-        args.out.join(&summary.run_id).display()
+        args.runs.join(&summary.run_id).display()
     );
     print_accounting(&summary);
     Ok(())
+}
+
+/// `collect --from` reads Kafka and listens for nobody: the options of a listener would be
+/// silently ignored, so they are refused. Values that only come from the environment
+/// (`HOPTRACE_TOKEN`, ...) are not the user's request here and pass.
+fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
+    let from_env =
+        |var: &str, value: Option<String>| value.is_none() || std::env::var(var).ok() == value;
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let given: Vec<&str> = [
+        ("--listen", args.listen.is_some()),
+        ("--metrics", args.metrics.is_some()),
+        ("--token", !from_env("HOPTRACE_TOKEN", args.token.clone())),
+        (
+            "--tls-cert",
+            !from_env("HOPTRACE_TLS_CERT", path(&args.tls_cert)),
+        ),
+        (
+            "--tls-key",
+            !from_env("HOPTRACE_TLS_KEY", path(&args.tls_key)),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    if !given.is_empty() {
+        bail!(
+            "{} cannot be used with --from: a collector reading Kafka takes no probe connections; give {} to `hoptrace relay`, which does",
+            given.join(", "),
+            if given.len() == 1 { "it" } else { "them" }
+        );
+    }
+    Ok(())
+}
+
+/// The hops of a pipeline as (name, wire id).
+fn hop_ids(spec: &PipelineSpec) -> Vec<(String, u8)> {
+    spec.hops
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name.clone(), h.id.unwrap_or(i as u8)))
+        .collect()
+}
+
+fn hop_list(hops: &[String]) -> String {
+    hops.join(", ")
+}
+
+/// Refuses to write into `dir` when it holds a run that closed cleanly (unless
+/// `continue_run`) or data of another pipeline (always): either would leave a directory
+/// that no reader can make sense of. A directory a killed collector left (part files, no
+/// `run.json`) of the same pipeline is taken over and its complete files kept.
+///
+/// # Errors
+/// What `dir` holds, and what to do instead.
+pub fn check_run_dir(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Result<()> {
+    let ours = hop_ids(spec);
+    let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
+    let run_json = dir.join("run.json");
+    if run_json.exists() {
+        let text = std::fs::read_to_string(&run_json)
+            .with_context(|| format!("reading {}", run_json.display()))?;
+        let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{} holds a run.json that does not read ({e}): choose another --run-id",
+                dir.display()
+            )
+        })?;
+        if hop_ids(&prev.pipeline) != ours {
+            bail!(
+                "{} holds run {:?} of pipeline {:?} (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+                dir.display(),
+                prev.run_id,
+                prev.pipeline.name,
+                hop_list(
+                    &prev
+                        .pipeline
+                        .hops
+                        .iter()
+                        .map(|h| h.name.clone())
+                        .collect::<Vec<_>>()
+                ),
+                spec.name,
+                hop_list(&our_names)
+            );
+        }
+        if !continue_run {
+            let rows: u64 = prev.files.iter().map(|f| f.rows).sum();
+            bail!(
+                "{} holds run {:?}, which closed cleanly with {rows} traces in {} file(s): choose another --run-id, or pass --continue to add to it",
+                dir.display(),
+                prev.run_id,
+                prev.files.len()
+            );
+        }
+        return Ok(());
+    }
+    // No run.json: a collector was killed here. Its part files name their hops.
+    let traces = dir.join("traces");
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(&traces)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    parts.sort();
+    if let Some(theirs) = parts.iter().find_map(|p| part_hops(p))
+        && theirs != our_names
+    {
+        bail!(
+            "{} holds the files of another pipeline's run (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+            dir.display(),
+            hop_list(&theirs),
+            spec.name,
+            hop_list(&our_names)
+        );
+    }
+    Ok(())
+}
+
+/// The hops a traces part file has columns for (`<hop>_ns`), or `None` when it does not
+/// read.
+fn part_hops(path: &Path) -> Option<Vec<String>> {
+    use hoptrace_analysis::datafusion::parquet::file::reader::{
+        FileReader as _, SerializedFileReader,
+    };
+    let reader = SerializedFileReader::new(std::fs::File::open(path).ok()?).ok()?;
+    let schema = reader.metadata().file_metadata().schema_descr_ptr();
+    Some(
+        schema
+            .root_schema()
+            .get_fields()
+            .iter()
+            .filter_map(|f| f.name().strip_suffix("_ns"))
+            .filter(|n| *n != "intended")
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// Prints a run's accounting and files.

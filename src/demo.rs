@@ -24,7 +24,7 @@ use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummar
 use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink, SimulatedHost};
 
 use crate::units::{
-    fmt_ns, fmt_si, parse_count, parse_duration, parse_duration_ns, parse_signed_duration_ns,
+    fmt_ns, fmt_si, parse_duration, parse_duration_ns, parse_rate, parse_signed_duration_ns,
 };
 
 /// Options of `hoptrace demo`.
@@ -35,8 +35,8 @@ pub struct Args {
     #[arg(long)]
     pub broker: Option<String>,
     /// Target rate, metrics per second (open loop).
-    #[arg(long, default_value = "100k", value_parser = parse_count)]
-    pub rate: u64,
+    #[arg(long, default_value = "100k", value_parser = parse_rate)]
+    pub rate: f64,
     /// How long to publish.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -78,11 +78,16 @@ pub struct Args {
 /// # Errors
 /// Invalid options, a part that does not start, a report that cannot be written.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    if args.rate == 0 || args.streams == 0 || args.metrics_per_message == 0 {
-        bail!("--rate, --streams and --metrics-per-message must be positive");
+    if args.streams == 0 || args.metrics_per_message == 0 {
+        bail!("--streams and --metrics-per-message must be positive");
     }
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
+    // The broker address is checked before anything is started or written.
+    let external = match &args.broker {
+        None => None,
+        Some(url) => Some(parse_broker(url)?),
+    };
     let started = Instant::now();
     let run_id = format!("demo-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000);
     let mut cfg = CollectorConfig::new("127.0.0.1:0", PipelineSpec::default_pipeline(), &args.runs);
@@ -90,9 +95,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     let collector = Collector::start(cfg).context("starting the collector")?;
     let run_dir = collector.run_dir().to_owned();
+    // Until the run is written whole, a failure removes its directory: a run that never
+    // finished would only get in the way of `hoptrace sql 'runs/*'`.
+    let unfinished = RemoveUnlessKept(Some(run_dir.clone()));
     let link = ProbeLink::new(collector.local_addr().to_string());
 
-    let (endpoint, broker_line) = match &args.broker {
+    let (endpoint, broker_line) = match external {
         None => {
             let b = EmbeddedBroker::start(1 << 20).context("starting the embedded MQTT broker")?;
             (
@@ -100,8 +108,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 "MQTT 5 broker in this process (rumqttd)".to_owned(),
             )
         }
-        Some(url) => {
-            let e = Endpoint::parse(url).context("--broker")?;
+        Some(e) => {
             let line = format!("external broker {}", e.display());
             (e, line)
         }
@@ -129,7 +136,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     flow.probes = Some(link.clone());
     let flow = Processor::start(flow).context("starting the processor")?;
 
-    let mut shape = LoadShape::uniform(args.rate as f64, args.streams);
+    let mut shape = LoadShape::uniform(args.rate, args.streams);
     shape.metrics_per_message = args.metrics_per_message;
     shape.zipf_exponent = args.zipf;
     shape.duration = Some(args.duration);
@@ -144,17 +151,29 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let publisher = Publisher::new(pc).context("starting the publisher")?;
     eprintln!(
         "hoptrace demo: {} metrics/s ({} per message) for {:.0} s over {} streams through the {broker_line}; run {run_id}",
-        fmt_si(args.rate as f64),
+        fmt_si(args.rate),
         args.metrics_per_message,
         args.duration.as_secs_f64(),
         args.streams
     );
     let published = publish_with_progress(publisher, &stop, &flow, &store, args.duration)?;
+    let interrupted = stop.load(Relaxed);
     let settled = drain(&published, &flow, &stop);
     let flow = flow.stop(Duration::from_secs(10));
     let store = store.stop();
     let run = collector.stop().context("stopping the collector")?;
+    if interrupted {
+        crate::soak::mark_interrupted(&run_dir.join("run.json"))?;
+    }
+    unfinished.keep();
     print_parts(&published, &flow, &store, settled);
+    if interrupted {
+        eprintln!(
+            "interrupted: published for {:.1} s of the planned {:.0} s; the run and its report say so",
+            published.elapsed_ns as f64 / 1e9,
+            args.duration.as_secs_f64()
+        );
+    }
     if let Some(e) = &flow.error {
         bail!("the processor failed: {e}");
     }
@@ -187,6 +206,36 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("the run's accounting does not add up: see the report");
     }
     Ok(())
+}
+
+/// A broker address for `--broker`, with what the demo needs of it.
+fn parse_broker(url: &str) -> anyhow::Result<Endpoint> {
+    let e = Endpoint::parse(url).context("--broker")?;
+    if let Endpoint::Kafka(k) = &e
+        && k.topics.is_empty()
+    {
+        bail!(
+            "--broker {url:?}: no topic; the demo publishes to and reads from the topic in the address: kafka://HOST:PORT/TOPIC (e.g. kafka://127.0.0.1:19092/hoptrace-demo)"
+        );
+    }
+    Ok(e)
+}
+
+/// Removes a directory when dropped, unless [`RemoveUnlessKept::keep`] was called.
+struct RemoveUnlessKept(Option<PathBuf>);
+
+impl RemoveUnlessKept {
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveUnlessKept {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// Runs the publisher to its end, with a live line on a terminal.

@@ -3,6 +3,24 @@
 
 use clap::{Parser, Subcommand};
 
+// Every line printed goes through `out`, which stops printing to a stream whose reader
+// went away (`| head -1`) instead of panicking: these shadow the standard macros in
+// every module below.
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Out, false, format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::out::print($crate::out::Stream::Out, true, format_args!("")) };
+    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Out, true, format_args!($($arg)*)) };
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Err, false, format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::out::print($crate::out::Stream::Err, true, format_args!("")) };
+    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Err, true, format_args!($($arg)*)) };
+}
+
 mod analyze;
 mod bench;
 mod bench_publisher;
@@ -10,6 +28,8 @@ mod bench_report;
 mod clock;
 mod collect;
 mod demo;
+mod errors;
+mod out;
 mod publish;
 mod refpipe_cmd;
 mod roundtrip;
@@ -97,7 +117,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(out::Sink(out::Stream::Err))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
@@ -122,7 +142,7 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+        eprintln!("error: {}", errors::render(&e));
+        std::process::exit(errors::exit_code(&e));
     }
 }

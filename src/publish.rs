@@ -20,7 +20,7 @@ use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
-use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration};
+use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration, parse_rate};
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -85,9 +85,9 @@ pub struct PublishArgs {
     /// `kafka://host:port/topic?acks=all&linger_ms=5` (options: see the publisher docs).
     #[arg(long)]
     pub to: String,
-    /// Target rate in metrics per second, over all streams (`100k`, `1M`).
-    #[arg(long, default_value = "10k", value_parser = parse_count)]
-    pub rate: u64,
+    /// Target rate, metrics per second over all streams (`0.5`, `100k`, `1M`).
+    #[arg(long, default_value = "10k", value_parser = parse_rate)]
+    pub rate: f64,
     /// Streams (topics, series) the load is spread over.
     #[arg(long, default_value_t = 100)]
     pub streams: u32,
@@ -230,7 +230,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
             Endpoint::Kafka(_) => bail!("--qos applies to MQTT; Kafka uses acks= in the address"),
         }
     }
-    let mut shape = LoadShape::uniform(args.rate as f64, args.streams);
+    let mut shape = LoadShape::uniform(args.rate, args.streams);
     shape.metrics_per_message = args.metrics_per_message;
     shape.zipf_exponent = args.zipf;
     shape.ramp_up = args.ramp_up;
@@ -281,6 +281,15 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     args.preflight.check()?;
     let config = publish_config(args)?;
     let planned_s = args.duration.as_secs_f64();
+    let planned_messages = args.rate * planned_s / f64::from(args.metrics_per_message.max(1));
+    if args.replay.is_none() && planned_messages < f64::from(args.streams) {
+        eprintln!(
+            "warning: --rate {} metrics/s for {planned_s} s is {planned_messages:.1} message(s) of {} metric(s) over {} streams: most streams send nothing (lower --streams or raise --rate)",
+            fmt_si(args.rate),
+            args.metrics_per_message,
+            args.streams
+        );
+    }
     let publisher = Publisher::new(config).context("starting the publisher")?;
     eprintln!(
         "{} (SIGINT or SIGTERM stops, flushes and prints the summary)",
@@ -337,16 +346,34 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     let summary = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
-    print_publish_summary(&summary);
+    // A schedule that ran to its end is measured over its whole planned duration: at a
+    // low rate its last message leaves long before the end.
+    let planned = (args.replay.is_none()
+        && !summary.stopped_early
+        && summary.errors == 0
+        && args.messages.is_none_or(|m| summary.messages < m))
+    .then_some(args.duration);
+    let window_s = (summary.elapsed_ns as f64 / 1e9).max(planned.map_or(0.0, |d| d.as_secs_f64()));
+    print_publish_summary(&summary, window_s);
     if let Some(path) = &args.summary_json {
-        std::fs::write(path, serde_json::to_vec_pretty(&summary_json(&summary))?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(
+            path,
+            serde_json::to_vec_pretty(&summary_json(&summary, window_s))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
 
 /// The end summary of a publish run as JSON (for `hoptrace soak` and scripts).
-fn summary_json(s: &PublishSummary) -> serde_json::Value {
+fn summary_json(s: &PublishSummary, window_s: f64) -> serde_json::Value {
+    let per_s = |n: u64| {
+        if window_s > 0.0 {
+            n as f64 / window_s
+        } else {
+            0.0
+        }
+    };
     let b = &s.broker;
     let q = |x: f64| s.lag.at(x).map(|q| q.value_ns);
     serde_json::json!({
@@ -359,8 +386,8 @@ fn summary_json(s: &PublishSummary) -> serde_json::Value {
         "elapsed_ns": s.elapsed_ns,
         "schedule_span_ns": s.schedule_span_ns,
         "keep_up_ratio": s.keep_up_ratio(),
-        "metrics_per_s": s.metrics_per_s(),
-        "messages_per_s": s.messages_per_s(),
+        "metrics_per_s": per_s(s.metrics),
+        "messages_per_s": per_s(s.messages),
         "target_metrics_per_s": s.target_metrics_per_s,
         "stopped_early": s.stopped_early,
         "errors": s.errors,
@@ -413,7 +440,8 @@ fn lag_line(l: &LagSummary) -> String {
     )
 }
 
-fn print_publish_summary(s: &PublishSummary) {
+/// `window_s`: the time the achieved rates are measured over.
+fn print_publish_summary(s: &PublishSummary, window_s: f64) {
     println!(
         "hoptrace publish: publisher {} -> {}, context in {}{}",
         s.publisher_id,
@@ -425,13 +453,20 @@ fn print_publish_summary(s: &PublishSummary) {
             .unwrap_or_default()
     );
     let secs = s.elapsed_ns as f64 / 1e9;
+    let per_s = |n: u64| {
+        if window_s > 0.0 {
+            n as f64 / window_s
+        } else {
+            0.0
+        }
+    };
     println!(
-        "sent {} messages ({} metrics) over {} streams in {secs:.2} s: {} metrics/s, {} messages/s{}{}",
+        "sent {} messages ({} metrics) over {} streams in {window_s:.2} s: {} metrics/s, {} messages/s{}{}",
         s.messages,
         s.metrics,
         s.streams,
-        fmt_si(s.metrics_per_s()),
-        fmt_si(s.messages_per_s()),
+        fmt_si(per_s(s.metrics)),
+        fmt_si(per_s(s.messages)),
         s.target_metrics_per_s
             .map(|t| format!(" (target {} metrics/s at full rate)", fmt_si(t)))
             .unwrap_or_default(),

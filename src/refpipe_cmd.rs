@@ -58,7 +58,7 @@ impl ProbeArgs {
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
     /// Address to serve writes and queries on.
-    #[arg(long, default_value = "127.0.0.1:7500")]
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7500", value_parser = crate::units::parse_listen)]
     pub listen: String,
     #[command(flatten)]
     pub probes: ProbeArgs,

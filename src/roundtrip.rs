@@ -23,7 +23,7 @@ use hoptrace_probe::{
     TraceKey,
 };
 
-use crate::units::{fmt_ns, parse_count};
+use crate::units::{fmt_ns, fmt_si, parse_count, parse_rate, parse_signed_duration_ns};
 
 /// Options of `hoptrace roundtrip`.
 #[derive(Debug, clap::Args)]
@@ -31,14 +31,15 @@ pub struct Args {
     /// Messages to send.
     #[arg(long, default_value = "200k", value_parser = parse_count)]
     pub messages: u64,
-    /// Target send rate, messages per second (open loop).
-    #[arg(long, default_value = "50k", value_parser = parse_count)]
-    pub rate: u64,
+    /// Target rate, metrics per second (open loop), as in every command: messages go out
+    /// at --rate / --metrics-per-message per second.
+    #[arg(long, default_value = "50k", value_parser = parse_rate)]
+    pub rate: f64,
     /// Streams the messages are spread over.
     #[arg(long, default_value_t = 100)]
     pub streams: u32,
     /// Metrics carried per message.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// Hops in order; a stage is measured between each pair of neighbours, and in total.
     #[arg(
@@ -47,15 +48,29 @@ pub struct Args {
         default_value = "publish,broker,flow_in,flow_out,store_in"
     )]
     pub hops: Vec<String>,
-    /// Simulate a skewed clock on the last hop's host (ns; negative: behind).
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub last_hop_skew_ns: i64,
+    /// Simulate a skewed clock on the last hop's host (`-2ms`: behind, `+500us`: ahead).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = parse_signed_duration_ns, conflicts_with = "last_hop_skew_ns")]
+    pub last_hop_skew: Option<i64>,
+    /// The same in plain nanoseconds (the older spelling).
+    #[arg(long, hide = true, allow_hyphen_values = true)]
+    pub last_hop_skew_ns: Option<i64>,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
-    /// Directory under which the run directory is written.
-    #[arg(long, default_value = "runs")]
-    pub out: PathBuf,
+    /// Folder under which the run directory is written.
+    #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
+    pub runs: PathBuf,
+}
+
+impl Args {
+    fn skew_ns(&self) -> i64 {
+        self.last_hop_skew.or(self.last_hop_skew_ns).unwrap_or(0)
+    }
+
+    /// Messages per second.
+    fn message_rate(&self) -> f64 {
+        self.rate / f64::from(self.metrics_per_message.max(1))
+    }
 }
 
 /// Runs the roundtrip and prints its report.
@@ -65,8 +80,11 @@ pub struct Args {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     ensure!(args.hops.len() >= 2, "--hops needs at least two hops");
     ensure!(args.hops.len() <= 16, "--hops allows at most 16 hops");
-    ensure!(args.rate > 0, "--rate must be positive");
     ensure!(args.streams > 0, "--streams must be positive");
+    ensure!(
+        args.metrics_per_message > 0,
+        "--metrics-per-message must be positive"
+    );
     let hops: Vec<(HopId, &str)> = args
         .hops
         .iter()
@@ -75,7 +93,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .collect();
 
     let spec = PipelineSpec::chain("roundtrip", &args.hops).context("--hops")?;
-    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &args.out);
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &args.runs);
     cfg.run_id = Some(format!(
         "roundtrip-{}",
         hoptrace_probe::clock::realtime_ns() / 1_000_000
@@ -110,11 +128,7 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
     let last = hops.len() - 1;
     for (i, rx) in receivers.into_iter().enumerate() {
         let hop = hops[i + 1].0;
-        let skew = if i + 1 == last {
-            args.last_hop_skew_ns
-        } else {
-            0
-        };
+        let skew = if i + 1 == last { args.skew_ns() } else { 0 };
         let probe = exporter.probe_with_clock(hop, OffsetClock::new(SystemClock, skew))?;
         let next = senders.get(i + 1).cloned();
         handles.push(std::thread::spawn(move || {
@@ -140,7 +154,7 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
 
     let publish = exporter.probe(hops[0].0)?;
     let payload = vec![b'x'; args.payload_bytes];
-    let period_ns = 1e9 / args.rate as f64;
+    let period_ns = 1e9 / args.message_rate();
     let start_ns = publish.now_ns();
     let start = Instant::now();
     let mut per_stream: HashMap<u32, SentEntry> = HashMap::new();
@@ -216,10 +230,11 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
 
 fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: &CounterSnapshot) {
     println!(
-        "hoptrace roundtrip: {sent} messages in {:.2} s ({:.0} msg/s, target {} msg/s), {} hops, run {}",
+        "hoptrace roundtrip: {sent} messages in {:.2} s ({:.0} msg/s, target {} metrics/s = {:.0} msg/s), {} hops, run {}",
         elapsed.as_secs_f64(),
         sent as f64 / elapsed.as_secs_f64(),
-        args.rate,
+        fmt_si(args.rate),
+        args.message_rate(),
         args.hops.len(),
         r.run_id
     );
@@ -265,13 +280,13 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
     let n = args.hops.len();
     println!(
         "Clocks: every hop reads this host's CLOCK_REALTIME{}.",
-        if args.last_hop_skew_ns == 0 {
+        if args.skew_ns() == 0 {
             String::new()
         } else {
             format!(
                 ", except {} which is skewed by {} (simulated); its negative deltas are counted, not hidden",
                 args.hops[n - 1],
-                fmt_ns(args.last_hop_skew_ns as f64)
+                fmt_ns(args.skew_ns() as f64)
             )
         }
     );

@@ -10,12 +10,14 @@ use anyhow::Context as _;
 use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
 use hoptrace_collector::spec::PipelineSpec;
 
+use crate::units::{parse_duration, parse_listen};
+
 /// Options of `hoptrace relay`.
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
     /// Address probes connect to (as they would to a collector). Any non-loopback
     /// address requires --token.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    #[arg(long, value_name = "HOST:PORT", default_value = crate::collect::DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: String,
     /// Where records go: kafka://HOST:PORT[,HOST:PORT...]/TOPIC (probe control messages
     /// go to TOPIC.control).
@@ -42,9 +44,10 @@ pub struct RelayArgs {
     /// Run id told to probes.
     #[arg(long, default_value = "relay")]
     pub run_id: String,
-    /// Stop by itself after this many seconds (default: until SIGINT/SIGTERM).
-    #[arg(long)]
-    pub duration_s: Option<u64>,
+    /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
+    /// until SIGINT/SIGTERM.
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 /// Runs a relay until SIGINT/SIGTERM (or `--duration-s`).
@@ -72,7 +75,7 @@ pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
         args.to
     );
     let started = Instant::now();
-    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let deadline = args.duration.map(|d| started + d);
     let mut last = relay.stats();
     let mut last_at = Instant::now();
     while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
@@ -132,19 +135,28 @@ pub fn collect_group(
         group: args.group.clone(),
         member: member.clone(),
         spec,
-        out_dir: args.out.clone(),
+        out_dir: args.runs.clone(),
         run_id: run_id.clone(),
-        commit_interval: Duration::from_secs(args.commit_interval_s.max(1)),
+        commit_interval: args.commit_interval.max(Duration::from_millis(100)),
         stop_timeout: Duration::from_secs(60),
     };
-    let dir = args.out.join(&run_id);
+    // Before the clock of --duration starts: a broker that is not there, or a topic that
+    // does not exist, is an error at once, and only a signal cuts the wait short.
+    hoptrace_collector::kafka::check_topics(
+        &cfg.target.brokers,
+        &[&cfg.target.topic, &cfg.target.control_topic()],
+        stop,
+        hoptrace_collector::kafka::BROKER_WAIT,
+    )
+    .context("collecting from Kafka")?;
+    let dir = args.runs.join(&run_id);
     eprintln!(
         "collecting from {from} as member {member} of group {} into {} (SIGINT or SIGTERM stops and flushes)",
         args.group,
         dir.join("members").join(&member).display()
     );
     let started = Instant::now();
-    let deadline = args.duration_s.map(|s| started + Duration::from_secs(s));
+    let deadline = args.duration.map(|d| started + d);
     let stop_all = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (stop, stop_all) = (Arc::clone(stop), Arc::clone(&stop_all));

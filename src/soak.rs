@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run id (default: `soak-<Unix ms>`); letters, digits, `.`, `_` and `-`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::units::parse_run_id)]
     pub run_id: Option<String>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
@@ -330,20 +330,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let exe = std::env::current_exe().context("this program's path")?;
-    let run_id = match &args.run_id {
-        Some(id) => {
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            {
-                bail!("--run-id {id:?}: use letters, digits, '.', '_' and '-'");
-            }
-            id.clone()
-        }
-        None => format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000),
-    };
+    let run_id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(|| format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000));
     let run_dir = args.runs.join(&run_id);
+    // The collector would refuse it too, but only in its log.
+    crate::collect::check_run_dir(
+        &run_dir,
+        &hoptrace_collector::spec::PipelineSpec::default_pipeline(),
+        false,
+    )?;
     let out = args
         .out
         .clone()
@@ -357,7 +354,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut collect = Command::new(&exe);
     collect
         .args(["collect", "--listen", &collector_addr, "--run-id", &run_id])
-        .arg("--out")
+        .arg("--runs")
         .arg(&args.runs)
         .arg("--metrics")
         .arg(metrics_addr.to_string());
@@ -509,6 +506,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if tty {
         eprintln!();
     }
+    let interrupted = stop.load(Relaxed);
     let publisher_out = publisher.stop(Duration::from_secs(5)).unwrap_or_default();
     if !publish_status.success() {
         bail!(
@@ -545,6 +543,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     collector.stop(Duration::from_secs(120))?;
     for line in publisher_out.iter().chain(&processor_out).chain(&store_out) {
         println!("{line}");
+    }
+    if interrupted {
+        mark_interrupted(&run_dir.join("run.json"))?;
+        eprintln!(
+            "interrupted: published for {:.0} s of the planned {planned:.0} s; the run and its report say so",
+            published["elapsed_ns"].as_f64().unwrap_or(0.0) / 1e9
+        );
     }
     resources::write_parquet(&run_dir.join(resources::FILE), &sampler.samples)?;
 
@@ -726,6 +731,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("the run's accounting does not add up: see the report");
     }
     Ok(())
+}
+
+/// Marks the run in `run_json` as interrupted (the collector that wrote it could not
+/// know).
+///
+/// # Errors
+/// The file does not read, parse or write.
+pub(crate) fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read(run_json).with_context(|| format!("reading {}", run_json.display()))?;
+    let mut run: hoptrace_collector::RunSummary =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
+    run.interrupted = true;
+    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
+        .with_context(|| format!("writing {}", run_json.display()))
 }
 
 /// The broker's program and version, best effort: Mosquitto from `mosquitto -h`, Kafka

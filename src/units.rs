@@ -15,7 +15,31 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
     if !(v >= 0.0 && v.is_finite()) {
         return Err(format!("{s:?} must be a non-negative number"));
     }
-    Ok((v * mult).round() as u64)
+    let n = v * mult;
+    if (n - n.round()).abs() > 1e-6 * n.max(1.0) {
+        return Err(format!("{s:?} is not a whole number ({n})"));
+    }
+    Ok(n.round() as u64)
+}
+
+/// Parses a rate, metrics per second, with an optional suffix: `0.5`, `200`, `50k`,
+/// `1.5M`. It must be positive.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('M') => (&t[..t.len() - 1], 1e6),
+        Some('G' | 'B') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| {
+        format!("{s:?} is not a rate in metrics per second (examples: 0.5, 200, 50k, 1M)")
+    })?;
+    let rate = v * mult;
+    if !(rate > 0.0 && rate.is_finite()) {
+        return Err(format!("{s:?}: a rate must be greater than 0"));
+    }
+    Ok(rate)
 }
 
 /// Parses a duration with a unit: `250ms`, `30s`, `5m`, `1h`, `1.5s`, `500us`, `100ns`
@@ -78,12 +102,46 @@ fn duration_ns(s: &str, bare: Option<f64>) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
-/// Formats a count or rate with an SI suffix: `950`, `12.5k`, `1.00M`.
+/// Checks a run id: it names a directory under the runs folder, so letters, digits, `.`,
+/// `_` and `-`, not starting with `.`.
+pub fn parse_run_id(s: &str) -> Result<String, String> {
+    let plain = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if s.is_empty() || !plain || s.starts_with('.') {
+        return Err(format!(
+            "{s:?}: use letters, digits, '.', '_' and '-' (not starting with '.'), e.g. soak-1"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// Checks an address to listen on: `HOST:PORT` (`127.0.0.1:7400`, `[::1]:7400`,
+/// `localhost:7400`, port 0 for any free port) that resolves.
+pub fn parse_listen(s: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs as _;
+    let example = "expected HOST:PORT, e.g. 127.0.0.1:7400 (port 0: any free port)";
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("{s:?} has no port: {example}"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{s:?}: {example}"));
+    }
+    match s.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(_)) => Ok(s.to_owned()),
+        Ok(None) => Err(format!("{s:?}: the host resolves to no address")),
+        Err(e) => Err(format!("{s:?}: cannot resolve the host ({e})")),
+    }
+}
+
+/// Formats a count or rate with an SI suffix: `0.50`, `950`, `12.5k`, `1.00M`.
 pub fn fmt_si(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.2}M", v / 1e6)
     } else if v >= 1e3 {
         format!("{:.1}k", v / 1e3)
+    } else if v > 0.0 && v < 10.0 && v.fract() != 0.0 {
+        format!("{v:.2}")
     } else {
         format!("{v:.0}")
     }
@@ -140,6 +198,18 @@ mod tests {
         assert_eq!(parse_count("1.8G"), Ok(1_800_000_000));
         assert!(parse_count("fast").is_err());
         assert!(parse_count("-1").is_err());
+        assert!(parse_count("0.5").unwrap_err().contains("whole"));
+        assert_eq!(parse_count("1.2345k").ok(), None);
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        assert_eq!(parse_rate("50k"), Ok(50_000.0));
+        assert_eq!(parse_rate("1.5M"), Ok(1_500_000.0));
+        for bad in ["0", "-1", "fast", "1x", ""] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -179,6 +249,25 @@ mod tests {
     }
 
     #[test]
+    fn run_ids() {
+        assert_eq!(parse_run_id("soak-1.a_b"), Ok("soak-1.a_b".into()));
+        for bad in ["", ".", "..", "../x", "a/b", ".hidden", "a b"] {
+            assert!(parse_run_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert!(parse_listen("127.0.0.1:0").is_ok());
+        assert!(parse_listen("localhost:7400").is_ok());
+        assert!(parse_listen("[::1]:7400").is_ok());
+        let e = parse_listen("localhost").unwrap_err();
+        assert!(e.contains("no port") && e.contains("HOST:PORT"), "{e}");
+        assert!(parse_listen("127.0.0.1:http").is_err());
+        assert!(parse_listen(":7400").is_err());
+    }
+
+    #[test]
     fn command_lines_quote_what_a_shell_would_split() {
         let args = [
             "hoptrace",
@@ -197,6 +286,8 @@ mod tests {
     #[test]
     fn formatting() {
         assert_eq!(fmt_si(950.0), "950");
+        assert_eq!(fmt_si(0.5), "0.50");
+        assert_eq!(fmt_si(3.0), "3");
         assert_eq!(fmt_si(12_500.0), "12.5k");
         assert_eq!(fmt_si(1e6), "1.00M");
         assert_eq!(fmt_ns(512.0), "512ns");

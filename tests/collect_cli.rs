@@ -255,6 +255,10 @@ fn the_clock_preflight_refuses_unless_forced() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{stderr}");
     assert!(stderr.contains("clock preflight failed"), "{stderr}");
+    // It says how to fix it.
+    for hint in ["chronyc tracking", "infra/clock/README.md", "--force-clock"] {
+        assert!(stderr.contains(hint), "{hint}: {stderr}");
+    }
     assert!(!dir.exists(), "a refused run writes nothing");
     let forced = run(true);
     let stderr = String::from_utf8_lossy(&forced.stderr);

@@ -247,6 +247,7 @@ pub fn generate(
         },
         connections: Default::default(),
         group: None,
+        interrupted: false,
     };
     let json = serde_json::to_vec_pretty(&summary)
         .map_err(|e| AnalysisError::Render(format!("run.json: {e}")))?;

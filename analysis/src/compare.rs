@@ -75,7 +75,7 @@ pub struct Gate {
     pub threshold: Threshold,
 }
 
-/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`.
+/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`, `2m`, `1h`.
 fn parse_ns(s: &str) -> Option<f64> {
     let s = s.trim();
     let split = s.find(|c: char| c.is_alphabetic() || c == 'µ')?;
@@ -86,6 +86,8 @@ fn parse_ns(s: &str) -> Option<f64> {
         "us" | "µs" => 1e3,
         "ms" => 1e6,
         "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3_600e9,
         _ => return None,
     };
     Some(v * mult)
@@ -177,6 +179,18 @@ impl Gate {
         Ok(stat(self.stage_of(stages)?, &self.stat).is_some_and(|v| self.op.holds(v, limit)))
     }
 
+    /// Checks that every run has the gate's stage, so that a misspelt stage is reported
+    /// before anything is compared.
+    ///
+    /// # Errors
+    /// [`AnalysisError::Gate`] naming the stages the runs have.
+    pub fn check(&self, summaries: &[Summary]) -> Result<(), AnalysisError> {
+        for s in summaries {
+            self.stage_of(&s.stages)?;
+        }
+        Ok(())
+    }
+
     /// The gate's stage among `stages`.
     fn stage_of<'a>(&self, stages: &'a [StageSummary]) -> Result<&'a StageSummary, AnalysisError> {
         stages
@@ -190,6 +204,19 @@ impl Gate {
                     stages.iter().map(|x| &x.name).collect::<Vec<_>>()
                 ),
             })
+    }
+}
+
+impl Threshold {
+    /// As a gate line shows it: `+10.0%`, `+500.0µs`, `5.0ms`.
+    #[must_use]
+    pub fn shown(self) -> String {
+        match self {
+            Self::Relative(x) => format!("{:+.1}%", x * 100.0),
+            Self::Change(ns) if ns < 0.0 => duration_f64(ns),
+            Self::Change(ns) => format!("+{}", duration_f64(ns)),
+            Self::Value(ns) => duration_f64(ns),
+        }
     }
 }
 
@@ -257,12 +284,18 @@ pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, A
             run_id: s.runs.first().map(|r| r.run_id.clone()).unwrap_or_default(),
             failed: gate.op.holds(lhs, rhs),
             detail: format!(
-                "{}.{}: baseline {}, run {} ({shown} {} threshold)",
+                "{}.{}: baseline {}, run {} ({shown} {} {}: {})",
                 gate.stage,
                 gate.stat,
                 duration_f64(b),
                 duration_f64(v),
-                gate.op.symbol()
+                gate.op.symbol(),
+                gate.threshold.shown(),
+                if gate.op.holds(lhs, rhs) {
+                    "holds, the run fails"
+                } else {
+                    "does not hold"
+                }
             ),
         });
     }
@@ -346,6 +379,15 @@ mod tests {
             (g.stage.as_str(), g.op),
             ("total (publish -> store_in)", Op::Le)
         );
+    }
+
+    #[test]
+    fn thresholds_show_as_written() {
+        let shown = |t: &str| t.parse::<Gate>().unwrap().threshold.shown();
+        assert_eq!(shown("T.p99 > +10%"), "+10.0%");
+        assert_eq!(shown("T.p99 > -250us"), "-250.0µs");
+        assert_eq!(shown("T.p99 > +2ms"), "+2.0ms");
+        assert_eq!(shown("T.p99 < 5ms"), "5.0ms");
     }
 
     #[test]

@@ -146,6 +146,18 @@ fn date_of(unix_ns: i64) -> String {
 pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     let mut b = Vec::new();
     b.push(Block::Heading(1, format!("{} Test Report", s.pipeline)));
+    let interrupted: Vec<&str> = s
+        .runs
+        .iter()
+        .filter(|r| r.interrupted)
+        .map(|r| r.run_id.as_str())
+        .collect();
+    if !interrupted.is_empty() {
+        b.push(Block::Para(format!(
+            "**Interrupted:** run {} was stopped early (Ctrl-C); the figures cover the load sent until then, less than was planned.",
+            interrupted.join(", ")
+        )));
+    }
     b.push(Block::Heading(2, "Performance Highlights".into()));
     b.push(Block::Para(headline(s)));
     let heads: Vec<&StageSummary> = s.stages.iter().filter(|x| x.headline).collect();

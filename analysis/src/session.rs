@@ -39,6 +39,12 @@ pub struct Run {
     /// A collector group's run: the part files of its valid segments and the member
     /// directory holding `clock.parquet` and `probes.parquet`.
     pub group: Option<(Vec<PathBuf>, PathBuf)>,
+    /// Part files in `traces/` that `run.json` does not account for (neither written by
+    /// its collector nor recovered from an earlier one): a stray or copied file. Left out
+    /// of [`Run::part_files`] unless [`OpenOptions::unlisted`] asked for them.
+    pub unlisted: Vec<PathBuf>,
+    /// Whether [`Run::unlisted`] is read too.
+    pub read_unlisted: bool,
 }
 
 impl Run {
@@ -62,6 +68,8 @@ impl Run {
                 dir: dir.to_owned(),
                 summary: g.summary,
                 group: Some((g.parts, g.tables_dir)),
+                unlisted: Vec::new(),
+                read_unlisted: false,
             });
         }
         let path = dir.join("run.json");
@@ -69,14 +77,18 @@ impl Run {
             dir: dir.to_owned(),
             source,
         })?;
-        let summary = serde_json::from_str(&text).map_err(|source| AnalysisError::RunJson {
-            path: path.clone(),
-            source,
-        })?;
+        let summary: RunSummary =
+            serde_json::from_str(&text).map_err(|source| AnalysisError::RunJson {
+                path: path.clone(),
+                source,
+            })?;
+        let (_, unlisted) = split_listed(&traces_files(dir), &summary);
         Ok(Self {
             dir: dir.to_owned(),
             summary,
             group: None,
+            unlisted,
+            read_unlisted: false,
         })
     }
 
@@ -87,23 +99,78 @@ impl Run {
         self.group.as_ref().map_or(&self.dir, |(_, d)| d)
     }
 
-    /// The run's part files, in order.
+    /// The run's part files, in order: those its `run.json` accounts for (and the
+    /// unlisted ones when asked).
     #[must_use]
     pub fn part_files(&self) -> Vec<PathBuf> {
         if let Some((parts, _)) = &self.group {
             return parts.clone();
         }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.join("traces"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        files.sort();
-        files
+        let all = traces_files(&self.dir);
+        if self.read_unlisted {
+            return all;
+        }
+        split_listed(&all, &self.summary).0
     }
+}
+
+/// Every `traces/*.parquet` of a run directory, sorted.
+fn traces_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("traces"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// `part-NNNNN...` → NNNNN.
+fn part_index(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix("part-")?.get(..5)?.parse().ok()
+}
+
+/// Splits a run's part files into those its `run.json` accounts for and the others. It
+/// lists the files its collector wrote; the files an earlier, killed collector left are
+/// counted in `recovered` and numbered below the first file of the collector that kept
+/// them.
+fn split_listed(files: &[PathBuf], summary: &RunSummary) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let listed: std::collections::HashSet<&str> =
+        summary.files.iter().map(|f| f.name.as_str()).collect();
+    let first_listed = summary
+        .files
+        .iter()
+        .filter_map(|f| part_index(Path::new(&f.name)))
+        .min();
+    let mut recovered_left = summary.recovered.as_ref().map_or(0, |r| r.files);
+    let (mut read, mut unlisted) = (Vec::new(), Vec::new());
+    for f in files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let earlier = part_index(f).is_some_and(|i| first_listed.is_none_or(|m| i < m));
+        if listed.contains(name) {
+            read.push(f.clone());
+        } else if earlier && recovered_left > 0 {
+            recovered_left -= 1;
+            read.push(f.clone());
+        } else {
+            unlisted.push(f.clone());
+        }
+    }
+    (read, unlisted)
+}
+
+/// What [`RunSet::open_with`] reads beyond the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Read every run directory of a run id, not only the first: copies of a run are
+    /// otherwise left out, so that no trace counts twice.
+    pub duplicates: bool,
+    /// Read part files a run's `run.json` does not account for.
+    pub unlisted: bool,
 }
 
 /// Expands `*` and `?` in the last component of each path (shells expand unquoted globs
@@ -125,28 +192,65 @@ fn expand(pattern: &Path) -> Vec<PathBuf> {
 pub struct RunSet {
     /// Runs, in the order given.
     pub runs: Vec<Run>,
+    /// What was found but not read, or read though dubious: run directories a glob or
+    /// folder matched that hold no finished run, copies of a run id, part files that
+    /// `run.json` does not list. One line each, for the user.
+    pub notes: Vec<String>,
 }
 
 impl RunSet {
-    /// Opens every run directory in `paths` (globs allowed). A directory holding run
-    /// directories (such as `runs/`) opens all of them.
+    /// Opens every run directory in `paths` (globs allowed) with the default
+    /// [`OpenOptions`]. A directory holding run directories (such as `runs/`) opens all of
+    /// them.
     ///
     /// # Errors
     /// When a path is not a run, a `run.json` does not parse, nothing matched, or the runs'
     /// pipelines declare different hops (their traces cannot be one table).
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self, AnalysisError> {
+        Self::open_with(paths, OpenOptions::default())
+    }
+
+    /// Opens every run directory in `paths` (globs allowed). A path named as such must
+    /// be a run (or a folder of runs); directories a glob or a folder matches that hold
+    /// no finished run (no `run.json`: a report folder, a run whose collector never
+    /// finished) are skipped with a note. A run id met again (a copied run) is left out
+    /// with a note unless `options.duplicates`; part files a `run.json` does not list are
+    /// left out with a note unless `options.unlisted`.
+    ///
+    /// # Errors
+    /// When a path is not a run, a `run.json` does not parse, nothing matched, or the runs'
+    /// pipelines declare different hops (their traces cannot be one table).
+    pub fn open_with<P: AsRef<Path>>(
+        paths: &[P],
+        options: OpenOptions,
+    ) -> Result<Self, AnalysisError> {
+        let is_run =
+            |d: &Path| d.join("run.json").exists() || hoptrace_collector::group::is_group_run(d);
         let mut runs = Vec::new();
+        let mut notes = Vec::new();
+        let skipped = |dir: &Path, notes: &mut Vec<String>| {
+            if dir.join("traces").is_dir() {
+                notes.push(format!(
+                    "skipped {}: no run.json (its collector did not finish; running `hoptrace collect` again with its --run-id recovers the closed files)",
+                    dir.display()
+                ));
+            } else {
+                notes.push(format!("skipped {}: not a run directory", dir.display()));
+            }
+        };
         for p in paths {
-            let matched = expand(p.as_ref());
+            let pattern = p.as_ref();
+            let globbed = pattern.to_string_lossy().contains(['*', '?', '[']);
+            let matched = expand(pattern);
             if matched.is_empty() {
-                return Err(AnalysisError::NoRuns(p.as_ref().display().to_string()));
+                return Err(AnalysisError::NoRuns(pattern.display().to_string()));
             }
             for dir in matched {
-                if dir.join("run.json").exists()
-                    || !dir.is_dir()
-                    || hoptrace_collector::group::is_group_run(&dir)
-                {
+                if is_run(&dir) || !dir.is_dir() && !globbed {
                     runs.push(Run::open(&dir)?);
+                    continue;
+                }
+                if !dir.is_dir() {
                     continue;
                 }
                 let mut children: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -156,21 +260,79 @@ impl RunSet {
                     })?
                     .flatten()
                     .map(|e| e.path())
-                    .filter(|c| {
-                        c.join("run.json").exists() || hoptrace_collector::group::is_group_run(c)
-                    })
+                    .filter(|c| c.is_dir())
                     .collect();
-                if children.is_empty() {
+                children.sort();
+                let (found, others): (Vec<PathBuf>, Vec<PathBuf>) =
+                    children.into_iter().partition(|c| is_run(c));
+                if found.is_empty() {
+                    if globbed {
+                        skipped(&dir, &mut notes);
+                        continue;
+                    }
                     runs.push(Run::open(&dir)?);
                 }
-                children.sort();
-                for c in children {
+                for c in others.iter().filter(|c| c.join("traces").is_dir()) {
+                    skipped(c, &mut notes);
+                }
+                for c in found {
                     runs.push(Run::open(&c)?);
                 }
             }
         }
+        // One run id, one run: a copy of a run directory would count its traces twice.
+        let mut seen: Vec<(String, PathBuf)> = Vec::new();
+        runs.retain(|r| {
+            let id = &r.summary.run_id;
+            match seen.iter().find(|(s, _)| s == id) {
+                Some((_, first)) => {
+                    notes.push(format!(
+                        "run id {id:?} is in both {} and {}: {}",
+                        first.display(),
+                        r.dir.display(),
+                        if options.duplicates {
+                            "reading both (--duplicates), its traces count twice"
+                        } else {
+                            "reading the first only (--duplicates reads both)"
+                        }
+                    ));
+                    options.duplicates
+                }
+                None => {
+                    seen.push((id.clone(), r.dir.clone()));
+                    true
+                }
+            }
+        });
+        for r in &mut runs {
+            r.read_unlisted = options.unlisted;
+            if !r.unlisted.is_empty() {
+                notes.push(format!(
+                    "{} holds {} part file(s) that its run.json does not list ({}): {}",
+                    r.dir.display(),
+                    r.unlisted.len(),
+                    r.unlisted
+                        .iter()
+                        .filter_map(|f| f.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if options.unlisted {
+                        "reading them too (--unlisted)"
+                    } else {
+                        "left out (--unlisted reads them)"
+                    }
+                ));
+            }
+        }
         let Some(first) = runs.first() else {
-            return Err(AnalysisError::NoRuns(String::new()));
+            return Err(AnalysisError::NoRuns(
+                paths
+                    .iter()
+                    .map(|p| p.as_ref().display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ));
         };
         let hops = &first.summary.pipeline.hops;
         if let Some(other) = runs.iter().find(|r| &r.summary.pipeline.hops != hops) {
@@ -182,7 +344,7 @@ impl RunSet {
                 other.summary.pipeline.hops
             )));
         }
-        Ok(Self { runs })
+        Ok(Self { runs, notes })
     }
 
     /// The pipeline of the first run (all runs share its hops).

@@ -71,6 +71,9 @@ pub struct RunInfo {
     pub started_unix_ns: i64,
     /// Collector end, Unix ns.
     pub ended_unix_ns: i64,
+    /// The run was cut short (Ctrl-C): its figures cover less load than was planned.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// How percentiles were computed.
@@ -579,6 +582,12 @@ pub async fn compute(
             ));
         }
     }
+    warnings.extend(runs.runs.iter().filter(|r| r.summary.interrupted).map(|r| {
+        format!(
+            "run {} was interrupted (Ctrl-C): it covers less load than was planned",
+            r.summary.run_id
+        )
+    }));
     for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
         let hist = figures.pos.to_histogram();
         let summary = stage_summary(st, figures, &env.hosts);
@@ -636,6 +645,7 @@ pub async fn compute(
                 dir: r.dir.display().to_string(),
                 started_unix_ns: r.summary.started_unix_ns,
                 ended_unix_ns: r.summary.ended_unix_ns,
+                interrupted: r.summary.interrupted,
             })
             .collect(),
         pipeline: pipeline.name.clone(),

@@ -24,10 +24,7 @@ use hoptrace_probe::protocol::{
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, DefaultConsumerContext, Rebalance,
-};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -118,6 +115,158 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KafkaError + '_ {
     }
 }
 
+/// librdkafka's log lines and errors, summarised: a client that cannot reach its brokers
+/// says so every few milliseconds, each line with new counters in it. The first line of a
+/// kind is logged; its repeats are counted and told once every [`QuietLogs::EVERY`].
+#[derive(Debug, Default)]
+pub struct QuietLogs {
+    seen: Mutex<BTreeMap<String, (u64, Instant)>>,
+}
+
+impl QuietLogs {
+    /// How often repeats are summarised.
+    pub const EVERY: Duration = Duration::from_secs(30);
+
+    /// Logs `message` at `level`, or counts it when a line of its kind was logged
+    /// within [`Self::EVERY`]; returns whether it was logged.
+    pub fn log(&self, level: tracing::Level, message: &str) -> bool {
+        // Lines of a kind differ in numbers (times, counts, ports of new connections).
+        let mut kind = String::new();
+        for c in message.chars().take(160) {
+            if !c.is_ascii_digit() {
+                kind.push(c);
+            } else if !kind.ends_with('#') {
+                kind.push('#');
+            }
+        }
+        let repeats = {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = seen
+                .entry(kind)
+                .or_insert((0, Instant::now() - Self::EVERY));
+            if entry.1.elapsed() < Self::EVERY {
+                entry.0 += 1;
+                return false;
+            }
+            let repeats = entry.0;
+            *entry = (0, Instant::now());
+            repeats
+        };
+        let also = if repeats > 0 {
+            format!(
+                " (and {repeats} more like it in the last {}s)",
+                Self::EVERY.as_secs()
+            )
+        } else {
+            String::new()
+        };
+        match level {
+            tracing::Level::ERROR => tracing::error!("{message}{also}"),
+            tracing::Level::WARN => tracing::warn!("{message}{also}"),
+            tracing::Level::INFO => tracing::info!("{message}{also}"),
+            _ => tracing::debug!("{message}{also}"),
+        }
+        true
+    }
+
+    /// For [`ClientContext::log`].
+    fn client_log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        let level = match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::Level::ERROR,
+            L::Warning => tracing::Level::WARN,
+            L::Notice | L::Info => tracing::Level::INFO,
+            L::Debug => tracing::Level::DEBUG,
+        };
+        self.log(level, &format!("kafka: {fac} {message}"));
+    }
+}
+
+/// The summariser every Kafka client of this process logs through.
+fn quiet() -> &'static QuietLogs {
+    static QUIET: std::sync::OnceLock<QuietLogs> = std::sync::OnceLock::new();
+    QUIET.get_or_init(QuietLogs::default)
+}
+
+/// A client context with nothing but summarised logs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QuietContext;
+
+impl ClientContext for QuietContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        quiet().client_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+    }
+}
+
+impl ConsumerContext for QuietContext {}
+
+/// How long [`check_topics`] waits for a broker to answer.
+pub const BROKER_WAIT: Duration = Duration::from_secs(6);
+
+/// Checks, before a consumer joins, that a broker at `brokers` answers and that every
+/// topic of `topics` exists: a consumer would otherwise wait forever, logging. Gives up
+/// after `within`, or as soon as `stop` is set.
+///
+/// # Errors
+/// [`KafkaError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
+/// missing topic and how to create it, or the interruption.
+pub fn check_topics(
+    brokers: &str,
+    topics: &[&str],
+    stop: &AtomicBool,
+    within: Duration,
+) -> Result<(), KafkaError> {
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let deadline = Instant::now() + within;
+    let metadata = loop {
+        if stop.load(Relaxed) {
+            return Err(KafkaError::Config(format!(
+                "interrupted while waiting for a Kafka broker at {brokers}"
+            )));
+        }
+        match client.fetch_metadata(None, Duration::from_millis(500)) {
+            Ok(md) if !md.brokers().is_empty() => break md,
+            Ok(_) => {}
+            Err(e) if Instant::now() >= deadline => {
+                return Err(KafkaError::Config(format!(
+                    "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
+                    within.as_secs()
+                )));
+            }
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Config(format!(
+                "no Kafka broker reachable at {brokers} within {}s: check the address, and that Kafka runs",
+                within.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for topic in topics {
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == *topic && t.error().is_none());
+        if !exists {
+            return Err(KafkaError::Config(format!(
+                "topic {topic} does not exist at {brokers}: create it, e.g. by starting `hoptrace relay --to kafka://{brokers}/{}` (which creates the records and control topics), or with kafka-topics.sh --create --topic {topic}",
+                topic.strip_suffix(".control").unwrap_or(topic)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Creates `topic` with `partitions` partitions and `replication` replicas unless it
 /// exists, and returns its partition count once every partition has a leader (an
 /// existing topic keeps its own count). A just-created topic reaches every broker's
@@ -134,11 +283,18 @@ pub fn ensure_topic(
     replication: i32,
 ) -> Result<i32, KafkaError> {
     const METADATA_WAIT: Duration = Duration::from_secs(30);
-    let client: BaseConsumer = ClientConfig::new()
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .create()?;
+        .create_with_context(QuietContext)?;
     let led = || -> Result<Option<i32>, KafkaError> {
-        let md = client.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let md = client
+            .fetch_metadata(Some(topic), BROKER_WAIT)
+            .map_err(|e| {
+                KafkaError::Config(format!(
+                    "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
+                    BROKER_WAIT.as_secs()
+                ))
+            })?;
         Ok(md.topics().first().and_then(|t| {
             let parts = t.partitions();
             let all_led = t.error().is_none()
@@ -150,9 +306,9 @@ pub fn ensure_topic(
     if let Some(n) = led()? {
         return Ok(n);
     }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+    let admin: AdminClient<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .create()?;
+        .create_with_context(QuietContext)?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for r in block_on(admin.create_topics([&new], &opts))? {
@@ -237,7 +393,15 @@ struct RelayContext {
     failed: AtomicU64,
 }
 
-impl ClientContext for RelayContext {}
+impl ClientContext for RelayContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        quiet().client_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+    }
+}
 
 impl ProducerContext for RelayContext {
     type DeliveryOpaque = usize;
@@ -246,7 +410,7 @@ impl ProducerContext for RelayContext {
         match result {
             Ok(_) => self.delivered.fetch_add(records as u64, Relaxed),
             Err((e, _)) => {
-                tracing::warn!("kafka delivery failed: {e}");
+                quiet().log(tracing::Level::WARN, &format!("kafka delivery failed: {e}"));
                 self.failed.fetch_add(records as u64, Relaxed)
             }
         };
@@ -850,7 +1014,15 @@ struct MemberContext {
     state: Arc<Mutex<MemberState>>,
 }
 
-impl ClientContext for MemberContext {}
+impl ClientContext for MemberContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        quiet().client_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+    }
+}
 
 impl ConsumerContext for MemberContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -940,13 +1112,20 @@ pub fn run_member(
         .join(&cfg.run_id)
         .join(group::MEMBERS_DIR)
         .join(&cfg.member);
-    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     if dir.join("run.json").exists() {
         return Err(KafkaError::Config(format!(
             "{} already holds a finished member: use another --member or --run-id",
             dir.display()
         )));
     }
+    let control_topic = cfg.target.control_topic();
+    check_topics(
+        &cfg.target.brokers,
+        &[&cfg.target.topic, &control_topic],
+        stop,
+        BROKER_WAIT,
+    )?;
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let state = Arc::new(Mutex::new(MemberState {
         cfg: cfg.clone(),
         spec: Arc::clone(&spec),
@@ -974,13 +1153,12 @@ pub fn run_member(
             state: Arc::clone(&state),
         })?;
     consumer.subscribe(&[&cfg.target.topic])?;
-    let control_topic = cfg.target.control_topic();
-    let control_consumer: BaseConsumer<DefaultConsumerContext> = ClientConfig::new()
+    let control_consumer: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", &cfg.target.brokers)
         .set("group.id", format!("{}.control.{}", cfg.group, cfg.member))
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .create()?;
+        .create_with_context(QuietContext)?;
     let mut ctl_tpl = TopicPartitionList::new();
     ctl_tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
     control_consumer.assign(&ctl_tpl)?;
@@ -990,6 +1168,7 @@ pub fn run_member(
     let mut last_commit = Instant::now();
     let mut last_progress = Instant::now();
     let mut stopping: Option<Instant> = None;
+    let mut unreachable_since: Option<Instant> = None;
     loop {
         if stop.load(Relaxed) && stopping.is_none() {
             tracing::info!("stopping: reading the assigned partitions to their end");
@@ -1003,7 +1182,9 @@ pub fn run_member(
             }
             match polled {
                 Some(Ok(m)) => s.message(m.partition(), m.offset(), m.payload())?,
-                Some(Err(e)) => tracing::warn!("kafka: {e}"),
+                Some(Err(e)) => {
+                    quiet().log(tracing::Level::WARN, &format!("kafka: {e}"));
+                }
                 None => {}
             }
             if last_commit.elapsed() >= cfg.commit_interval {
@@ -1042,18 +1223,38 @@ pub fn run_member(
                         }
                     }
                 }
-                Err(e) => tracing::warn!("kafka (control): {e}"),
+                Err(e) => {
+                    quiet().log(tracing::Level::WARN, &format!("kafka (control): {e}"));
+                }
             }
         }
         if let Some(since) = stopping {
-            let done = caught_up(
+            let done = match caught_up(
                 &consumer,
                 &state,
                 &cfg.target.topic,
                 &control_consumer,
                 &control_topic,
                 control_position,
-            );
+            ) {
+                Some(done) => {
+                    unreachable_since = None;
+                    done
+                }
+                None => {
+                    // Kafka does not answer: waiting for the partitions' end would only
+                    // delay the stop the user asked for.
+                    let first = *unreachable_since.get_or_insert_with(Instant::now);
+                    if first.elapsed() >= BROKER_WAIT {
+                        tracing::warn!(
+                            brokers = %cfg.target.brokers,
+                            "Kafka does not answer: stopping with what was read"
+                        );
+                        break;
+                    }
+                    false
+                }
+            };
             if done || since.elapsed() >= cfg.stop_timeout {
                 if !done {
                     tracing::warn!(
@@ -1087,39 +1288,40 @@ pub fn run_member(
     Ok(summary)
 }
 
-/// Whether every assigned partition and the control topic have been read to their end.
+/// Whether every assigned partition and the control topic have been read to their end;
+/// `None` when Kafka does not answer.
 fn caught_up(
     consumer: &BaseConsumer<MemberContext>,
     state: &Mutex<MemberState>,
     topic: &str,
-    control: &BaseConsumer<DefaultConsumerContext>,
+    control: &BaseConsumer<QuietContext>,
     control_topic: &str,
     control_position: i64,
-) -> bool {
-    let t = Duration::from_secs(5);
-    let Ok((_, high)) = control.fetch_watermarks(control_topic, 0, t) else {
-        return false;
-    };
+) -> Option<bool> {
+    let t = Duration::from_secs(1);
+    let (_, high) = control.fetch_watermarks(control_topic, 0, t).ok()?;
     if control_position < high {
-        return false;
+        return Some(false);
     }
     let Ok(assignment) = consumer.assignment() else {
-        return false;
+        return Some(false);
     };
     let s = state.lock().expect("member state poisoned");
-    assignment.elements_for_topic(topic).iter().all(|e| {
+    let mut done = true;
+    for e in assignment.elements_for_topic(topic) {
         let p = e.partition();
         let pos = s
             .partitions
             .get(&p)
             .map(|o| o.join.position())
             .or_else(|| s.assigned.get(&p).map(|a| a.resume));
-        match (pos, consumer.fetch_watermarks(topic, p, t)) {
-            (Some(pos), Ok((_, high))) => pos >= high,
-            (None, Ok((low, high))) => low == high,
-            _ => false,
-        }
-    })
+        let (low, high) = consumer.fetch_watermarks(topic, p, t).ok()?;
+        done &= match pos {
+            Some(pos) => pos >= high,
+            None => low == high,
+        };
+    }
+    Some(done)
 }
 
 fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> RunSummary {
@@ -1181,12 +1383,28 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             rows_set_aside: 0,
             owners,
         }),
+        interrupted: false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeated_client_logs_are_counted_not_printed() {
+        let q = QuietLogs::default();
+        let line = |port: u16| format!("127.0.0.1:{port}/bootstrap: Connect failed: refused");
+        assert!(q.log(tracing::Level::ERROR, &line(1)));
+        // The same kind of line, other numbers: counted.
+        for port in 2..100 {
+            assert!(!q.log(tracing::Level::ERROR, &line(port)));
+        }
+        // Another kind: logged.
+        assert!(q.log(tracing::Level::ERROR, "topic t: unknown topic"));
+        let seen = q.seen.lock().unwrap();
+        assert_eq!(seen.values().map(|(n, _)| n).sum::<u64>(), 98);
+    }
 
     #[test]
     fn kafka_targets_parse_and_name_what_is_wrong() {

@@ -418,6 +418,10 @@ pub struct RunSummary {
     /// When collected by a Kafka consumer group: its members and partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<crate::group::GroupInfo>,
+    /// The run was cut short (Ctrl-C during `hoptrace demo` or `hoptrace soak`): its
+    /// figures cover less load than was planned.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// One clock status of one probe host.
@@ -955,6 +959,7 @@ impl JoinState {
             },
             connections,
             group: None,
+            interrupted: false,
         }
     }
 }
