@@ -292,7 +292,7 @@ fn run_list(runs: &RunSet) -> String {
 
 /// Prints a run's headline figures to stdout.
 pub fn print_summary(s: &hoptrace_analysis::Summary) {
-    use hoptrace_analysis::format::{count, duration_ns, precision_ns, rate, signed_ns};
+    use hoptrace_format::units::{count, duration_ns, precision_ns, rate, signed_ns};
     println!(
         "{}: {} messages, {} metrics over {:.1} s ({} metrics/s)",
         s.pipeline,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hoptrace_collector::bench::{self, BenchOptions};
 
-use crate::units::{parse_count, parse_duration};
+use hoptrace_format::units;
 
 /// Which benchmark.
 #[derive(Debug, clap::Subcommand)]
@@ -27,11 +27,11 @@ pub enum Which {
 #[derive(Debug, clap::Args)]
 pub struct CollectorArgs {
     /// Traces (messages) to generate.
-    #[arg(long, default_value = "10M", value_parser = parse_count)]
+    #[arg(long, default_value = "10M", value_parser = units::parse_count)]
     pub traces: u64,
     /// Target rate, metrics per second (open loop; every generated message carries one
     /// metric, so this is traces per second); omit for as fast as the collector takes them.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = units::parse_count)]
     pub rate: Option<u64>,
     /// Hops per trace.
     #[arg(long, default_value_t = 4)]
@@ -40,7 +40,7 @@ pub struct CollectorArgs {
     #[arg(long, default_value_t = 2)]
     pub exporters: usize,
     /// Join window (`10s`).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, conflicts_with = "window_ms")]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::parse_duration, conflicts_with = "window_ms")]
     pub window: Duration,
     /// The join window in plain milliseconds (the older spelling).
     #[arg(long, hide = true)]

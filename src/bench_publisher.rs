@@ -19,7 +19,7 @@ use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::url::Endpoint;
 use serde::Serialize;
 
-use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration};
+use hoptrace_format::units;
 
 /// Options of `hoptrace bench publisher`.
 #[derive(Debug, clap::Args)]
@@ -37,10 +37,10 @@ pub struct Args {
     #[arg(long, default_value_t = 100)]
     pub streams: u32,
     /// First target rate, metrics per second.
-    #[arg(long, default_value = "20k", value_parser = parse_count)]
+    #[arg(long, default_value = "20k", value_parser = units::parse_count)]
     pub start: u64,
     /// Length of each step.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     pub step: Duration,
     /// Stop bisecting when the failing rate is within this fraction of the passing one.
     #[arg(long, default_value_t = 0.05)]
@@ -95,13 +95,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!(
             "{:>4}  target {:>8} metrics/s  achieved {:>8} ({:.4})  {:>8} msg/s  cpu {:.2} cores  waits {}  lag p99 {}  unconfirmed {}  {}",
             steps.len() + 1,
-            fmt_si(step.target_metrics_per_s),
-            fmt_si(step.achieved_metrics_per_s),
+            units::rate(step.target_metrics_per_s),
+            units::rate(step.achieved_metrics_per_s),
             step.ratio,
-            fmt_si(step.messages_per_s),
+            units::rate(step.messages_per_s),
             step.cpu_cores,
             step.backpressure_waits,
-            fmt_ns(step.lag_p99_ns as f64),
+            units::duration_f64(step.lag_p99_ns as f64),
             step.unconfirmed,
             if step.pass { "pass" } else { "FAIL" }
         );
@@ -122,10 +122,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     match best {
         Some(b) => println!(
             "highest passing rate: {} metrics/s ({} msg/s) using {:.2} cores; first failure at {}; {} steps in {:.0} s",
-            fmt_si(b.target_metrics_per_s),
-            fmt_si(b.messages_per_s),
+            units::rate(b.target_metrics_per_s),
+            units::rate(b.messages_per_s),
             b.cpu_cores,
-            fail.map_or_else(|| "none".into(), fmt_si),
+            fail.map_or_else(|| "none".into(), units::rate),
             steps.len(),
             started.elapsed().as_secs_f64()
         ),

@@ -3,7 +3,7 @@
 //! on the same Parquet files.
 //!
 //! For each size a run is generated (the collector's own Parquet writer, realistic
-//! delays: see `hoptrace_analysis::bench`), then `hoptrace report` runs on it as a child
+//! delays: see `hoptrace_collector::generate`), then `hoptrace report` runs on it as a child
 //! process, then `bench/duckdb_stages.py` (embedded in the binary) runs DuckDB's exact
 //! `quantile_disc` per stage. Wall time and peak RSS of both children come from the
 //! kernel (`wait4`). Every DuckDB figure is checked against the report: counts, minimum
@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::Summary;
-use hoptrace_analysis::bench::{GenerateOptions, generate};
+use hoptrace_collector::generate::{GenerateOptions, generate};
 use serde::{Deserialize, Serialize};
 
-use crate::units::{fmt_si, parse_count};
+use hoptrace_format::units;
 
 /// The DuckDB side, run by `python3`.
 const DUCKDB_SCRIPT: &str = include_str!("../bench/duckdb_stages.py");
@@ -28,7 +28,7 @@ const DUCKDB_SCRIPT: &str = include_str!("../bench/duckdb_stages.py");
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Run sizes in traces, comma separated (e.g. `100M,1B`).
-    #[arg(long, default_value = "100M", value_delimiter = ',', value_parser = parse_count)]
+    #[arg(long, default_value = "100M", value_delimiter = ',', value_parser = units::parse_count)]
     pub traces: Vec<u64>,
     /// Where generated runs, reports and DuckDB's answers go.
     #[arg(long, default_value = "/var/tmp/hoptrace-bench")]
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long)]
     pub keep: bool,
     /// Rows per generated Parquet file.
-    #[arg(long, default_value = "1M", value_parser = parse_count)]
+    #[arg(long, default_value = "1M", value_parser = units::parse_count)]
     pub rows_per_file: u64,
     /// Python with the `duckdb` package.
     #[arg(long, default_value = "python3")]
@@ -158,7 +158,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
-            "machine": hoptrace_collector::run::HostInfo::this_host(),
+            "machine": hoptrace_collector::run::host_info(),
             "results": results,
         }))?
     );
@@ -181,7 +181,7 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
         }
         None => {
             if run_dir.exists() {
-                hoptrace_analysis::bench::remove(&run_dir)?;
+                hoptrace_collector::generate::remove(&run_dir)?;
             }
             let mut opts = GenerateOptions::new(traces, &args.dir, &run_id);
             opts.rows_per_file = args.rows_per_file;
@@ -191,7 +191,7 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
                     "generate: {}/{} traces  {}/s  ETA {:.0} s",
                     p.traces,
                     traces,
-                    fmt_si(rate),
+                    units::rate(rate),
                     (traces - p.traces) as f64 / rate
                 );
             })?;
@@ -275,7 +275,7 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
         result.duckdb_version = Some(answer.duckdb_version);
     }
     if !args.keep {
-        hoptrace_analysis::bench::remove(&run_dir)?;
+        hoptrace_collector::generate::remove(&run_dir)?;
     }
     Ok(result)
 }
@@ -283,7 +283,7 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
 /// Files and bytes of an existing generated run of exactly `traces` traces.
 fn reusable(run_dir: &Path, traces: u64) -> Option<(usize, u64)> {
     let bytes = std::fs::read(run_dir.join("run.json")).ok()?;
-    let s: hoptrace_collector::run::RunSummary = serde_json::from_slice(&bytes).ok()?;
+    let s: hoptrace_format::run::RunSummary = serde_json::from_slice(&bytes).ok()?;
     let rows: u64 = s.files.iter().map(|f| f.rows).sum();
     let all_there = s.files.iter().all(|f| {
         std::fs::metadata(run_dir.join("traces").join(&f.name)).is_ok_and(|m| m.len() == f.bytes)
@@ -333,7 +333,7 @@ fn agree(summary: &Summary, duck: &DuckAnswer) -> (usize, Vec<String>) {
 fn print_result(r: &SizeResult) {
     println!(
         "{} traces ({} files, {:.2} GiB Parquet, {:.2} bytes/trace)",
-        fmt_si(r.traces as f64),
+        units::rate(r.traces as f64),
         r.files,
         r.parquet_bytes as f64 / (1u64 << 30) as f64,
         r.parquet_bytes as f64 / r.traces.max(1) as f64

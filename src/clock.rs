@@ -14,7 +14,7 @@ use hoptrace_probe::clock::{ClockStatusSource, KernelClockStatus, Leap};
 use hoptrace_probe::exporter::hostname;
 use hoptrace_probe::sync::{self, ChronyStatus, PtpStatus};
 
-use crate::units::{fmt_ns, parse_duration_ns};
+use hoptrace_format::units;
 
 /// Where `hoptrace clock` reads the clock status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,13 +41,13 @@ pub struct Args {
     pub json: bool,
     /// Preflight: fail when the clock is unsynchronised or its error bound exceeds this
     /// (e.g. 100us, 1ms).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
     pub max_error: Option<u64>,
     /// With --max-error: only warn when the preflight fails.
     #[arg(long, requires = "max_error")]
     pub force: bool,
     /// Read again every DURATION (e.g. 1s), one line per reading, until interrupted.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
     pub watch: Option<u64>,
     /// With --watch: stop after this many readings.
     #[arg(long, requires = "watch")]
@@ -169,7 +169,7 @@ pub struct PreflightArgs {
     /// Refuse to start when this host's clock (chronyd, ptp4l or the kernel) is not
     /// synchronised or its error bound exceeds this (e.g. 100us, 1ms); the collector also
     /// checks every probe host's clock status against it and records what fails.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ns)]
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
     pub max_clock_error: Option<u64>,
     /// With --max-clock-error: warn instead of refusing.
     #[arg(long)]
@@ -224,13 +224,13 @@ fn leap_name(leap: Leap) -> &'static str {
 
 #[allow(clippy::cast_precision_loss)]
 fn signed(ns: i64) -> String {
-    let s = fmt_ns(ns as f64);
+    let s = units::duration_f64(ns as f64);
     if ns > 0 { format!("+{s}") } else { s }
 }
 
 #[allow(clippy::cast_precision_loss)]
 fn unsigned(ns: u64) -> String {
-    fmt_ns(ns as f64)
+    units::duration_f64(ns as f64)
 }
 
 fn offset_words(ns: i64) -> &'static str {
@@ -316,8 +316,7 @@ fn to_json(
 
 /// `2026-11-22T08:21:23.123Z` from Unix epoch nanoseconds.
 fn utc(ns: i64) -> String {
-    let (y, m, d, h, min, sec, ms) = hoptrace_analysis::format::utc_parts(ns);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{ms:03}Z")
+    hoptrace_format::units::utc_iso(ns)
 }
 
 #[cfg(test)]

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use hoptrace_collector::RunSummary;
 use hoptrace_collector::metrics::{MetricsServer, render};
-use hoptrace_collector::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 
-use crate::units::{parse_duration, parse_listen, parse_run_id};
+use crate::units::{parse_listen, parse_run_id};
+use hoptrace_format::units;
 
 /// How a probe reaches a collector that speaks TLS (`hoptrace collect --tls-cert`).
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +62,7 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
     /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
     /// run until SIGINT/SIGTERM.
-    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
@@ -81,7 +82,7 @@ pub struct Args {
     #[arg(long, requires = "from")]
     pub member: Option<String>,
     /// Time between checkpoints (files closed, offsets committed) with --from.
-    #[arg(long, alias = "commit-interval-s", value_name = "DURATION", default_value = "5s", value_parser = parse_duration, requires = "from")]
+    #[arg(long, alias = "commit-interval-s", value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, requires = "from")]
     pub commit_interval: Duration,
 }
 
@@ -203,8 +204,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             for (stage, p50, p99) in &p.stages {
                 line.push_str(&format!(
                     "  {stage} p50 {} p99 {}",
-                    crate::units::fmt_ns(*p50 as f64),
-                    crate::units::fmt_ns(*p99 as f64)
+                    hoptrace_format::units::duration_f64(*p50 as f64),
+                    hoptrace_format::units::duration_f64(*p99 as f64)
                 ));
             }
             if tty {

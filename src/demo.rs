@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::{RunSet, report, summary};
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_publisher::publish::{CollectorLink, PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::uns::TopicScheme;
@@ -23,9 +23,7 @@ use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
 use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink, SimulatedHost};
 
-use crate::units::{
-    fmt_ns, fmt_si, parse_duration, parse_duration_ns, parse_rate, parse_signed_duration_ns,
-};
+use hoptrace_format::units;
 
 /// Options of `hoptrace demo`.
 #[derive(Debug, clap::Args)]
@@ -35,10 +33,10 @@ pub struct Args {
     #[arg(long)]
     pub broker: Option<String>,
     /// Target rate, metrics per second (open loop).
-    #[arg(long, default_value = "100k", value_parser = parse_rate)]
+    #[arg(long, default_value = "100k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// How long to publish.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Streams (topics, or Kafka keys) the load is spread over.
     #[arg(long, default_value_t = 300)]
@@ -53,7 +51,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
     /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
     pub linger: Duration,
     /// Directory under which the run directory is written.
     #[arg(long, default_value = "runs")]
@@ -64,10 +62,10 @@ pub struct Args {
     /// Simulate the store on another host whose clock is off by this much (e.g. -20ms):
     /// its probes read this host's clock plus the offset, and it reports a clock status
     /// of its own. Shows what clock error does to a report.
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = parse_signed_duration_ns)]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = units::parse_signed_duration_ns)]
     pub store_clock_offset: Option<i64>,
     /// The error bound the simulated store host claims for its clock.
-    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_duration_ns)]
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = units::parse_duration_ns)]
     pub store_clock_bound: u64,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
@@ -151,7 +149,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let publisher = Publisher::new(pc).context("starting the publisher")?;
     eprintln!(
         "hoptrace demo: {} metrics/s ({} per message) for {:.0} s over {} streams through the {broker_line}; run {run_id}",
-        fmt_si(args.rate),
+        units::rate(args.rate),
         args.metrics_per_message,
         args.duration.as_secs_f64(),
         args.streams
@@ -268,10 +266,10 @@ fn publish_with_progress(
             "\r{:>4.0}s  published {} msgs ({} metrics/s)  processed {}  stored {} rows  lag p99 {}  ETA {:.0}s   ",
             elapsed.as_secs_f64(),
             l.messages,
-            fmt_si(l.metrics as f64 / elapsed.as_secs_f64().max(1e-3)),
+            units::rate(l.metrics as f64 / elapsed.as_secs_f64().max(1e-3)),
             flow.stats().messages.load(Relaxed),
             store.stats().rows.load(Relaxed),
-            fmt_ns(l.lag_p99_ns as f64),
+            units::duration_f64(l.lag_p99_ns as f64),
             planned.saturating_sub(elapsed).as_secs_f64()
         );
         let _ = std::io::stderr().flush();
@@ -311,7 +309,7 @@ fn print_parts(p: &PublishSummary, f: &ProcessorSummary, s: &StoreServerSummary,
         p.keep_up_ratio(),
         p.lag
             .at(0.99)
-            .map_or_else(|| "-".into(), |q| fmt_ns(q.value_ns as f64))
+            .map_or_else(|| "-".into(), |q| units::duration_f64(q.value_ns as f64))
     );
     println!(
         "processor: {} messages taken{} ({} traced, {} bad payloads), {} rows in {} writes, {} acknowledged",

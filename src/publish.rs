@@ -20,7 +20,7 @@ use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
-use crate::units::{fmt_ns, fmt_si, parse_count, parse_duration, parse_rate};
+use hoptrace_format::units;
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -86,7 +86,7 @@ pub struct PublishArgs {
     #[arg(long)]
     pub to: String,
     /// Target rate, metrics per second over all streams (`0.5`, `100k`, `1M`).
-    #[arg(long, default_value = "10k", value_parser = parse_rate)]
+    #[arg(long, default_value = "10k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// Streams (topics, series) the load is spread over.
     #[arg(long, default_value_t = 100)]
@@ -95,25 +95,25 @@ pub struct PublishArgs {
     #[arg(long, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// How long to publish (`30s`, `30m`), ramp-up included.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Stop after this many messages.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = units::parse_count)]
     pub messages: Option<u64>,
     /// Zipf exponent of the per-stream rates (0: uniform; 1.1: a few streams dominate).
     #[arg(long, default_value_t = 0.0)]
     pub zipf: f64,
     /// Time over which the rate rises linearly from 0 to --rate.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = units::parse_duration)]
     pub ramp_up: Duration,
     /// Rate multiplier during bursts (with --burst-every and --burst-length).
     #[arg(long, requires_all = ["burst_every", "burst_length"])]
     pub burst_factor: Option<f64>,
     /// Period of the bursts (`10s`).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = units::parse_duration)]
     pub burst_every: Option<Duration>,
     /// Length of each burst (`500ms`).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = units::parse_duration)]
     pub burst_length: Option<Duration>,
     /// MQTT QoS (overrides the address's `qos=`).
     #[arg(long)]
@@ -153,13 +153,13 @@ pub struct PublishArgs {
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
     /// How long to wait at the end for the broker to confirm everything.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
     pub flush_timeout: Duration,
     /// Pacing granularity: wake at most once per tick and send every message due by its
     /// end (0: wake for each message). The extra schedule lag, up to one tick, is
     /// measured and reported; a tick of 100us-1ms saves a core's worth of wake-ups and
     /// writes at tens of thousands of messages per second.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = units::parse_duration)]
     pub tick: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
@@ -190,10 +190,10 @@ pub struct TapArgs {
     #[arg(long)]
     pub no_log_append_time: bool,
     /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
     /// Stop after this many traced messages.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = units::parse_count)]
     pub messages: Option<u64>,
     #[command(flatten)]
     pub collector: CollectorArgs,
@@ -214,10 +214,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
     /// Stop after this many messages.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = units::parse_count)]
     pub messages: Option<u64>,
 }
 
@@ -285,7 +285,7 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     if args.replay.is_none() && planned_messages < f64::from(args.streams) {
         eprintln!(
             "warning: --rate {} metrics/s for {planned_s} s is {planned_messages:.1} message(s) of {} metric(s) over {} streams: most streams send nothing (lower --streams or raise --rate)",
-            fmt_si(args.rate),
+            units::rate(args.rate),
             args.metrics_per_message,
             args.streams
         );
@@ -326,14 +326,14 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
             l.target_metrics_per_s.map_or_else(
                 || "replay".to_owned(),
-                |t| format!("{} metrics/s", fmt_si(t))
+                |t| format!("{} metrics/s", units::rate(t))
             ),
-            format_args!("{} metrics/s", fmt_si(achieved)),
+            format_args!("{} metrics/s", units::rate(achieved)),
             l.messages,
             l.backpressure_waits,
             l.errors,
-            fmt_ns(l.lag_p99_ns as f64),
-            fmt_ns(l.lag_max_ns as f64),
+            units::duration_f64(l.lag_p99_ns as f64),
+            units::duration_f64(l.lag_max_ns as f64),
             eta
         );
         let _ = std::io::stderr().flush();
@@ -414,8 +414,8 @@ fn lag_line(l: &LagSummary) -> String {
             |q| {
                 format!(
                     "{} ±{}",
-                    fmt_ns(q.value_ns as f64),
-                    fmt_ns(q.precision_ns as f64)
+                    units::duration_f64(q.value_ns as f64),
+                    units::duration_f64(q.precision_ns as f64)
                 )
             },
         )
@@ -426,8 +426,8 @@ fn lag_line(l: &LagSummary) -> String {
         q(0.9),
         q(0.99),
         q(0.999),
-        fmt_ns(l.max_ns as f64),
-        fmt_ns(l.mean_ns),
+        units::duration_f64(l.max_ns as f64),
+        units::duration_f64(l.mean_ns),
         l.count,
         if l.negative > 0 {
             format!(
@@ -465,10 +465,10 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
         s.messages,
         s.metrics,
         s.streams,
-        fmt_si(per_s(s.metrics)),
-        fmt_si(per_s(s.messages)),
+        units::rate(per_s(s.metrics)),
+        units::rate(per_s(s.messages)),
         s.target_metrics_per_s
-            .map(|t| format!(" (target {} metrics/s at full rate)", fmt_si(t)))
+            .map(|t| format!(" (target {} metrics/s at full rate)", units::rate(t)))
             .unwrap_or_default(),
         if s.stopped_early {
             "; stopped early"
@@ -489,7 +489,7 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
     println!(
         "back-pressure: {} messages waited for the client ({} in total); send errors {}",
         s.backpressure_waits,
-        fmt_ns(s.backpressure_wait_ns as f64),
+        units::duration_f64(s.backpressure_wait_ns as f64),
         s.errors
     );
     println!(
@@ -596,8 +596,8 @@ fn print_tap_summary(s: &TapSummary) {
     if let Some(r) = s.stamp_resolution_ns {
         println!(
             "note: LogAppendTime has {} resolution (truncated), so stages ending at this hop are up to {} short and may be negative",
-            fmt_ns(r as f64),
-            fmt_ns(r as f64)
+            units::duration_f64(r as f64),
+            units::duration_f64(r as f64)
         );
     }
     if s.publish_to_arrival.count > 0 {

@@ -16,7 +16,7 @@ use hoptrace_refpipe::ProbeLink;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
-use crate::units::{fmt_si, parse_duration};
+use hoptrace_format::units;
 
 /// Which part.
 #[derive(Debug, clap::Subcommand)]
@@ -81,7 +81,7 @@ pub struct ProcessorArgs {
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
     /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
     pub linger: Duration,
     #[command(flatten)]
     pub probes: ProbeArgs,
@@ -148,7 +148,7 @@ fn store(a: &StoreArgs, stop: &AtomicBool) -> anyhow::Result<()> {
                 "store {t:>6.0}s  {} writes  {} rows ({} rows/s)",
                 stats.writes.load(Relaxed),
                 rows,
-                fmt_si(rows as f64 / t.max(1e-3))
+                units::rate(rows as f64 / t.max(1e-3))
             )
         },
     );
@@ -177,7 +177,7 @@ fn processor(a: &ProcessorArgs, stop: &AtomicBool) -> anyhow::Result<()> {
             let m = stats.messages.load(Relaxed);
             format!(
                 "processor {t:>6.0}s  {m} messages ({} msgs/s)",
-                fmt_si(m as f64 / t.max(1e-3))
+                units::rate(m as f64 / t.max(1e-3))
             )
         },
     );

@@ -14,8 +14,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::carrier::envelope;
 use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
 use hoptrace_probe::{
@@ -23,17 +23,17 @@ use hoptrace_probe::{
     TraceKey,
 };
 
-use crate::units::{fmt_ns, fmt_si, parse_count, parse_rate, parse_signed_duration_ns};
+use hoptrace_format::units;
 
 /// Options of `hoptrace roundtrip`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Messages to send.
-    #[arg(long, default_value = "200k", value_parser = parse_count)]
+    #[arg(long, default_value = "200k", value_parser = units::parse_count)]
     pub messages: u64,
     /// Target rate, metrics per second (open loop), as in every command: messages go out
     /// at --rate / --metrics-per-message per second.
-    #[arg(long, default_value = "50k", value_parser = parse_rate)]
+    #[arg(long, default_value = "50k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// Streams the messages are spread over.
     #[arg(long, default_value_t = 100)]
@@ -49,7 +49,7 @@ pub struct Args {
     )]
     pub hops: Vec<String>,
     /// Simulate a skewed clock on the last hop's host (`-2ms`: behind, `+500us`: ahead).
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = parse_signed_duration_ns, conflicts_with = "last_hop_skew_ns")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = units::parse_signed_duration_ns, conflicts_with = "last_hop_skew_ns")]
     pub last_hop_skew: Option<i64>,
     /// The same in plain nanoseconds (the older spelling).
     #[arg(long, hide = true, allow_hyphen_values = true)]
@@ -233,7 +233,7 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
         "hoptrace roundtrip: {sent} messages in {:.2} s ({:.0} msg/s, target {} metrics/s = {:.0} msg/s), {} hops, run {}",
         elapsed.as_secs_f64(),
         sent as f64 / elapsed.as_secs_f64(),
-        fmt_si(args.rate),
+        units::rate(args.rate),
         args.message_rate(),
         args.hops.len(),
         r.run_id
@@ -251,13 +251,13 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
                     |p| {
                         format!(
                             "{} ±{}",
-                            fmt_ns(p.value_ns as f64),
-                            fmt_ns(p.precision_ns as f64)
+                            units::duration_f64(p.value_ns as f64),
+                            units::duration_f64(p.precision_ns as f64)
                         )
                     },
                 )
         };
-        let exact = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), fmt_ns);
+        let exact = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), units::duration_f64);
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
@@ -286,7 +286,7 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
             format!(
                 ", except {} which is skewed by {} (simulated); its negative deltas are counted, not hidden",
                 args.hops[n - 1],
-                fmt_ns(args.skew_ns() as f64)
+                units::duration_f64(args.skew_ns() as f64)
             )
         }
     );

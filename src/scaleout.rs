@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
-use hoptrace_collector::spec::PipelineSpec;
+use hoptrace_format::spec::PipelineSpec;
 
-use crate::units::{parse_duration, parse_listen};
+use crate::units::parse_listen;
+use hoptrace_format::units;
 
 /// Options of `hoptrace relay`.
 #[derive(Debug, clap::Args)]
@@ -46,7 +47,7 @@ pub struct RelayArgs {
     pub run_id: String,
     /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
     /// until SIGINT/SIGTERM.
-    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
 }
 

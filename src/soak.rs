@@ -23,7 +23,7 @@ use hoptrace_collector::procfs::{self, Pid, USER_HZ};
 use hoptrace_publisher::url::Endpoint;
 use serde::{Deserialize, Serialize};
 
-use crate::units::{fmt_si, parse_count, parse_duration};
+use hoptrace_format::units;
 
 /// Parquet bytes per trace the soak aims at.
 pub const TARGET_BYTES_PER_TRACE: f64 = 16.0;
@@ -40,10 +40,10 @@ pub struct Args {
     #[arg(long)]
     pub broker: String,
     /// Target rate, metrics per second (open loop).
-    #[arg(long, default_value = "1M", value_parser = parse_count)]
+    #[arg(long, default_value = "1M", value_parser = units::parse_count)]
     pub rate: u64,
     /// How long to publish.
-    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Metrics per message (a JSON batch): choose what the broker can carry.
     #[arg(long, default_value_t = 50)]
@@ -58,15 +58,15 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
     /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
     pub linger: Duration,
     /// The publisher's pacing tick (`hoptrace publish --tick`): it wakes at most once per
     /// tick and sends what is due by its end, so the load generator leaves the machine's
     /// cores to the pipeline under test. The schedule lag it adds is reported.
-    #[arg(long, default_value = "500us", value_parser = parse_duration)]
+    #[arg(long, default_value = "500us", value_parser = units::parse_duration)]
     pub tick: Duration,
     /// Left out of the resource means and the RSS flatness judgement.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
     pub warmup: Duration,
     /// Directory under which the run directory is written.
     #[arg(long, default_value = "runs")]
@@ -338,7 +338,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // The collector would refuse it too, but only in its log.
     crate::collect::check_run_dir(
         &run_dir,
-        &hoptrace_collector::spec::PipelineSpec::default_pipeline(),
+        &hoptrace_format::spec::PipelineSpec::default_pipeline(),
         false,
     )?;
     let out = args
@@ -452,7 +452,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     eprintln!(
         "hoptrace soak: {} metrics/s ({} per message) for {:.0} s over {} streams through {} ({broker_version}); run {run_id}",
-        fmt_si(args.rate as f64),
+        units::rate(args.rate as f64),
         args.metrics_per_message,
         args.duration.as_secs_f64(),
         args.streams,
@@ -491,7 +491,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let line = format!(
                 "{t:>5.0}s  traces {} ({}/s) pending {}  {}  ETA {:.0}s",
                 c.complete + c.incomplete,
-                fmt_si((c.complete + c.incomplete) as f64 / t.max(1e-3)),
+                units::rate((c.complete + c.incomplete) as f64 / t.max(1e-3)),
                 c.pending,
                 cpu.join("  "),
                 (planned - t).max(0.0)
@@ -583,8 +583,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             target: format!(">= {TARGET_RATE_RATIO}"),
             measured: format!(
                 "{ratio:.4} ({} of {} metrics/s)",
-                fmt_si(published["metrics_per_s"].as_f64().unwrap_or(0.0)),
-                fmt_si(args.rate as f64)
+                units::rate(published["metrics_per_s"].as_f64().unwrap_or(0.0)),
+                units::rate(args.rate as f64)
             ),
             met: ratio >= TARGET_RATE_RATIO,
         },
@@ -662,7 +662,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 format!("Broker: {} ({broker_version})", endpoint.display()),
                 format!(
                     "Load: {} metrics/s, {} metrics per message, {} streams, {:.0} s; every part a process of its own",
-                    fmt_si(args.rate as f64),
+                    units::rate(args.rate as f64),
                     args.metrics_per_message,
                     args.streams,
                     planned

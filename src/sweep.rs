@@ -21,11 +21,11 @@ use hoptrace_analysis::sweep::{
     self, CELL_FILE, Cell, CellProcess, RATE, Setting, SloResult, SweepInfo, SweepReport,
 };
 use hoptrace_analysis::{RunSet, summary};
-use hoptrace_collector::run::HostInfo;
+use hoptrace_collector::run::host_info;
 use hoptrace_publisher::url::Endpoint;
 
 use crate::soak::{Part, SoakResult};
-use crate::units::{fmt_si, parse_count, parse_duration};
+use hoptrace_format::units;
 
 /// Options of `hoptrace sweep`.
 #[derive(Debug, clap::Args)]
@@ -56,19 +56,19 @@ pub struct Args {
     #[arg(long, default_value_t = 1000)]
     pub streams: u32,
     /// Left out of every cell's figures.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     pub warmup: Duration,
     /// The measured window of every cell, after the warm-up.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
     pub window: Duration,
     /// A service level a cell must meet to hold (repeatable): `Total Ingestion.p99 < 5ms`.
     #[arg(long = "sla")]
     pub slas: Vec<String>,
     /// Size capacity planning for this load, metrics per second (`1M`).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = units::parse_count)]
     pub capacity_target: Option<u64>,
     /// The publisher's pacing tick (see `hoptrace soak --tick`).
-    #[arg(long, default_value = "500us", value_parser = parse_duration)]
+    #[arg(long, default_value = "500us", value_parser = units::parse_duration)]
     pub tick: Duration,
     /// Sweep directory (default: `runs/sweep-<Unix ms>`); an existing one of the same
     /// matrix is resumed.
@@ -172,7 +172,7 @@ fn plan(args: &Args, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>> {
         bail!("--metrics-per-message and --streams must be positive");
     }
     for r in &args.rate {
-        if parse_count(r).map_err(|e| anyhow::anyhow!("--rate {r:?}: {e}"))? == 0 {
+        if units::parse_count(r).map_err(|e| anyhow::anyhow!("--rate {r:?}: {e}"))? == 0 {
             bail!("--rate {r:?}: must be positive");
         }
     }
@@ -202,7 +202,8 @@ fn plan(args: &Args, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>> {
                     .find(|s| s.name == n)
                     .map(|s| s.value.clone())
             };
-            let rate = parse_count(&get(RATE).unwrap_or_default()).map_err(anyhow::Error::msg)?;
+            let rate =
+                units::parse_count(&get(RATE).unwrap_or_default()).map_err(anyhow::Error::msg)?;
             let metrics_per_message = get("metrics_per_message")
                 .map_or(Ok(DEFAULT_METRICS_PER_MESSAGE), |v| v.parse())?;
             let partitions = get("partitions").map(|v| v.parse()).transpose()?;
@@ -247,7 +248,7 @@ fn ensure_topic(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result
 }
 
 fn machine() -> String {
-    let h = HostInfo::this_host();
+    let h = host_info();
     format!(
         "{}, {} logical CPUs, {:.0} GiB, Linux {}",
         h.cpu_model,
@@ -375,7 +376,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "cell {}/{} {label}: {} metrics/s for {:.0} s; sweep ETA {:.0} s",
             index + 1,
             planned.len(),
-            fmt_si(p.rate as f64),
+            units::rate(p.rate as f64),
             (args.warmup + args.window).as_secs_f64(),
             eta
         );
@@ -442,7 +443,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .or_else(|| cell.window.stages.last());
         eprintln!(
             "  achieved {} metrics/s, {} of {} messages complete{}; {}",
-            fmt_si(cell.achieved_metrics_per_s()),
+            units::rate(cell.achieved_metrics_per_s()),
             cell.window.complete,
             cell.window.messages,
             total
@@ -450,7 +451,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .map_or_else(String::new, |(t, p)| format!(
                     ", {} P99 {}",
                     t.name,
-                    hoptrace_analysis::format::signed_ns(p.value_ns)
+                    hoptrace_format::units::signed_ns(p.value_ns)
                 )),
             sweep::why_not(&cell).map_or_else(|| "holds".into(), |w| format!("does not hold: {w}"))
         );
@@ -471,10 +472,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "{:<50} {:>14} {:>14}  {}",
             sweep::settings_label(&k.series),
             k.target_metrics_per_s
-                .map_or_else(|| "none held".into(), |v| fmt_si(v as f64)),
-            k.achieved_metrics_per_s.map_or_else(|| "-".into(), fmt_si),
+                .map_or_else(|| "none held".into(), |v| units::rate(v as f64)),
+            k.achieved_metrics_per_s
+                .map_or_else(|| "-".into(), units::rate),
             match (k.first_failing_metrics_per_s, &k.failing_because) {
-                (Some(r), Some(w)) => format!("{}: {w}", fmt_si(r as f64)),
+                (Some(r), Some(w)) => format!("{}: {w}", units::rate(r as f64)),
                 _ => "-".into(),
             }
         );

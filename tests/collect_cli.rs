@@ -10,7 +10,7 @@ use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 
 /// The default pipeline's hops with their wire ids, as `hoptrace collect` expects them.
 fn default_hops() -> Vec<(HopId, String)> {
-    hoptrace_collector::spec::PipelineSpec::default_pipeline()
+    hoptrace_format::spec::PipelineSpec::default_pipeline()
         .hops
         .iter()
         .enumerate()
@@ -172,7 +172,7 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
 fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
     let out = std::env::temp_dir().join(format!("hoptrace-kill-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
-    let spec = hoptrace_collector::spec::DEFAULT_PIPELINE_TOML
+    let spec = hoptrace_format::spec::DEFAULT_PIPELINE_TOML
         .replace("roll_rows = 1000000", "roll_rows = 1000")
         .replace("row_group_rows = 1000000", "row_group_rows = 1000");
     let spec_path = out.join("pipeline.toml");

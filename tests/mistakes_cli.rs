@@ -631,13 +631,13 @@ fn publish_measures_a_low_rate_over_its_duration() {
 #[test]
 fn a_stage_against_the_hop_order_is_warned_about() {
     let dir = scratch("backwards");
-    let spec = hoptrace_collector::spec::DEFAULT_PIPELINE_TOML.replacen(
+    let spec = hoptrace_format::spec::DEFAULT_PIPELINE_TOML.replacen(
         "name = \"Transmission\"\nfrom = \"flow_out\"\nto = \"store_in\"",
         "name = \"Transmission\"\nfrom = \"queryable\"\nto = \"publish\"",
         1,
     );
     assert!(
-        spec != hoptrace_collector::spec::DEFAULT_PIPELINE_TOML,
+        spec != hoptrace_format::spec::DEFAULT_PIPELINE_TOML,
         "the default pipeline changed: update this test"
     );
     std::fs::write(dir.join("p.toml"), spec).unwrap();

@@ -198,7 +198,7 @@ pub fn heatmap(summary: &Summary, h: &StageHistograms) -> Chart {
         }),
     );
     Chart {
-        stem: format!("heatmap-{}", hoptrace_collector::stages::slug(&h.name)),
+        stem: format!("heatmap-{}", hoptrace_format::spec::slug(&h.name)),
         title,
         spec,
     }
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn log_bins_keep_every_count() {
-        let mut h = hoptrace_collector::stages::new_histogram();
+        let mut h = hoptrace_format::hist::new_histogram();
         for v in [1u64, 10, 999, 1_000, 1_500, 250_000, 3_000_000, 3_000_001] {
             h.record(v).unwrap();
         }

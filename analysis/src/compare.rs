@@ -14,8 +14,8 @@
 use std::fmt::Write as _;
 
 use crate::AnalysisError;
-use crate::format::{duration_f64, duration_ns};
 use crate::summary::{StageSummary, Summary};
+use hoptrace_format::units::{duration_f64, duration_ns};
 
 /// What a threshold is relative to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -75,22 +75,12 @@ pub struct Gate {
     pub threshold: Threshold,
 }
 
-/// Parses a duration with a unit: `500ns`, `250us`, `250µs`, `2.5ms`, `1s`, `2m`, `1h`.
+/// A duration with a unit (`500ns`, `250us`, `2.5ms`, `1s`, `2m`, `1h`), in the one
+/// grammar of [`hoptrace_format::units`].
 fn parse_ns(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_alphabetic() || c == 'µ')?;
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num.trim().parse().ok()?;
-    let mult = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3_600e9,
-        _ => return None,
-    };
-    Some(v * mult)
+    hoptrace_format::units::parse_duration_ns(s)
+        .ok()
+        .map(|ns| ns as f64)
 }
 
 impl std::str::FromStr for Gate {

@@ -25,10 +25,8 @@
 
 use std::path::PathBuf;
 
-pub mod bench;
 pub mod charts;
 pub mod compare;
-pub mod format;
 pub mod hdr;
 pub mod report;
 pub mod resources;

@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::charts::{self, Chart};
-use crate::format::{count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s};
 use crate::summary::{StageHistograms, StageSummary, Summary};
 use crate::{AnalysisError, write_file};
+use hoptrace_format::units::{
+    count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s,
+};
 
 /// One block of a report, rendered to Markdown and to HTML alike.
 #[derive(Debug, Clone)]
@@ -137,7 +139,7 @@ fn headline(s: &Summary) -> String {
 }
 
 fn date_of(unix_ns: i64) -> String {
-    let (y, m, d, h, min, sec, _) = crate::format::utc_parts(unix_ns);
+    let (y, m, d, h, min, sec, _) = hoptrace_format::units::utc_parts(unix_ns);
     format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02} UTC")
 }
 

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 
 use crate::AnalysisError;
 use crate::charts::{Chart, SCHEMA};
-use crate::format::count;
 use crate::report::{Block, Section};
+use hoptrace_format::units::count;
 
 /// File name of the samples in a run directory.
 pub const FILE: &str = "resources.parquet";

@@ -23,9 +23,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
-use hoptrace_collector::run::RunSummary;
-use hoptrace_collector::spec::{PipelineSpec, StageSpec};
-use hoptrace_collector::stages::slug;
+use hoptrace_format::run::RunSummary;
+use hoptrace_format::spec::slug;
+use hoptrace_format::spec::{PipelineSpec, StageSpec};
 
 use crate::AnalysisError;
 
@@ -54,8 +54,8 @@ impl Run {
     /// [`AnalysisError::NotARun`] when there is no `run.json`, [`AnalysisError::RunJson`]
     /// when it does not parse.
     pub fn open(dir: &Path) -> Result<Self, AnalysisError> {
-        if hoptrace_collector::group::is_group_run(dir) {
-            let g = hoptrace_collector::group::open_group(dir)
+        if hoptrace_format::group::is_group_run(dir) {
+            let g = hoptrace_format::group::open_group(dir)
                 .map_err(|e| AnalysisError::Group(e.to_string()))?;
             if !g.set_aside.is_empty() {
                 tracing::info!(
@@ -225,7 +225,7 @@ impl RunSet {
         options: OpenOptions,
     ) -> Result<Self, AnalysisError> {
         let is_run =
-            |d: &Path| d.join("run.json").exists() || hoptrace_collector::group::is_group_run(d);
+            |d: &Path| d.join("run.json").exists() || hoptrace_format::group::is_group_run(d);
         let mut runs = Vec::new();
         let mut notes = Vec::new();
         let skipped = |dir: &Path, notes: &mut Vec<String>| {
@@ -374,7 +374,8 @@ impl RunSet {
         let ctx = SessionContext::new_with_config(config);
         crate::hdr::register(&ctx);
         self.register_traces(&ctx).await?;
-        self.register_small(&ctx, "clock", &clock_schema()).await?;
+        self.register_small(&ctx, "clock", &hoptrace_format::schema::clock_schema())
+            .await?;
         self.register_small(&ctx, "probes", &Schema::empty())
             .await?;
         ctx.register_batch("runs", self.runs_batch())?;
@@ -396,7 +397,7 @@ impl RunSet {
                 .iter()
                 .map(|h| h.name.clone())
                 .collect();
-            let schema = hoptrace_collector::writer::traces_schema(&hops);
+            let schema = hoptrace_format::schema::traces_schema(&hops);
             ctx.register_batch("traces_raw", RecordBatch::new_empty(schema))?;
         } else {
             for f in &files {
@@ -545,7 +546,7 @@ impl RunSet {
                 self.runs.iter().map(|r| f(&r.summary)),
             ))
         };
-        let sum = |f: fn(&hoptrace_collector::run::PublisherAccount) -> u64| {
+        let sum = |f: fn(&hoptrace_format::run::PublisherAccount) -> u64| {
             move |r: &RunSummary| r.accounting.publishers.iter().map(f).sum::<u64>()
         };
         let tsf = || DataType::Timestamp(TimeUnit::Nanosecond, None);
@@ -626,24 +627,6 @@ impl RunSet {
         ];
         RecordBatch::try_new(Arc::new(schema), columns).expect("columns match the schema")
     }
-}
-
-fn clock_schema() -> Schema {
-    Schema::new(vec![
-        Field::new("host", DataType::Utf8, false),
-        Field::new("instance_id", DataType::UInt64, false),
-        Field::new(
-            "at_ns",
-            DataType::Timestamp(TimeUnit::Nanosecond, None),
-            false,
-        ),
-        Field::new("source", DataType::Utf8, false),
-        Field::new("synced", DataType::Boolean, false),
-        Field::new("offset_ns", DataType::Int64, false),
-        Field::new("error_bound_ns", DataType::UInt64, false),
-        Field::new("leap", DataType::Utf8, false),
-        Field::new("detail", DataType::Utf8, false),
-    ])
 }
 
 /// Reads a Parquet footer so a truncated or foreign file is named in the error.

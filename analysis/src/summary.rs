@@ -14,9 +14,9 @@ use datafusion::arrow::datatypes::Int64Type;
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
-use hoptrace_collector::run::HostInfo;
-use hoptrace_collector::spec::StageSpec;
 use hoptrace_format::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, SignedStats, new_histogram};
+use hoptrace_format::run::HostInfo;
+use hoptrace_format::spec::StageSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
@@ -597,11 +597,11 @@ pub async fn compute(
                 st.name,
                 summary
                     .clock_uncertainty_ns
-                    .map_or_else(|| "unknown".into(), crate::format::duration_ns),
-                summary
-                    .percentiles
-                    .first()
-                    .map_or_else(|| "-".into(), |p| crate::format::signed_ns(p.value_ns))
+                    .map_or_else(|| "unknown".into(), hoptrace_format::units::duration_ns),
+                summary.percentiles.first().map_or_else(
+                    || "-".into(),
+                    |p| hoptrace_format::units::signed_ns(p.value_ns)
+                )
             ));
         }
         if summary.negative > 0 {
@@ -988,7 +988,7 @@ fn environment(runs: &RunSet) -> Environment {
         .map(|h| {
             let bound = h.max_error_bound_ns.map_or_else(
                 || "no clock status".into(),
-                |b| format!("error bound ≤ {}", crate::format::duration_ns(b)),
+                |b| format!("error bound ≤ {}", hoptrace_format::units::duration_ns(b)),
             );
             format!(
                 "{}: {} ({}, {})",

@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 
 use crate::AnalysisError;
 use crate::charts::{self, Chart};
-use crate::format;
 use crate::report::{self, Block, Page};
 use crate::summary::{StageSummary, WindowSummary};
+use hoptrace_format::units;
 
 /// A cell's figures, in its run directory.
 pub const CELL_FILE: &str = "cell.json";
@@ -182,12 +182,12 @@ pub fn why_not(c: &Cell) -> Option<String> {
     if !c.kept_up() {
         why.push(format!(
             "achieved {} of {} metrics/s",
-            format::rate(c.achieved_metrics_per_s()),
-            format::rate(c.target_metrics_per_s as f64)
+            units::rate(c.achieved_metrics_per_s()),
+            units::rate(c.target_metrics_per_s as f64)
         ));
     }
     if c.lost() > 0 {
-        why.push(format!("{} messages incomplete", format::count(c.lost())));
+        why.push(format!("{} messages incomplete", units::count(c.lost())));
     }
     why.extend(
         c.slos
@@ -295,8 +295,8 @@ fn with_precision(st: &StageSummary, label: &str) -> String {
         |p| {
             format!(
                 "{} {}",
-                format::signed_ns(p.value_ns),
-                format::precision_ns(p.precision_ns)
+                units::signed_ns(p.value_ns),
+                units::precision_ns(p.precision_ns)
             )
         },
     )
@@ -333,8 +333,8 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
         ),
         format!(
             "Each cell: {} warm-up, then a {} measured window: the traces due in the window (by their intended send time, so a publisher that falls behind cannot hide its backlog). Every part is a process of its own (`hoptrace soak`).",
-            format::span_s(i.warmup_s),
-            format::span_s(i.window_s)
+            units::span_s(i.warmup_s),
+            units::span_s(i.window_s)
         ),
         format!(
             "A cell holds when it achieved >= {KEEP_UP_RATIO} of its offered rate, every message of its window completed, and it met every service level: {}.",
@@ -380,19 +380,19 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                     format!(
                         "{} {}",
                         s.name,
-                        format::rate(s.count as f64 / c.window.length_s().max(1e-9))
+                        units::rate(s.count as f64 / c.window.length_s().max(1e-9))
                     )
                 })
                 .collect::<Vec<_>>()
                 .join("; ");
             row.extend([
-                format::rate(c.target_metrics_per_s as f64),
-                format::rate(c.achieved_metrics_per_s()),
-                format::count(c.window.messages),
-                format::count(c.window.complete),
-                format::count(c.lost()),
+                units::rate(c.target_metrics_per_s as f64),
+                units::rate(c.achieved_metrics_per_s()),
+                units::count(c.window.messages),
+                units::count(c.window.complete),
+                units::count(c.lost()),
                 per_stage,
-                format::duration_ns(c.schedule_lag_p99_ns),
+                units::duration_ns(c.schedule_lag_p99_ns),
                 why_not(c).map_or_else(|| "yes".into(), |w| format!("NO: {w}")),
             ]);
             row
@@ -418,16 +418,16 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
             .filter_map(|c| c.window.stage(name).map(|st| (c, st)))
             .map(|(c, st)| {
                 let mut row: Vec<String> = c.settings.iter().map(|s| s.value.clone()).collect();
-                row.push(format::rate(c.achieved_metrics_per_s()));
-                row.push(format::count(st.count));
+                row.push(units::rate(c.achieved_metrics_per_s()));
+                row.push(units::count(st.count));
                 row.extend(SHOWN.iter().map(|l| with_precision(st, l)));
                 row.push(st.max_ns.map_or_else(
                     || "-".into(),
-                    |v| format::duration_ns(u64::try_from(v).unwrap_or(0)),
+                    |v| units::duration_ns(u64::try_from(v).unwrap_or(0)),
                 ));
                 row.push(
                     st.clock_uncertainty_ns
-                        .map_or_else(|| "unknown".into(), format::duration_ns),
+                        .map_or_else(|| "unknown".into(), units::duration_ns),
                 );
                 row
             })
@@ -461,12 +461,12 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
             let mut row = vec![
                 settings_label(&k.series),
                 k.target_metrics_per_s
-                    .map_or_else(|| "none held".into(), |v| format::rate(v as f64)),
+                    .map_or_else(|| "none held".into(), |v| units::rate(v as f64)),
                 k.achieved_metrics_per_s
-                    .map_or_else(|| "-".into(), format::rate),
+                    .map_or_else(|| "-".into(), units::rate),
                 k.first_failing_metrics_per_s.map_or_else(
                     || "all held (the knee is above the sweep)".into(),
-                    |v| format::rate(v as f64),
+                    |v| units::rate(v as f64),
                 ),
                 k.failing_because.clone().unwrap_or_else(|| "-".into()),
             ];
@@ -485,8 +485,8 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
         b.push(Block::Heading(2, "Capacity planning".into()));
         b.push(Block::Para(format!(
             "Hosts needed to carry {} metrics/s within the service levels = ceil({} / the per-host capacity at the knee). One host here is this machine running the whole pipeline (publisher, broker, processor, store, collector); the knee is a lower bound where every rate of the series held.",
-            format::rate(t as f64),
-            format::rate(t as f64)
+            units::rate(t as f64),
+            units::rate(t as f64)
         )));
     }
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use hoptrace_analysis::summary::{self, Summary};
 use hoptrace_analysis::{AnalysisError, RunSet, compare, report};
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap, StaticClockStatus};
 use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};

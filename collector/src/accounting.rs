@@ -12,21 +12,15 @@
 //! when a key got two rows, when rows exist for keys the publisher never reported
 //! sending, when more distinct keys were seen than the publisher says it sent, or when a
 //! publisher wrote rows and sent no report at all. Every failure is named in
-//! [`Accounting::discrepancies`](crate::run::Accounting::discrepancies).
+//! [`Accounting::discrepancies`](hoptrace_format::run::Accounting::discrepancies).
 
 use std::collections::BTreeMap;
 
 use hoptrace_probe::protocol::SentEntry;
 
 use crate::keys::WrittenKeys;
-use crate::run::PublisherAccount;
-
-/// Rows written for one publisher.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Rows {
-    pub(crate) complete: u64,
-    pub(crate) incomplete: u64,
-}
+pub(crate) use hoptrace_format::group::Rows;
+use hoptrace_format::run::PublisherAccount;
 
 /// Per publisher, what was sent and what became of it, and the discrepancies found
 /// (empty when every publisher adds up).
@@ -99,51 +93,6 @@ pub(crate) fn publishers(
                 "publisher {p}: sent {} != complete {} + incomplete {} + unseen {}",
                 a.sent, a.complete, a.incomplete, a.unseen
             ));
-        }
-    }
-    (accounts.into_values().collect(), discrepancies)
-}
-
-/// The accounting of a run whose keys are not kept in one place (a consumer group: each
-/// member joins its own partitions, and keys are de-duplicated per partition): rows
-/// against what each publisher says it sent, `sent` given per publisher as (messages,
-/// metrics). `unseen` = sent − rows, and a publisher with more rows than messages sent,
-/// or with rows and no report, does not add up.
-pub(crate) fn publishers_by_rows(
-    sent: &BTreeMap<u16, (u64, u64)>,
-    rows: &BTreeMap<u16, Rows>,
-) -> (Vec<PublisherAccount>, Vec<String>) {
-    let mut accounts: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
-    for p in sent.keys().chain(rows.keys()) {
-        let (messages, metrics) = sent.get(p).copied().unwrap_or_default();
-        let r = rows.get(p).copied().unwrap_or_default();
-        accounts.insert(
-            *p,
-            PublisherAccount {
-                publisher: *p,
-                sent: messages,
-                sent_metrics: metrics,
-                complete: r.complete,
-                incomplete: r.incomplete,
-                ..PublisherAccount::default()
-            },
-        );
-    }
-    let mut discrepancies = Vec::new();
-    for a in accounts.values_mut() {
-        let rows = a.complete + a.incomplete;
-        if !sent.contains_key(&a.publisher) {
-            discrepancies.push(format!(
-                "publisher {}: {rows} traces written but the publisher never reported what it sent",
-                a.publisher
-            ));
-        }
-        match a.sent.checked_sub(rows) {
-            Some(unseen) => a.unseen = unseen,
-            None => discrepancies.push(format!(
-                "publisher {}: {rows} traces written, more than the {} messages it says it sent",
-                a.publisher, a.sent
-            )),
         }
     }
     (accounts.into_values().collect(), discrepancies)

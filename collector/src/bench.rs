@@ -80,7 +80,7 @@ use serde::Serialize;
 
 use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};
 use crate::run::{Collector, CollectorConfig, CollectorError};
-use crate::spec::PipelineSpec;
+use hoptrace_format::spec::PipelineSpec;
 
 /// Streams the traces are spread over.
 pub const STREAMS: u32 = 3000;

@@ -60,7 +60,7 @@
 //!
 //! ```
 //! use hoptrace_collector::join::{InsertOutcome, Joiner};
-//! use hoptrace_collector::spec::PipelineSpec;
+//! use hoptrace_format::spec::PipelineSpec;
 //! use hoptrace_probe::protocol::Record;
 //! use hoptrace_probe::{HopId, TraceKey};
 //!
@@ -94,7 +94,7 @@ use hoptrace_probe::{OtelTraceId, TraceKey};
 use rustc_hash::FxBuildHasher;
 
 use crate::keys::WrittenKeys;
-use crate::spec::{ResolvedSpec, ResolvedStage};
+use hoptrace_format::spec::{ResolvedSpec, ResolvedStage};
 
 /// Bits of [`JoinedTrace::flags`].
 pub mod flags {
@@ -623,7 +623,7 @@ impl Joiner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::PipelineSpec;
+    use hoptrace_format::spec::PipelineSpec;
     use hoptrace_probe::HopId;
 
     /// Hops a(0), b(1), c(2) expected; tap (wire id 9) optional; stages a→b, b→c;

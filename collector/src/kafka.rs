@@ -1,7 +1,7 @@
 //! Scale-out over Kafka: a [`Relay`] takes probe connections (the collector protocol,
 //! with the same checks as a collector) and writes their records to a Kafka topic, each
 //! record in the partition of its trace key; [`run_member`] is one collector of a
-//! consumer group reading that topic, joining its partitions ([`crate::group`]) and
+//! consumer group reading that topic, joining its partitions ([`crate::partition`]) and
 //! writing its own files under `runs/<run-id>/members/<member>/`.
 //!
 //! Records go to `TOPIC` as protocol Records frames, one Kafka message per frame and
@@ -30,12 +30,14 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::group::{self, Checkpoint, GroupInfo, Ownership, PartitionJoin, Segment};
 use crate::join::JoinedTrace;
-use crate::run::{Control, HostInfo, RunSummary};
+use crate::partition::{self, Checkpoint, PartitionJoin};
+use crate::run::{Control, host_info};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
-use crate::spec::{PipelineSpec, ResolvedSpec};
-use crate::writer::{PartFile, TraceWriter, TraceWriterConfig};
+use crate::writer::{TraceWriter, TraceWriterConfig};
+use hoptrace_format::group::{self, Ownership, Segment};
+use hoptrace_format::run::{GroupInfo, PartFile, RunSummary};
+use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
 /// Header naming the probe connection a control message came from.
 const SOURCE_HEADER: &str = "hoptrace-source";
@@ -637,7 +639,7 @@ impl Pump {
     fn records(&mut self, recs: &[protocol::Record]) {
         self.records += recs.len() as u64;
         for r in recs {
-            let p = group::partition_of(&r.key, self.partitions);
+            let p = partition::partition_of(&r.key, self.partitions);
             self.batches.entry(p).or_default().push(*r);
         }
         let batches = std::mem::take(&mut self.batches);
@@ -1337,7 +1339,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         .map(|(p, (c, i))| {
             (
                 *p,
-                crate::accounting::Rows {
+                group::Rows {
                     complete: *c,
                     incomplete: *i,
                 },
@@ -1345,7 +1347,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         })
         .collect();
     let (publishers, discrepancies) =
-        crate::accounting::publishers_by_rows(&control.sent_by_publisher(), &rows);
+        group::publishers_by_rows(&control.sent_by_publisher(), &rows);
     let (clock, alerts) = control.clock();
     let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     for o in &s.owners {
@@ -1359,7 +1361,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         pipeline: s.cfg.spec.clone(),
         started_unix_ns,
         ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
-        collector_host: HostInfo::this_host(),
+        collector_host: host_info(),
         probes: control.probe_infos(None),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),

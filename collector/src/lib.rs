@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! use hoptrace_collector::run::{Collector, CollectorConfig};
-//! use hoptrace_collector::spec::PipelineSpec;
+//! use hoptrace_format::spec::PipelineSpec;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cfg = CollectorConfig::new("127.0.0.1:7400", PipelineSpec::default_pipeline(), "runs");
@@ -28,19 +28,20 @@
 
 mod accounting;
 pub mod bench;
-pub mod group;
+pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod keys;
 pub mod metrics;
+pub mod partition;
 pub mod procfs;
 pub mod run;
 pub mod server;
-pub mod spec;
 pub mod stages;
 pub mod tables;
 pub mod writer;
 
-pub use run::{Collector, CollectorConfig, CollectorError, RunSummary};
-pub use spec::{PipelineSpec, ResolvedSpec, SpecError};
+pub use hoptrace_format::run::RunSummary;
+pub use hoptrace_format::spec::{PipelineSpec, ResolvedSpec, SpecError};
+pub use run::{Collector, CollectorConfig, CollectorError};

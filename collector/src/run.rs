@@ -11,15 +11,17 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::ClockStatus;
 use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::accounting::{self, Rows};
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
-use crate::spec::{PipelineSpec, ResolvedSpec};
-use crate::stages::{StageRecorder, StageStats};
+use crate::stages::StageRecorder;
 use crate::tables::{CounterRow, write_clock, write_probes};
-use crate::writer::{PartFile, TraceWriter, TraceWriterConfig, WriteError};
+use crate::writer::{TraceWriter, TraceWriterConfig, WriteError};
+use hoptrace_format::run::{Accounting, ClockRow, HostInfo, ProbeInfo, RunSummary, StageStats};
+use hoptrace_format::run::{PartFile, Recovered};
+use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
 /// Events buffered between connection readers and the join thread; when full, readers
 /// block and TCP pushes back on probes.
@@ -80,7 +82,7 @@ impl CollectorConfig {
 pub enum CollectorError {
     /// The pipeline spec is invalid.
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
+    Spec(#[from] hoptrace_format::spec::SpecError),
     /// `listen` is not loopback and no token was given: pass `--token` (or set
     /// `HOPTRACE_TOKEN`), or listen on 127.0.0.1.
     #[error("listening on {0} (not loopback) requires a token")]
@@ -137,7 +139,7 @@ pub struct Progress {
 #[derive(Debug)]
 pub struct Collector {
     addr: SocketAddr,
-    recovered: Option<crate::writer::Recovered>,
+    recovered: Option<Recovered>,
     run_dir: PathBuf,
     progress: Arc<Mutex<Progress>>,
     /// The accept thread and the join thread.
@@ -265,7 +267,7 @@ impl Collector {
 
     /// What an earlier, interrupted collector left in the run directory, if anything.
     #[must_use]
-    pub fn recovered(&self) -> Option<&crate::writer::Recovered> {
+    pub fn recovered(&self) -> Option<&Recovered> {
         self.recovered.as_ref()
     }
 
@@ -291,208 +293,29 @@ impl Collector {
     }
 }
 
-/// The run's record of one probe connection.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProbeInfo {
-    /// Exporter instance id.
-    pub instance_id: u64,
-    /// Host name the probe gave.
-    pub host: String,
-    /// Process name.
-    pub process: String,
-    /// Software and version.
-    pub software: String,
-    /// Hops it reports.
-    pub hops: Vec<String>,
-    /// Peer address.
-    pub peer: String,
-    /// Whether it said Goodbye.
-    pub clean_close: bool,
-    /// Its last counters, by name.
-    pub counters: BTreeMap<String, u64>,
-    /// Stamps of this connection the run used (stored in a trace), by hop. A probe that
-    /// stamped nothing does not count as a host of any stage: its clock does not enter a
-    /// stage's uncertainty. Absent in runs of older collectors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stamps_by_hop: Option<BTreeMap<String, u64>>,
-}
-
-/// Per publisher: what was sent and what became of it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PublisherAccount {
-    /// Publisher id.
-    pub publisher: u16,
-    /// Messages the publisher says it sent (Sent frames).
-    pub sent: u64,
-    /// Metrics in them.
-    pub sent_metrics: u64,
-    /// Traces with every expected hop.
-    pub complete: u64,
-    /// Traces missing at least one expected hop.
-    pub incomplete: u64,
-    /// Messages of which no stamp at all reached the collector: `sent` less the distinct
-    /// keys written within the sequences the publisher reported.
-    pub unseen: u64,
-    /// Traces written whose keys lie outside the sequences the publisher reported sending.
-    #[serde(default)]
-    pub not_sent: u64,
-}
-
-/// The run's accounting: every message sent is complete, incomplete or unseen, and
-/// records the probes could not deliver are counted beside it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Accounting {
-    /// Per publisher.
-    pub publishers: Vec<PublisherAccount>,
-    /// Incomplete traces by the expected hop they miss.
-    pub missing_by_hop: BTreeMap<String, u64>,
-    /// Hop records received, by hop.
-    pub records_by_hop: BTreeMap<String, u64>,
-    /// Records lost by probes (queue full + send failed), from their final counters.
-    pub records_lost_by_probes: u64,
-    /// Traces flagged with a duplicate stamp.
-    pub duplicate_traces: u64,
-    /// Traces flagged with a negative stage delta.
-    pub negative_delta_traces: u64,
-    /// Records for traces already written, however late: counted, never a second row.
-    pub late_records: u64,
-    /// Records of hops the spec does not declare.
-    pub unknown_hop_records: u64,
-    /// Records of a hop their connection did not announce in its Hello: dropped, counted.
-    #[serde(default)]
-    pub unannounced_hop_records: u64,
-    /// Records whose stamp lay outside the plausibility window (`join.plausible_window_s`):
-    /// dropped, counted.
-    #[serde(default)]
-    pub implausible_records: u64,
-    /// Traces whose intended send time lay outside the plausibility window: written,
-    /// flagged, and kept out of the run's span.
-    #[serde(default)]
-    pub implausible_traces: u64,
-    /// Traces still in the join at the end (0 after a clean stop).
-    pub in_flight: u64,
-    /// Times the join filled up (`join.max_pending`) and the collector pushed back on
-    /// probes through TCP.
-    pub backpressure_episodes: u64,
-    /// `sent = complete + incomplete + unseen` for every publisher, each figure counted
-    /// independently (rows as written, unseen from the distinct keys written), no key
-    /// written twice or outside what was sent, and nothing in flight.
-    pub adds_up: bool,
-    /// Why the counts do not add up, one line per finding (empty when they do).
-    #[serde(default)]
-    pub discrepancies: Vec<String>,
-}
-
-/// What `run.json` holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunSummary {
-    /// Run id.
-    pub run_id: String,
-    /// The pipeline spec.
-    pub pipeline: PipelineSpec,
-    /// Start, Unix ns.
-    pub started_unix_ns: i64,
-    /// End, Unix ns.
-    pub ended_unix_ns: i64,
-    /// The collector's host.
-    pub collector_host: HostInfo,
-    /// Every probe connection.
-    pub probes: Vec<ProbeInfo>,
-    /// Clock statuses received (host, status), in arrival order.
-    pub clock: Vec<ClockRow>,
-    /// Probe hosts whose clock failed the preflight (`max_clock_error_ns`), one line per
-    /// host and reason.
-    #[serde(default)]
-    pub clock_alerts: Vec<String>,
-    /// Files written.
-    pub files: Vec<PartFile>,
-    /// Per-stage statistics over the whole run.
-    pub stages: Vec<StageStats>,
-    /// What an earlier, interrupted collector left in this run directory (its files are
-    /// not in `files` nor in the accounting).
-    pub recovered: Option<crate::writer::Recovered>,
-    /// Accounting.
-    pub accounting: Accounting,
-    /// Connection outcomes.
-    pub connections: BTreeMap<String, u64>,
-    /// When collected by a Kafka consumer group: its members and partitions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<crate::group::GroupInfo>,
-    /// The run was cut short (Ctrl-C during `hoptrace demo` or `hoptrace soak`): its
-    /// figures cover less load than was planned.
-    #[serde(default)]
-    pub interrupted: bool,
-}
-
-/// One clock status of one probe host.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClockRow {
-    /// Probe host.
-    pub host: String,
-    /// Exporter instance.
-    pub instance_id: u64,
-    /// When it was read (Unix ns).
-    pub at_ns: i64,
-    /// Source name.
-    pub source: String,
-    /// Synchronised.
-    pub synced: bool,
-    /// Offset, ns.
-    pub offset_ns: i64,
-    /// Error bound, ns.
-    pub error_bound_ns: u64,
-    /// Leap second state: `none`, `insert` or `delete` (pending at the end of the UTC
-    /// day), or `unsynchronised`.
-    #[serde(default = "leap_unknown")]
-    pub leap: String,
-    /// Detail text.
-    pub detail: String,
-}
-
-fn leap_unknown() -> String {
-    "unknown".into()
-}
-
-/// CPU, memory and kernel of a host.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HostInfo {
-    /// Host name.
-    pub host: String,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// Memory, bytes.
-    pub memory_bytes: u64,
-    /// Kernel release.
-    pub kernel: String,
-}
-
-impl HostInfo {
-    /// This host, from `/proc`.
-    #[must_use]
-    pub fn this_host() -> Self {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpuinfo = read("/proc/cpuinfo");
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        let memory_bytes = read("/proc/meminfo")
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024);
-        Self {
-            host: hoptrace_probe::exporter::hostname(),
-            cpu_model,
-            cpus: std::thread::available_parallelism().map_or(1, usize::from),
-            memory_bytes,
-            kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
-        }
+/// This host's CPU, memory and kernel, from `/proc`.
+#[must_use]
+pub fn host_info() -> HostInfo {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let memory_bytes = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024);
+    HostInfo {
+        host: hoptrace_probe::exporter::hostname(),
+        cpu_model,
+        cpus: std::thread::available_parallelism().map_or(1, usize::from),
+        memory_bytes,
+        kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
     }
 }
 
@@ -523,7 +346,7 @@ struct JoinState {
     /// Stamps are plausible within this many ns of the run (before its start, after now).
     plausible_ns: i64,
     records: u64,
-    recovered: Option<crate::writer::Recovered>,
+    recovered: Option<Recovered>,
     backpressure_episodes: u64,
     out: Vec<JoinedTrace>,
     progress: Arc<Mutex<Progress>>,
@@ -924,7 +747,7 @@ impl JoinState {
             pipeline: self.spec.spec().clone(),
             started_unix_ns: self.started_unix_ns,
             ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
-            collector_host: HostInfo::this_host(),
+            collector_host: host_info(),
             probes,
             clock: self.control.clock().0.to_vec(),
             clock_alerts: self.control.clock().1.to_vec(),
@@ -998,30 +821,8 @@ fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
 
 /// `run-YYYYMMDDTHHMMSSZ` from Unix ns.
 fn default_run_id(unix_ns: i64) -> String {
-    let secs = unix_ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "run-{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        tod / 3600,
-        tod / 60 % 60,
-        tod % 60
-    )
-}
-
-/// Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let (y, m, d, h, min, s, _) = hoptrace_format::units::utc_parts(unix_ns);
+    format!("run-{y:04}{m:02}{d:02}T{h:02}{min:02}{s:02}Z")
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use hoptrace_probe::protocol::{
 };
 
 use crate::run::CollectorError;
-use crate::spec::ResolvedSpec;
+use hoptrace_format::spec::ResolvedSpec;
 
 /// What a connection hands to the join thread.
 #[derive(Debug)]

@@ -23,50 +23,14 @@ use hoptrace_format::hist::SignedStats;
 pub use hoptrace_format::hist::{
     MAX_TRACKABLE_NS, Percentile, QUANTILES, SIGNIFICANT_DIGITS, new_histogram,
 };
-use serde::{Deserialize, Serialize};
+use hoptrace_format::run::StageStats;
 
 use crate::join::JoinedTrace;
-use crate::spec::{ResolvedSpec, ResolvedStage};
+use hoptrace_format::spec::{ResolvedSpec, ResolvedStage, slug};
 
 /// Values buffered per stage before they are added to the interval's statistics in one
 /// pass.
 const BATCH: usize = 1024;
-
-/// What a stage measured over a run, as `run.json` states it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageStats {
-    /// Stage name.
-    pub name: String,
-    /// From hop name.
-    pub from: String,
-    /// To hop name.
-    pub to: String,
-    /// The definition the report prints.
-    pub definition: String,
-    /// Shown in the highlights.
-    pub headline: bool,
-    /// Traces with both hops: every known delta, negative ones included.
-    pub count: u64,
-    /// Of those, deltas < 0 (clock error between hosts): in every figure, and flagged.
-    pub negative: u64,
-    /// Deltas whose magnitude is above the histogram's range (clamped into it).
-    pub clamped: u64,
-    /// Exact minimum, ns.
-    pub min_ns: Option<i64>,
-    /// Exact maximum, ns.
-    pub max_ns: Option<i64>,
-    /// Exact mean, ns.
-    pub mean_ns: Option<f64>,
-    /// Exact population standard deviation, ns.
-    pub stddev_ns: Option<f64>,
-    /// HDR percentiles, 3 significant digits, over every delta.
-    pub percentiles: Vec<Percentile>,
-    /// The interval log of the deltas >= 0, relative to the run directory.
-    pub hdr_log: String,
-    /// The interval log of the magnitudes of the deltas < 0, when there were any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hdr_negative_log: Option<String>,
-}
 
 /// One interval log file.
 struct Log {
@@ -151,20 +115,6 @@ impl std::fmt::Debug for StageRecorder {
             .field("stages", &self.stages.len())
             .finish_non_exhaustive()
     }
-}
-
-/// A file-name- and tag-safe form of a stage name: `Broker Time` -> `broker_time`.
-#[must_use]
-pub fn slug(name: &str) -> String {
-    let mut s = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            s.push(c.to_ascii_lowercase());
-        } else if !s.ends_with('_') {
-            s.push('_');
-        }
-    }
-    s.trim_matches('_').to_owned()
 }
 
 impl StageRecorder {
@@ -323,7 +273,7 @@ mod tests {
 
     #[test]
     fn the_total_holds_every_interval() {
-        use crate::spec::PipelineSpec;
+        use hoptrace_format::spec::PipelineSpec;
         let spec = PipelineSpec::default_pipeline().resolve().unwrap();
         let dir = std::env::temp_dir().join(format!("hoptrace-stages-{}", std::process::id()));
         let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();

@@ -12,8 +12,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use hoptrace_probe::protocol::counter_id;
 
-use crate::run::ClockRow;
 use crate::writer::{WriteError, write_table};
+use hoptrace_format::run::ClockRow;
 
 /// One Counters frame of one probe.
 #[derive(Debug, Clone)]
@@ -39,17 +39,7 @@ fn ts() -> DataType {
 /// # Errors
 /// [`WriteError`] when the file cannot be written.
 pub fn write_clock(path: &Path, rows: &[ClockRow]) -> Result<(), WriteError> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("host", DataType::Utf8, false),
-        Field::new("instance_id", DataType::UInt64, false),
-        Field::new("at_ns", ts(), false),
-        Field::new("source", DataType::Utf8, false),
-        Field::new("synced", DataType::Boolean, false),
-        Field::new("offset_ns", DataType::Int64, false),
-        Field::new("error_bound_ns", DataType::UInt64, false),
-        Field::new("leap", DataType::Utf8, false),
-        Field::new("detail", DataType::Utf8, false),
-    ]));
+    let schema = hoptrace_format::schema::clock_schema();
     let cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.host))),
         Arc::new(UInt64Array::from_iter_values(

@@ -34,13 +34,15 @@ use arrow::array::{
     ArrayRef, FixedSizeBinaryBuilder, RecordBatch, StringBuilder, TimestampNanosecondBuilder,
     UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::SchemaRef;
+use hoptrace_format::schema::traces_schema;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
 use crate::join::JoinedTrace;
+use hoptrace_format::run::{PartFile, Recovered};
 
 /// Rows buffered in Arrow builders before they are handed to the Parquet writer.
 const BATCH_ROWS: usize = 65_536;
@@ -87,17 +89,6 @@ pub struct TraceWriterConfig {
     pub roll_seconds: u64,
     /// zstd level (1 to 22).
     pub zstd_level: i32,
-}
-
-/// A closed part file.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PartFile {
-    /// File name within `traces/`.
-    pub name: String,
-    /// Rows in it.
-    pub rows: u64,
-    /// Bytes on disk.
-    pub bytes: u64,
 }
 
 struct Columns {
@@ -177,32 +168,6 @@ impl Columns {
         self.rows = 0;
         RecordBatch::try_new(Arc::clone(schema), cols)
     }
-}
-
-/// The Arrow schema of a traces file for these hops.
-#[must_use]
-pub fn traces_schema(hop_names: &[String]) -> SchemaRef {
-    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-    let mut fields = vec![
-        Field::new("run_id", DataType::Utf8, false),
-        Field::new("publisher", DataType::UInt16, false),
-        Field::new("stream", DataType::UInt32, false),
-        Field::new("sequence", DataType::UInt64, false),
-        Field::new("metric_count", DataType::UInt32, false),
-        Field::new("intended_ns", ts(), false),
-    ];
-    fields.extend(
-        hop_names
-            .iter()
-            .map(|h| Field::new(format!("{h}_ns"), ts(), true)),
-    );
-    fields.extend([
-        Field::new("status", DataType::Utf8, false),
-        Field::new("missing_mask", DataType::UInt16, false),
-        Field::new("flags", DataType::UInt8, false),
-        Field::new("otel_trace_id", DataType::FixedSizeBinary(16), true),
-    ]);
-    Arc::new(Schema::new(fields))
 }
 
 /// Writes joined traces into rolling Parquet files.
@@ -397,20 +362,6 @@ fn writer_properties(
             .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
     }
     b.build()
-}
-
-/// What a restarted collector found in a run directory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Recovered {
-    /// Complete part files kept.
-    pub files: u64,
-    /// Rows in them.
-    pub rows: u64,
-    /// Unfinished files (no footer: the open row group of a killed collector), renamed
-    /// to `*.unfinished` and not read: (name, bytes).
-    pub unfinished: Vec<(String, u64)>,
-    /// Part files whose footer does not read, renamed to `*.corrupt`: (name, error).
-    pub corrupt: Vec<(String, String)>,
 }
 
 /// Checks the part files an earlier collector left in `dir`: counts the complete ones and

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
 use hoptrace_probe::{ClockStatus, Exporter, ExporterConfig, HopId};
 

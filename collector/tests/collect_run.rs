@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
 

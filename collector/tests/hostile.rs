@@ -9,8 +9,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::protocol::{
     Frame, Hello, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, Record, SentEntry, SentFrame,
 };
@@ -145,7 +145,7 @@ fn collect(dir: &PathBuf) -> Collector {
     Collector::start(cfg).unwrap()
 }
 
-fn publisher(summary: &RunSummary, p: u16) -> &hoptrace_collector::run::PublisherAccount {
+fn publisher(summary: &RunSummary, p: u16) -> &hoptrace_format::run::PublisherAccount {
     summary
         .accounting
         .publishers

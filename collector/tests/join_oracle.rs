@@ -16,9 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 
 use hoptrace_collector::join::{InsertOutcome, JoinStats, JoinedTrace, Joiner, flags};
-use hoptrace_collector::spec::{
-    HopSpec, JoinSpec, OutputSpec, PipelineSpec, ResolvedSpec, StageSpec,
-};
+use hoptrace_format::spec::{HopSpec, JoinSpec, OutputSpec, PipelineSpec, ResolvedSpec, StageSpec};
 use hoptrace_probe::protocol::{MAX_HOPS, Record};
 use hoptrace_probe::{HopId, OtelTraceId, TraceKey};
 use proptest::prelude::*;

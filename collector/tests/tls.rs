@@ -6,8 +6,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig, CollectorError};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{Exporter, ExporterConfig, ExporterError, HopId, TraceContext, TraceKey};
 
 /// A CA, and a certificate it signs for `names`; written as PEM under `dir` with `prefix`.

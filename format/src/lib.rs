@@ -24,4 +24,9 @@
 
 #![deny(missing_docs)]
 
+pub mod group;
 pub mod hist;
+pub mod run;
+pub mod schema;
+pub mod spec;
+pub mod units;

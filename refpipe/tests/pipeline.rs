@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_publisher::publish::{CollectorLink, PublishConfig, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::uns::TopicScheme;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use hoptrace_collector::spec::PipelineSpec;
 use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::HopId;
 use hoptrace_publisher::CollectorLink;
 

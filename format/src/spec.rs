@@ -9,7 +9,7 @@
 //! index, and the expected hops as a bit mask.
 //!
 //! ```
-//! use hoptrace_collector::spec::PipelineSpec;
+//! use hoptrace_format::spec::PipelineSpec;
 //! use hoptrace_probe::HopId;
 //!
 //! let spec = PipelineSpec::default_pipeline().resolve().unwrap();
@@ -638,7 +638,7 @@ impl ResolvedSpec {
                     name: stage.name.clone(),
                 });
             }
-            let column = format!("{}_ns", crate::stages::slug(&stage.name));
+            let column = format!("{}_ns", slug(&stage.name));
             if let Some(other) = columns.get(&column) {
                 return Err(SpecError::StageColumnClash {
                     stage: stage.name.clone(),
@@ -803,6 +803,20 @@ fn all_hops_mask(count: usize) -> u16 {
     } else {
         (1u16 << count) - 1
     }
+}
+
+/// A file-name- and tag-safe form of a stage name: `Broker Time` -> `broker_time`.
+#[must_use]
+pub fn slug(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('_') {
+            s.push('_');
+        }
+    }
+    s.trim_matches('_').to_owned()
 }
 
 #[cfg(test)]

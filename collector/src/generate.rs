@@ -14,13 +14,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hoptrace_collector::join::JoinedTrace;
-use hoptrace_collector::run::{Accounting, HostInfo, PublisherAccount, RunSummary};
-use hoptrace_collector::spec::PipelineSpec;
-use hoptrace_collector::writer::{TraceWriter, TraceWriterConfig};
+use crate::join::JoinedTrace;
+use crate::run::host_info;
+use crate::writer::{TraceWriter, TraceWriterConfig, WriteError};
+use hoptrace_format::run::{Accounting, PublisherAccount, RunSummary};
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::TraceKey;
-
-use crate::AnalysisError;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -89,7 +88,8 @@ pub struct Generated {
 /// Means of the six delays, ns: schedule lag, then the five hop-to-hop steps.
 const MEANS_NS: [f64; 6] = [20e3, 1_000e3, 500e3, 350e3, 100e3, 300e3];
 /// Constant part of each delay, ns.
-const FLOORS_NS: [i64; 6] = [1_000, 60_000, 18_000, 130_000, 20_000, 55_000];
+/// The smallest delay of each hop after the one before it, ns.
+pub const FLOORS_NS: [i64; 6] = [1_000, 60_000, 18_000, 130_000, 20_000, 55_000];
 /// One trace in this many misses `queryable`.
 const INCOMPLETE_EVERY: u64 = 10_000;
 
@@ -133,11 +133,11 @@ impl Exponential {
 /// Writes a run of `opts.traces` traces; `progress` is called every 10M traces.
 ///
 /// # Errors
-/// [`AnalysisError::Io`] or [`AnalysisError::Render`] when the run cannot be written.
+/// [`WriteError`] when the run cannot be written.
 pub fn generate(
     opts: &GenerateOptions,
     mut progress: impl FnMut(GenerateProgress),
-) -> Result<Generated, AnalysisError> {
+) -> Result<Generated, WriteError> {
     let started = Instant::now();
     let spec = PipelineSpec::default_pipeline();
     let hop_names: Vec<String> = spec.hops.iter().map(|h| h.name.clone()).collect();
@@ -150,8 +150,7 @@ pub fn generate(
         roll_rows: opts.rows_per_file,
         roll_seconds: u64::MAX,
         zstd_level: 1,
-    })
-    .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+    })?;
     let exp = Exponential::new();
     let mut rng = Rng(opts.seed);
     let start_ns: i64 = 1_800_000_000_000_000_000;
@@ -191,9 +190,7 @@ pub fn generate(
             t.missing_mask = 0;
             t.complete = true;
         }
-        writer
-            .push(&t)
-            .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+        writer.push(&t)?;
         if (i + 1) % 10_000_000 == 0 {
             progress(GenerateProgress {
                 traces: i + 1,
@@ -201,16 +198,14 @@ pub fn generate(
             });
         }
     }
-    let files = writer
-        .finish()
-        .map_err(|e| AnalysisError::Render(format!("generator: {e}")))?;
+    let files = writer.finish()?;
     let bytes = files.iter().map(|f| f.bytes).sum();
     let summary = RunSummary {
         run_id: opts.run_id.clone(),
         pipeline: spec,
         started_unix_ns: start_ns,
         ended_unix_ns: start_ns + (opts.traces as f64 * period_ns) as i64,
-        collector_host: HostInfo::this_host(),
+        collector_host: host_info(),
         probes: Vec::new(),
         clock: Vec::new(),
         clock_alerts: Vec::new(),
@@ -249,9 +244,9 @@ pub fn generate(
         group: None,
         interrupted: false,
     };
-    let json = serde_json::to_vec_pretty(&summary)
-        .map_err(|e| AnalysisError::Render(format!("run.json: {e}")))?;
-    crate::write_file(&run_dir.join("run.json"), json)?;
+    let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
+    let path = run_dir.join("run.json");
+    std::fs::write(&path, json).map_err(|source| WriteError::Io { path, source })?;
     Ok(Generated {
         run_dir,
         traces: opts.traces,
@@ -264,49 +259,10 @@ pub fn generate(
 /// Removes a generated run directory.
 ///
 /// # Errors
-/// [`AnalysisError::Io`].
-pub fn remove(run_dir: &Path) -> Result<(), AnalysisError> {
-    std::fs::remove_dir_all(run_dir).map_err(|source| AnalysisError::Io {
+/// [`WriteError::Io`].
+pub fn remove(run_dir: &Path) -> Result<(), WriteError> {
+    std::fs::remove_dir_all(run_dir).map_err(|source| WriteError::Io {
         path: run_dir.to_owned(),
         source,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_generated_run_is_read_back_with_its_counts() {
-        let dir = std::env::temp_dir().join(format!("hoptrace-gen-{}", std::process::id()));
-        let mut o = GenerateOptions::new(25_000, &dir, "gen");
-        o.rows_per_file = 10_000;
-        let g = generate(&o, |_| {}).unwrap();
-        assert_eq!((g.traces, g.files), (25_000, 3));
-        let runs = crate::RunSet::open(&[&g.run_dir]).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let (s, _) = rt
-            .block_on(async {
-                let ctx = runs.session().await?;
-                crate::summary::compute(&runs, &ctx).await
-            })
-            .unwrap();
-        let a = &s.accounting;
-        assert_eq!((a.sent, a.complete, a.incomplete), (25_000, 24_998, 2));
-        assert!(a.adds_up, "{a:?}");
-        let total = s
-            .stages
-            .iter()
-            .find(|x| x.name == "Total Ingestion")
-            .unwrap();
-        assert_eq!(total.count, 24_998);
-        // The delays' floors add up to the smallest possible total.
-        let floor: i64 = FLOORS_NS[1..].iter().sum();
-        assert!(total.min_ns.unwrap() >= floor);
-        let p50 = total.percentiles.iter().find(|p| p.label == "P50").unwrap();
-        assert!((1_500_000..4_000_000).contains(&p50.value_ns), "{p50:?}");
-        remove(&g.run_dir).unwrap();
-    }
 }

@@ -1,0 +1,273 @@
+//! `run.json`: what one run was and what it measured, as the collector writes it and every
+//! reader reads it. Field by field in `docs/dataset.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::hist::Percentile;
+use crate::spec::PipelineSpec;
+
+/// What `run.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Run id.
+    pub run_id: String,
+    /// The pipeline spec.
+    pub pipeline: PipelineSpec,
+    /// Start, Unix ns.
+    pub started_unix_ns: i64,
+    /// End, Unix ns.
+    pub ended_unix_ns: i64,
+    /// The collector's host.
+    pub collector_host: HostInfo,
+    /// Every probe connection.
+    pub probes: Vec<ProbeInfo>,
+    /// Clock statuses received (host, status), in arrival order.
+    pub clock: Vec<ClockRow>,
+    /// Probe hosts whose clock failed the preflight (`max_clock_error_ns`), one line per
+    /// host and reason.
+    #[serde(default)]
+    pub clock_alerts: Vec<String>,
+    /// Files written.
+    pub files: Vec<PartFile>,
+    /// Per-stage statistics over the whole run.
+    pub stages: Vec<StageStats>,
+    /// What an earlier, interrupted collector left in this run directory (its files are
+    /// not in `files` nor in the accounting).
+    pub recovered: Option<Recovered>,
+    /// Accounting.
+    pub accounting: Accounting,
+    /// Connection outcomes.
+    pub connections: BTreeMap<String, u64>,
+    /// When collected by a Kafka consumer group: its members and partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupInfo>,
+    /// The run was cut short (Ctrl-C during `hoptrace demo` or `hoptrace soak`): its
+    /// figures cover less load than was planned.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+/// The run's record of one probe connection.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeInfo {
+    /// Exporter instance id.
+    pub instance_id: u64,
+    /// Host name the probe gave.
+    pub host: String,
+    /// Process name.
+    pub process: String,
+    /// Software and version.
+    pub software: String,
+    /// Hops it reports.
+    pub hops: Vec<String>,
+    /// Peer address.
+    pub peer: String,
+    /// Whether it said Goodbye.
+    pub clean_close: bool,
+    /// Its last counters, by name.
+    pub counters: BTreeMap<String, u64>,
+    /// Stamps of this connection the run used (stored in a trace), by hop. A probe that
+    /// stamped nothing does not count as a host of any stage: its clock does not enter a
+    /// stage's uncertainty. Absent in runs of older collectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamps_by_hop: Option<BTreeMap<String, u64>>,
+}
+
+/// Per publisher: what was sent and what became of it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PublisherAccount {
+    /// Publisher id.
+    pub publisher: u16,
+    /// Messages the publisher says it sent (Sent frames).
+    pub sent: u64,
+    /// Metrics in them.
+    pub sent_metrics: u64,
+    /// Traces with every expected hop.
+    pub complete: u64,
+    /// Traces missing at least one expected hop.
+    pub incomplete: u64,
+    /// Messages of which no stamp at all reached the collector: `sent` less the distinct
+    /// keys written within the sequences the publisher reported.
+    pub unseen: u64,
+    /// Traces written whose keys lie outside the sequences the publisher reported sending.
+    #[serde(default)]
+    pub not_sent: u64,
+}
+
+/// The run's accounting: every message sent is complete, incomplete or unseen, and
+/// records the probes could not deliver are counted beside it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Accounting {
+    /// Per publisher.
+    pub publishers: Vec<PublisherAccount>,
+    /// Incomplete traces by the expected hop they miss.
+    pub missing_by_hop: BTreeMap<String, u64>,
+    /// Hop records received, by hop.
+    pub records_by_hop: BTreeMap<String, u64>,
+    /// Records lost by probes (queue full + send failed), from their final counters.
+    pub records_lost_by_probes: u64,
+    /// Traces flagged with a duplicate stamp.
+    pub duplicate_traces: u64,
+    /// Traces flagged with a negative stage delta.
+    pub negative_delta_traces: u64,
+    /// Records for traces already written, however late: counted, never a second row.
+    pub late_records: u64,
+    /// Records of hops the spec does not declare.
+    pub unknown_hop_records: u64,
+    /// Records of a hop their connection did not announce in its Hello: dropped, counted.
+    #[serde(default)]
+    pub unannounced_hop_records: u64,
+    /// Records whose stamp lay outside the plausibility window (`join.plausible_window_s`):
+    /// dropped, counted.
+    #[serde(default)]
+    pub implausible_records: u64,
+    /// Traces whose intended send time lay outside the plausibility window: written,
+    /// flagged, and kept out of the run's span.
+    #[serde(default)]
+    pub implausible_traces: u64,
+    /// Traces still in the join at the end (0 after a clean stop).
+    pub in_flight: u64,
+    /// Times the join filled up (`join.max_pending`) and the collector pushed back on
+    /// probes through TCP.
+    pub backpressure_episodes: u64,
+    /// `sent = complete + incomplete + unseen` for every publisher, each figure counted
+    /// independently (rows as written, unseen from the distinct keys written), no key
+    /// written twice or outside what was sent, and nothing in flight.
+    pub adds_up: bool,
+    /// Why the counts do not add up, one line per finding (empty when they do).
+    #[serde(default)]
+    pub discrepancies: Vec<String>,
+}
+
+/// One clock status of one probe host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClockRow {
+    /// Probe host.
+    pub host: String,
+    /// Exporter instance.
+    pub instance_id: u64,
+    /// When it was read (Unix ns).
+    pub at_ns: i64,
+    /// Source name.
+    pub source: String,
+    /// Synchronised.
+    pub synced: bool,
+    /// Offset, ns.
+    pub offset_ns: i64,
+    /// Error bound, ns.
+    pub error_bound_ns: u64,
+    /// Leap second state: `none`, `insert` or `delete` (pending at the end of the UTC
+    /// day), or `unsynchronised`.
+    #[serde(default = "leap_unknown")]
+    pub leap: String,
+    /// Detail text.
+    pub detail: String,
+}
+
+fn leap_unknown() -> String {
+    "unknown".into()
+}
+
+/// CPU, memory and kernel of a host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Host name.
+    pub host: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+/// What a stage measured over a run, as `run.json` states it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// Stage name.
+    pub name: String,
+    /// From hop name.
+    pub from: String,
+    /// To hop name.
+    pub to: String,
+    /// The definition the report prints.
+    pub definition: String,
+    /// Shown in the highlights.
+    pub headline: bool,
+    /// Traces with both hops: every known delta, negative ones included.
+    pub count: u64,
+    /// Of those, deltas < 0 (clock error between hosts): in every figure, and flagged.
+    pub negative: u64,
+    /// Deltas whose magnitude is above the histogram's range (clamped into it).
+    pub clamped: u64,
+    /// Exact minimum, ns.
+    pub min_ns: Option<i64>,
+    /// Exact maximum, ns.
+    pub max_ns: Option<i64>,
+    /// Exact mean, ns.
+    pub mean_ns: Option<f64>,
+    /// Exact population standard deviation, ns.
+    pub stddev_ns: Option<f64>,
+    /// HDR percentiles, 3 significant digits, over every delta.
+    pub percentiles: Vec<Percentile>,
+    /// The interval log of the deltas >= 0, relative to the run directory.
+    pub hdr_log: String,
+    /// The interval log of the magnitudes of the deltas < 0, when there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hdr_negative_log: Option<String>,
+}
+
+/// A closed part file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartFile {
+    /// File name within `traces/`.
+    pub name: String,
+    /// Rows in it.
+    pub rows: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+}
+
+/// What a restarted collector found in a run directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// Complete part files kept.
+    pub files: u64,
+    /// Rows in them.
+    pub rows: u64,
+    /// Unfinished files (no footer: the open row group of a killed collector), renamed
+    /// to `*.unfinished` and not read: (name, bytes).
+    pub unfinished: Vec<(String, u64)>,
+    /// Part files whose footer does not read, renamed to `*.corrupt`: (name, error).
+    pub corrupt: Vec<(String, String)>,
+}
+
+/// What a group run holds: members, their logs and their summaries.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GroupInfo {
+    /// The consumer group.
+    pub group: String,
+    /// Members that wrote into the run, and whether each finished.
+    pub members: BTreeMap<String, bool>,
+    /// Segments counted.
+    pub segments: u64,
+    /// Segments set aside (repeated by a later owner after a member stopped without
+    /// committing them).
+    pub segments_set_aside: u64,
+    /// Rows in the set-aside segments' files.
+    pub rows_set_aside: u64,
+    /// Partitions and, for each, the members that owned it in order.
+    pub owners: BTreeMap<i32, Vec<String>>,
+    /// Records-topic messages that were not hoptrace records frames, skipped: summed
+    /// over members (a message re-read by a partition's next owner counts again).
+    #[serde(default)]
+    pub bad_messages: u64,
+    /// Control-topic messages that were not hoptrace frames, skipped: every member reads
+    /// the whole control topic, so the largest member count.
+    #[serde(default)]
+    pub bad_control_messages: u64,
+}
