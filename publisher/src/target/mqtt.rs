@@ -179,7 +179,7 @@ impl<R: Resendable> Keeper<R> {
     /// At a break: takes everything rumqttc set aside, and a publish it parked on a packet
     /// id collision (which it would never send after a new session).
     fn take(&mut self, pending: &mut VecDeque<R>, parked: Option<R>, shared: &Shared) {
-        let mut taken: VecDeque<R> = pending.drain(..).collect();
+        let mut taken = std::mem::take(pending);
         if let Some((kind, id)) = self.given.take() {
             // Still where it was put (rumqttc gives a publish its packet id when it takes
             // it): it goes back to the front, and is counted once it is sent.
@@ -208,12 +208,14 @@ impl<R: Resendable> Keeper<R> {
     /// Before a poll on a live connection: hands the next kept publish back to rumqttc
     /// when none is waiting there and the in-flight window has `room`.
     fn feed(&mut self, pending: &mut VecDeque<R>, room: bool) {
-        if self.given.is_none() && pending.is_empty() && room {
-            if let Some((mut r, kind)) = self.kept.pop_front() {
-                r.renew(kind);
-                self.given = Some((kind, r.identity()));
-                pending.push_back(r);
-            }
+        if self.given.is_none()
+            && pending.is_empty()
+            && room
+            && let Some((mut r, kind)) = self.kept.pop_front()
+        {
+            r.renew(kind);
+            self.given = Some((kind, r.identity()));
+            pending.push_back(r);
         }
     }
 
@@ -229,7 +231,10 @@ impl<R: Resendable> Keeper<R> {
     /// Publishes held here that were written before and never acknowledged.
     fn unacked(&self) -> u64 {
         let given = u64::from(matches!(self.given, Some((Kind::InFlight, _))));
-        self.kept.iter().filter(|(_, k)| *k == Kind::InFlight).count() as u64
+        self.kept
+            .iter()
+            .filter(|(_, k)| *k == Kind::InFlight)
+            .count() as u64
             + given
             + self.dropped_unacked
     }
@@ -252,7 +257,9 @@ enum Ev {
     Written,
     Acked,
     Publish(Received),
-    SubAck { refused: Vec<String> },
+    SubAck {
+        refused: Vec<String>,
+    },
     Disconnected,
     Other,
     Failed(Failure),
@@ -384,7 +391,12 @@ impl Connection {
     fn take_kept(&mut self, shared: &Shared) {
         match self {
             Self::V4(c, k) => {
-                let parked = c.eventloop.state.collision.take().map(rumqttc::Request::Publish);
+                let parked = c
+                    .eventloop
+                    .state
+                    .collision
+                    .take()
+                    .map(rumqttc::Request::Publish);
                 k.take(&mut c.eventloop.pending, parked, shared);
             }
             Self::V5(c, k) => {
@@ -647,9 +659,7 @@ fn drive(
             }
         }
     }
-    shared
-        .unacked_at_end
-        .store(conn.finish(shared), Relaxed);
+    shared.unacked_at_end.store(conn.finish(shared), Relaxed);
     shared.down_at_end.store(!connected, Relaxed);
     shared.alive.store(false, Relaxed);
 }
@@ -937,6 +947,9 @@ pub struct MqttSource {
     reconnects: u64,
     new_sessions: u64,
     broken_since: Option<Instant>,
+    /// Messages delivered before the subscriptions were acknowledged (a persistent
+    /// session's queue comes right after the CONNACK), handed over first.
+    early: VecDeque<Received>,
 }
 
 impl std::fmt::Debug for MqttSource {
@@ -998,6 +1011,7 @@ impl MqttSource {
             reconnects: 0,
             new_sessions: 0,
             broken_since: None,
+            early: VecDeque::new(),
         };
         s.subscribe_all()?;
         let deadline = Instant::now() + timeout + Duration::from_secs(1);
@@ -1031,6 +1045,7 @@ impl MqttSource {
                     }
                     acks += 1;
                 }
+                Some(Ev::Publish(r)) => s.early.push_back(r),
                 Some(Ev::Failed(f)) => return Err(f.into_error(&addr)),
                 Some(_) => {}
                 None if gone => {
@@ -1042,7 +1057,7 @@ impl MqttSource {
                 None => {}
             }
         }
-        tracing::info!(broker = %s.describe, filters = ?s.filters, "subscribed");
+        tracing::info!(broker = %s.describe, filters = ?s.filters, queued = s.early.len(), "subscribed");
         Ok(s)
     }
 
@@ -1060,6 +1075,9 @@ impl MqttSource {
 
 impl Source for MqttSource {
     fn recv(&mut self, timeout: Duration) -> Result<Option<Received>, TargetError> {
+        if let Some(r) = self.early.pop_front() {
+            return Ok(Some(r));
+        }
         let deadline = Instant::now() + timeout;
         let mut gone = false;
         loop {
