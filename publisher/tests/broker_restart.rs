@@ -221,9 +221,20 @@ fn assert_publisher_accounts(p: &PublishSummary) {
 /// reaches the tap.
 #[test]
 fn qos1_messages_survive_a_broker_killed_and_restarted_mid_publish() {
-    if !enabled() {
-        return;
+    if enabled() {
+        survive_a_restart("5");
     }
+}
+
+/// The same over MQTT 3.1.1 (context in an envelope, no receive maximum).
+#[test]
+fn qos1_messages_survive_a_broker_restart_over_mqtt_3_1_1() {
+    if enabled() {
+        survive_a_restart("3.1.1");
+    }
+}
+
+fn survive_a_restart(version: &str) {
     let mut broker = Broker::start("restart", true);
     let id = unique_id();
     let prefix = format!("hoptrace-test/restart-{id}");
@@ -231,7 +242,7 @@ fn qos1_messages_survive_a_broker_killed_and_restarted_mid_publish() {
     let collector = collector(&run_dir);
 
     let mut tc = TapConfig::new(broker.url(&format!(
-        "?qos=1&clean=false&client_id=hoptrace-test-tap-{id}&session_expiry_s=60"
+        "?version={version}&qos=1&clean=false&client_id=hoptrace-test-tap-{id}&session_expiry_s=60"
     )));
     tc.topics = vec![format!("{prefix}/#")];
     tc.collector = Some(link(&collector, 1, "broker"));
@@ -249,7 +260,10 @@ fn qos1_messages_survive_a_broker_killed_and_restarted_mid_publish() {
     });
 
     let n = 40_000;
-    let mut pc = PublishConfig::new(broker.url(&format!("/{prefix}?qos=1")), load(5000.0, n));
+    let mut pc = PublishConfig::new(
+        broker.url(&format!("/{prefix}?version={version}&qos=1")),
+        load(5000.0, n),
+    );
     pc.publisher_id = id;
     pc.collector = Some(link(&collector, 0, "publish"));
     let publisher = Publisher::new(pc).unwrap_or_else(|e| panic!("{e}\n{}", broker.log_tail()));
