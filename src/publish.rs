@@ -17,6 +17,7 @@ use hoptrace_publisher::publish::{
 };
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
+use hoptrace_publisher::target::TargetStats;
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
@@ -401,6 +402,12 @@ fn summary_json(s: &PublishSummary, window_s: f64) -> serde_json::Value {
             "handed": b.handed, "written": b.written, "acked": b.acked, "failed": b.failed,
             "unconfirmed": b.unconfirmed, "reconnects": b.reconnects,
             "connection_errors": b.connection_errors,
+            "retransmitted": b.retransmitted, "requeued": b.requeued,
+            "abandoned": {
+                "written_unacknowledged": b.abandoned_unacked,
+                "never_written": b.abandoned_unwritten,
+                "connections_down_at_close": b.down_at_close,
+            },
         },
         "exporter_lost": s.exporter.as_ref().map(hoptrace_probe::counters::CounterSnapshot::lost),
         "exporter_clean": s.exporter_clean,
@@ -438,6 +445,36 @@ fn lag_line(l: &LagSummary) -> String {
             String::new()
         }
     )
+}
+
+/// What became of every message an MQTT client took: acknowledged (the broker's promise to
+/// deliver it) or abandoned, and why; and what was sent again after broken connections.
+fn mqtt_accounting(b: &TargetStats) -> Vec<String> {
+    let mut lines = vec![format!(
+        "MQTT accounting: handed {} = acknowledged {} (the broker promised to deliver them) + abandoned {} (never acknowledged)",
+        b.handed, b.acked, b.unconfirmed
+    )];
+    if b.unconfirmed > 0 {
+        let why = if b.down_at_close > 0 {
+            format!(
+                "{} connection(s) were down at close: the broker was unreachable until the flush timeout ended",
+                b.down_at_close
+            )
+        } else {
+            "the flush timeout (--flush-timeout) ended first".to_owned()
+        };
+        lines.push(format!(
+            "  abandoned: {} written but never acknowledged, {} never written (still queued in the client); {why}",
+            b.abandoned_unacked, b.abandoned_unwritten
+        ));
+    }
+    if b.retransmitted + b.requeued > 0 || b.reconnects > 0 {
+        lines.push(format!(
+            "  after broken connections: {} publishes in flight at a break written again after the reconnection (a broker that already had one delivers it twice), {} queued in the client at a break written after it",
+            b.retransmitted, b.requeued
+        ));
+    }
+    lines
 }
 
 /// `window_s`: the time the achieved rates are measured over.
@@ -486,6 +523,11 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
         "broker: written {}, acknowledged {}, delivery failed {}, unconfirmed at close {}, reconnects {}, connection errors {}",
         b.written, b.acked, b.failed, b.unconfirmed, b.reconnects, b.connection_errors
     );
+    if s.target.starts_with("mqtt://") {
+        for line in mqtt_accounting(b) {
+            println!("{line}");
+        }
+    }
     println!(
         "back-pressure: {} messages waited for the client ({} in total); send errors {}",
         s.backpressure_waits,
@@ -589,6 +631,12 @@ fn print_tap_summary(s: &TapSummary) {
         "received {}: traced {}, untraced {}, undecodable context {}, other publishers {}; reconnects {}",
         s.received, s.traced, s.not_traced, s.bad_context, s.foreign, s.reconnects
     );
+    if s.new_sessions > 0 {
+        println!(
+            "note: {} reconnection(s) found no session kept by the broker (a clean session, or a broker restarted without persistence): messages published from the break until the tap subscribed again never reached it",
+            s.new_sessions
+        );
+    }
     println!(
         "stamps: {} at arrival in the tap (CLOCK_REALTIME), {} from Kafka LogAppendTime",
         s.arrival_stamps, s.log_append_time_stamps
