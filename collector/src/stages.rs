@@ -166,6 +166,13 @@ impl StageRecorder {
         })
     }
 
+    /// Moves the start of the logs' first interval and their base time to `base_unix_ns`
+    /// (a replayed run starts when its log says). Only before anything was recorded.
+    pub fn rebase(&mut self, base_unix_ns: i64) {
+        self.base_unix_ns = base_unix_ns;
+        self.interval_start_unix_ns = base_unix_ns;
+    }
+
     /// Adds a trace's stage deltas.
     #[inline]
     pub fn record(&mut self, t: &JoinedTrace) {
