@@ -16,6 +16,7 @@ mod roundtrip;
 mod scaleout;
 mod signals;
 mod soak;
+mod store_tap;
 mod sweep;
 mod units;
 

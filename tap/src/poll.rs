@@ -336,14 +336,14 @@ impl StoreTapSummary {
 }
 
 /// Keys reported recently, forgotten once older than the poll window.
-struct Seen {
-    set: FxHashSet<TraceKey>,
-    order: VecDeque<(i64, TraceKey)>,
+struct Seen<K> {
+    set: FxHashSet<K>,
+    order: VecDeque<(i64, K)>,
     capacity: usize,
     evicted_early: u64,
 }
 
-impl Seen {
+impl<K: std::hash::Hash + Eq + Copy> Seen<K> {
     fn new(capacity: usize) -> Self {
         Self {
             set: FxHashSet::default(),
@@ -354,7 +354,7 @@ impl Seen {
     }
 
     /// Remembers `key`; false when it was already there.
-    fn insert(&mut self, key: TraceKey, time_ns: i64) -> bool {
+    fn insert(&mut self, key: K, time_ns: i64) -> bool {
         if !self.set.insert(key) {
             return false;
         }
@@ -407,11 +407,12 @@ impl Hist {
         if n == 0 {
             return Spread::default();
         }
+        // An HDR value is the top of its bucket: never above the exact maximum.
         Spread {
             count: n,
             mean_ns: self.sum as f64 / n as f64,
-            p50_ns: self.h.value_at_quantile(0.5),
-            p99_ns: self.h.value_at_quantile(0.99),
+            p50_ns: self.h.value_at_quantile(0.5).min(self.max),
+            p99_ns: self.h.value_at_quantile(0.99).min(self.max),
             max_ns: self.max,
         }
     }
@@ -565,7 +566,9 @@ impl StoreTap {
         let deadline = self.config.duration.map(|d| started + d);
         let interval = self.config.poll_interval;
         let resolution = i64::try_from(self.store.time_resolution_ns()).unwrap_or(1);
-        let mut seen = Seen::new(self.config.dedup_capacity);
+        let mut seen: Seen<TraceKey> = Seen::new(self.config.dedup_capacity);
+        // Rows whose key does not decode, by a hash of the text: counted once each.
+        let mut seen_bad: Seen<u64> = Seen::new(self.config.dedup_capacity);
         let mut query_time = Hist::new();
         let mut server_elapsed = Hist::new();
         let mut bracket = Hist::new();
@@ -636,6 +639,18 @@ impl StoreTap {
                 let ctx = match TraceContext::decode_text(&row.key) {
                     Ok(ctx) => ctx,
                     Err(e) => {
+                        let h = std::hash::BuildHasher::hash_one(
+                            &rustc_hash::FxBuildHasher,
+                            (row.key.as_str(), row.time_ns),
+                        );
+                        if !seen_bad.insert(h, row.time_ns) {
+                            c.rows_repeated += 1;
+                            continue;
+                        }
+                        if baseline {
+                            c.baseline_keys += 1;
+                            continue;
+                        }
                         if c.bad_keys == 0 {
                             tracing::warn!(
                                 "a row's key {:?} is not a trace context: {e} (further ones are counted as bad_keys)",
@@ -692,6 +707,7 @@ impl StoreTap {
             }
             if let Some(s) = since {
                 seen.forget_before(s.saturating_sub(resolution));
+                seen_bad.forget_before(s.saturating_sub(resolution));
             }
             if baseline && c.baseline_keys > 0 {
                 tracing::info!(
@@ -829,7 +845,7 @@ mod tests {
 
     #[test]
     fn seen_forgets_old_keys_and_stays_bounded() {
-        let mut s = Seen::new(3);
+        let mut s: Seen<TraceKey> = Seen::new(3);
         assert!(s.insert(key(1), 10));
         assert!(!s.insert(key(1), 10));
         assert!(s.insert(key(2), 20));

@@ -193,14 +193,20 @@ impl Store for InfluxDb {
     }
 
     fn open(&mut self) -> Result<Opened, StoreError> {
+        // SHOW MEASUREMENTS on a database that does not exist answers as on an empty one.
+        let a = self.query("SHOW DATABASES")?;
+        let databases = names(a.status, &a.body)?;
+        if !databases.contains(&self.database) {
+            return Err(StoreError::Missing(format!(
+                "InfluxDB {}:{}: database not found: {:?} (it has {}; create it, or fix the path of the address)",
+                self.url.host,
+                self.url.port,
+                self.database,
+                databases.join(", ")
+            )));
+        }
         let a = self.query("SHOW MEASUREMENTS")?;
-        let measurements = names(a.status, &a.body).map_err(|e| match e {
-            StoreError::Missing(m) => StoreError::Missing(format!(
-                "InfluxDB {}:{}: {m} (create it, or fix the path of the address)",
-                self.url.host, self.url.port
-            )),
-            other => other,
-        })?;
+        let measurements = names(a.status, &a.body)?;
         if !measurements.contains(&self.measurement) {
             return Ok(Opened {
                 newest_ns: None,
