@@ -70,7 +70,9 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
         return Ok(c);
     };
     if args.collector.hop_id.is_some() {
-        bail!("--hop-id names one hop; a store tap reports several: pass the collector's spec with --pipeline");
+        bail!(
+            "--hop-id names one hop; a store tap reports several: pass the collector's spec with --pipeline"
+        );
     }
     let spec = crate::collect::load_spec(args.collector.pipeline.as_deref())?;
     let find = |name: &str| {

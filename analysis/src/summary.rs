@@ -312,7 +312,12 @@ pub async fn polled_hops(
 /// The poll bracket of a stage from `from` to `to`: the polled hop at one end, unless one
 /// poll stamped both ends (`query_start → queryable`).
 #[must_use]
-pub fn poll_bracket(polled: &[PolledHop], from: &str, to: &str, p50: Option<i64>) -> Option<PollBracket> {
+pub fn poll_bracket(
+    polled: &[PolledHop],
+    from: &str,
+    to: &str,
+    p50: Option<i64>,
+) -> Option<PollBracket> {
     let p = polled.iter().find(|p| {
         (p.hop == from || p.hop == to)
             && !(p.same_poll.iter().any(|h| h == from) && p.same_poll.iter().any(|h| h == to))
@@ -330,7 +335,8 @@ pub fn poll_bracket(polled: &[PolledHop], from: &str, to: &str, p50: Option<i64>
         poll_interval_ns: p.interval_ns,
         polls: p.polls,
         poll_errors: p.poll_errors,
-        warning: p50.is_some_and(|p50| p.p99_ns as f64 > CLOCK_WARN_FRACTION * p50.unsigned_abs() as f64),
+        warning: p50
+            .is_some_and(|p50| p.p99_ns as f64 > CLOCK_WARN_FRACTION * p50.unsigned_abs() as f64),
     })
 }
 
@@ -1326,9 +1332,16 @@ mod tests {
         let b = poll_bracket(&polled, "publish", "queryable", Some(200_000_000)).unwrap();
         assert_eq!(b.hop, "queryable");
         assert!((b.mean_ns - 10_000_000.0).abs() < 1e-6);
-        assert_eq!((b.p99_ns, b.max_ns, b.polls, b.poll_errors), (12_000_000, 15_000_000, 100, 1));
+        assert_eq!(
+            (b.p99_ns, b.max_ns, b.polls, b.poll_errors),
+            (12_000_000, 15_000_000, 100, 1)
+        );
         assert!(!b.warning, "12 ms against a P50 of 200 ms is small");
-        assert!(poll_bracket(&polled, "publish", "queryable", Some(20_000_000)).unwrap().warning);
+        assert!(
+            poll_bracket(&polled, "publish", "queryable", Some(20_000_000))
+                .unwrap()
+                .warning
+        );
         assert!(poll_bracket(&polled, "store_in", "queryable", None).is_some());
         assert!(
             poll_bracket(&polled, "query_start", "queryable", Some(1)).is_none(),

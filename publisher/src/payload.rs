@@ -129,9 +129,15 @@ impl PayloadFormat {
 /// When `buf[..base]` does not end with `}` (not a JSON object).
 pub fn put_context_field(buf: &mut Vec<u8>, base: usize, ctx: &TraceContext) {
     assert!(
-        base > 0 && buf.get(base - 1) == Some(&b'}'),
+        base > 0 && base <= buf.len(),
         "the payload is not a JSON object"
     );
+    if buf.len() > base {
+        // A field put by an earlier call replaced the closing brace at base - 1.
+        buf.truncate(base);
+        buf[base - 1] = b'}';
+    }
+    assert!(buf[base - 1] == b'}', "the payload is not a JSON object");
     buf.truncate(base - 1);
     let mut text = [0u8; MAX_TEXT_LEN];
     let text = ctx.encode_text(&mut text);

@@ -19,14 +19,16 @@
 //! Counters frames of the first exporter (ids from 64, `docs/collector-protocol.md`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use hoptrace_probe::clock::{ClockStatus, Leap, StaticClockStatus, realtime_ns};
 use hoptrace_probe::protocol::{CountersFrame, Frame};
-use hoptrace_probe::{CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey};
+use hoptrace_probe::{
+    CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
+};
 use rustc_hash::FxHashSet;
 
 use crate::store::{self, Store, StoreError, StoreUrl, UrlError};
@@ -462,7 +464,9 @@ fn wait_welcome(e: &Exporter, target: &CollectorTarget, hops: &str) -> Result<()
 fn unknown_clock(host: &str) -> StaticClockStatus {
     StaticClockStatus(ClockStatus {
         leap: Leap::Unsynchronised,
-        detail: format!("clock of {host}, read through the store's row times; its status is not known to the tap"),
+        detail: format!(
+            "clock of {host}, read through the store's row times; its status is not known to the tap"
+        ),
         ..ClockStatus::default()
     })
 }
@@ -520,7 +524,11 @@ impl StoreTap {
             let e = if tap.store_host == this_host {
                 Exporter::start(c, &[(h, n.as_str())])?
             } else {
-                Exporter::start_with(c, &[(h, n.as_str())], Box::new(unknown_clock(&tap.store_host)))?
+                Exporter::start_with(
+                    c,
+                    &[(h, n.as_str())],
+                    Box::new(unknown_clock(&tap.store_host)),
+                )?
             };
             wait_welcome(&e, &target, &n)?;
             tap.store_in = Some(e.probe(h)?);
@@ -610,10 +618,15 @@ impl StoreTap {
                     error_streak += 1;
                     let msg = e.to_string();
                     if last_error.as_deref() != Some(msg.as_str()) {
-                        tracing::warn!("poll failed: {msg} (polling on with backoff; errors are counted)");
+                        tracing::warn!(
+                            "poll failed: {msg} (polling on with backoff; errors are counted)"
+                        );
                     }
                     last_error = Some(msg);
-                    backoff = (backoff * 2).clamp(interval.max(Duration::from_millis(50)), Duration::from_secs(2));
+                    backoff = (backoff * 2).clamp(
+                        interval.max(Duration::from_millis(50)),
+                        Duration::from_secs(2),
+                    );
                     next_poll = Instant::now() + backoff;
                     continue;
                 }
@@ -724,7 +737,10 @@ impl StoreTap {
         self.queryable = None;
         self.query_start = None;
         self.store_in = None;
-        for e in [self.main.take(), self.store_exporter.take()].into_iter().flatten() {
+        for e in [self.main.take(), self.store_exporter.take()]
+            .into_iter()
+            .flatten()
+        {
             let s = e.shutdown();
             exporters.push((s.counters, s.clean));
         }
@@ -738,7 +754,7 @@ impl StoreTap {
             poll_errors: c.poll_errors,
             last_error,
             query_time: query_time.spread(),
-            server_elapsed: (server_elapsed.h.len() > 0).then(|| server_elapsed.spread()),
+            server_elapsed: (!server_elapsed.h.is_empty()).then(|| server_elapsed.spread()),
             keys_found: c.keys_found,
             polls_with_keys: c.polls_with_keys,
             bad_keys: c.bad_keys,
@@ -750,7 +766,11 @@ impl StoreTap {
             keys_evicted_early: seen.evicted_early,
             bracket: bracket.spread(),
             publish_to_queryable: to_queryable.spread(),
-            publish_to_store: self.config.store_in_hop.is_some().then(|| to_store.spread()),
+            publish_to_store: self
+                .config
+                .store_in_hop
+                .is_some()
+                .then(|| to_store.spread()),
             store_in: self
                 .config
                 .store_in_hop
@@ -827,7 +847,10 @@ struct Tally {
 ///
 /// # Errors
 /// As [`StoreTap::start`].
-pub fn run(config: StoreTapConfig, shutdown: &AtomicBool) -> Result<StoreTapSummary, StoreTapError> {
+pub fn run(
+    config: StoreTapConfig,
+    shutdown: &AtomicBool,
+) -> Result<StoreTapSummary, StoreTapError> {
     Ok(StoreTap::start(config)?.run(shutdown))
 }
 

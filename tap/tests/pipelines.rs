@@ -49,9 +49,16 @@ fn wait_ready(dir: &Path, name: &str, prefix: &str, child: &mut Child) {
             return;
         }
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("{name} exited ({status}) before it was ready:\n{}", output(dir, name));
+            panic!(
+                "{name} exited ({status}) before it was ready:\n{}",
+                output(dir, name)
+            );
         }
-        assert!(Instant::now() < deadline, "{name} not ready:\n{}", output(dir, name));
+        assert!(
+            Instant::now() < deadline,
+            "{name} not ready:\n{}",
+            output(dir, name)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -73,7 +80,8 @@ fn finish(dir: &Path, name: &str, mut child: Child, secs: u64) -> String {
 
 fn reachable(addr: &str) {
     assert!(
-        std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2)).is_ok(),
+        std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2))
+            .is_ok(),
         "nothing listens on {addr}: start the shared services with infra/services.sh up"
     );
 }
@@ -104,7 +112,10 @@ fn assert_accounted(run: &Value, publisher: u16) -> (u64, u64) {
         .values()
         .map(|v| v.as_u64().unwrap())
         .sum();
-    assert!(named >= incomplete, "each incomplete trace names its missing hop: {a}");
+    assert!(
+        named >= incomplete,
+        "each incomplete trace names its missing hop: {a}"
+    );
     assert_eq!(a["records_lost_by_probes"], 0);
     assert_eq!(a["late_records"], 0, "no key reported twice: {a}");
     (complete, incomplete)
@@ -147,7 +158,9 @@ impl Drop for NodeRed {
 }
 
 fn testdata(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
 }
 
 #[test]
@@ -166,13 +179,71 @@ fn mosquitto_nodered_influxdb() {
     let ids = id.to_string();
     let n = N.to_string();
     let topic = format!("hoptrace/nr/in/storetap-{}", unique());
-    let common = ["--collector", collector.addr.as_str(), "--pipeline", spec, "--publishers", &ids, "--messages", &n];
-    let mut broker = spawn(&dir, "broker-tap", &[&["tap", "--from", "mqtt://127.0.0.1:11883?version=5", "--topics", &format!("{topic}/#"), "--hop", "broker"][..], &common[..]].concat());
-    let mut influx = spawn(&dir, "store-tap", &[&["tap", "--from", "influxdb://127.0.0.1:18086/hoptrace?measurement=nodered"][..], &common[..]].concat());
+    let common = [
+        "--collector",
+        collector.addr.as_str(),
+        "--pipeline",
+        spec,
+        "--publishers",
+        &ids,
+        "--messages",
+        &n,
+    ];
+    let mut broker = spawn(
+        &dir,
+        "broker-tap",
+        &[
+            &[
+                "tap",
+                "--from",
+                "mqtt://127.0.0.1:11883?version=5",
+                "--topics",
+                &format!("{topic}/#"),
+                "--hop",
+                "broker",
+            ][..],
+            &common[..],
+        ]
+        .concat(),
+    );
+    let mut influx = spawn(
+        &dir,
+        "store-tap",
+        &[
+            &[
+                "tap",
+                "--from",
+                "influxdb://127.0.0.1:18086/hoptrace?measurement=nodered",
+            ][..],
+            &common[..],
+        ]
+        .concat(),
+    );
     wait_ready(&dir, "broker-tap", "tapping", &mut broker);
     wait_ready(&dir, "store-tap", "polling", &mut influx);
     let to = format!("mqtt://127.0.0.1:11883/{topic}?version=5");
-    let publish = spawn(&dir, "publish", &["publish", "--to", &to, "--rate", &RATE.to_string(), "--streams", "10", "--duration", &format!("{SECONDS}s"), "--payload-context", "--publisher-id", &ids, "--collector", &collector.addr, "--pipeline", spec]);
+    let publish = spawn(
+        &dir,
+        "publish",
+        &[
+            "publish",
+            "--to",
+            &to,
+            "--rate",
+            &RATE.to_string(),
+            "--streams",
+            "10",
+            "--duration",
+            &format!("{SECONDS}s"),
+            "--payload-context",
+            "--publisher-id",
+            &ids,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+        ],
+    );
     let p = finish(&dir, "publish", publish, SECONDS + 60);
     assert!(p.contains(&format!("sent {N} messages")), "{p}");
     let b = finish(&dir, "broker-tap", broker, 30);
@@ -209,12 +280,20 @@ fn kafka_clickhouse() {
         .args(["create-topic", &topic])
         .output()
         .unwrap();
-    assert!(out.status.success(), "create-topic: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "create-topic: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new(root().join("infra/stores/clickhouse.sh"))
         .args(["kafka-pipeline", &topic])
         .output()
         .unwrap();
-    assert!(out.status.success(), "kafka-pipeline: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kafka-pipeline: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = tempdir("kafka-ch");
     let spec = testdata("kafka-clickhouse.toml");
     let collector = Collector::start(&dir, &spec);
@@ -223,10 +302,47 @@ fn kafka_clickhouse() {
     let ids = id.to_string();
     let n = N.to_string();
     let from = format!("clickhouse://127.0.0.1:18123/hoptrace?table={table}&time=inserted");
-    let mut tap = spawn(&dir, "store-tap", &["tap", "--from", &from, "--collector", &collector.addr, "--pipeline", spec, "--publishers", &ids, "--messages", &n]);
+    let mut tap = spawn(
+        &dir,
+        "store-tap",
+        &[
+            "tap",
+            "--from",
+            &from,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+            "--publishers",
+            &ids,
+            "--messages",
+            &n,
+        ],
+    );
     wait_ready(&dir, "store-tap", "polling", &mut tap);
     let to = format!("kafka://127.0.0.1:19092/{topic}");
-    let publish = spawn(&dir, "publish", &["publish", "--to", &to, "--rate", &RATE.to_string(), "--streams", "10", "--duration", &format!("{SECONDS}s"), "--payload-context", "--publisher-id", &ids, "--collector", &collector.addr, "--pipeline", spec]);
+    let publish = spawn(
+        &dir,
+        "publish",
+        &[
+            "publish",
+            "--to",
+            &to,
+            "--rate",
+            &RATE.to_string(),
+            "--streams",
+            "10",
+            "--duration",
+            &format!("{SECONDS}s"),
+            "--payload-context",
+            "--publisher-id",
+            &ids,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+        ],
+    );
     let p = finish(&dir, "publish", publish, SECONDS + 60);
     assert!(p.contains(&format!("sent {N} messages")), "{p}");
     let s = finish(&dir, "store-tap", tap, 60);
@@ -241,8 +357,14 @@ fn kafka_clickhouse() {
         "SELECT count(DISTINCT queryable_ns) AS batches, min(total_ingestion_ns) AS lo, max(total_ingestion_ns) AS hi FROM traces",
     );
     let k = batches[0]["batches"].as_u64().unwrap();
-    eprintln!("kafka -> clickhouse: {N} rows visible in {k} batches: {}", batches[0]);
-    assert!((3..=40).contains(&k), "{k} visibility instants for {N} rows over {SECONDS} s");
+    eprintln!(
+        "kafka -> clickhouse: {N} rows visible in {k} batches: {}",
+        batches[0]
+    );
+    assert!(
+        (3..=40).contains(&k),
+        "{k} visibility instants for {N} rows over {SECONDS} s"
+    );
     for stmt in [
         format!("DROP TABLE hoptrace.{table}_mv"),
         format!("DROP TABLE hoptrace.{table}_queue"),

@@ -45,7 +45,10 @@ fn post(url: &str, body: &str) -> String {
     match http().post(url).send_string(body) {
         Ok(r) => r.into_string().unwrap(),
         Err(ureq::Error::Status(code, r)) => {
-            panic!("POST {url}: HTTP {code}: {}", r.into_string().unwrap_or_default())
+            panic!(
+                "POST {url}: HTTP {code}: {}",
+                r.into_string().unwrap_or_default()
+            )
         }
         Err(e) => panic!("POST {url}: {e}"),
     }
@@ -168,7 +171,10 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
         .unwrap();
     assert_eq!(mine["sent"], N);
     assert_eq!(mine["complete"], N, "{a}");
-    assert_eq!(a["records_by_hop"]["queryable"], N, "each key reported once");
+    assert_eq!(
+        a["records_by_hop"]["queryable"], N,
+        "each key reported once"
+    );
     assert_eq!(a["records_by_hop"]["query_start"], N);
     if case.store_in {
         assert_eq!(a["records_by_hop"]["store_in"], N);
@@ -180,7 +186,11 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
         &run_dir(&dir),
         &format!(
             "SELECT sequence, CAST(publish_ns AS BIGINT) AS p, CAST(query_start_ns AS BIGINT) AS qs, CAST(queryable_ns AS BIGINT) AS q, {} AS s, flags FROM traces",
-            if case.store_in { "CAST(store_in_ns AS BIGINT)" } else { "NULL" }
+            if case.store_in {
+                "CAST(store_in_ns AS BIGINT)"
+            } else {
+                "NULL"
+            }
         ),
     );
     assert_eq!(rows.len() as u64, N);
@@ -279,7 +289,10 @@ fn influxdb_refuses_a_missing_database_and_field_at_start() {
         &format!("{m} other=1"),
     );
     let e = StoreTap::start(StoreTapConfig::new(
-        StoreUrl::parse(&format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}")).unwrap(),
+        StoreUrl::parse(&format!(
+            "influxdb://127.0.0.1:18086/hoptrace?measurement={m}"
+        ))
+        .unwrap(),
     ))
     .unwrap_err();
     assert!(e.to_string().contains("no field \"hoptrace\""), "{e}");
@@ -390,11 +403,20 @@ fn clickhouse() {
         visible: &mut visible,
         visibility_s: 5,
     });
-    let e = s.server_elapsed.expect("ClickHouse reports its query duration");
+    let e = s
+        .server_elapsed
+        .expect("ClickHouse reports its query duration");
     assert_eq!(e.count, s.polls - s.poll_errors);
-    assert!(e.mean_ns > 0.0 && e.mean_ns < s.query_time.mean_ns, "{e:?} vs {:?}", s.query_time);
+    assert!(
+        e.mean_ns > 0.0 && e.mean_ns < s.query_time.mean_ns,
+        "{e:?} vs {:?}",
+        s.query_time
+    );
     let err = StoreTap::start(StoreTapConfig::new(
-        StoreUrl::parse(&format!("clickhouse://127.0.0.1:18123/hoptrace?table={t}&key=nope")).unwrap(),
+        StoreUrl::parse(&format!(
+            "clickhouse://127.0.0.1:18123/hoptrace?table={t}&key=nope"
+        ))
+        .unwrap(),
     ))
     .unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");

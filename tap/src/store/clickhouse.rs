@@ -82,7 +82,10 @@ pub fn open_query(table: &str, key: &str, time: &str) -> String {
 #[must_use]
 pub fn error_code(body: &str) -> Option<u32> {
     let rest = body.trim_start().strip_prefix("Code: ")?;
-    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn check_status(status: u16, body: &str) -> Result<(), StoreError> {
@@ -124,7 +127,11 @@ pub fn server_elapsed_ns(summary_header: Option<&str>, answer: &Value) -> Option
 /// # Errors
 /// [`StoreError::Missing`] (unknown table, database or column), [`StoreError::Query`]
 /// (any other exception), [`StoreError::Answer`] (not the expected JSON).
-pub fn parse_poll(status: u16, summary_header: Option<&str>, body: &str) -> Result<Batch, StoreError> {
+pub fn parse_poll(
+    status: u16,
+    summary_header: Option<&str>,
+    body: &str,
+) -> Result<Batch, StoreError> {
     check_status(status, body)?;
     let v: Value = serde_json::from_str(body)
         .map_err(|_| StoreError::Answer(format!("not JSON: {}", clip(body, 300))))?;
@@ -160,7 +167,11 @@ impl ClickHouse {
     /// [`UrlError`] for a missing table or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
         url.check_params(&["table", "key", "time", "user", "password"])?;
-        let database = if url.path.is_empty() { "default" } else { url.path.as_str() };
+        let database = if url.path.is_empty() {
+            "default"
+        } else {
+            url.path.as_str()
+        };
         let mut auth = Vec::new();
         if let Some(u) = url.param("user").or(url.user.as_deref()) {
             auth.push(("user".to_owned(), u.to_owned()));
@@ -302,11 +313,20 @@ mod tests {
             "Code: 60, e.displayText() = DB::Exception: Table hoptrace.x doesn't exist., e.what() = DB::Exception\n",
         )
         .unwrap_err();
-        assert!(matches!(e, StoreError::Missing(ref m) if m.contains("doesn't exist")), "{e:?}");
+        assert!(
+            matches!(e, StoreError::Missing(ref m) if m.contains("doesn't exist")),
+            "{e:?}"
+        );
         let e = parse_poll(500, None, "Code: 395, e.displayText() = DB::Exception: Value passed to 'throwIf' function is non zero").unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m.contains("HTTP 500")), "{e:?}");
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("HTTP 500")),
+            "{e:?}"
+        );
         assert_eq!(error_code("Code: 81, e.displayText()"), Some(81));
         assert_eq!(error_code("nope"), None);
-        assert!(matches!(parse_poll(200, None, "Code: 241 ..."), Err(StoreError::Answer(_))));
+        assert!(matches!(
+            parse_poll(200, None, "Code: 241 ..."),
+            Err(StoreError::Answer(_))
+        ));
     }
 }

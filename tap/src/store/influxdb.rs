@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Answer, Batch, Http, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError, clip};
+use super::{
+    Answer, Batch, Http, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError, clip,
+};
 
 /// An InfluxDB 1.x measurement polled over HTTP.
 pub struct InfluxDb {
@@ -74,7 +76,10 @@ fn results(status: u16, body: &str) -> Result<Vec<Value>, StoreError> {
         return Err(StoreError::Query(format!("HTTP {status}: {e}")));
     }
     if status != 200 {
-        return Err(StoreError::Query(format!("HTTP {status}: {}", clip(body, 300))));
+        return Err(StoreError::Query(format!(
+            "HTTP {status}: {}",
+            clip(body, 300)
+        )));
     }
     let results = v
         .get("results")
@@ -106,8 +111,18 @@ pub fn parse_poll(status: u16, body: &str) -> Result<Batch, StoreError> {
                     .into(),
             ));
         }
-        for s in r.get("series").and_then(Value::as_array).into_iter().flatten() {
-            for row in s.get("values").and_then(Value::as_array).into_iter().flatten() {
+        for s in r
+            .get("series")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for row in s
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let cells = row.as_array().map(Vec::as_slice).unwrap_or_default();
                 let time_ns = cells.first().and_then(Value::as_i64).ok_or_else(|| {
                     StoreError::Answer(format!(
@@ -131,8 +146,18 @@ pub fn parse_poll(status: u16, body: &str) -> Result<Batch, StoreError> {
 fn names(status: u16, body: &str) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
     for r in results(status, body)? {
-        for s in r.get("series").and_then(Value::as_array).into_iter().flatten() {
-            for row in s.get("values").and_then(Value::as_array).into_iter().flatten() {
+        for s in r
+            .get("series")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for row in s
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(n) = row.get(0).and_then(Value::as_str) {
                     out.push(n.to_owned());
                 }
@@ -150,7 +175,9 @@ impl InfluxDb {
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
         url.check_params(&["measurement", "key", "rp"])?;
         if url.path.is_empty() {
-            return Err(url.error("the path names the database: influxdb://HOST:PORT/DATABASE?measurement=M".into()));
+            return Err(url.error(
+                "the path names the database: influxdb://HOST:PORT/DATABASE?measurement=M".into(),
+            ));
         }
         Ok(Self {
             http: Http::new(url)?,
@@ -235,7 +262,11 @@ impl Store for InfluxDb {
                 fields.join(", ")
             )));
         }
-        let a = self.query(&newest_query(&self.measurement, &self.key, self.rp.as_deref()))?;
+        let a = self.query(&newest_query(
+            &self.measurement,
+            &self.key,
+            self.rp.as_deref(),
+        ))?;
         let b = parse_poll(a.status, &a.body)?;
         Ok(Opened {
             newest_ns: b.rows.first().map(|r| r.time_ns),
@@ -308,28 +339,46 @@ mod tests {
             r#"{"results":[{"statement_id":0,"error":"database not found: no_such_db"}]}"#,
         )
         .unwrap_err();
-        assert_eq!(e, StoreError::Missing("database not found: no_such_db".into()));
+        assert_eq!(
+            e,
+            StoreError::Missing("database not found: no_such_db".into())
+        );
         let e = parse_poll(
             200,
             r#"{"results":[{"statement_id":0,"error":"shard is closed"}]}"#,
         )
         .unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m == "shard is closed"), "{e:?}");
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m == "shard is closed"),
+            "{e:?}"
+        );
         let e = parse_poll(
             400,
             r#"{"error":"error parsing query: found KEY, expected identifier at line 1, char 8"}"#,
         )
         .unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m.contains("found KEY")), "{e:?}");
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("found KEY")),
+            "{e:?}"
+        );
         let e = parse_poll(502, "<html>bad gateway</html>").unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m.contains("502")), "{e:?}");
-        assert!(matches!(parse_poll(200, "nope"), Err(StoreError::Answer(_))));
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("502")),
+            "{e:?}"
+        );
+        assert!(matches!(
+            parse_poll(200, "nope"),
+            Err(StoreError::Answer(_))
+        ));
         assert!(matches!(
             parse_poll(200, r#"{"results":[{"partial":true}]}"#),
             Err(StoreError::Query(_))
         ));
         assert!(matches!(
-            parse_poll(200, r#"{"results":[{"series":[{"values":[["2023-01-01T00:00:00Z","k"]]}]}]}"#),
+            parse_poll(
+                200,
+                r#"{"results":[{"series":[{"values":[["2023-01-01T00:00:00Z","k"]]}]}]}"#
+            ),
             Err(StoreError::Answer(_))
         ));
     }

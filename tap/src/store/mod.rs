@@ -600,7 +600,9 @@ mod tests {
         assert_eq!(u.kind, StoreKind::InfluxDb);
         assert!(!u.is_loopback());
         assert_eq!(
-            StoreUrl::parse("victoriametrics://[::1]/?metric=m").unwrap().port,
+            StoreUrl::parse("victoriametrics://[::1]/?metric=m")
+                .unwrap()
+                .port,
             8428
         );
         assert!(StoreUrl::parse("redis://x/").is_err());
@@ -608,7 +610,9 @@ mod tests {
         assert!(StoreUrl::parse("influxdb://h:x/").is_err());
         let e = StoreUrl::parse("postgres://u:secret@h:x/").unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
-        assert!(is_store_url("clickhouse://127.0.0.1:18123/hoptrace?table=t"));
+        assert!(is_store_url(
+            "clickhouse://127.0.0.1:18123/hoptrace?table=t"
+        ));
         assert!(!is_store_url("mqtt://127.0.0.1:11883"));
     }
 

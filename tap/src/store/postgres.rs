@@ -43,7 +43,10 @@ pub fn qualified(table: &str) -> String {
 
 /// The row time as Unix microseconds, exactly.
 fn micros(time: &str) -> String {
-    format!("(extract(epoch from {}) * 1000000)::int8", quote_ident(time))
+    format!(
+        "(extract(epoch from {}) * 1000000)::int8",
+        quote_ident(time)
+    )
 }
 
 /// The poll's statement; `$1` is the bound in Unix microseconds.
@@ -83,7 +86,12 @@ fn error(e: &postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(db) => classify(
             db.code().code(),
-            format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code()),
+            format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ),
         ),
         None => StoreError::Unreachable(e.to_string()),
     }
@@ -105,7 +113,10 @@ impl Postgres {
             .port(url.port)
             .dbname(&url.path)
             .application_name("hoptrace-tap")
-            .connect_timeout(url.duration("timeout", Duration::from_secs(10))?.min(Duration::from_secs(5)));
+            .connect_timeout(
+                url.duration("timeout", Duration::from_secs(10))?
+                    .min(Duration::from_secs(5)),
+            );
         if let Some(u) = &url.user {
             config.user(u);
         }
@@ -128,17 +139,18 @@ impl Postgres {
             self.client = None;
         }
         if self.client.is_none() {
-            let mut c = self
-                .config
-                .connect(postgres::NoTls)
-                .map_err(|e| match e.as_db_error() {
-                    Some(_) => error(&e),
-                    None => StoreError::Unreachable(format!(
-                        "PostgreSQL {}:{}: {e}",
-                        self.url.host, self.url.port
-                    )),
-                })?;
-            c.batch_execute("SET TIME ZONE 'UTC'").map_err(|e| error(&e))?;
+            let mut c =
+                self.config
+                    .connect(postgres::NoTls)
+                    .map_err(|e| match e.as_db_error() {
+                        Some(_) => error(&e),
+                        None => StoreError::Unreachable(format!(
+                            "PostgreSQL {}:{}: {e}",
+                            self.url.host, self.url.port
+                        )),
+                    })?;
+            c.batch_execute("SET TIME ZONE 'UTC'")
+                .map_err(|e| error(&e))?;
             let stmt = c
                 .prepare(&poll_query(&self.table, &self.key, &self.time))
                 .map_err(|e| error(&e))?;
@@ -175,16 +187,18 @@ impl Store for Postgres {
             self.url.host, self.url.port, self.url.path
         );
         let (c, _) = self.client().map_err(|e| match e {
-            StoreError::Missing(m) => StoreError::Missing(format!("{where_}: {m} (check table=, key= and time=)")),
+            StoreError::Missing(m) => {
+                StoreError::Missing(format!("{where_}: {m} (check table=, key= and time=)"))
+            }
             other => other,
         })?;
         let row = c.query_one(&sql, &[]).map_err(|e| match error(&e) {
             StoreError::Missing(m) => StoreError::Missing(format!("{where_}: {m}")),
             other => other,
         })?;
-        let newest: Option<i64> = row.try_get(0).map_err(|e| {
-            StoreError::Answer(format!("the time column is not a timestamp: {e}"))
-        })?;
+        let newest: Option<i64> = row
+            .try_get(0)
+            .map_err(|e| StoreError::Answer(format!("the time column is not a timestamp: {e}")))?;
         Ok(Opened {
             newest_ns: newest.map(|us| us.saturating_mul(1000)),
             notice: None,
@@ -257,9 +271,18 @@ mod tests {
 
     #[test]
     fn sqlstates() {
-        assert!(matches!(classify("42P01", "x".into()), StoreError::Missing(_)));
-        assert!(matches!(classify("42703", "x".into()), StoreError::Missing(_)));
-        assert!(matches!(classify("57P01", "admin shutdown".into()), StoreError::Query(_)));
+        assert!(matches!(
+            classify("42P01", "x".into()),
+            StoreError::Missing(_)
+        ));
+        assert!(matches!(
+            classify("42703", "x".into()),
+            StoreError::Missing(_)
+        ));
+        assert!(matches!(
+            classify("57P01", "admin shutdown".into()),
+            StoreError::Query(_)
+        ));
     }
 
     #[test]

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Batch, Http, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError, clip, duration_ns};
+use super::{
+    Batch, Http, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError, clip, duration_ns,
+};
 
 /// A VictoriaMetrics metric polled over HTTP.
 pub struct VictoriaMetrics {
@@ -65,7 +67,10 @@ pub fn start_param(since_ns: i64) -> String {
 /// not a series.
 pub fn parse_poll(status: u16, body: &str, label: &str) -> Result<Batch, StoreError> {
     if !(200..300).contains(&status) {
-        return Err(StoreError::Query(format!("HTTP {status}: {}", clip(body, 300))));
+        return Err(StoreError::Query(format!(
+            "HTTP {status}: {}",
+            clip(body, 300)
+        )));
     }
     let mut batch = Batch::default();
     for line in body.lines().filter(|l| !l.trim().is_empty()) {
@@ -75,8 +80,14 @@ pub fn parse_poll(status: u16, body: &str, label: &str) -> Result<Batch, StoreEr
             .get("timestamps")
             .and_then(Value::as_array)
             .and_then(|t| t.iter().filter_map(Value::as_i64).min())
-            .ok_or_else(|| StoreError::Answer(format!("a series without timestamps: {}", clip(line, 200))))?;
-        match v.get("metric").and_then(|m| m.get(label)).and_then(Value::as_str) {
+            .ok_or_else(|| {
+                StoreError::Answer(format!("a series without timestamps: {}", clip(line, 200)))
+            })?;
+        match v
+            .get("metric")
+            .and_then(|m| m.get(label))
+            .and_then(Value::as_str)
+        {
             Some(k) if !k.is_empty() => batch.rows.push(Row {
                 key: k.to_owned(),
                 time_ns: ts.saturating_mul(1_000_000),
@@ -233,15 +244,29 @@ mod tests {
 
     #[test]
     fn errors() {
-        let e = parse_poll(400, "cannot parse match[]=\"{\": unexpected end", "hoptrace").unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m.contains("HTTP 400")), "{e:?}");
+        let e = parse_poll(
+            400,
+            "cannot parse match[]=\"{\": unexpected end",
+            "hoptrace",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("HTTP 400")),
+            "{e:?}"
+        );
         let e = parse_poll(
             422,
             r#"{"status":"error","errorType":"422","error":"unknown func"}"#,
             "hoptrace",
         )
         .unwrap_err();
-        assert!(matches!(e, StoreError::Query(ref m) if m.contains("unknown func")), "{e:?}");
-        assert!(matches!(parse_poll(200, "{\"metric\":{}}", "hoptrace"), Err(StoreError::Answer(_))));
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("unknown func")),
+            "{e:?}"
+        );
+        assert!(matches!(
+            parse_poll(200, "{\"metric\":{}}", "hoptrace"),
+            Err(StoreError::Answer(_))
+        ));
     }
 }

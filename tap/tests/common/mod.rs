@@ -81,7 +81,9 @@ fn script(name: &str) -> PathBuf {
 /// Makes sure the store `name` runs (`influxdb`, `postgres`, `clickhouse`,
 /// `victoriametrics`).
 pub fn store(name: &str) -> StoreGuard {
-    let mut s = STORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut s = STORES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let e = s.entry(name.to_owned()).or_insert((0, false));
     let running = Command::new(script(name))
         .arg("status")
@@ -109,7 +111,9 @@ pub fn store(name: &str) -> StoreGuard {
 
 impl Drop for StoreGuard {
     fn drop(&mut self) {
-        let mut s = STORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = STORES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let e = s.get_mut(&self.0).expect("registered");
         e.0 -= 1;
         if e.0 == 0 && e.1 {
