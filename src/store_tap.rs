@@ -12,7 +12,7 @@ use hoptrace_tap::poll::{CollectorTarget, Spread};
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
 use crate::publish::TapArgs;
-use crate::units::{fmt_ns, fmt_si, parse_duration};
+use hoptrace_format::units::{self, parse_duration};
 
 /// Options that only store taps take (`--from influxdb://`, `postgres://`,
 /// `clickhouse://`, `victoriametrics://`).
@@ -186,10 +186,10 @@ fn spread(s: &Spread) -> String {
     }
     format!(
         "mean {}  p50 {}  p99 {}  max {}",
-        fmt_ns(s.mean_ns),
-        fmt_ns(s.p50_ns as f64),
-        fmt_ns(s.p99_ns as f64),
-        fmt_ns(s.max_ns as f64)
+        units::duration_f64(s.mean_ns),
+        units::duration_f64(s.p50_ns as f64),
+        units::duration_f64(s.p99_ns as f64),
+        units::duration_f64(s.max_ns as f64)
     )
 }
 
@@ -210,8 +210,8 @@ fn print_summary(s: &StoreTapSummary) {
     println!(
         "cost: {} polls ({} polls/s at --poll-interval {}), {} failed{}; query time (send -> response) {}{}",
         s.polls,
-        fmt_si(s.polls_per_s()),
-        fmt_ns(s.poll_interval.as_nanos() as f64),
+        units::rate(s.polls_per_s()),
+        units::duration_f64(s.poll_interval.as_nanos() as f64),
         s.poll_errors,
         s.last_error
             .as_ref()
@@ -252,7 +252,7 @@ fn print_summary(s: &StoreTapSummary) {
     if let Some((host, res)) = &s.store_in {
         println!(
             "store_in: the row's own time, announced as host {host}, resolution {}{}",
-            fmt_ns(*res as f64),
+            units::duration_f64(*res as f64),
             s.publish_to_store
                 .as_ref()
                 .filter(|p| p.count > 0)

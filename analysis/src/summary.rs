@@ -761,12 +761,12 @@ pub async fn compute(
                 "{}: the poll bracket of {} (P99 {}, mean {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
                 st.name,
                 b.hop,
-                crate::format::duration_ns(b.p99_ns),
-                crate::format::duration_ns(b.mean_ns.round() as u64),
+                hoptrace_format::units::duration_ns(b.p99_ns),
+                hoptrace_format::units::duration_ns(b.mean_ns.round() as u64),
                 summary
                     .percentiles
                     .first()
-                    .map_or_else(|| "-".into(), |p| crate::format::signed_ns(p.value_ns)),
+                    .map_or_else(|| "-".into(), |p| hoptrace_format::units::signed_ns(p.value_ns)),
                 b.hop
             ));
         }
