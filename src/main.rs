@@ -36,6 +36,7 @@ mod roundtrip;
 mod scaleout;
 mod signals;
 mod soak;
+mod store_tap;
 mod sweep;
 mod units;
 
@@ -85,7 +86,9 @@ enum Command {
     /// schedule lag.
     Publish(Box<publish::PublishArgs>),
     /// Subscribe to a broker and report an arrival stamp of every traced message to the
-    /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp.
+    /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp. With
+    /// a store address (influxdb://, postgres://, clickhouse://, victoriametrics://), poll
+    /// the store and report when each message's data became queryable.
     Tap(publish::TapArgs),
     /// The whole pipeline as separate processes (collector, reference store and
     /// processor, publisher) through a real broker at a target rate for a duration, CPU

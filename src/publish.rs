@@ -126,6 +126,10 @@ pub struct PublishArgs {
     /// several metrics per message).
     #[arg(long, value_parser = PayloadFormat::parse)]
     pub payload: Option<PayloadFormat>,
+    /// Also put the trace context into the JSON payload, as the field "hoptrace" holding
+    /// its text form (ht1.…) as it left the publisher, for store taps to find in the store.
+    #[arg(long)]
+    pub payload_context: bool,
     /// Topic names: `uns` (enterprise/site/area/line/cell/tag) or `flat`.
     #[arg(long, default_value = "uns")]
     pub topics: String,
@@ -171,7 +175,9 @@ pub struct PublishArgs {
 /// Options of `hoptrace tap`.
 #[derive(Debug, clap::Args)]
 pub struct TapArgs {
-    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`.
+    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`; or a store to
+    /// poll: `influxdb://`, `postgres://`, `clickhouse://`, `victoriametrics://` (see the
+    /// README, "store taps").
     #[arg(long)]
     pub from: String,
     /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
@@ -200,6 +206,8 @@ pub struct TapArgs {
     pub collector: CollectorArgs,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
+    #[command(flatten)]
+    pub store: crate::store_tap::StoreTapArgs,
 }
 
 /// Options of `hoptrace record`.
@@ -249,6 +257,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
     let mut c = PublishConfig::new(target, shape);
     c.carrier = args.carrier;
     c.payload = args.payload;
+    c.context_in_payload = args.payload_context;
     c.topics = match args.topics.as_str() {
         "uns" => TopicScheme::Uns {
             root: args.topic_root.clone(),
@@ -558,6 +567,9 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
 /// # Errors
 /// Invalid options, an unusable broker or collector.
 pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
+    if crate::store_tap::is_store(&args.from) {
+        return crate::store_tap::run(args);
+    }
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
