@@ -124,6 +124,18 @@ pub enum CollectorError {
     /// The run's write-ahead log cannot be written or read.
     #[error(transparent)]
     Wal(#[from] crate::wal::WalError),
+    /// The run directory holds the log of a run of other hops: choose another run id.
+    #[error(
+        "{dir} holds the log of an unfinished run of other hops ({theirs}), not of this pipeline's ({ours}): start the collector with that run's pipeline spec to finish it, or choose another run id"
+    )]
+    OtherPipeline {
+        /// The run directory.
+        dir: PathBuf,
+        /// The log's hops.
+        theirs: String,
+        /// This collector's hops.
+        ours: String,
+    },
 }
 
 /// Live figures, for progress lines and `/metrics`.
@@ -152,6 +164,7 @@ pub struct Progress {
 pub struct Collector {
     addr: SocketAddr,
     recovered: Option<Recovered>,
+    continued: Option<hoptrace_format::run::Restart>,
     run_dir: PathBuf,
     progress: Arc<Mutex<Progress>>,
     /// The accept thread and the join thread.
@@ -187,24 +200,34 @@ impl Collector {
             Vec::new()
         };
         let replaying = !log.is_empty();
-        if replaying {
-            // The log holds the whole run: every file derived from it is written again.
-            for derived in ["traces", "hdr"] {
-                let d = run_dir.join(derived);
-                if d.exists() {
-                    std::fs::remove_dir_all(&d)
-                        .map_err(|source| CollectorError::Io { path: d, source })?;
-                }
-            }
-            for derived in ["clock.parquet", "probes.parquet"] {
-                let _ = std::fs::remove_file(run_dir.join(derived));
-            }
+        let hops: Vec<(u8, String)> = spec
+            .hop_ids()
+            .iter()
+            .zip(spec.hop_names())
+            .map(|(id, name)| (id.0, name.clone()))
+            .collect();
+        if replaying
+            && let Some(theirs) = crate::wal::hops(&run_dir)?
+            && theirs != hops
+        {
+            let list = |h: &[(u8, String)]| {
+                h.iter()
+                    .map(|(id, n)| format!("{n} ({id})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(CollectorError::OtherPipeline {
+                dir: run_dir,
+                theirs: list(&theirs),
+                ours: list(&hops),
+            });
         }
-        let recovered = if replaying {
-            None
-        } else {
-            crate::writer::recover(&run_dir.join("traces"))?
-        };
+        if replaying {
+            // The log holds the whole run since it started: every file derived from it is
+            // written again; the part files from before it (a continued run) are kept.
+            remove_derived(&run_dir, &crate::wal::kept(&run_dir)?)?;
+        }
+        let recovered = crate::writer::recover(&run_dir.join("traces"))?;
         if let Some(r) = &recovered {
             tracing::warn!(
                 files = r.files,
@@ -231,6 +254,7 @@ impl Collector {
         let progress = Arc::new(Mutex::new(Progress::default()));
         let counters = Arc::new(ConnectionCounters::default());
         let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
+        let continued;
         let service = {
             let mut state = JoinState {
                 joiner: Joiner::new(&spec),
@@ -273,8 +297,9 @@ impl Collector {
                 stop_timeout: cfg.stop_timeout,
             };
             if cfg.durable {
-                state.open_log(replaying)?;
+                state.open_log(replaying, &part_files(&run_dir.join("traces")), &hops)?;
             }
+            continued = replaying.then(|| state.restarts.last().cloned()).flatten();
             state.move_plausible_window(hoptrace_probe::clock::realtime_ns());
             let server_cfg = ServerConfig {
                 token: cfg.token.clone(),
@@ -303,6 +328,7 @@ impl Collector {
         Ok(Self {
             addr,
             recovered,
+            continued,
             run_dir,
             progress,
             service,
@@ -319,6 +345,13 @@ impl Collector {
     #[must_use]
     pub fn recovered(&self) -> Option<&Recovered> {
         self.recovered.as_ref()
+    }
+
+    /// The restart this collector is, when it continued a run from the log a killed
+    /// collector left (what it replayed).
+    #[must_use]
+    pub fn continued(&self) -> Option<&hoptrace_format::run::Restart> {
+        self.continued.as_ref()
     }
 
     /// `out_dir/<run-id>`.
@@ -595,8 +628,9 @@ impl Control {
             .collect()
     }
 
-    /// Records probes could not deliver (queue full, send failed), from each exporter's
-    /// last counters. Counters are cumulative per exporter instance, across its
+    /// Records probes could not deliver (queue full, send failed, evicted from the retention
+    /// buffer before the collector had them), from each exporter's last counters. Counters are
+    /// cumulative per exporter instance, across its
     /// reconnections: an instance that connected several times counts once, with the
     /// latest of its Counters frames.
     pub(crate) fn records_lost(&self) -> u64 {
@@ -610,7 +644,11 @@ impl Control {
             }
         }
         last.values()
-            .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
+            .map(|c| {
+                c.get(counter_id::QUEUE_FULL)
+                    + c.get(counter_id::SEND_FAILED)
+                    + c.get(counter_id::LOST_UNACKED)
+            })
             .sum()
     }
 
@@ -638,7 +676,12 @@ impl JoinState {
 
     /// Opens the run's log: replays it first when it exists (a collector was killed on
     /// this run), then appends after it.
-    fn open_log(&mut self, replaying: bool) -> Result<(), CollectorError> {
+    fn open_log(
+        &mut self,
+        replaying: bool,
+        kept: &[String],
+        hops: &[(u8, String)],
+    ) -> Result<(), CollectorError> {
         use crate::wal::Entry;
         let mut last_at = 0u64;
         let mut replayed = crate::wal::Replayed::default();
@@ -650,7 +693,11 @@ impl JoinState {
                         self.started_unix_ns = realtime_ns;
                         self.interval_start_ns = realtime_ns;
                         if let Some(st) = self.stages.as_mut() {
-                            st.rebase(realtime_ns);
+                            st.rebase(realtime_ns)
+                                .map_err(|source| CollectorError::Io {
+                                    path: self.run_dir.join("hdr"),
+                                    source,
+                                })?;
                         }
                     }
                     Entry::Restarted {
@@ -663,8 +710,10 @@ impl JoinState {
                         log_entries: entries,
                         log_bytes: bytes,
                         torn_bytes,
+                        records_replayed: self.records,
+                        resent_records_dropped: 0,
                     }),
-                    Entry::Resent { records, .. } => self.resent_dropped += records,
+                    Entry::Resent { records, .. } => self.count_resent(records),
                     Entry::Tick { at, realtime_ns } => {
                         last_at = last_at.max(at);
                         self.step(at, realtime_ns)?;
@@ -699,7 +748,11 @@ impl JoinState {
                 self.run_id
             );
         }
-        let mut wal = crate::wal::Wal::open(&self.run_dir, replayed.last_segment)?;
+        let mut wal = if replaying {
+            crate::wal::Wal::open(&self.run_dir, replayed.last_segment)?
+        } else {
+            crate::wal::Wal::create(&self.run_dir, kept, hops)?
+        };
         let now = hoptrace_probe::clock::realtime_ns();
         if replaying {
             wal.restarted(now, &replayed)?;
@@ -708,6 +761,8 @@ impl JoinState {
                 log_entries: replayed.entries,
                 log_bytes: replayed.bytes,
                 torn_bytes: replayed.torn_bytes,
+                records_replayed: self.records,
+                resent_records_dropped: 0,
             });
             // The connections of the killed collector are gone.
             let open: Vec<u64> = self.control.open_ids();
@@ -840,6 +895,15 @@ impl JoinState {
         Ok(())
     }
 
+    /// Records a probe sent again that the log already held: dropped, counted in the run
+    /// and in the restart that made the probe send them.
+    fn count_resent(&mut self, records: u64) {
+        self.resent_dropped += records;
+        if let Some(r) = self.restarts.last_mut() {
+            r.resent_records_dropped += records;
+        }
+    }
+
     /// An event from a connection reader: logged, then applied.
     fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
         let at = self.now_ns();
@@ -853,7 +917,7 @@ impl JoinState {
                         // Sent again after a reconnection: the log has it already.
                         let n = records.len() as u64;
                         wal.resent(*id, n)?;
-                        self.resent_dropped += n;
+                        self.count_resent(n);
                         return Ok(());
                     }
                     wal.frame(*id, at, &frame_bytes(&ev))?;
@@ -871,7 +935,7 @@ impl JoinState {
                 let instance = self.instances.get(&id).copied().unwrap_or(0);
                 let logged = self.logged_seq.entry(instance).or_insert(0);
                 if seq <= *logged {
-                    self.resent_dropped += records.len() as u64;
+                    self.count_resent(records.len() as u64);
                     return Ok(());
                 }
                 *logged = seq;
@@ -956,9 +1020,13 @@ impl JoinState {
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
         let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
-        std::fs::write(&path, json).map_err(|source| CollectorError::Io { path, source })?;
-        // The run's files hold everything now: the log goes.
+        let tmp = self.run_dir.join("run.json.tmp");
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| CollectorError::Io { path, source })?;
+        // The run's files hold everything now: once the disk has them, the log goes.
         if let Some(wal) = self.wal.take() {
+            sync_files(&self.run_dir)?;
             wal.remove()?;
         }
         Ok(summary)
@@ -1077,6 +1145,82 @@ fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
 fn default_run_id(unix_ns: i64) -> String {
     let (y, m, d, h, min, s, _) = hoptrace_format::units::utc_parts(unix_ns);
     format!("run-{y:04}{m:02}{d:02}T{h:02}{min:02}{s:02}Z")
+}
+
+/// Waits until the disk has every file of the run directory outside the log, and the
+/// directories' entries (`fsync`).
+fn sync_files(run_dir: &Path) -> Result<(), CollectorError> {
+    let sync = |p: &Path| {
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| CollectorError::Io {
+                path: p.to_owned(),
+                source,
+            })
+    };
+    for dir in [
+        run_dir.to_owned(),
+        run_dir.join("traces"),
+        run_dir.join("hdr"),
+    ] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                sync(&e.path())?;
+            }
+        }
+        sync(&dir)?;
+    }
+    Ok(())
+}
+
+/// The complete part files (`part-*.parquet`) in `dir`, by name.
+fn part_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("part-") && n.ends_with(".parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Removes what a replayed log writes again: the part files of `traces/` not in `kept`
+/// (finished or left open by the killed collector; files set aside earlier as unfinished
+/// or corrupt stay), `hdr/`, `clock.parquet` and `probes.parquet`.
+fn remove_derived(run_dir: &Path, kept: &[String]) -> Result<(), CollectorError> {
+    let rm_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CollectorError::Io { path, source }
+    };
+    let traces = run_dir.join("traces");
+    if let Ok(rd) = std::fs::read_dir(&traces) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.ends_with(".parquet") || name.ends_with(".inprogress");
+            if name.starts_with("part-") && ours && !kept.contains(&name) {
+                std::fs::remove_file(e.path()).map_err(rm_err(&e.path()))?;
+            }
+        }
+    }
+    let hdr = run_dir.join("hdr");
+    if hdr.exists() {
+        std::fs::remove_dir_all(&hdr).map_err(rm_err(&hdr))?;
+    }
+    for name in ["clock.parquet", "probes.parquet"] {
+        let p = run_dir.join(name);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(rm_err(&p)(e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

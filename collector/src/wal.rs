@@ -39,6 +39,16 @@ use hoptrace_probe::protocol::{Frame, Hello, MAX_FRAME_LEN};
 /// The log's directory in a run directory.
 pub const WAL_DIR: &str = "wal";
 
+/// The file in the log's directory naming, one per line, the part files of `traces/` that
+/// were there before the log started (a run continued with `--continue`): a replay keeps
+/// them and writes every other part file again.
+const KEPT: &str = "kept";
+
+/// The file in the log's directory naming, one per line as `id name`, the hops of the
+/// pipeline the log was written for: a log is replayed only by a collector of the same
+/// hops.
+const HOPS: &str = "hops";
+
 /// Start a new segment after this many bytes.
 const SEGMENT_BYTES: u64 = 256 << 20;
 
@@ -149,6 +159,27 @@ pub struct Wal {
 }
 
 impl Wal {
+    /// Starts a new log in `run_dir/wal/`, first recording the part files `kept` that
+    /// were in `traces/` before it (see [`kept`]).
+    ///
+    /// # Errors
+    /// [`WalError::Io`] when the directory or a file cannot be created.
+    pub fn create(
+        run_dir: &Path,
+        kept: &[String],
+        hops: &[(u8, String)],
+    ) -> Result<Self, WalError> {
+        let dir = run_dir.join(WAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        write_lines(&dir, KEPT, kept.iter().cloned())?;
+        write_lines(
+            &dir,
+            HOPS,
+            hops.iter().map(|(id, name)| format!("{id} {name}")),
+        )?;
+        Self::open(run_dir, 0)
+    }
+
     /// Opens the log in `run_dir/wal/`, appending after `last_segment` (0: none yet).
     ///
     /// # Errors
@@ -351,9 +382,67 @@ fn create_segment(dir: &Path, segment: u32) -> Result<(PathBuf, BufWriter<File>)
 
 /// Makes a new file's directory entry durable.
 fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Writes `dir/name`, one line per item, through a temporary file and a rename.
+fn write_lines(
+    dir: &Path,
+    name: &str,
+    lines: impl Iterator<Item = String>,
+) -> Result<(), WalError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(&l);
+        text.push('\n');
+    }
+    File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))
+}
+
+/// The hops (id, name) of the pipeline the log in `run_dir` was written for; `None` when
+/// the log does not say.
+///
+/// # Errors
+/// [`WalError::Io`] when the list exists but cannot be read.
+pub fn hops(run_dir: &Path) -> Result<Option<Vec<(u8, String)>>, WalError> {
+    let path = run_dir.join(WAL_DIR).join(HOPS);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(
+            text.lines()
+                .filter_map(|l| {
+                    let (id, name) = l.split_once(' ')?;
+                    Some((id.parse().ok()?, name.to_owned()))
+                })
+                .collect(),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(&path)(e)),
+    }
+}
+
+/// The part files of `traces/` that were there before the log in `run_dir` started.
+///
+/// # Errors
+/// [`WalError::Io`] when the list exists but cannot be read.
+pub fn kept(run_dir: &Path) -> Result<Vec<String>, WalError> {
+    let path = run_dir.join(WAL_DIR).join(KEPT);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io(&path)(e)),
+    }
 }
 
 /// What a log held.
@@ -365,7 +454,8 @@ pub struct Replayed {
     pub entries: u64,
     /// Bytes of entries read.
     pub bytes: u64,
-    /// Bytes after the last whole entry of the last segment (a torn tail), skipped.
+    /// Bytes after the last whole entry of the last segment (a torn tail), skipped. The
+    /// tails of earlier segments were counted by the restart that followed them.
     pub torn_bytes: u64,
 }
 
@@ -437,15 +527,8 @@ pub fn replay<E: From<WalError>>(
             f(entry)?;
         }
         r.bytes += read;
-        if read < size {
-            if i + 1 < segs.len() {
-                tracing::warn!(
-                    "{}: {} bytes after the last whole entry of a segment that is not the last",
-                    path.display(),
-                    size - read
-                );
-            }
-            r.torn_bytes += size - read;
+        if read < size && i + 1 == segs.len() {
+            r.torn_bytes = size - read;
         }
     }
     Ok(r)
@@ -466,7 +549,10 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 fn decode(p: &[u8]) -> Option<Entry> {
-    let u64_at = |i: usize| p.get(i..i + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+    let u64_at = |i: usize| {
+        p.get(i..i + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+    };
     match *p.first()? {
         CONNECTED => {
             let (id, at) = (u64_at(1)?, u64_at(9)?);

@@ -65,6 +65,14 @@ pub struct Restart {
     /// Bytes after the last whole entry (written when the collector was killed), skipped:
     /// probes speaking version 2 sent their content again.
     pub torn_bytes: u64,
+    /// Hop records the log held up to this restart (every record of the run so far that a
+    /// probe was told is durable, and possibly more).
+    #[serde(default)]
+    pub records_replayed: u64,
+    /// Records probes sent again after this restart that the log already held: dropped,
+    /// not counted as the pipeline's duplicates.
+    #[serde(default)]
+    pub resent_records_dropped: u64,
 }
 
 /// The run's record of one probe connection.

@@ -16,11 +16,11 @@ use crate::clock::{Clock, ClockStatusSource, SystemClock, realtime_ns};
 use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
-use crate::retention::{Retained, Retention};
 use crate::protocol::{
-    self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
-    MAX_RECORDS_PER_FRAME, MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
+    self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
+    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
 };
+use crate::retention::{Retained, Retention};
 
 /// How an exporter reaches the collector and paces itself.
 #[derive(Debug, Clone)]
@@ -65,6 +65,9 @@ pub struct ExporterConfig {
 }
 
 impl ExporterConfig {
+    /// [`ExporterConfig::retention_bytes`] unless set: 64 MiB.
+    pub const DEFAULT_RETENTION_BYTES: usize = 64 << 20;
+
     /// Defaults for a collector at `collector` (`host:port`).
     #[must_use]
     pub fn new(collector: impl Into<String>, process: impl Into<String>) -> Self {
@@ -84,7 +87,7 @@ impl ExporterConfig {
             write_timeout: Duration::from_secs(10),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
-            retention_bytes: 64 << 20,
+            retention_bytes: Self::DEFAULT_RETENTION_BYTES,
         }
     }
 }
@@ -517,6 +520,12 @@ impl Worker {
                         }
                     }
                 }
+                if self.durable {
+                    // The collector is away: the records wait in the retention buffer,
+                    // numbered, for the next connection (the queue stays free for the
+                    // hot path); beyond its bound the oldest go, counted.
+                    self.retain_queued(&mut buf, max_batch);
+                }
                 std::thread::sleep(
                     next_attempt
                         .saturating_duration_since(Instant::now())
@@ -558,11 +567,11 @@ impl Worker {
                     seq: self.next_seq,
                     records: n,
                     bytes: buf[frame_at..].to_vec(),
+                    written: false,
                 };
                 self.next_seq += 1;
                 let evicted = self.retention.push(frame);
-                if evicted > 0 {
-                    self.shared.counters.evicted.fetch_add(evicted, Relaxed);
+                if evicted > 0 && self.shared.counters.evicted.fetch_add(evicted, Relaxed) == 0 {
                     tracing::warn!(
                         records = evicted,
                         "the retention buffer is full: dropped the oldest unacknowledged records (counted as evicted; lost if the collector never stored them)"
@@ -611,6 +620,9 @@ impl Worker {
                     continue;
                 }
                 self.shared.counters.sent.fetch_add(n, Relaxed);
+                if self.durable && n > 0 {
+                    self.retention.mark_written(self.next_seq - 1);
+                }
             }
             if self.durable
                 && (finishing || n == 0 || last_ack_read.elapsed() >= ACK_READ_INTERVAL)
@@ -657,7 +669,23 @@ impl Worker {
             tracing::error!(records = left, collector = %self.config.collector, "exporter stopped with undelivered records; they are counted as send_failed");
         }
         self.set_status(false, None, None);
-        let unacknowledged = self.retention.unacked_records();
+        // Frames numbered while the collector was away and never written: undelivered.
+        let unwritten = self.retention.unwritten_records();
+        if unwritten > 0 {
+            self.shared
+                .counters
+                .send_failed
+                .fetch_add(unwritten, Relaxed);
+            tracing::error!(records = unwritten, collector = %self.config.collector, "exporter stopped with records it could never send; they are counted as send_failed");
+        }
+        let (evicted_written, evicted_unwritten) = self.retention.evicted_unresolved();
+        if evicted_unwritten > 0 {
+            self.shared
+                .counters
+                .lost_unacked
+                .fetch_add(evicted_unwritten, Relaxed);
+        }
+        let unacknowledged = self.retention.unacked_records() - unwritten + evicted_written;
         if unacknowledged > 0 {
             tracing::warn!(
                 records = unacknowledged,
@@ -682,13 +710,19 @@ impl Worker {
                 "records evicted before the collector acknowledged them were not stored by it: lost, counted as lost_unacked"
             );
         }
-        let mut resent = 0;
-        for f in self.retention.frames() {
+        let (mut resent, mut first) = (0, 0);
+        for f in self.retention.frames_mut() {
             stream
                 .write_all(&f.bytes)
                 .map_err(|e| format!("sending unacknowledged records again: {e}"))?;
-            resent += f.records;
+            if f.written {
+                resent += f.records;
+            } else {
+                first += f.records;
+                f.written = true;
+            }
         }
+        self.shared.counters.sent.fetch_add(first, Relaxed);
         if resent > 0 {
             self.shared.counters.resent.fetch_add(resent, Relaxed);
             tracing::info!(
@@ -697,6 +731,41 @@ impl Worker {
             );
         }
         Ok(())
+    }
+
+    /// Moves what is queued into numbered frames in the retention buffer, unwritten.
+    fn retain_queued(&mut self, buf: &mut Vec<u8>, max_batch: usize) {
+        loop {
+            buf.clear();
+            let mut w = RecordsWriter::numbered(buf, self.next_seq);
+            while w.len() < max_batch {
+                match self.shared.queue.pop() {
+                    Some(r) => w.push(&r),
+                    None => break,
+                }
+            }
+            let n = w.finish() as u64;
+            if n == 0 {
+                return;
+            }
+            let evicted = self.retention.push(Retained {
+                seq: self.next_seq,
+                records: n,
+                bytes: buf.clone(),
+                written: false,
+            });
+            self.next_seq += 1;
+            self.shared.counters.dequeued.fetch_add(n, Relaxed);
+            if evicted > 0 && self.shared.counters.evicted.fetch_add(evicted, Relaxed) == 0 {
+                tracing::warn!(
+                    records = evicted,
+                    "the collector is unreachable and the retention buffer is full: dropped the oldest records (counted as evicted; lost if the collector never stored them)"
+                );
+            }
+            if (n as usize) < max_batch {
+                return;
+            }
+        }
     }
 
     /// Reads what the collector sent without waiting, and applies its Acks.
@@ -757,11 +826,12 @@ impl Worker {
     /// One attempt; on failure, the Reject code if there was one.
     fn connect_once(&mut self) -> Result<(Conn, Option<u64>), (Option<u16>, String)> {
         self.inbox.clear();
-        let addrs = self
-            .config
-            .collector
-            .to_socket_addrs()
-            .map_err(|e| (None, format!("cannot resolve {}: {e}", self.config.collector)))?;
+        let addrs = self.config.collector.to_socket_addrs().map_err(|e| {
+            (
+                None,
+                format!("cannot resolve {}: {e}", self.config.collector),
+            )
+        })?;
         let mut last = format!("{} resolves to no address", self.config.collector);
         for addr in addrs {
             match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {

@@ -13,6 +13,9 @@ pub(crate) struct Retained {
     pub(crate) records: u64,
     /// The frame's bytes, length prefix included.
     pub(crate) bytes: Vec<u8>,
+    /// It was written to a connection (else it was numbered while the collector was
+    /// unreachable and waits for the next connection).
+    pub(crate) written: bool,
 }
 
 /// Frames sent and not yet acknowledged.
@@ -23,7 +26,7 @@ pub(crate) struct Retention {
     bytes: usize,
     /// Frames dropped unacknowledged, (number, records), oldest first: whether they are
     /// lost is known only when the collector says what it holds.
-    evicted: VecDeque<(u64, u64)>,
+    evicted: VecDeque<(u64, u64, bool)>,
     /// Highest number acknowledged.
     acked: u64,
 }
@@ -52,7 +55,7 @@ impl Retention {
             };
             self.bytes -= old.bytes.len();
             dropped += old.records;
-            self.evicted.push_back((old.seq, old.records));
+            self.evicted.push_back((old.seq, old.records, old.written));
         }
         dropped
     }
@@ -67,7 +70,7 @@ impl Retention {
             let f = self.frames.pop_front().expect("checked");
             self.bytes -= f.bytes.len();
         }
-        while self.evicted.front().is_some_and(|&(s, _)| s <= seq) {
+        while self.evicted.front().is_some_and(|&(s, _, _)| s <= seq) {
             self.evicted.pop_front();
         }
     }
@@ -79,14 +82,48 @@ impl Retention {
         // A restarted collector holds at most what it acknowledged before, or more.
         self.ack(resume_seq);
         self.acked = resume_seq;
-        let lost = self.evicted.iter().map(|&(_, n)| n).sum();
+        let lost = self.evicted.iter().map(|&(_, n, _)| n).sum();
         self.evicted.clear();
         lost
     }
 
     /// The frames kept, oldest first.
+    #[cfg(test)]
     pub(crate) fn frames(&self) -> impl Iterator<Item = &Retained> {
         self.frames.iter()
+    }
+
+    /// The frames kept, oldest first, to mark them written.
+    pub(crate) fn frames_mut(&mut self) -> impl Iterator<Item = &mut Retained> {
+        self.frames.iter_mut()
+    }
+
+    /// At the end, records of evicted frames whose fate no collector told: (written, so
+    /// perhaps held; never written, so lost).
+    pub(crate) fn evicted_unresolved(&self) -> (u64, u64) {
+        self.evicted.iter().fold(
+            (0, 0),
+            |(w, u), &(_, n, written)| if written { (w + n, u) } else { (w, u + n) },
+        )
+    }
+
+    /// The newest frame, number `seq`, was written to a connection (kept or, when larger
+    /// than the whole buffer, already evicted).
+    pub(crate) fn mark_written(&mut self, seq: u64) {
+        if let Some(f) = self.frames.back_mut().filter(|f| f.seq == seq) {
+            f.written = true;
+        } else if let Some(e) = self.evicted.back_mut().filter(|e| e.0 == seq) {
+            e.2 = true;
+        }
+    }
+
+    /// Records kept that were never written to a connection.
+    pub(crate) fn unwritten_records(&self) -> u64 {
+        self.frames
+            .iter()
+            .filter(|f| !f.written)
+            .map(|f| f.records)
+            .sum()
     }
 
     /// Records kept, not yet acknowledged.
@@ -110,6 +147,7 @@ mod tests {
             seq,
             records,
             bytes: vec![0; 100],
+            written: true,
         }
     }
 

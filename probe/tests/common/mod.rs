@@ -51,6 +51,11 @@ impl MiniCollector {
         )
     }
 
+    /// A version 2 collector on `listener` (a collector started again on its address).
+    pub fn durable_on(listener: TcpListener, mode: &Durable) -> Self {
+        Self::start_with(listener, None, Some(mode.clone()))
+    }
+
     fn start_with(
         listener: TcpListener,
         reject: Option<&'static str>,
