@@ -32,12 +32,26 @@ pub fn integration() -> bool {
     on
 }
 
-/// The hoptrace binary under test.
+/// The hoptrace binary under test: `HOPTRACE_BIN`, or the one `cargo test --workspace`
+/// built beside this test (`target/debug/hoptrace`).
 pub fn bin() -> PathBuf {
-    let b = std::env::var("HOPTRACE_BIN")
-        .expect("HOPTRACE_BIN is not set but HOPTRACE_INTEGRATION=1: point it at the hoptrace binary to test");
-    let p = PathBuf::from(b);
-    assert!(p.is_file(), "HOPTRACE_BIN={} does not exist", p.display());
+    if let Ok(b) = std::env::var("HOPTRACE_BIN") {
+        let p = PathBuf::from(b);
+        assert!(p.is_file(), "HOPTRACE_BIN={} does not exist", p.display());
+        return p;
+    }
+    // target/debug/deps/<test> -> target/debug/hoptrace
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("hoptrace"))
+        .unwrap();
+    assert!(
+        p.is_file(),
+        "no hoptrace binary at {}: build it (cargo build, or cargo test --workspace) or set HOPTRACE_BIN",
+        p.display()
+    );
     p
 }
 
