@@ -48,6 +48,10 @@ pub struct CollectorArgs {
     /// Folder under which the run directory is written.
     #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
     pub runs: PathBuf,
+    /// Run the collector without its write-ahead log and acknowledgements, as `hoptrace
+    /// collect --no-log` (to measure what durability costs).
+    #[arg(long)]
+    pub no_log: bool,
 }
 
 /// Runs a benchmark and prints its figures as JSON after a progress line.
@@ -68,6 +72,7 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                 window_ms: a
                     .window_ms
                     .unwrap_or_else(|| u64::try_from(a.window.as_millis()).unwrap_or(u64::MAX)),
+                durable: !a.no_log,
             };
             let tty = std::io::stderr().is_terminal();
             let report = bench::run(&opts, |p| {
