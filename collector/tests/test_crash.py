@@ -2,8 +2,9 @@
 command, continues the run and loses nothing.
 
 The pipeline is two hops: `hoptrace publish` (hop publish) → Mosquitto (private port,
-QoS 1) → `hoptrace tap` (hop broker). Both probes report to `hoptrace collect`, which is
-killed twice while messages flow and restarted each time with the same command line.
+QoS 1) → `hoptrace tap` (hop broker), 20,000 messages/s for 30 s. Both probes report to
+`hoptrace collect`, which is killed 8 s and 19 s into the run and restarted each time, a
+second later, with the same command line.
 
 Checked, from files the collector wrote and with readers that are not hoptrace's (pyarrow,
 DuckDB):
@@ -167,8 +168,8 @@ def killed_twice(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("crash")
     pl = Pipeline(tmp)
     pl.start_collector()
-    pl.start_probes(rate=8000, seconds=20)
-    for at in (6, 13):  # seconds into the publisher's run
+    pl.start_probes(rate=20000, seconds=30)
+    for at in (8, 19):  # seconds into the publisher's run
         time.sleep(max(0.0, at - (time.time() - pl.pub_started)))
         pl.kill_collector()
         time.sleep(1)
