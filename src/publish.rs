@@ -15,6 +15,7 @@ use hoptrace_publisher::payload::PayloadFormat;
 use hoptrace_publisher::publish::{
     CollectorLink, PublishConfig, PublishSummary, Publisher, ReplayConfig,
 };
+use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::uns::TopicScheme;
@@ -358,53 +359,11 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.summary_json {
         std::fs::write(
             path,
-            serde_json::to_vec_pretty(&summary_json(&summary, window_s))?,
+            serde_json::to_vec_pretty(&PublishReport::new(&summary, window_s))?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The end summary of a publish run as JSON (for `hoptrace soak` and scripts).
-fn summary_json(s: &PublishSummary, window_s: f64) -> serde_json::Value {
-    let per_s = |n: u64| {
-        if window_s > 0.0 {
-            n as f64 / window_s
-        } else {
-            0.0
-        }
-    };
-    let b = &s.broker;
-    let q = |x: f64| s.lag.at(x).map(|q| q.value_ns);
-    serde_json::json!({
-        "publisher_id": s.publisher_id,
-        "target": s.target,
-        "run_id": s.run_id,
-        "messages": s.messages,
-        "metrics": s.metrics,
-        "streams": s.streams,
-        "elapsed_ns": s.elapsed_ns,
-        "schedule_span_ns": s.schedule_span_ns,
-        "keep_up_ratio": s.keep_up_ratio(),
-        "metrics_per_s": per_s(s.metrics),
-        "messages_per_s": per_s(s.messages),
-        "target_metrics_per_s": s.target_metrics_per_s,
-        "stopped_early": s.stopped_early,
-        "errors": s.errors,
-        "backpressure_waits": s.backpressure_waits,
-        "backpressure_wait_ns": s.backpressure_wait_ns,
-        "lag_p50_ns": q(0.5),
-        "lag_p99_ns": q(0.99),
-        "lag_p999_ns": q(0.999),
-        "lag_max_ns": s.lag.max_ns,
-        "broker": {
-            "handed": b.handed, "written": b.written, "acked": b.acked, "failed": b.failed,
-            "unconfirmed": b.unconfirmed, "reconnects": b.reconnects,
-            "connection_errors": b.connection_errors,
-        },
-        "exporter_lost": s.exporter.as_ref().map(hoptrace_probe::counters::CounterSnapshot::lost),
-        "exporter_clean": s.exporter_clean,
-    })
 }
 
 fn lag_line(l: &LagSummary) -> String {

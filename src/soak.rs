@@ -20,6 +20,7 @@ use hoptrace_analysis::report::{Block, Section};
 use hoptrace_analysis::resources::{self, Sample};
 use hoptrace_analysis::{RunSet, report, summary};
 use hoptrace_collector::procfs::{self, Pid, USER_HZ};
+use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::url::Endpoint;
 use serde::{Deserialize, Serialize};
 
@@ -296,7 +297,7 @@ pub struct SoakResult {
     /// Streams.
     pub streams: u32,
     /// The publisher's end summary.
-    pub publisher: serde_json::Value,
+    pub publisher: PublishReport,
     /// The targets.
     pub targets: Vec<Target>,
     /// Per-process resources.
@@ -514,10 +515,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             logs.join("publisher.log").display()
         );
     }
-    let published: serde_json::Value =
+    let published: PublishReport =
         serde_json::from_slice(&std::fs::read(&publisher_json).context("the publisher's summary")?)
             .context("the publisher's summary")?;
-    let sent = published["messages"].as_u64().unwrap_or(0);
+    let sent = published.messages;
 
     // Drain: until every published trace is joined (or expired) at the collector.
     let mut last = (0, Instant::now());
@@ -548,7 +549,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         mark_interrupted(&run_dir.join("run.json"))?;
         eprintln!(
             "interrupted: published for {:.0} s of the planned {planned:.0} s; the run and its report say so",
-            published["elapsed_ns"].as_f64().unwrap_or(0.0) / 1e9
+            published.elapsed_ns as f64 / 1e9
         );
     }
     resources::write_parquet(&run_dir.join(resources::FILE), &sampler.samples)?;
@@ -570,7 +571,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     report::write_with(&out, &s, &hists, std::slice::from_ref(&res))?;
     let report_s = report_started.elapsed().as_secs_f64();
 
-    let ratio = published["metrics_per_s"].as_f64().unwrap_or(0.0) / args.rate as f64;
+    let ratio = published.metrics_per_s / args.rate as f64;
     let a = &s.accounting;
     let bytes_per_trace = s.data.bytes as f64 / s.data.rows.max(1) as f64;
     let collector_flat = per_process
@@ -583,7 +584,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             target: format!(">= {TARGET_RATE_RATIO}"),
             measured: format!(
                 "{ratio:.4} ({} of {} metrics/s)",
-                units::rate(published["metrics_per_s"].as_f64().unwrap_or(0.0)),
+                units::rate(published.metrics_per_s),
                 units::rate(args.rate as f64)
             ),
             met: ratio >= TARGET_RATE_RATIO,

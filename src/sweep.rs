@@ -562,10 +562,10 @@ fn measure(
         broker_version: soak.broker_version,
         warmup_s: args.warmup.as_secs_f64(),
         window,
-        sent: soak.publisher["messages"].as_u64().unwrap_or(0),
+        sent: soak.publisher.messages,
         adds_up: whole.accounting.adds_up,
         drained: soak.drained,
-        schedule_lag_p99_ns: soak.publisher["lag_p99_ns"].as_u64().unwrap_or(0),
+        schedule_lag_p99_ns: soak.publisher.lag_p99_ns.unwrap_or(0),
         slos: slo_results,
         resources,
     })

@@ -19,6 +19,8 @@
 //! - [`target`]: the transports, one module each behind the `Target` and `Source` traits.
 //! - [`publish`]: a whole publish run; [`tap`]: a broker tap; [`capture`]: record/replay.
 //! - [`accounting`]: Sent frames and the schedule lag histogram.
+//! - [`report`]: the end summary as a file (`hoptrace publish --summary-json`), read back
+//!   by the soak and the sweep.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -53,6 +55,7 @@ pub mod accounting;
 pub mod capture;
 pub mod payload;
 pub mod publish;
+pub mod report;
 pub mod schedule;
 pub mod tap;
 pub mod target;
