@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_collector::RunSummary;
-use hoptrace_collector::metrics::{MetricsServer, render};
+use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 
@@ -64,7 +64,8 @@ pub struct Args {
     /// run until SIGINT/SIGTERM.
     #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (and the same progress as
+    /// JSON at /progress.json).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub metrics: Option<String>,
     #[command(flatten)]
@@ -170,9 +171,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let _metrics = match &args.metrics {
         Some(addr) => {
             let c = std::sync::Arc::clone(&collector);
-            let server =
-                MetricsServer::start(addr, std::sync::Arc::new(move || render(&c.progress())))
-                    .with_context(|| format!("serving metrics on {addr}"))?;
+            let server = MetricsServer::start(addr, std::sync::Arc::new(move || c.progress()))
+                .with_context(|| format!("serving metrics on {addr}"))?;
             eprintln!("metrics on http://{}/metrics", server.local_addr());
             Some(server)
         }

@@ -7,8 +7,8 @@
 //! `run.json` and `resources.parquet`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead as _, BufReader, IsTerminal as _};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
@@ -19,7 +19,9 @@ use anyhow::{Context as _, bail};
 use hoptrace_analysis::report::{Block, Section};
 use hoptrace_analysis::resources::{self, Sample};
 use hoptrace_analysis::{RunSet, report, summary};
+use hoptrace_collector::metrics::fetch_progress;
 use hoptrace_collector::procfs::{self, Pid, USER_HZ};
+use hoptrace_collector::run::Progress;
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::url::Endpoint;
 use serde::{Deserialize, Serialize};
@@ -185,37 +187,9 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// The collector's progress, from its Prometheus endpoint.
-#[derive(Debug, Default, Clone, Copy)]
-struct Scrape {
-    complete: u64,
-    incomplete: u64,
-    pending: u64,
-    records: u64,
-}
-
-fn scrape(addr: SocketAddr) -> Option<Scrape> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: hoptrace\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let mut out = Scrape::default();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, v)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let v = v.parse::<f64>().unwrap_or(0.0) as u64;
-        match name {
-            "hoptrace_traces_total{status=\"complete\"}" => out.complete = v,
-            "hoptrace_traces_total{status=\"incomplete\"}" => out.incomplete = v,
-            "hoptrace_pending_traces" => out.pending = v,
-            "hoptrace_records_total" => out.records = v,
-            _ => {}
-        }
-    }
-    Some(out)
+/// The collector's progress, from its `/progress.json`.
+fn scrape(addr: SocketAddr) -> Option<Progress> {
+    fetch_progress(addr, Duration::from_secs(2)).ok()
 }
 
 /// Samples CPU and RSS of a set of processes every second.
