@@ -1,6 +1,5 @@
 //! `hoptrace bench ...`: whole-run benchmarks whose results go into `reports/`.
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,6 +7,7 @@ use anyhow::Context as _;
 use hoptrace_collector::bench::{self, BenchOptions};
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// Which benchmark.
 #[derive(Debug, clap::Subcommand)]
@@ -69,9 +69,10 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                     .window_ms
                     .unwrap_or_else(|| u64::try_from(a.window.as_millis()).unwrap_or(u64::MAX)),
             };
-            let tty = std::io::stderr().is_terminal();
+            // The benchmark reports once a second: every report is shown.
+            let mut live = LiveLine::new();
             let report = bench::run(&opts, |p| {
-                let line = format!(
+                live.show(&format!(
                     "{:>5.0}s  {:>10.0} records/s  traces {}/{}  pending {}  lost {}  rss {} MiB  ETA {}",
                     p.elapsed_s,
                     p.records_per_s,
@@ -81,17 +82,10 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                     p.lost_by_probes,
                     p.rss_bytes >> 20,
                     p.eta_s.map_or_else(|| "-".to_owned(), |e| format!("{e:.0}s"))
-                );
-                if tty {
-                    eprint!("\r{line}   ");
-                } else {
-                    eprintln!("{line}");
-                }
+                ));
             })
             .context("collector benchmark")?;
-            if tty {
-                eprintln!();
-            }
+            live.finish();
             println!(
                 "{:.2}M hop records/s, {:.0} traces/s, {:.2} bytes/trace, peak RSS {} MiB, lost by probes {}, counts add up: {}",
                 report.records_per_s / 1e6,

@@ -20,6 +20,7 @@ use hoptrace_collector::generate::{GenerateOptions, generate};
 use serde::{Deserialize, Serialize};
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// The DuckDB side, run by `python3`.
 const DUCKDB_SCRIPT: &str = include_str!("../bench/duckdb_stages.py");
@@ -185,16 +186,18 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
             }
             let mut opts = GenerateOptions::new(traces, &args.dir, &run_id);
             opts.rows_per_file = args.rows_per_file;
+            let mut live = LiveLine::new();
             let g = generate(&opts, |p| {
                 let rate = p.traces as f64 / p.elapsed_s.max(1e-9);
-                eprintln!(
+                live.show(&format!(
                     "generate: {}/{} traces  {}/s  ETA {:.0} s",
                     p.traces,
                     traces,
                     units::rate(rate),
                     (traces - p.traces) as f64 / rate
-                );
+                ));
             })?;
+            live.finish();
             eprintln!(
                 "generate: {} traces in {} files, {:.1} MiB ({:.2} bytes/trace) in {:.1} s",
                 g.traces,

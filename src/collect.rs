@@ -1,8 +1,6 @@
 //! `hoptrace collect` and `hoptrace generate-config`.
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -13,6 +11,7 @@ use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 
 use crate::units::{parse_listen, parse_run_id};
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// How a probe reaches a collector that speaks TLS (`hoptrace collect --tls-cert`).
 #[derive(Debug, Clone, clap::Args)]
@@ -181,14 +180,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
-    let tty = std::io::stderr().is_terminal();
+    // A plain line every second where stderr is a log.
+    let mut live = LiveLine::with_plain_every(Some(Duration::from_secs(1)));
     let mut last = collector.progress();
-    let mut last_at = Instant::now();
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(200));
-        if last_at.elapsed() >= Duration::from_secs(1) {
+    live.wait_while_running(
+        &stop,
+        Duration::from_millis(200),
+        || deadline.is_some_and(|d| Instant::now() >= d),
+        |since| {
             let p = collector.progress();
-            let secs = last_at.elapsed().as_secs_f64();
+            let secs = since.as_secs_f64();
             let traces =
                 (p.complete + p.incomplete).saturating_sub(last.complete + last.incomplete);
             let mut line = format!(
@@ -204,22 +205,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             for (stage, p50, p99) in &p.stages {
                 line.push_str(&format!(
                     "  {stage} p50 {} p99 {}",
-                    hoptrace_format::units::duration_f64(*p50 as f64),
-                    hoptrace_format::units::duration_f64(*p99 as f64)
+                    units::duration_f64(*p50 as f64),
+                    units::duration_f64(*p99 as f64)
                 ));
             }
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
             last = p;
-            last_at = Instant::now();
-        }
-    }
-    if tty {
-        eprintln!();
-    }
+            line
+        },
+    );
+    live.finish();
     eprintln!("stopping: waiting for probes to flush, then closing every file");
     drop(_metrics);
     let collector = std::sync::Arc::try_unwrap(collector)

@@ -4,14 +4,13 @@
 //! stamps over loopback TCP to the collector, which writes the run; the analysis then
 //! writes the report (md, html, json, charts).
 
-use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_analysis::{RunSet, report, summary};
+use hoptrace_analysis::{RunSet, report};
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_publisher::publish::{CollectorLink, PublishConfig, PublishSummary, Publisher};
@@ -22,6 +21,8 @@ use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
 use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink, SimulatedHost};
+use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::query::{runtime, summarize};
 
 use hoptrace_format::units;
 
@@ -177,14 +178,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
 
     let runs = RunSet::open(&[&run_dir])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")?;
-    let (s, hists) = rt.block_on(async {
-        let ctx = runs.session().await?;
-        summary::compute(&runs, &ctx).await
-    })?;
+    let (s, hists) = summarize(&runtime()?, &runs)?;
     let written = report::write(&args.out, &s, &hists)?;
     println!();
     crate::analyze::print_summary(&s);
@@ -252,18 +246,12 @@ fn publish_with_progress(
             .spawn(move || publisher.run(&stop))
             .context("starting the publisher thread")?
     };
-    let tty = std::io::stderr().is_terminal();
-    let mut last_line = Instant::now();
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_line.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
-        last_line = Instant::now();
+    let mut line = LiveLine::new();
+    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |_| {
         let l = *live.lock().expect("live stats poisoned");
         let elapsed = Duration::from_nanos(l.elapsed_ns);
-        eprint!(
-            "\r{:>4.0}s  published {} msgs ({} metrics/s)  processed {}  stored {} rows  lag p99 {}  ETA {:.0}s   ",
+        format!(
+            "{:>4.0}s  published {} msgs ({} metrics/s)  processed {}  stored {} rows  lag p99 {}  ETA {:.0}s",
             elapsed.as_secs_f64(),
             l.messages,
             units::rate(l.metrics as f64 / elapsed.as_secs_f64().max(1e-3)),
@@ -271,12 +259,9 @@ fn publish_with_progress(
             store.stats().rows.load(Relaxed),
             units::duration_f64(l.lag_p99_ns as f64),
             planned.saturating_sub(elapsed).as_secs_f64()
-        );
-        let _ = std::io::stderr().flush();
-    }
-    if tty {
-        eprintln!();
-    }
+        )
+    });
+    line.finish();
     Ok(worker
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??)

@@ -8,7 +8,6 @@
 //! run.json, HDR interval logs) and yields per-stage HDR percentiles and the accounting.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use hoptrace_probe::{
 };
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// Options of `hoptrace roundtrip`.
 #[derive(Debug, clap::Args)]
@@ -160,9 +160,7 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
     let mut per_stream: HashMap<u32, SentEntry> = HashMap::new();
     let mut seqs = vec![0u64; args.streams as usize];
     let mut sent = 0u64;
-    // A live line only on a terminal; the summary at the end is printed either way.
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut last_progress = Instant::now();
+    let mut live = LiveLine::new();
     for i in 0..args.messages {
         let offset_ns = (i as f64 * period_ns) as u64;
         let intended = start_ns + offset_ns as i64;
@@ -196,16 +194,14 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
         e.messages += 1;
         e.metrics += u64::from(args.metrics_per_message);
         e.last_sequence = seq;
-        if tty && last_progress.elapsed() >= Duration::from_secs(1) {
-            last_progress = Instant::now();
+        live.tick(|_| {
             let rate = sent as f64 / start.elapsed().as_secs_f64();
             let eta = (args.messages - sent) as f64 / rate.max(1.0);
-            eprint!(
-                "\r{sent}/{} messages, {rate:.0} msg/s, ETA {eta:.0} s   ",
+            format!(
+                "{sent}/{} messages, {rate:.0} msg/s, ETA {eta:.0} s",
                 args.messages
-            );
-            let _ = std::io::stderr().flush();
-        }
+            )
+        });
     }
     drop(first);
     for h in handles {
@@ -222,9 +218,7 @@ fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Re
             }))
             .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
-    if tty {
-        eprintln!();
-    }
+    live.finish();
     Ok(sent)
 }
 

@@ -12,6 +12,7 @@ use hoptrace_format::spec::PipelineSpec;
 
 use crate::units::parse_listen;
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// Options of `hoptrace relay`.
 #[derive(Debug, clap::Args)]
@@ -77,26 +78,29 @@ pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
+    // A plain line every second where stderr is a log.
+    let mut live = LiveLine::with_plain_every(Some(Duration::from_secs(1)));
     let mut last = relay.stats();
-    let mut last_at = Instant::now();
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(200));
-        if last_at.elapsed() >= Duration::from_secs(1) {
+    live.wait_while_running(
+        &stop,
+        Duration::from_millis(200),
+        || deadline.is_some_and(|d| Instant::now() >= d),
+        |since| {
             let s = relay.stats();
-            let secs = last_at.elapsed().as_secs_f64();
-            eprintln!(
+            let line = format!(
                 "{:>6.0}s  {:>9.0} records/s  records {}  delivered {}  failed {}  probes {}",
                 started.elapsed().as_secs_f64(),
-                s.records.saturating_sub(last.records) as f64 / secs,
+                s.records.saturating_sub(last.records) as f64 / since.as_secs_f64(),
                 s.records,
                 s.delivered_records,
                 s.failed_records,
                 s.connections
             );
             last = s;
-            last_at = Instant::now();
-        }
-    }
+            line
+        },
+    );
+    live.finish();
     eprintln!("stopping: waiting for probes to say goodbye, then flushing to Kafka");
     let s = relay.stop().context("stopping the relay")?;
     println!(
@@ -169,9 +173,11 @@ pub fn collect_group(
         })
     };
     let mut last = (Instant::now(), 0u64, 0u64);
+    // The member reports once a second: every report is shown.
+    let mut live = LiveLine::new();
     let summary = run_member(&cfg, &stop_all, |p| {
         let secs = last.0.elapsed().as_secs_f64().max(1e-3);
-        eprintln!(
+        live.show(&format!(
             "{:>6.0}s  {:>9.0} records/s  {:>9.0} traces/s  partitions {:?}  pending {}  commits {}  rebalances {}  bad messages {}",
             started.elapsed().as_secs_f64(),
             p.records.saturating_sub(last.1) as f64 / secs,
@@ -181,10 +187,11 @@ pub fn collect_group(
             p.commits,
             p.rebalances,
             p.bad_messages + p.bad_control_messages
-        );
+        ));
         last = (Instant::now(), p.records, p.traces);
     })
     .context("collecting from Kafka")?;
+    live.finish();
     stop_all.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     println!(

@@ -7,7 +7,7 @@
 //! `run.json` and `resources.parquet`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, IsTerminal as _};
+use std::io::{BufRead as _, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::report::{Block, Section};
 use hoptrace_analysis::resources::{self, Sample};
-use hoptrace_analysis::{RunSet, report, summary};
+use hoptrace_analysis::{RunSet, report};
 use hoptrace_collector::metrics::fetch_progress;
 use hoptrace_collector::procfs::{self, Pid, USER_HZ};
 use hoptrace_collector::run::Progress;
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::url::Endpoint;
+use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::query::{runtime, summarize};
 use serde::{Deserialize, Serialize};
 
 use hoptrace_format::units;
@@ -435,10 +437,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let mut sampler = Sampler::new(started);
     sampler.sample(&procs);
-    let tty = std::io::stderr().is_terminal();
-    let every = if tty { 1 } else { 10 };
+    let mut live = LiveLine::new();
     let planned = args.duration.as_secs_f64();
-    let mut tick = 0u64;
     let mut next = started + Duration::from_secs(1);
     let publish_status = loop {
         if let Some(s) = publisher.child.try_wait()? {
@@ -454,33 +454,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             continue;
         }
         next += Duration::from_secs(1);
-        tick += 1;
         let s = sampler.sample(&procs);
-        if tick.is_multiple_of(every) {
+        live.tick(|_| {
             let c = scrape(metrics_addr).unwrap_or_default();
             let t = started.elapsed().as_secs_f64();
             let cpu: Vec<String> = s
                 .iter()
                 .map(|(r, cores, rss)| format!("{r} {cores:.2}c/{}M", rss >> 20))
                 .collect();
-            let line = format!(
+            format!(
                 "{t:>5.0}s  traces {} ({}/s) pending {}  {}  ETA {:.0}s",
                 c.complete + c.incomplete,
                 units::rate((c.complete + c.incomplete) as f64 / t.max(1e-3)),
                 c.pending,
                 cpu.join("  "),
                 (planned - t).max(0.0)
-            );
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
-        }
+            )
+        });
     };
-    if tty {
-        eprintln!();
-    }
+    live.finish();
     let interrupted = stop.load(Relaxed);
     let publisher_out = publisher.stop(Duration::from_secs(5)).unwrap_or_default();
     if !publish_status.success() {
@@ -531,14 +523,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // The report, timed.
     let report_started = Instant::now();
     let runs = RunSet::open(&[&run_dir])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")?;
-    let (s, hists) = rt.block_on(async {
-        let ctx = runs.session().await?;
-        summary::compute(&runs, &ctx).await
-    })?;
+    let (s, hists) = summarize(&runtime()?, &runs)?;
     let warmup_s = args.warmup.as_secs_f64();
     let res = resources::section(&sampler.samples, warmup_s);
     let per_process = resources::summarize(&sampler.samples, warmup_s);

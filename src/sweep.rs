@@ -9,7 +9,6 @@
 //! `hoptrace sql <out>/runs` has the `cells` table); `cells/<cell>/` each cell's soak
 //! report and logs.
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
@@ -26,6 +25,8 @@ use hoptrace_publisher::url::Endpoint;
 
 use crate::soak::{Part, SoakResult};
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::query::runtime;
 
 /// Options of `hoptrace sweep`.
 #[derive(Debug, clap::Args)]
@@ -338,7 +339,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let mut ran = 0usize;
-    let tty = std::io::stderr().is_terminal();
     for (index, p) in planned.iter().enumerate() {
         let slug = p.slug();
         let run_id = format!("{name}.{slug}");
@@ -403,6 +403,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .arg(&cell_dir);
         let mut soak = Part::spawn("soak", &mut soak_cmd, &cell_dir)?;
         let cell_started = Instant::now();
+        let mut live = LiveLine::new();
         while soak.child.try_wait()?.is_none() {
             if stop.load(Relaxed) {
                 // The soak stops its publisher early on SIGTERM; the cell is discarded.
@@ -416,18 +417,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     out.display()
                 );
             }
-            if tty {
-                eprint!(
-                    "\r  {:>4.0} s of {:.0} s   ",
+            live.tick(|_| {
+                format!(
+                    "  {:>4.0} s of {:.0} s",
                     cell_started.elapsed().as_secs_f64(),
                     per_cell_s
-                );
-            }
+                )
+            });
             std::thread::sleep(Duration::from_millis(500));
         }
-        if tty {
-            eprintln!();
-        }
+        live.finish();
         let printed = soak.stop(Duration::from_secs(5)).with_context(|| {
             format!("cell {label}: see {}", cell_dir.join("soak.log").display())
         })?;
@@ -524,10 +523,7 @@ fn measure(
     let soak: SoakResult = read(&cell_dir.join("soak.json"))?;
     let whole: hoptrace_analysis::Summary = read(&cell_dir.join("summary.json"))?;
     let runs = RunSet::open(&[runs_dir.join(run_id)])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")?;
+    let rt = runtime()?;
     let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let window = rt.block_on(async {
         let ctx = runs.session().await?;
