@@ -27,8 +27,6 @@ macro_rules! eprintln {
 
 mod analyze;
 mod bench;
-mod bench_publisher;
-mod bench_report;
 mod clock;
 mod collect;
 mod demo;

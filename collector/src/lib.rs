@@ -27,7 +27,6 @@
 //! ```
 
 mod accounting;
-pub mod bench;
 pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]
@@ -35,7 +34,6 @@ pub mod kafka;
 pub mod keys;
 pub mod metrics;
 pub mod partition;
-pub mod procfs;
 pub mod run;
 pub mod server;
 pub mod stages;

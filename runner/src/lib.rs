@@ -16,6 +16,8 @@
 //!
 //! - [`out`]: printing that a closed pipe cannot break; [`progress`]: the live line.
 //! - [`query`]: the one query runtime, and a run's summary.
+//! - [`bench`]: whole-run benchmarks of the collector, the publisher and the report.
+//! - [`procfs`]: CPU time and memory of processes, from `/proc`.
 #![deny(missing_docs)]
 
 // Every line printed goes through `out`, which stops printing to a stream whose reader
@@ -39,6 +41,8 @@ macro_rules! eprintln {
     ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Err, true, format_args!($($arg)*)) };
 }
 
+pub mod bench;
 pub mod out;
+pub mod procfs;
 pub mod progress;
 pub mod query;
