@@ -1,10 +1,9 @@
 //! `hoptrace collect` and `hoptrace generate-config`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_collector::RunSummary;
 use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
@@ -133,7 +132,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     args.preflight.check()?;
     if let Some(id) = &args.run_id {
-        check_run_dir(&args.runs.join(id), &spec, args.continue_run)?;
+        hoptrace_runner::rundir::check(&args.runs.join(id), &spec, args.continue_run)?;
     }
     let listen = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let mut cfg = CollectorConfig::new(listen, spec, &args.runs);
@@ -259,113 +258,6 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The hops of a pipeline as (name, wire id).
-fn hop_ids(spec: &PipelineSpec) -> Vec<(String, u8)> {
-    spec.hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h.name.clone(), h.id.unwrap_or(i as u8)))
-        .collect()
-}
-
-fn hop_list(hops: &[String]) -> String {
-    hops.join(", ")
-}
-
-/// Refuses to write into `dir` when it holds a run that closed cleanly (unless
-/// `continue_run`) or data of another pipeline (always): either would leave a directory
-/// that no reader can make sense of. A directory a killed collector left (part files, no
-/// `run.json`) of the same pipeline is taken over and its complete files kept.
-///
-/// # Errors
-/// What `dir` holds, and what to do instead.
-pub fn check_run_dir(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Result<()> {
-    let ours = hop_ids(spec);
-    let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
-    let run_json = dir.join("run.json");
-    if run_json.exists() {
-        let text = std::fs::read_to_string(&run_json)
-            .with_context(|| format!("reading {}", run_json.display()))?;
-        let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
-            anyhow::anyhow!(
-                "{} holds a run.json that does not read ({e}): choose another --run-id",
-                dir.display()
-            )
-        })?;
-        if hop_ids(&prev.pipeline) != ours {
-            bail!(
-                "{} holds run {:?} of pipeline {:?} (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
-                dir.display(),
-                prev.run_id,
-                prev.pipeline.name,
-                hop_list(
-                    &prev
-                        .pipeline
-                        .hops
-                        .iter()
-                        .map(|h| h.name.clone())
-                        .collect::<Vec<_>>()
-                ),
-                spec.name,
-                hop_list(&our_names)
-            );
-        }
-        if !continue_run {
-            let rows: u64 = prev.files.iter().map(|f| f.rows).sum();
-            bail!(
-                "{} holds run {:?}, which closed cleanly with {rows} traces in {} file(s): choose another --run-id, or pass --continue to add to it",
-                dir.display(),
-                prev.run_id,
-                prev.files.len()
-            );
-        }
-        return Ok(());
-    }
-    // No run.json: a collector was killed here. Its part files name their hops.
-    let traces = dir.join("traces");
-    let mut parts: Vec<PathBuf> = std::fs::read_dir(&traces)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                .collect()
-        })
-        .unwrap_or_default();
-    parts.sort();
-    if let Some(theirs) = parts.iter().find_map(|p| part_hops(p))
-        && theirs != our_names
-    {
-        bail!(
-            "{} holds the files of another pipeline's run (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
-            dir.display(),
-            hop_list(&theirs),
-            spec.name,
-            hop_list(&our_names)
-        );
-    }
-    Ok(())
-}
-
-/// The hops a traces part file has columns for (`<hop>_ns`), or `None` when it does not
-/// read.
-fn part_hops(path: &Path) -> Option<Vec<String>> {
-    use hoptrace_analysis::datafusion::parquet::file::reader::{
-        FileReader as _, SerializedFileReader,
-    };
-    let reader = SerializedFileReader::new(std::fs::File::open(path).ok()?).ok()?;
-    let schema = reader.metadata().file_metadata().schema_descr_ptr();
-    Some(
-        schema
-            .root_schema()
-            .get_fields()
-            .iter()
-            .filter_map(|f| f.name().strip_suffix("_ns"))
-            .filter(|n| *n != "intended")
-            .map(str::to_owned)
-            .collect(),
-    )
 }
 
 /// Prints a run's accounting and files.

@@ -162,7 +162,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let store = store.stop();
     let run = collector.stop().context("stopping the collector")?;
     if interrupted {
-        crate::soak::mark_interrupted(&run_dir.join("run.json"))?;
+        hoptrace_runner::rundir::mark_interrupted(&run_dir.join("run.json"))?;
     }
     unfinished.keep();
     print_parts(&published, &flow, &store, settled);

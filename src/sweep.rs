@@ -23,10 +23,11 @@ use hoptrace_analysis::{RunSet, summary};
 use hoptrace_collector::run::host_info;
 use hoptrace_publisher::url::Endpoint;
 
-use crate::soak::{Part, SoakResult};
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 use hoptrace_runner::query::runtime;
+use hoptrace_runner::soak::SoakResult;
+use hoptrace_runner::supervisor::Part;
 
 /// Options of `hoptrace sweep`.
 #[derive(Debug, clap::Args)]
@@ -404,7 +405,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let mut soak = Part::spawn("soak", &mut soak_cmd, &cell_dir)?;
         let cell_started = Instant::now();
         let mut live = LiveLine::new();
-        while soak.child.try_wait()?.is_none() {
+        while soak.try_wait()?.is_none() {
             if stop.load(Relaxed) {
                 // The soak stops its publisher early on SIGTERM; the cell is discarded.
                 soak.stop(Duration::from_secs(60)).ok();

@@ -42,7 +42,13 @@ macro_rules! eprintln {
 }
 
 pub mod bench;
+pub mod broker_process;
 pub mod out;
+pub mod pipeline;
 pub mod procfs;
 pub mod progress;
 pub mod query;
+pub mod rundir;
+pub mod sampler;
+pub mod soak;
+pub mod supervisor;
