@@ -104,6 +104,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     for line in &measured.output {
         println!("{line}");
     }
+    if measured.interrupted {
+        eprintln!(
+            "interrupted: published for {:.0} s of the planned {:.0} s; the run and its report say so",
+            measured.published.elapsed_ns as f64 / 1e9,
+            args.duration.as_secs_f64()
+        );
+    }
     let o = soak::report(&opts, measured)?;
     println!();
     crate::analyze::print_summary(&o.summary);

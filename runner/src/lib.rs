@@ -43,6 +43,7 @@ macro_rules! eprintln {
 
 pub mod bench;
 pub mod broker_process;
+pub mod demo;
 pub mod out;
 pub mod pipeline;
 pub mod procfs;

@@ -536,11 +536,6 @@ pub fn report(opts: &SoakOptions, m: SoakMeasured) -> anyhow::Result<SoakOutcome
     let plan = &m.plan;
     if m.interrupted {
         crate::rundir::mark_interrupted(&plan.run_dir.join("run.json"))?;
-        eprintln!(
-            "interrupted: published for {:.0} s of the planned {:.0} s; the run and its report say so",
-            m.published.elapsed_ns as f64 / 1e9,
-            opts.duration.as_secs_f64()
-        );
     }
     resources::write_parquet(&plan.run_dir.join(resources::FILE), &m.samples)?;
     let (summary, hists, resource_section, report_s) = timed_report(opts, &m)?;
