@@ -53,3 +53,4 @@ pub mod rundir;
 pub mod sampler;
 pub mod soak;
 pub mod supervisor;
+pub mod sweep;
