@@ -1,6 +1,7 @@
 //! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
 //! `hoptrace_publisher`.
 
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,7 +22,6 @@ use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use hoptrace_format::units;
-use hoptrace_runner::progress::LiveLine;
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -304,11 +304,17 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             .spawn(move || publisher.run(&stop))
             .context("starting the publisher thread")?
     };
-    let mut line = LiveLine::new();
+    let tty = std::io::stderr().is_terminal();
     let mut last = *live.lock().expect("live stats poisoned");
-    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
+    let mut last_at = Instant::now();
+    while !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if !tty || last_at.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
         let l = *live.lock().expect("live stats poisoned");
-        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / since.as_secs_f64();
+        let secs = last_at.elapsed().as_secs_f64();
+        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / secs;
         let elapsed_s = l.elapsed_ns as f64 / 1e9;
         let eta = match (l.planned_messages, l.messages) {
             (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
@@ -317,9 +323,8 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             }
             _ => (planned_s - elapsed_s).max(0.0),
         };
-        last = l;
-        format!(
-            "{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s",
+        eprint!(
+            "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
             l.target_metrics_per_s.map_or_else(
                 || "replay".to_owned(),
                 |t| format!("{} metrics/s", units::rate(t))
@@ -331,9 +336,14 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             units::duration_f64(l.lag_p99_ns as f64),
             units::duration_f64(l.lag_max_ns as f64),
             eta
-        )
-    });
-    line.finish();
+        );
+        let _ = std::io::stderr().flush();
+        last = l;
+        last_at = Instant::now();
+    }
+    if tty {
+        eprintln!();
+    }
     let summary = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
@@ -485,24 +495,33 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
             .spawn(move || tap.run(&stop))
             .context("starting the tap thread")?
     };
+    let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
-    let mut line = LiveLine::new();
     let mut last = 0u64;
-    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
+    let mut last_at = Instant::now();
+    while !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if !tty || last_at.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
         let traced = live.traced.load(Relaxed);
-        let rate = traced.saturating_sub(last) as f64 / since.as_secs_f64();
-        last = traced;
-        format!(
-            "{:>6.0}s  {rate:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}",
+        eprint!(
+            "\r{:>6.0}s  {:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}   ",
             started.elapsed().as_secs_f64(),
+            traced.saturating_sub(last) as f64 / last_at.elapsed().as_secs_f64(),
             live.received.load(Relaxed),
             traced,
             live.not_traced.load(Relaxed),
             live.bad_context.load(Relaxed),
             live.foreign.load(Relaxed),
-        )
-    });
-    line.finish();
+        );
+        let _ = std::io::stderr().flush();
+        last = traced;
+        last_at = Instant::now();
+    }
+    if tty {
+        eprintln!();
+    }
     let s = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the tap thread panicked"))??;
