@@ -1,5 +1,7 @@
-//! `hoptrace`: one binary, one subcommand per job. Each subcommand is a thin wrapper over
-//! a library `run` function so tests can drive it in-process.
+//! `hoptrace`: one binary, one subcommand per job. Each module holds a subcommand's clap
+//! arguments, the call into a library (the orchestration is `hoptrace_runner`; the parts
+//! are the probe, publisher, collector, analysis and refpipe crates) and the printing of
+//! what it returns.
 
 use clap::{Parser, Subcommand};
 

@@ -13,6 +13,9 @@
 //! How late each message left against its schedule (schedule lag) is measured, never
 //! hidden; waits for a full client queue (broker back-pressure) are counted.
 //!
+//! It depends on the probe; it must never depend on the collector, the analysis or the
+//! runner (they receive what it reports, or start it).
+//!
 //! - [`url`]: broker addresses and their options.
 //! - [`schedule`]: the open-loop schedule (rate, streams, Zipf, ramp-up, bursts).
 //! - [`uns`]: ISA-95 style topic trees; [`payload`]: payload formats.

@@ -185,7 +185,8 @@ mod tests {
         let dir = logs("ok");
         let mut p = Part::spawn(
             "store",
-            &mut sh("echo ready 1; echo to the log >&2; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done"),
+            // The trap is set before `ready`, so the SIGTERM that follows finds it.
+            &mut sh("trap 'echo bye; exit 0' TERM; echo to the log >&2; echo ready 1; while :; do sleep 0.05; done"),
             &dir,
         )
         .unwrap();

@@ -10,7 +10,7 @@
 //!
 //! A soak is two calls, so that the command can print the children's output in between:
 //! [`measure`] (plan, start the parts, publish, drain, stop: see [`crate::pipeline`]) and
-//! [`report`] (resources, the timed report, the targets, `soak.json`).
+//! [`report()`] (resources, the timed report, the targets, `soak.json`).
 
 pub mod targets;
 
@@ -263,7 +263,7 @@ impl PartCommands {
     }
 }
 
-/// What [`measure`] gives back, for [`report`].
+/// What [`measure`] gives back, for [`report()`].
 #[derive(Debug)]
 pub struct SoakMeasured {
     /// The plan the soak ran.
