@@ -1,7 +1,7 @@
 //! `hoptrace`: one binary, one subcommand per job. Each module holds a subcommand's clap
 //! arguments, the call into a library (the orchestration is `hoptrace_runner`; the parts
-//! are the probe, publisher, collector, analysis and refpipe crates) and the printing of
-//! what it returns.
+//! are the probe, publisher, tap, collector, analysis and refpipe crates) and the printing
+//! of what it returns.
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +39,7 @@ mod roundtrip;
 mod scaleout;
 mod signals;
 mod soak;
+mod store_tap;
 mod sweep;
 mod units;
 
@@ -88,7 +89,9 @@ enum Command {
     /// schedule lag.
     Publish(Box<publish::PublishArgs>),
     /// Subscribe to a broker and report an arrival stamp of every traced message to the
-    /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp.
+    /// collector (a hop you cannot modify); Kafka LogAppendTime is the broker's stamp. With
+    /// a store address (influxdb://, postgres://, clickhouse://, victoriametrics://), poll
+    /// the store and report when each message's data became queryable.
     Tap(publish::TapArgs),
     /// The whole pipeline as separate processes (collector, reference store and
     /// processor, publisher) through a real broker at a target rate for a duration, CPU

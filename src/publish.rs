@@ -1,7 +1,6 @@
 //! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
 //! `hoptrace_publisher`.
 
-use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,10 +17,12 @@ use hoptrace_publisher::publish::{
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
+use hoptrace_publisher::target::TargetStats;
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -126,6 +127,10 @@ pub struct PublishArgs {
     /// several metrics per message).
     #[arg(long, value_parser = PayloadFormat::parse)]
     pub payload: Option<PayloadFormat>,
+    /// Also put the trace context into the JSON payload, as the field "hoptrace" holding
+    /// its text form (ht1.…) as it left the publisher, for store taps to find in the store.
+    #[arg(long)]
+    pub payload_context: bool,
     /// Topic names: `uns` (enterprise/site/area/line/cell/tag) or `flat`.
     #[arg(long, default_value = "uns")]
     pub topics: String,
@@ -171,7 +176,9 @@ pub struct PublishArgs {
 /// Options of `hoptrace tap`.
 #[derive(Debug, clap::Args)]
 pub struct TapArgs {
-    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`.
+    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`; or a store to
+    /// poll: `influxdb://`, `postgres://`, `clickhouse://`, `victoriametrics://` (see the
+    /// README, "store taps").
     #[arg(long)]
     pub from: String,
     /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
@@ -200,6 +207,8 @@ pub struct TapArgs {
     pub collector: CollectorArgs,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
+    #[command(flatten)]
+    pub store: crate::store_tap::StoreTapArgs,
 }
 
 /// Options of `hoptrace record`.
@@ -249,6 +258,7 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
     let mut c = PublishConfig::new(target, shape);
     c.carrier = args.carrier;
     c.payload = args.payload;
+    c.context_in_payload = args.payload_context;
     c.topics = match args.topics.as_str() {
         "uns" => TopicScheme::Uns {
             root: args.topic_root.clone(),
@@ -304,17 +314,11 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             .spawn(move || publisher.run(&stop))
             .context("starting the publisher thread")?
     };
-    let tty = std::io::stderr().is_terminal();
+    let mut line = LiveLine::with_plain_every(None);
     let mut last = *live.lock().expect("live stats poisoned");
-    let mut last_at = Instant::now();
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_at.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
+    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
         let l = *live.lock().expect("live stats poisoned");
-        let secs = last_at.elapsed().as_secs_f64();
-        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / secs;
+        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / since.as_secs_f64();
         let elapsed_s = l.elapsed_ns as f64 / 1e9;
         let eta = match (l.planned_messages, l.messages) {
             (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
@@ -323,8 +327,9 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             }
             _ => (planned_s - elapsed_s).max(0.0),
         };
-        eprint!(
-            "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
+        last = l;
+        format!(
+            "{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s",
             l.target_metrics_per_s.map_or_else(
                 || "replay".to_owned(),
                 |t| format!("{} metrics/s", units::rate(t))
@@ -336,14 +341,9 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             units::duration_f64(l.lag_p99_ns as f64),
             units::duration_f64(l.lag_max_ns as f64),
             eta
-        );
-        let _ = std::io::stderr().flush();
-        last = l;
-        last_at = Instant::now();
-    }
-    if tty {
-        eprintln!();
-    }
+        )
+    });
+    line.finish();
     let summary = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
@@ -399,6 +399,36 @@ fn lag_line(l: &LagSummary) -> String {
     )
 }
 
+/// What became of every message an MQTT client took: acknowledged (the broker's promise to
+/// deliver it) or abandoned, and why; and what was sent again after broken connections.
+fn mqtt_accounting(b: &TargetStats) -> Vec<String> {
+    let mut lines = vec![format!(
+        "MQTT accounting: handed {} = acknowledged {} (the broker promised to deliver them) + abandoned {} (never acknowledged)",
+        b.handed, b.acked, b.unconfirmed
+    )];
+    if b.unconfirmed > 0 {
+        let why = if b.down_at_close > 0 {
+            format!(
+                "{} connection(s) were down at close: the broker was unreachable until the flush timeout ended",
+                b.down_at_close
+            )
+        } else {
+            "the flush timeout (--flush-timeout) ended first".to_owned()
+        };
+        lines.push(format!(
+            "  abandoned: {} written but never acknowledged, {} never written (still queued in the client); {why}",
+            b.abandoned_unacked, b.abandoned_unwritten
+        ));
+    }
+    if b.retransmitted + b.requeued > 0 || b.reconnects > 0 {
+        lines.push(format!(
+            "  after broken connections: {} publishes in flight at a break written again after the reconnection (a broker that already had one delivers it twice), {} queued in the client at a break written after it",
+            b.retransmitted, b.requeued
+        ));
+    }
+    lines
+}
+
 /// `window_s`: the time the achieved rates are measured over.
 fn print_publish_summary(s: &PublishSummary, window_s: f64) {
     println!(
@@ -445,6 +475,11 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
         "broker: written {}, acknowledged {}, delivery failed {}, unconfirmed at close {}, reconnects {}, connection errors {}",
         b.written, b.acked, b.failed, b.unconfirmed, b.reconnects, b.connection_errors
     );
+    if s.target.starts_with("mqtt://") {
+        for line in mqtt_accounting(b) {
+            println!("{line}");
+        }
+    }
     println!(
         "back-pressure: {} messages waited for the client ({} in total); send errors {}",
         s.backpressure_waits,
@@ -475,6 +510,9 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
 /// # Errors
 /// Invalid options, an unusable broker or collector.
 pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
+    if crate::store_tap::is_store(&args.from) {
+        return crate::store_tap::run(args);
+    }
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
@@ -495,33 +533,24 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
             .spawn(move || tap.run(&stop))
             .context("starting the tap thread")?
     };
-    let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
+    let mut line = LiveLine::with_plain_every(None);
     let mut last = 0u64;
-    let mut last_at = Instant::now();
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_at.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
+    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
         let traced = live.traced.load(Relaxed);
-        eprint!(
-            "\r{:>6.0}s  {:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}   ",
+        let rate = traced.saturating_sub(last) as f64 / since.as_secs_f64();
+        last = traced;
+        format!(
+            "{:>6.0}s  {rate:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}",
             started.elapsed().as_secs_f64(),
-            traced.saturating_sub(last) as f64 / last_at.elapsed().as_secs_f64(),
             live.received.load(Relaxed),
             traced,
             live.not_traced.load(Relaxed),
             live.bad_context.load(Relaxed),
             live.foreign.load(Relaxed),
-        );
-        let _ = std::io::stderr().flush();
-        last = traced;
-        last_at = Instant::now();
-    }
-    if tty {
-        eprintln!();
-    }
+        )
+    });
+    line.finish();
     let s = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the tap thread panicked"))??;
@@ -548,6 +577,12 @@ fn print_tap_summary(s: &TapSummary) {
         "received {}: traced {}, untraced {}, undecodable context {}, other publishers {}; reconnects {}",
         s.received, s.traced, s.not_traced, s.bad_context, s.foreign, s.reconnects
     );
+    if s.new_sessions > 0 {
+        println!(
+            "note: {} reconnection(s) found no session kept by the broker (a clean session, or a broker restarted without persistence): messages published from the break until the tap subscribed again never reached it",
+            s.new_sessions
+        );
+    }
     println!(
         "stamps: {} at arrival in the tap (CLOCK_REALTIME), {} from Kafka LogAppendTime",
         s.arrival_stamps, s.log_append_time_stamps

@@ -8,8 +8,9 @@
 //!    the script runs once it has set the machine up and built a release binary (the
 //!    suite has built its own binary already). `infra/test.sh` is the command running
 //!    this test: it is only checked to be there.
-//!    Other `infra/` scripts are the repository's (the blocks run in a scratch directory),
-//!    and `a && b` runs as two lines, so that a failing `a` fails the block.
+//!    Other `infra/` scripts and `tap/testdata/` files are the repository's (the blocks
+//!    run in a scratch directory), and `a && b` runs as two lines, so that a failing `a`
+//!    fails the block.
 //! 2. Durations (`--duration`, `--warmup`, `--window`) longer than 3 s are 3 s, and
 //!    `--ramp-up` longer than 1 s is 1 s; commands whose default runs longer (publish,
 //!    demo and soak without `--duration`; sweep without `--warmup`/`--window`) are given
@@ -18,8 +19,9 @@
 //! 4. Port 7400 (the default collector port, which others on this machine may hold) is a
 //!    free port, and `hoptrace collect`/`relay` without `--listen` listen on it.
 //! 5. A command that runs until Ctrl-C (`hoptrace collect`, `relay`, `tap` without
-//!    `--duration`, not already sent to the background) runs in the background, as in a
-//!    terminal of its own, and gets SIGINT at the end of its block; it must exit 0 too.
+//!    `--duration`, whether or not the README ends it with `&`) runs in the background, as
+//!    in a terminal of its own, is waited for until it listens (collect, relay) or for 2 s
+//!    (tap), and gets SIGINT at the end of its block; it must exit 0 too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,14 +152,16 @@ fn shorten(words: &mut [String]) {
 /// `infra/...` at the start of a word as the repository's path: the blocks run in a
 /// scratch directory.
 fn repo_infra(line: &str) -> String {
-    let infra = format!("{}/infra/", repo().display());
     let mut out = String::new();
     let mut at_word_start = true;
     let mut rest = line;
     while let Some(c) = rest.chars().next() {
-        if at_word_start && rest.starts_with("infra/") {
-            out.push_str(&infra);
-            rest = &rest["infra/".len()..];
+        if let Some(dir) = REPO_DIRS
+            .iter()
+            .find(|d| at_word_start && rest.starts_with(*d))
+        {
+            out.push_str(&format!("{}/{dir}", repo().display()));
+            rest = &rest[dir.len()..];
             at_word_start = false;
             continue;
         }
@@ -167,6 +171,9 @@ fn repo_infra(line: &str) -> String {
     }
     out
 }
+
+/// Paths in README commands that name the repository's files.
+const REPO_DIRS: [&str; 2] = ["infra/", "tap/testdata/"];
 
 /// One README line as the test runs it.
 fn substitute(line: &str, port: u16) -> String {
@@ -245,14 +252,12 @@ fn substitute(line: &str, port: u16) -> String {
         }
         _ => {}
     }
-    let mut out = words.join(" ");
+    let mut out = repo_infra(&words.join(" "));
     let runs_until_stopped =
         matches!(sub.as_str(), "collect" | "relay" | "tap") && !has("--duration");
-    if background {
-        out.push_str(" &");
-    } else if runs_until_stopped {
-        // Substitution 5: in the background, ready before the next line, stopped at the
-        // end of the block.
+    if runs_until_stopped {
+        // Substitution 5: in the background (whether or not the README puts it there),
+        // ready before the next line, stopped at the end of the block.
         let listens = matches!(sub.as_str(), "collect" | "relay") && !has("--from");
         out.push_str(" & __bg+=($!);");
         if listens {
@@ -260,6 +265,8 @@ fn substitute(line: &str, port: u16) -> String {
         } else {
             out.push_str(" sleep 2");
         }
+    } else if background {
+        out.push_str(" &");
     }
     out
 }
@@ -277,9 +284,14 @@ __ready() {
     return 1
 }
 __stop() {
-    local rc=0 p
+    local rc=0 p s
     for p in "${__bg[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-    for p in "${__bg[@]}"; do wait "$p" || { echo "readme: background process $p exited $?" >&2; rc=1; }; done
+    # 127: the block waited for it itself (`kill -INT %1; wait %1`).
+    for p in "${__bg[@]}"; do
+        wait "$p" 2>/dev/null && continue
+        s=$?
+        ((s == 127)) || { echo "readme: background process $p exited $s" >&2; rc=1; }
+    done
     __bg=()
     return $rc
 }
@@ -379,6 +391,16 @@ fn substitutions() {
             p
         ),
         "hoptrace record --from m --topics 'f/#' --out c.parquet --duration 3s &"
+    );
+    assert_eq!(
+        substitute(
+            "hoptrace tap --from x --collector 127.0.0.1:7400 --pipeline tap/testdata/a.toml &",
+            p
+        ),
+        format!(
+            "hoptrace tap --from x --collector 127.0.0.1:9999 --pipeline {}/tap/testdata/a.toml & __bg+=($!); sleep 2",
+            repo().display()
+        )
     );
     let lines = logical_lines(
         "a 'x # y' # comment\nb \\\n  c\nd \"1\n2\" e\n# only a comment\n  f ||\n    g\n",

@@ -114,6 +114,28 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
             }
         ),
     ]);
+    if let Some(b) = &s.poll_bracket {
+        rows.push(vec![
+            "Poll bracket".into(),
+            format!("+0/−{}", duration_ns(b.p99_ns)),
+            format!(
+                "{} is a store tap's poll: late by at most the bracket (previous poll's send → this response); mean {}, P99 {}, max {} over {} keys; poll interval {}, {} polls, {} failed{}",
+                b.hop,
+                duration_ns(b.mean_ns.round() as u64),
+                duration_ns(b.p99_ns),
+                duration_ns(b.max_ns),
+                count(b.keys),
+                duration_ns(b.poll_interval_ns),
+                count(b.polls),
+                count(b.poll_errors),
+                if b.warning {
+                    " — WARNING: not small against P50"
+                } else {
+                    ""
+                }
+            ),
+        ]);
+    }
     if s.negative > 0 || s.clamped > 0 {
         rows.push(vec![
             "Negative deltas".into(),

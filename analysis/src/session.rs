@@ -334,14 +334,26 @@ impl RunSet {
                     .join(" "),
             ));
         };
-        let hops = &first.summary.pipeline.hops;
-        if let Some(other) = runs.iter().find(|r| &r.summary.pipeline.hops != hops) {
+        // Hops are the same when their names and ids are; descriptions may differ.
+        let hop_ids = |r: &Run| -> String {
+            r.summary
+                .pipeline
+                .hops
+                .iter()
+                .map(|h| match h.id {
+                    Some(id) => format!("{}={id}", h.name),
+                    None => h.name.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let hops = hop_ids(first);
+        if let Some(other) = runs.iter().find(|r| hop_ids(r) != hops) {
             return Err(AnalysisError::Mismatch(format!(
-                "{} declares hops {:?} but {} declares {:?}; open them separately",
+                "{} declares hops [{hops}] but {} declares [{}]; open them separately",
                 first.dir.display(),
-                hops,
                 other.dir.display(),
-                other.summary.pipeline.hops
+                hop_ids(other)
             )));
         }
         Ok(Self { runs, notes })

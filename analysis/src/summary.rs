@@ -177,6 +177,170 @@ pub struct StageSummary {
     pub clock_note: String,
     /// The uncertainty is not small against P50 (above 10 %), or unknown.
     pub clock_warning: bool,
+    /// The measurement uncertainty of a polled hop at one end of the stage (a store tap's
+    /// `queryable`): its stamp is late by at most the poll bracket. Absent for stages
+    /// without a polled hop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_bracket: Option<PollBracket>,
+}
+
+/// A polled hop's poll brackets (previous poll's send → the response of the poll that
+/// first returned the data), from the store taps' counters (`docs/dataset.md`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PollBracket {
+    /// The polled hop.
+    pub hop: String,
+    /// Keys the taps found (brackets measured).
+    pub keys: u64,
+    /// Mean bracket, ns.
+    pub mean_ns: f64,
+    /// P99 of the brackets (the largest of the taps' P99s when several taps polled), ns.
+    pub p99_ns: u64,
+    /// Largest bracket, ns.
+    pub max_ns: u64,
+    /// The taps' poll interval (the largest), ns.
+    pub poll_interval_ns: u64,
+    /// Polls sent, and of those failed.
+    pub polls: u64,
+    /// Polls that failed.
+    pub poll_errors: u64,
+    /// The P99 is not small against the stage's P50 (above 10 %).
+    pub warning: bool,
+}
+
+/// What the store taps said about one polled hop, and the hops their connections
+/// announced (a stage between two hops of one poll has no bracket).
+#[derive(Debug, Clone, Default)]
+pub struct PolledHop {
+    /// The polled hop.
+    pub hop: String,
+    /// Every hop announced by the taps that polled it.
+    pub same_poll: Vec<String>,
+    keys: u64,
+    sum_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+    interval_ns: u64,
+    polls: u64,
+    poll_errors: u64,
+}
+
+/// The store taps' counters (`probes.parquet`, ids 64–85 of `docs/collector-protocol.md`),
+/// per polled hop. Runs without store taps have none.
+///
+/// # Errors
+/// When the probes table cannot be read.
+pub async fn polled_hops(
+    runs: &RunSet,
+    ctx: &SessionContext,
+) -> Result<Vec<PolledHop>, AnalysisError> {
+    let schema = ctx.table("probes").await?.schema().clone();
+    let col = |id: u16| format!("counter_{id}");
+    let ids = [83u16, 66, 73, 74, 76, 82, 64, 65];
+    if !ids
+        .iter()
+        .all(|id| schema.has_column_with_unqualified_name(&col(*id)))
+    {
+        return Ok(Vec::new());
+    }
+    // The latest value of each counter per tap connection (they are cumulative).
+    let last = |id: u16| {
+        format!(
+            "CAST(last_value({c} ORDER BY at_ns) AS BIGINT) AS {c}",
+            c = col(id)
+        )
+    };
+    let sql = format!(
+        "SELECT run_id, CAST(instance_id AS BIGINT) AS instance, {} FROM probes WHERE {} IS NOT NULL GROUP BY run_id, instance_id",
+        ids.iter().map(|i| last(*i)).collect::<Vec<_>>().join(", "),
+        col(83)
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let pipeline = runs.pipeline();
+    let mut out: Vec<PolledHop> = Vec::new();
+    for b in &batches {
+        let get = |name: &str, row: usize| -> u64 {
+            b.column_by_name(name)
+                .and_then(|c| c.as_primitive_opt::<Int64Type>())
+                .filter(|c| c.is_valid(row))
+                .map_or(0, |c| u64::try_from(c.value(row)).unwrap_or(0))
+        };
+        for row in 0..b.num_rows() {
+            let hop_id = get(&col(83), row);
+            let Some(hop) = pipeline
+                .hops
+                .iter()
+                .enumerate()
+                .find(|(i, h)| u64::from(h.id.unwrap_or(*i as u8)) == hop_id)
+                .map(|(_, h)| h.name.clone())
+            else {
+                continue;
+            };
+            let instance = get("instance", row);
+            let announced: Vec<String> = runs
+                .runs
+                .iter()
+                .flat_map(|r| r.summary.probes.iter())
+                .filter(|p| p.instance_id == instance)
+                .flat_map(|p| p.hops.iter().cloned())
+                .collect();
+            let i = match out.iter().position(|p| p.hop == hop) {
+                Some(i) => i,
+                None => {
+                    out.push(PolledHop {
+                        hop,
+                        ..PolledHop::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            let p = &mut out[i];
+            for h in announced {
+                if !p.same_poll.contains(&h) {
+                    p.same_poll.push(h);
+                }
+            }
+            p.keys += get(&col(66), row);
+            p.sum_ns = p.sum_ns.saturating_add(get(&col(73), row));
+            p.max_ns = p.max_ns.max(get(&col(74), row));
+            p.p99_ns = p.p99_ns.max(get(&col(76), row));
+            p.interval_ns = p.interval_ns.max(get(&col(82), row));
+            p.polls += get(&col(64), row);
+            p.poll_errors += get(&col(65), row);
+        }
+    }
+    Ok(out)
+}
+
+/// The poll bracket of a stage from `from` to `to`: the polled hop at one end, unless one
+/// poll stamped both ends (`query_start → queryable`).
+#[must_use]
+pub fn poll_bracket(
+    polled: &[PolledHop],
+    from: &str,
+    to: &str,
+    p50: Option<i64>,
+) -> Option<PollBracket> {
+    let p = polled.iter().find(|p| {
+        (p.hop == from || p.hop == to)
+            && !(p.same_poll.iter().any(|h| h == from) && p.same_poll.iter().any(|h| h == to))
+    })?;
+    Some(PollBracket {
+        hop: p.hop.clone(),
+        keys: p.keys,
+        mean_ns: if p.keys == 0 {
+            0.0
+        } else {
+            p.sum_ns as f64 / p.keys as f64
+        },
+        p99_ns: p.p99_ns,
+        max_ns: p.max_ns,
+        poll_interval_ns: p.interval_ns,
+        polls: p.polls,
+        poll_errors: p.poll_errors,
+        warning: p50
+            .is_some_and(|p50| p.p99_ns as f64 > CLOCK_WARN_FRACTION * p50.unsigned_abs() as f64),
+    })
 }
 
 impl StageSummary {
@@ -566,6 +730,7 @@ pub async fn compute(
     }
 
     let env = environment(runs);
+    let polled = polled_hops(runs, ctx).await?;
     let mut stages = Vec::new();
     let mut hists = Vec::new();
     let mut warnings: Vec<String> = runs
@@ -590,7 +755,21 @@ pub async fn compute(
     }));
     for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
         let hist = figures.pos.to_histogram();
-        let summary = stage_summary(st, figures, &env.hosts);
+        let summary = stage_summary(st, figures, &env.hosts, &polled);
+        if let Some(b) = summary.poll_bracket.as_ref().filter(|b| b.warning) {
+            warnings.push(format!(
+                "{}: the poll bracket of {} (P99 {}, mean {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
+                st.name,
+                b.hop,
+                hoptrace_format::units::duration_ns(b.p99_ns),
+                hoptrace_format::units::duration_ns(b.mean_ns.round() as u64),
+                summary
+                    .percentiles
+                    .first()
+                    .map_or_else(|| "-".into(), |p| hoptrace_format::units::signed_ns(p.value_ns)),
+                b.hop
+            ));
+        }
         if summary.clock_warning {
             warnings.push(format!(
                 "{}: clock uncertainty {} is not small against its P50 {}",
@@ -751,6 +930,7 @@ pub async fn window(
         AnalysisError::Render("internal: window aggregate returned nothing".into())
     })?;
     let env = environment(runs);
+    let polled = polled_hops(runs, ctx).await?;
     let mut stages = Vec::new();
     for (i, st) in pipeline.stages.iter().enumerate() {
         let figures = scalar(batch, &format!("s_{i}"))?;
@@ -759,7 +939,7 @@ pub async fn window(
                 .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?,
             _ => SignedStats::default(),
         };
-        stages.push(stage_summary(st, &figures, &env.hosts));
+        stages.push(stage_summary(st, &figures, &env.hosts, &polled));
     }
     Ok(WindowSummary {
         from_unix_ns: from,
@@ -772,7 +952,12 @@ pub async fn window(
 }
 
 /// A stage's summary from its figures over every known delta.
-fn stage_summary(st: &StageSpec, figures: &SignedStats, hosts: &[HostSummary]) -> StageSummary {
+fn stage_summary(
+    st: &StageSpec,
+    figures: &SignedStats,
+    hosts: &[HostSummary],
+    polled: &[PolledHop],
+) -> StageSummary {
     let percentiles: Vec<PercentileValue> = figures
         .percentiles()
         .into_iter()
@@ -808,6 +993,7 @@ fn stage_summary(st: &StageSpec, figures: &SignedStats, hosts: &[HostSummary]) -
         clock_uncertainty_ns: uncertainty,
         clock_note: note,
         clock_warning,
+        poll_bracket: poll_bracket(polled, &st.from, &st.to, p50),
     }
 }
 
@@ -1138,6 +1324,41 @@ mod tests {
             .map(|&q| quantile_label(q))
             .collect();
         assert_eq!(l, ["P50", "P90", "P95", "P99", "P99.9", "P99.99"]);
+    }
+
+    #[test]
+    fn the_poll_bracket_applies_to_stages_with_one_polled_end() {
+        let polled = vec![PolledHop {
+            hop: "queryable".into(),
+            same_poll: vec!["query_start".into(), "queryable".into()],
+            keys: 4,
+            sum_ns: 40_000_000,
+            p99_ns: 12_000_000,
+            max_ns: 15_000_000,
+            interval_ns: 10_000_000,
+            polls: 100,
+            poll_errors: 1,
+        }];
+        let b = poll_bracket(&polled, "publish", "queryable", Some(200_000_000)).unwrap();
+        assert_eq!(b.hop, "queryable");
+        assert!((b.mean_ns - 10_000_000.0).abs() < 1e-6);
+        assert_eq!(
+            (b.p99_ns, b.max_ns, b.polls, b.poll_errors),
+            (12_000_000, 15_000_000, 100, 1)
+        );
+        assert!(!b.warning, "12 ms against a P50 of 200 ms is small");
+        assert!(
+            poll_bracket(&polled, "publish", "queryable", Some(20_000_000))
+                .unwrap()
+                .warning
+        );
+        assert!(poll_bracket(&polled, "store_in", "queryable", None).is_some());
+        assert!(
+            poll_bracket(&polled, "query_start", "queryable", Some(1)).is_none(),
+            "one poll stamped both ends"
+        );
+        assert!(poll_bracket(&polled, "publish", "broker", Some(1)).is_none());
+        assert!(poll_bracket(&[], "publish", "queryable", Some(1)).is_none());
     }
 
     #[test]

@@ -656,6 +656,7 @@ mod tests {
             clock_uncertainty_ns: Some(0),
             clock_note: String::new(),
             clock_warning: false,
+            poll_bracket: None,
         };
         Cell {
             sweep: "s".into(),

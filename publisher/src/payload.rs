@@ -1,6 +1,18 @@
 //! Message payloads: a text scalar, a JSON scalar, a JSON batch of metrics, or raw bytes.
 //! Values are deterministic (a hash of stream, sequence and metric index), so a run can be
 //! repeated byte for byte.
+//!
+//! A JSON payload can also carry the message's trace context, as its last field
+//! [`CONTEXT_FIELD`] (`"hoptrace"`) holding the context's text form as it left the
+//! publisher (`ht1.…`, the publish stamp included; `docs/trace-format.md`, "Payload
+//! field"). Pipelines that keep a payload's fields carry it into the store, where a store
+//! tap finds it.
+
+use hoptrace_probe::TraceContext;
+use hoptrace_probe::context::MAX_TEXT_LEN;
+
+/// The JSON field of a payload that carries the trace context's text form.
+pub const CONTEXT_FIELD: &str = "hoptrace";
 
 /// What a message's payload looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +74,12 @@ impl PayloadFormat {
         }
     }
 
+    /// Whether the format is a JSON object that can carry [`CONTEXT_FIELD`].
+    #[must_use]
+    pub fn is_json(self) -> bool {
+        matches!(self, Self::Json | Self::JsonBatch)
+    }
+
     /// Writes the payload of message `sequence` of `stream` into `out` (cleared first).
     pub fn write(
         self,
@@ -100,6 +118,38 @@ impl PayloadFormat {
             Self::Raw { bytes } => out.resize(bytes, b'x'),
         }
     }
+}
+
+/// Makes `ctx`'s text form the last field of the JSON object `buf[..base]` (a payload of a
+/// JSON format): `buf` becomes `buf[..base - 1]` + `,"hoptrace":"ht1.…"}`. Whatever `buf`
+/// held after `base` is replaced, so a retry with a new stamp calls it again with the
+/// same `base`. Never allocates once `buf` has grown to hold the field.
+///
+/// # Panics
+/// When `buf[..base]` does not end with `}` (not a JSON object).
+pub fn put_context_field(buf: &mut Vec<u8>, base: usize, ctx: &TraceContext) {
+    assert!(
+        base > 0 && base <= buf.len(),
+        "the payload is not a JSON object"
+    );
+    if buf.len() > base {
+        // A field put by an earlier call replaced the closing brace at base - 1.
+        buf.truncate(base);
+        buf[base - 1] = b'}';
+    }
+    assert!(buf[base - 1] == b'}', "the payload is not a JSON object");
+    buf.truncate(base - 1);
+    let mut text = [0u8; MAX_TEXT_LEN];
+    let text = ctx.encode_text(&mut text);
+    // An object with no field yet ("{}") takes no comma.
+    if buf.last() != Some(&b'{') {
+        buf.push(b',');
+    }
+    buf.push(b'"');
+    buf.extend_from_slice(CONTEXT_FIELD.as_bytes());
+    buf.extend_from_slice(b"\":\"");
+    buf.extend_from_slice(text.as_bytes());
+    buf.extend_from_slice(b"\"}");
 }
 
 /// A value in hundredths, from 0.00 to 99.99.
@@ -193,6 +243,48 @@ mod tests {
     }
 
     #[test]
+    fn the_context_field_is_the_last_field_and_decodes() {
+        use hoptrace_probe::{HopId, Stamp, TraceKey};
+        let key = TraceKey {
+            publisher: 7,
+            stream: 3,
+            sequence: 99,
+        };
+        let mut ctx = TraceContext::new(key, 1, 1_700_000_000_000_000_000);
+        ctx.push_stamp(Stamp {
+            hop: HopId(0),
+            ns: 1_700_000_000_000_001_000,
+        })
+        .unwrap();
+        for format in [PayloadFormat::Json, PayloadFormat::JsonBatch] {
+            let mut out = Vec::new();
+            format.write(&mut out, 3, 99, 2, 1_700_000_000_000);
+            let base = out.len();
+            put_context_field(&mut out, base, &ctx);
+            // Again, as a retry with a new stamp does: the field is replaced, not added.
+            put_context_field(&mut out, base, &ctx);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            let text = v[CONTEXT_FIELD].as_str().unwrap();
+            assert_eq!(text, ctx.to_text());
+            assert_eq!(TraceContext::decode_text(text).unwrap(), ctx);
+            assert_eq!(v["timestamp_ms"], 1_700_000_000_000_i64);
+            assert!(out.ends_with(b"\"}"));
+        }
+        let mut empty = b"{}".to_vec();
+        put_context_field(&mut empty, 2, &ctx);
+        let v: serde_json::Value = serde_json::from_slice(&empty).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a JSON object")]
+    fn the_context_field_needs_a_json_object() {
+        let ctx = TraceContext::new(hoptrace_probe::TraceKey::default(), 1, 0);
+        let mut text = b"21.53".to_vec();
+        put_context_field(&mut text, 5, &ctx);
+    }
+
+    #[test]
     fn deterministic_values() {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         PayloadFormat::JsonBatch.write(&mut a, 9, 99, 20, 1);
@@ -207,6 +299,8 @@ mod tests {
             Ok(PayloadFormat::Raw { bytes: 64 })
         );
         assert!(PayloadFormat::parse("xml").is_err());
+        assert!(PayloadFormat::Json.is_json() && PayloadFormat::JsonBatch.is_json());
+        assert!(!PayloadFormat::Text.is_json() && !PayloadFormat::Raw { bytes: 1 }.is_json());
         assert!(PayloadFormat::Text.check(20).is_err());
         assert!(PayloadFormat::JsonBatch.check(20).is_ok());
         assert_eq!(PayloadFormat::default_for(1), PayloadFormat::Json);

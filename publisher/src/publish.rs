@@ -128,6 +128,10 @@ pub struct PublishConfig {
     pub topics: TopicScheme,
     /// Payload format; `None` picks JSON for one metric and a JSON batch for more.
     pub payload: Option<PayloadFormat>,
+    /// Also put the trace context into the (JSON) payload as the field `"hoptrace"`, its
+    /// text form as it leaves the publisher, so that pipelines that keep a payload's
+    /// fields carry it into the store (see [`crate::payload::put_context_field`]).
+    pub context_in_payload: bool,
     /// Publisher id in the trace key; unique per publisher within a run.
     pub publisher_id: u16,
     /// The collector, if stamps are to be reported.
@@ -160,6 +164,7 @@ impl PublishConfig {
             shape,
             topics: TopicScheme::default(),
             payload: None,
+            context_in_payload: false,
             publisher_id: id,
             collector: None,
             replay: None,
@@ -471,6 +476,11 @@ impl Publisher {
                     .payload
                     .unwrap_or_else(|| PayloadFormat::default_for(metrics));
                 format.check(metrics).map_err(PublishError::Config)?;
+                if config.context_in_payload && !format.is_json() {
+                    return Err(PublishError::Config(
+                        "the trace context goes into JSON payloads only: use --payload json or json-batch".into(),
+                    ));
+                }
                 let topics = config
                     .topics
                     .topics(prefix.as_deref(), config.shape.streams);
@@ -484,6 +494,11 @@ impl Publisher {
                 )
             }
             Some(r) => {
+                if config.context_in_payload {
+                    return Err(PublishError::Config(
+                        "a replay sends the captured payloads as they were: the trace context cannot be put into them".into(),
+                    ));
+                }
                 if !(r.speed.is_finite() && r.speed > 0.0) {
                     return Err(PublishError::Config(
                         "--speed must be a positive number".into(),
@@ -676,6 +691,7 @@ impl Publisher {
             }
             let intended_ns = start_ns + n.offset_ns as i64;
             let metrics = self.plan.fill(&n, intended_ns, &mut buf);
+            let base_len = buf.len();
             let key = TraceKey {
                 publisher,
                 stream: n.stream,
@@ -695,6 +711,9 @@ impl Publisher {
                         s
                     }
                 };
+                if self.config.context_in_payload {
+                    crate::payload::put_context_field(&mut buf, base_len, &ctx);
+                }
                 let msg = Outgoing {
                     stream: n.stream,
                     topic: &self.topics[n.stream as usize],

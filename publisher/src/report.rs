@@ -82,7 +82,10 @@ pub struct PublishReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BrokerReport {
-    /// Acknowledgements: MQTT PUBACK (QoS 1) or PUBCOMP (QoS 2); Kafka delivery reports.
+    /// MQTT: the unconfirmed publishes, by why they were abandoned.
+    pub abandoned: AbandonedReport,
+    /// Acknowledgements: MQTT PUBACK (QoS 1) or PUBCOMP (QoS 2), the broker's promise to
+    /// deliver the message; Kafka delivery reports.
     pub acked: u64,
     /// Connection errors seen.
     pub connection_errors: u64,
@@ -92,20 +95,47 @@ pub struct BrokerReport {
     pub handed: u64,
     /// Reconnections after the first connection.
     pub reconnects: u64,
+    /// MQTT: publishes still queued in the client when a connection broke, written after
+    /// the reconnection.
+    pub requeued: u64,
+    /// MQTT: publishes in flight when a connection broke, written again after the
+    /// reconnection (a broker that already had one delivers it twice).
+    pub retransmitted: u64,
     /// Messages still unconfirmed when the target closed.
     pub unconfirmed: u64,
-    /// MQTT: publishes written to the socket; Kafka: records the broker acknowledged.
+    /// MQTT: publishes written to the socket (those written again after a reconnection
+    /// count again); Kafka: records the broker acknowledged.
     pub written: u64,
+}
+
+/// MQTT: why publishes were abandoned, unacknowledged, at close (the parts of
+/// [`BrokerReport::unconfirmed`]; see [`TargetStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AbandonedReport {
+    /// Connections that were down (broker unreachable) when the target closed.
+    pub connections_down_at_close: u64,
+    /// Publishes never written (still queued in the client when the flush timeout ended).
+    pub never_written: u64,
+    /// Publishes written but never acknowledged.
+    pub written_unacknowledged: u64,
 }
 
 impl From<&TargetStats> for BrokerReport {
     fn from(b: &TargetStats) -> Self {
         Self {
+            abandoned: AbandonedReport {
+                connections_down_at_close: b.down_at_close,
+                never_written: b.abandoned_unwritten,
+                written_unacknowledged: b.abandoned_unacked,
+            },
             acked: b.acked,
             connection_errors: b.connection_errors,
             failed: b.failed,
             handed: b.handed,
             reconnects: b.reconnects,
+            requeued: b.requeued,
+            retransmitted: b.retransmitted,
             unconfirmed: b.unconfirmed,
             written: b.written,
         }
@@ -194,6 +224,10 @@ mod tests {
                 handed: 1000,
                 written: 1000,
                 reconnects: 1,
+                retransmitted: 2,
+                unconfirmed: 5,
+                abandoned_unacked: 3,
+                abandoned_unwritten: 2,
                 ..TargetStats::default()
             },
             exporter: None,
@@ -242,6 +276,13 @@ mod tests {
         }
         assert_eq!(keys.len(), 23);
         assert_eq!(as_map["broker"]["reconnects"], 1);
+        assert_eq!(as_map["broker"]["retransmitted"], 2);
+        assert_eq!(as_map["broker"]["abandoned"]["written_unacknowledged"], 3);
+        assert_eq!(as_map["broker"]["abandoned"]["never_written"], 2);
+        assert_eq!(
+            as_map["broker"]["abandoned"]["connections_down_at_close"],
+            0
+        );
         assert!(as_map["exporter_lost"].is_null());
     }
 }

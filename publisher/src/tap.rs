@@ -6,6 +6,16 @@
 //! time is reported instead of the arrival time (unless disabled): it has millisecond
 //! resolution, so it is truncated by up to 1 ms and the stage from `publish` to it can
 //! be up to 1 ms short (even negative). The summary says which stamps were used.
+//!
+//! An MQTT tap subscribes with a clean session by default: when its connection breaks,
+//! the broker keeps nothing for it, and messages published until it has subscribed again
+//! never reach it (they show as traces missing this hop; the summary counts such
+//! reconnections as `new_sessions`). With `?clean=false&client_id=<name>` (and `qos=1`)
+//! the broker keeps the session and queues those messages for the tap, also across tap
+//! restarts with the same id (MQTT 5: for `session_expiry_s`, 300 s by default). A broker
+//! that restarts without persistence (Mosquitto's `persistence false`) forgets the session
+//! and what it had queued all the same; with `persistence true` it restores what it saved
+//! last (every `autosave_interval`), so a crash loses what changed since that save.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -143,6 +153,10 @@ pub struct TapSummary {
     pub publish_to_arrival: LagSummary,
     /// Reconnections to the broker.
     pub reconnects: u64,
+    /// MQTT: reconnections to a new session (the broker had not kept this tap's session:
+    /// a clean session, or a broker restarted without persistence). Messages published
+    /// from the break until the tap subscribed again never reached it.
+    pub new_sessions: u64,
     /// The exporter's final counters.
     pub exporter: Option<CounterSnapshot>,
     /// Whether the collector got everything.
@@ -341,6 +355,7 @@ impl Tap {
             stamp_resolution_ns: (lat > 0).then_some(LOG_APPEND_TIME_RESOLUTION_NS),
             publish_to_arrival: delivery.summary(),
             reconnects: self.source.reconnects(),
+            new_sessions: self.source.new_sessions(),
             exporter,
             exporter_clean,
         })

@@ -15,6 +15,8 @@
 //! | mqtt | `request_capacity` | publishes the client queues before back-pressure | 1000 |
 //! | mqtt | `keep_alive_s` | keep-alive interval, seconds | 30 |
 //! | mqtt | `retain` | publish with the retain flag | false |
+//! | mqtt | `clean` | `false`: a tap or recorder asks the broker to keep its session (needs `client_id`) | true |
+//! | mqtt | `session_expiry_s` | MQTT 5, with `clean=false`: how long the broker keeps that session | 300 |
 //! | both | `carrier` | `property` (MQTT 5), `header` (Kafka) or `envelope` | per transport |
 //! | both | `connect_timeout_ms` | how long to wait for the broker to answer | 5000 |
 //! | kafka | `acks` | `0`, `1` or `all` | `all` |
@@ -167,6 +169,14 @@ pub struct MqttEndpoint {
     pub carrier: Option<Carrier>,
     /// How long to wait for the broker to accept a connection.
     pub connect_timeout_ms: u64,
+    /// Start a clean session (the default). `false` (taps and recorders only) asks the
+    /// broker to keep the subscriber's session, under the fixed `client_id`, while it is
+    /// disconnected: QoS 1/2 messages that arrive meanwhile are queued and delivered on
+    /// reconnection. A broker that restarts without persistence forgets the session anyway.
+    pub clean: bool,
+    /// MQTT 5, with `clean=false`: seconds the broker keeps the session after a
+    /// disconnection (MQTT 3.1.1 sessions have no expiry).
+    pub session_expiry_s: u32,
 }
 
 /// Compression codec of a Kafka producer.
@@ -273,7 +283,8 @@ pub enum Endpoint {
 }
 
 const MQTT_OPTIONS: &str = "version, qos, connections, user, password, client_id, inflight, \
-                            request_capacity, keep_alive_s, retain, carrier, connect_timeout_ms";
+                            request_capacity, keep_alive_s, retain, clean, session_expiry_s, \
+                            carrier, connect_timeout_ms";
 const KAFKA_OPTIONS: &str = "acks, linger_ms, batch_size, batch_messages, compression, \
                              partitions, key, queue_messages, group, offset, carrier, \
                              connect_timeout_ms, rdkafka.<property>";
@@ -346,7 +357,7 @@ impl Endpoint {
     pub fn display(&self) -> String {
         match self {
             Self::Mqtt(m) => format!(
-                "mqtt://{}{} (MQTT {}, QoS {})",
+                "mqtt://{}{} (MQTT {}, QoS {}{})",
                 join_host_port(&m.host, m.port),
                 m.prefix
                     .as_ref()
@@ -356,7 +367,15 @@ impl Endpoint {
                     MqttVersion::V5 => "5",
                     MqttVersion::V311 => "3.1.1",
                 },
-                m.qos
+                m.qos,
+                if m.clean {
+                    String::new()
+                } else {
+                    format!(
+                        ", persistent session {}",
+                        m.client_id.as_deref().unwrap_or_default()
+                    )
+                }
             ),
             Self::Kafka(k) => format!("kafka://{}/{}", k.bootstrap_servers(), k.topics.join(",")),
         }
@@ -500,6 +519,8 @@ fn parse_mqtt(url: &str, rest: &str) -> Result<MqttEndpoint, UrlError> {
         prefix: None,
         carrier: None,
         connect_timeout_ms: 5000,
+        clean: true,
+        session_expiry_s: 300,
     };
     if let Some(u) = userinfo {
         let (user, pass) = u.split_once(':').unwrap_or((u, ""));
@@ -570,6 +591,8 @@ fn parse_mqtt(url: &str, rest: &str) -> Result<MqttEndpoint, UrlError> {
             }
             "keep_alive_s" => m.keep_alive_s = num(&k, &v, "seconds")?,
             "retain" => m.retain = boolean(&k, &v)?,
+            "clean" => m.clean = boolean(&k, &v)?,
+            "session_expiry_s" => m.session_expiry_s = num(&k, &v, "seconds")?,
             "carrier" => m.carrier = Some(Carrier::parse(&v)?),
             "connect_timeout_ms" => m.connect_timeout_ms = num(&k, &v, "milliseconds")?,
             _ => {
@@ -584,6 +607,12 @@ fn parse_mqtt(url: &str, rest: &str) -> Result<MqttEndpoint, UrlError> {
     if m.password.is_some() && m.username.is_none() {
         return Err(UrlError::Invalid(
             "a password needs a user name: add user=<name>".into(),
+        ));
+    }
+    if !m.clean && m.client_id.is_none() {
+        return Err(UrlError::Invalid(
+            "clean=false needs a fixed client_id=<name>: the broker keeps the session under that id"
+                .into(),
         ));
     }
     Ok(m)
@@ -746,6 +775,12 @@ mod tests {
             (m.version, m.qos, m.connections, m.inflight, m.retain),
             (MqttVersion::V311, 2, 4, 20, true)
         );
+        assert!(m.clean, "clean sessions by default");
+        let m = mqtt("mqtt://h?qos=1&clean=false&client_id=tap-a&session_expiry_s=60");
+        assert_eq!(
+            (m.clean, m.session_expiry_s, m.client_id.as_deref()),
+            (false, 60, Some("tap-a"))
+        );
         let m = mqtt("mqtt://[::1]:1884?user=hoptrace&password=x");
         assert_eq!((m.host.as_str(), m.port), ("::1", 1884));
         assert_eq!(m.username.as_deref(), Some("hoptrace"));
@@ -812,6 +847,8 @@ mod tests {
             Endpoint::parse("mqtt://h?user=%zz"),
             Err(UrlError::Invalid(_))
         ));
+        let e = Endpoint::parse("mqtt://h?qos=1&clean=false").unwrap_err();
+        assert!(e.to_string().contains("client_id"), "{e}");
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //! in order and turn what they wrote into reports.
 //!
 //! **Borders.** This crate may depend on every other hoptrace crate; nothing depends on
-//! it but the `hoptrace` binary. The probe, the publisher, the collector, the analysis,
-//! the dataset format and the reference pipeline must never depend on it: they are the
-//! parts, this crate only assembles them. It holds no command-line parsing either: each
+//! it but the `hoptrace` binary. The probe, the publisher, the store taps, the collector,
+//! the analysis, the dataset format and the reference pipeline must never depend on it:
+//! they are the parts, this crate only assembles them. It holds no command-line parsing either: each
 //! run takes an options struct, which the binary fills from its clap arguments.
 //!
 //! **Output.** Results are returned as values and printed by the binary. What a run says

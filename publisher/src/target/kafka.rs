@@ -280,6 +280,7 @@ impl Target for KafkaTarget {
             unconfirmed: 0,
             reconnects: 0,
             connection_errors: self.reports.errors.load(Relaxed),
+            ..TargetStats::default()
         }
     }
 

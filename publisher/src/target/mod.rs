@@ -124,9 +124,11 @@ pub struct Outgoing<'a> {
 pub struct TargetStats {
     /// Messages the client took.
     pub handed: u64,
-    /// MQTT: publishes written to the socket; Kafka: records the broker acknowledged.
+    /// MQTT: publishes written to the socket (those written again after a reconnection
+    /// count again); Kafka: records the broker acknowledged.
     pub written: u64,
-    /// Acknowledgements: MQTT PUBACK (QoS 1) or PUBCOMP (QoS 2); Kafka delivery reports.
+    /// Acknowledgements: MQTT PUBACK (QoS 1) or PUBCOMP (QoS 2), the broker's promise to
+    /// deliver the message; Kafka delivery reports.
     pub acked: u64,
     /// Kafka records whose delivery failed (reported by librdkafka): lost, counted.
     pub failed: u64,
@@ -137,6 +139,22 @@ pub struct TargetStats {
     pub reconnects: u64,
     /// Connection errors seen (each one is logged).
     pub connection_errors: u64,
+    /// MQTT: publishes that were in flight (written, not acknowledged) when a connection
+    /// broke and were written again after the reconnection. A broker that had received
+    /// one before the break delivers it twice (QoS 1 is at-least-once).
+    pub retransmitted: u64,
+    /// MQTT: publishes that were still queued in the client when a connection broke and
+    /// were written after the reconnection.
+    pub requeued: u64,
+    /// MQTT, part of `unconfirmed`: publishes written but never acknowledged (no
+    /// acknowledgement before the flush timeout, or the connection broke and did not come
+    /// back before it).
+    pub abandoned_unacked: u64,
+    /// MQTT, part of `unconfirmed`: publishes never written (still queued in the client
+    /// when the flush timeout ended).
+    pub abandoned_unwritten: u64,
+    /// MQTT: connections that were down (broker unreachable) when the target closed.
+    pub down_at_close: u64,
 }
 
 /// A broker to send to.
@@ -261,6 +279,13 @@ pub trait Source: Send {
 
     /// Reconnections so far.
     fn reconnects(&self) -> u64 {
+        0
+    }
+
+    /// MQTT: reconnections the broker answered with a new session (no subscriptions, no
+    /// queued messages): what was published from the break until the subscriptions were
+    /// made again was not delivered to this subscriber.
+    fn new_sessions(&self) -> u64 {
         0
     }
 

@@ -5,7 +5,17 @@
 //! to the client with `try_publish`: when the request channel is full (the broker's
 //! in-flight window is exhausted and the channel behind it filled up) the caller gets
 //! [`SendError::Full`], waits and retries; nothing is dropped.
+//!
+//! When a connection breaks, rumqttc sets aside the QoS 1/2 publishes in flight (written,
+//! not acknowledged) and the requests still queued, but drops all of them when the broker
+//! answers the reconnection with a new session, which it always does for a clean session
+//! and after a restart without persistence. The publishing thread therefore takes them
+//! out at the break ([`Keeper`]) and hands them back after the reconnection, one at a time
+//! and within the in-flight window: every message is written again until the broker
+//! acknowledges it or the target closes, and the counts say which were retransmitted,
+//! which requeued, and which were abandoned at close and why.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -48,19 +58,208 @@ enum Client {
     V5(rumqttc::v5::Client),
 }
 
-/// A connection (event loop) of either protocol version.
+/// A connection (event loop) of either protocol version, with the requests kept across
+/// its breaks (used by publishing connections only).
 enum Connection {
-    V4(Box<rumqttc::Connection>),
-    V5(Box<rumqttc::v5::Connection>),
+    V4(Box<rumqttc::Connection>, Keeper<rumqttc::Request>),
+    V5(Box<rumqttc::v5::Connection>, Keeper<rumqttc::v5::Request>),
+}
+
+/// What a request set aside at a broken connection was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A publish written before the break and not acknowledged.
+    InFlight,
+    /// A publish still queued in the client at the break.
+    Queued,
+}
+
+/// The requests of either protocol version that a break sets aside.
+trait Resendable: Sized {
+    /// What a request taken from rumqttc's pending list at a break is: a publish with a
+    /// packet id was written (rumqttc's in-flight state); one without came from the
+    /// request channel. `None`: not a publish.
+    fn kind(&self) -> Option<Kind>;
+    /// Makes a kept publish fit for the next session: rumqttc gives it a fresh packet id,
+    /// and DUP says it may have been sent before.
+    fn renew(&mut self, kind: Kind);
+    /// Identifies a publish while it moves between lists: its payload's address and length.
+    fn identity(&self) -> Option<(usize, usize)>;
+    /// Whether this is a QoS 2 release (PUBREL).
+    fn is_release(&self) -> bool;
+}
+
+impl Resendable for rumqttc::Request {
+    fn kind(&self) -> Option<Kind> {
+        match self {
+            Self::Publish(p) if p.pkid != 0 => Some(Kind::InFlight),
+            Self::Publish(_) => Some(Kind::Queued),
+            _ => None,
+        }
+    }
+
+    fn renew(&mut self, kind: Kind) {
+        if let Self::Publish(p) = self
+            && p.qos != QoS::AtMostOnce
+        {
+            p.pkid = 0;
+            p.dup = kind == Kind::InFlight;
+        }
+    }
+
+    fn identity(&self) -> Option<(usize, usize)> {
+        match self {
+            Self::Publish(p) => Some((p.payload.as_ptr() as usize, p.payload.len())),
+            _ => None,
+        }
+    }
+
+    fn is_release(&self) -> bool {
+        matches!(self, Self::PubRel(_))
+    }
+}
+
+impl Resendable for rumqttc::v5::Request {
+    fn kind(&self) -> Option<Kind> {
+        match self {
+            Self::Publish(p) if p.pkid != 0 => Some(Kind::InFlight),
+            Self::Publish(_) => Some(Kind::Queued),
+            _ => None,
+        }
+    }
+
+    fn renew(&mut self, kind: Kind) {
+        if let Self::Publish(p) = self
+            && p.qos != rumqttc::v5::mqttbytes::QoS::AtMostOnce
+        {
+            p.pkid = 0;
+            p.dup = kind == Kind::InFlight;
+        }
+    }
+
+    fn identity(&self) -> Option<(usize, usize)> {
+        match self {
+            Self::Publish(p) => Some((p.payload.as_ptr() as usize, p.payload.len())),
+            _ => None,
+        }
+    }
+
+    fn is_release(&self) -> bool {
+        matches!(self, Self::PubRel(_))
+    }
+}
+
+/// Publishes kept across broken connections of one publishing connection.
+///
+/// At a break, rumqttc moves what was in flight and what was still queued into its
+/// pending list, which it clears when the broker answers the reconnection with a new
+/// session. [`Keeper::take`] empties that list at the break; after the reconnection
+/// [`Keeper::feed`] puts one kept publish at a time back into it, only while the in-flight
+/// window has room (rumqttc sends pending requests before anything else and without
+/// flow control, so a longer list would overrun the window and collide on packet ids);
+/// [`Keeper::settle`] counts each one once rumqttc has taken it.
+struct Keeper<R> {
+    kept: VecDeque<(R, Kind)>,
+    /// The kept publish now in rumqttc's pending list: its kind and identity.
+    given: Option<(Kind, Option<(usize, usize)>)>,
+    /// QoS 2 releases set aside at a break, dropped (a new session knows nothing of them):
+    /// their publishes were written and are never acknowledged.
+    dropped_unacked: u64,
+}
+
+impl<R: Resendable> Keeper<R> {
+    fn new() -> Self {
+        Self {
+            kept: VecDeque::new(),
+            given: None,
+            dropped_unacked: 0,
+        }
+    }
+
+    /// At a break: takes everything rumqttc set aside, and a publish it parked on a packet
+    /// id collision (which it would never send after a new session).
+    fn take(&mut self, pending: &mut VecDeque<R>, parked: Option<R>, shared: &Shared) {
+        let mut taken = std::mem::take(pending);
+        if let Some((kind, id)) = self.given.take() {
+            // Still where it was put (rumqttc gives a publish its packet id when it takes
+            // it): it goes back to the front, and is counted once it is sent.
+            let unsent = taken
+                .front()
+                .is_some_and(|r| r.kind() == Some(Kind::Queued) && r.identity() == id);
+            if unsent {
+                let r = taken.pop_front().expect("checked");
+                self.kept.push_front((r, kind));
+            } else {
+                // rumqttc took it before the break: written (again), and if it is still
+                // unacknowledged it comes back below as in flight.
+                count_resent(kind, shared);
+            }
+        }
+        for r in taken.into_iter().chain(parked) {
+            match r.kind() {
+                Some(Kind::InFlight) => self.kept.push_back((r, Kind::InFlight)),
+                Some(Kind::Queued) => self.kept.push_back((r, Kind::Queued)),
+                None if r.is_release() => self.dropped_unacked += 1,
+                None => {}
+            }
+        }
+    }
+
+    /// Before a poll on a live connection: hands the next kept publish back to rumqttc
+    /// when none is waiting there and the in-flight window has `room`.
+    fn feed(&mut self, pending: &mut VecDeque<R>, room: bool) {
+        if self.given.is_none()
+            && pending.is_empty()
+            && room
+            && let Some((mut r, kind)) = self.kept.pop_front()
+        {
+            r.renew(kind);
+            self.given = Some((kind, r.identity()));
+            pending.push_back(r);
+        }
+    }
+
+    /// After a poll: counts the handed-back publish once rumqttc has taken and written it.
+    fn settle(&mut self, pending: &VecDeque<R>, shared: &Shared) {
+        if pending.is_empty()
+            && let Some((kind, _)) = self.given.take()
+        {
+            count_resent(kind, shared);
+        }
+    }
+
+    /// Publishes held here that were written before and never acknowledged.
+    fn unacked(&self) -> u64 {
+        let given = u64::from(matches!(self.given, Some((Kind::InFlight, _))));
+        self.kept
+            .iter()
+            .filter(|(_, k)| *k == Kind::InFlight)
+            .count() as u64
+            + given
+            + self.dropped_unacked
+    }
+}
+
+fn count_resent(kind: Kind, shared: &Shared) {
+    match kind {
+        Kind::InFlight => shared.retransmitted.fetch_add(1, Relaxed),
+        Kind::Queued => shared.requeued.fetch_add(1, Relaxed),
+    };
 }
 
 /// What the event loop did, in terms both versions share.
 enum Ev {
-    ConnAck { session_present: bool },
+    ConnAck {
+        session_present: bool,
+        /// MQTT 5: the broker's receive maximum (its in-flight limit for this client).
+        receive_max: Option<u16>,
+    },
     Written,
     Acked,
     Publish(Received),
-    SubAck { refused: Vec<String> },
+    SubAck {
+        refused: Vec<String>,
+    },
     Disconnected,
     Other,
     Failed(Failure),
@@ -130,7 +329,7 @@ impl Connection {
     /// the wait timed out or every client handle is gone (`gone` tells which).
     fn next(&mut self, timeout: Option<Duration>, gone: &mut bool) -> Option<Ev> {
         match self {
-            Self::V4(c) => {
+            Self::V4(c, _) => {
                 let r = match timeout {
                     None => c.recv().map_err(|_| true),
                     Some(t) => c
@@ -146,7 +345,7 @@ impl Connection {
                     Ok(Ok(ev)) => Some(ev4(ev)),
                 }
             }
-            Self::V5(c) => {
+            Self::V5(c, _) => {
                 let r = match timeout {
                     None => c.recv().map_err(|_| true),
                     Some(t) => c
@@ -164,6 +363,74 @@ impl Connection {
             }
         }
     }
+
+    /// Before a poll on a live connection: hands the next kept publish back to rumqttc if
+    /// fewer than `window` publishes are in flight.
+    fn feed(&mut self, window: u16) {
+        match self {
+            Self::V4(c, k) => {
+                let room = c.eventloop.state.inflight() < window;
+                k.feed(&mut c.eventloop.pending, room);
+            }
+            Self::V5(c, k) => {
+                let room = c.eventloop.state.inflight() < window;
+                k.feed(&mut c.eventloop.pending, room);
+            }
+        }
+    }
+
+    /// After a poll: counts a kept publish rumqttc has written.
+    fn settle(&mut self, shared: &Shared) {
+        match self {
+            Self::V4(c, k) => k.settle(&c.eventloop.pending, shared),
+            Self::V5(c, k) => k.settle(&c.eventloop.pending, shared),
+        }
+    }
+
+    /// After a connection error: keeps what rumqttc set aside.
+    fn take_kept(&mut self, shared: &Shared) {
+        match self {
+            Self::V4(c, k) => {
+                let parked = c
+                    .eventloop
+                    .state
+                    .collision
+                    .take()
+                    .map(rumqttc::Request::Publish);
+                k.take(&mut c.eventloop.pending, parked, shared);
+            }
+            Self::V5(c, k) => {
+                let parked = c
+                    .eventloop
+                    .state
+                    .collision
+                    .take()
+                    .map(rumqttc::v5::Request::Publish);
+                k.take(&mut c.eventloop.pending, parked, shared);
+            }
+        }
+    }
+
+    /// When the publishing thread ends: counts the events rumqttc read but nobody took
+    /// yet, and returns how many publishes were written and never acknowledged (in flight
+    /// on the connection, or kept from a break).
+    fn finish(&mut self, shared: &Shared) -> u64 {
+        let leftover: Vec<Ev> = match self {
+            Self::V4(c, _) => c.eventloop.state.events.drain(..).map(ev4).collect(),
+            Self::V5(c, _) => c.eventloop.state.events.drain(..).map(ev5).collect(),
+        };
+        for ev in leftover {
+            match ev {
+                Ev::Written => shared.written.fetch_add(1, Relaxed),
+                Ev::Acked => shared.acked.fetch_add(1, Relaxed),
+                _ => 0,
+            };
+        }
+        match self {
+            Self::V4(c, k) => u64::from(c.eventloop.state.inflight()) + k.unacked(),
+            Self::V5(c, k) => u64::from(c.eventloop.state.inflight()) + k.unacked(),
+        }
+    }
 }
 
 fn ev4(ev: rumqttc::Event) -> Ev {
@@ -171,6 +438,7 @@ fn ev4(ev: rumqttc::Event) -> Ev {
     match ev {
         Event::Incoming(Packet::ConnAck(a)) => Ev::ConnAck {
             session_present: a.session_present,
+            receive_max: None,
         },
         Event::Incoming(Packet::PubAck(_) | Packet::PubComp(_)) => Ev::Acked,
         Event::Incoming(Packet::Publish(p)) => {
@@ -203,6 +471,7 @@ fn ev5(ev: rumqttc::v5::Event) -> Ev {
     match ev {
         Event::Incoming(Packet5::ConnAck(a)) => Ev::ConnAck {
             session_present: a.session_present,
+            receive_max: a.properties.and_then(|p| p.receive_max),
         },
         Event::Incoming(Packet5::PubAck(_) | Packet5::PubComp(_)) => Ev::Acked,
         Event::Incoming(Packet5::Publish(p)) => {
@@ -251,26 +520,29 @@ fn new_client(m: &MqttEndpoint, client_id: String) -> (Client, Connection) {
             o.set_keep_alive(keep_alive)
                 .set_max_packet_size(MAX_PACKET_BYTES, MAX_PACKET_BYTES)
                 .set_inflight(m.inflight)
-                .set_clean_session(true);
+                .set_clean_session(m.clean);
             if let Some(u) = &m.username {
                 o.set_credentials(u, m.password.clone().unwrap_or_default());
             }
             let (c, mut conn) = rumqttc::Client::new(o, m.request_capacity);
             conn.eventloop.set_network_options(net);
-            (Client::V4(c), Connection::V4(Box::new(conn)))
+            (Client::V4(c), Connection::V4(Box::new(conn), Keeper::new()))
         }
         MqttVersion::V5 => {
             let mut o = rumqttc::v5::MqttOptions::new(client_id, &m.host, m.port);
             o.set_keep_alive(keep_alive)
                 .set_max_packet_size(Some(MAX_PACKET_BYTES as u32))
                 .set_outgoing_inflight_upper_limit(m.inflight)
-                .set_clean_start(true)
+                .set_clean_start(m.clean)
                 .set_network_options(net);
+            if !m.clean {
+                o.set_session_expiry_interval(Some(m.session_expiry_s));
+            }
             if let Some(u) = &m.username {
                 o.set_credentials(u, m.password.clone().unwrap_or_default());
             }
             let (c, conn) = rumqttc::v5::Client::new(o, m.request_capacity);
-            (Client::V5(c), Connection::V5(Box::new(conn)))
+            (Client::V5(c), Connection::V5(Box::new(conn), Keeper::new()))
         }
     }
 }
@@ -282,6 +554,12 @@ struct Shared {
     acked: AtomicU64,
     reconnects: AtomicU64,
     errors: AtomicU64,
+    retransmitted: AtomicU64,
+    requeued: AtomicU64,
+    /// Set when the thread ends: publishes written and never acknowledged.
+    unacked_at_end: AtomicU64,
+    /// Set when the thread ends: the connection was down.
+    down_at_end: AtomicBool,
     alive: AtomicBool,
     stopping: AtomicBool,
     last_error: Mutex<Option<String>>,
@@ -315,23 +593,33 @@ impl std::fmt::Debug for MqttTarget {
     }
 }
 
-/// Drives one publishing connection: counts, reconnects with backoff, reports the first
-/// connection's outcome on `ready`.
+/// Drives one publishing connection: counts, reconnects with backoff, keeps what was in
+/// flight or queued at a break and sends it again after the reconnection, reports the
+/// first connection's outcome on `ready`. `inflight`: the client's in-flight window.
 fn drive(
     mut conn: Connection,
     shared: &Shared,
     ready: &mpsc::SyncSender<Result<(), Failure>>,
     addr: &str,
+    inflight: u16,
 ) {
     let mut connected_once = false;
+    let mut connected = false;
+    let mut window = inflight;
     let mut backoff = Duration::from_millis(100);
     let mut gone = false;
     loop {
+        if connected {
+            conn.feed(window);
+        }
         let Some(ev) = conn.next(None, &mut gone) else {
             break;
         };
+        conn.settle(shared);
         match ev {
-            Ev::ConnAck { .. } => {
+            Ev::ConnAck { receive_max, .. } => {
+                connected = true;
+                window = receive_max.map_or(inflight, |r| r.min(inflight));
                 if connected_once {
                     shared.reconnects.fetch_add(1, Relaxed);
                     tracing::info!(broker = addr, "reconnected");
@@ -350,6 +638,8 @@ fn drive(
             Ev::Disconnected => break,
             Ev::Publish(_) | Ev::SubAck { .. } | Ev::Other => {}
             Ev::Failed(f) => {
+                connected = false;
+                conn.take_kept(shared);
                 if !connected_once {
                     let _ = ready.send(Err(f));
                     break;
@@ -369,6 +659,8 @@ fn drive(
             }
         }
     }
+    shared.unacked_at_end.store(conn.finish(shared), Relaxed);
+    shared.down_at_end.store(!connected, Relaxed);
     shared.alive.store(false, Relaxed);
 }
 
@@ -393,6 +685,13 @@ impl MqttTarget {
                 )));
             }
         }
+        if !m.clean {
+            return Err(TargetError::Client(
+                "clean=false is for taps and recorders: the publisher itself keeps what was in \
+                 flight or queued when a connection broke and sends it again"
+                    .into(),
+            ));
+        }
         let timeout = Duration::from_millis(m.connect_timeout_ms);
         super::check_reachable(&[(m.host.clone(), m.port)], timeout)?;
         let prefix = m
@@ -411,9 +710,10 @@ impl MqttTarget {
             let thread = {
                 let shared = Arc::clone(&shared);
                 let addr = addr.clone();
+                let inflight = m.inflight;
                 std::thread::Builder::new()
                     .name(format!("mqtt-pub-{i}"))
-                    .spawn(move || drive(conn, &shared, &tx, &addr))
+                    .spawn(move || drive(conn, &shared, &tx, &addr, inflight))
                     .map_err(|e| TargetError::Client(format!("cannot spawn a thread: {e}")))?
             };
             conns.push(Conn {
@@ -547,6 +847,9 @@ impl Target for MqttTarget {
             unconfirmed: 0,
             reconnects: sum(|s| &s.reconnects),
             connection_errors: sum(|s| &s.errors),
+            retransmitted: sum(|s| &s.retransmitted),
+            requeued: sum(|s| &s.requeued),
+            ..TargetStats::default()
         }
     }
 
@@ -587,10 +890,27 @@ impl Target for MqttTarget {
         }
         let mut s = self.stats();
         s.unconfirmed = self.handed.saturating_sub(self.confirmed());
+        if self.qos > 0 {
+            let unacked: u64 = self
+                .conns
+                .iter()
+                .map(|c| c.shared.unacked_at_end.load(Relaxed))
+                .sum();
+            s.abandoned_unacked = unacked.min(s.unconfirmed);
+        }
+        s.abandoned_unwritten = s.unconfirmed - s.abandoned_unacked;
+        s.down_at_close = self
+            .conns
+            .iter()
+            .filter(|c| c.shared.down_at_end.load(Relaxed))
+            .count() as u64;
         if s.unconfirmed > 0 {
             tracing::error!(
                 broker = %self.addr,
                 unconfirmed = s.unconfirmed,
+                written_unacknowledged = s.abandoned_unacked,
+                never_written = s.abandoned_unwritten,
+                connections_down = s.down_at_close,
                 "messages handed to the MQTT client were not {} before closing",
                 if self.qos == 0 { "written" } else { "acknowledged" }
             );
@@ -625,7 +945,11 @@ pub struct MqttSource {
     addr: String,
     describe: String,
     reconnects: u64,
+    new_sessions: u64,
     broken_since: Option<Instant>,
+    /// Messages delivered before the subscriptions were acknowledged (a persistent
+    /// session's queue comes right after the CONNACK), handed over first.
+    early: VecDeque<Received>,
 }
 
 impl std::fmt::Debug for MqttSource {
@@ -668,6 +992,12 @@ impl MqttSource {
             .client_id
             .clone()
             .unwrap_or_else(|| super::client_tag(name));
+        if !m.clean && m.qos == 0 {
+            tracing::warn!(
+                broker = %addr,
+                "clean=false with qos=0: brokers keep only QoS 1/2 messages for a disconnected session; add qos=1"
+            );
+        }
         let mut ep = m.clone();
         ep.request_capacity = ep.request_capacity.max(filters.len() + 16);
         let (client, conn) = new_client(&ep, id);
@@ -679,7 +1009,9 @@ impl MqttSource {
             addr: addr.clone(),
             describe: crate::url::Endpoint::Mqtt(m.clone()).display(),
             reconnects: 0,
+            new_sessions: 0,
             broken_since: None,
+            early: VecDeque::new(),
         };
         s.subscribe_all()?;
         let deadline = Instant::now() + timeout + Duration::from_secs(1);
@@ -713,6 +1045,7 @@ impl MqttSource {
                     }
                     acks += 1;
                 }
+                Some(Ev::Publish(r)) => s.early.push_back(r),
                 Some(Ev::Failed(f)) => return Err(f.into_error(&addr)),
                 Some(_) => {}
                 None if gone => {
@@ -724,7 +1057,7 @@ impl MqttSource {
                 None => {}
             }
         }
-        tracing::info!(broker = %s.describe, filters = ?s.filters, "subscribed");
+        tracing::info!(broker = %s.describe, filters = ?s.filters, queued = s.early.len(), "subscribed");
         Ok(s)
     }
 
@@ -742,6 +1075,9 @@ impl MqttSource {
 
 impl Source for MqttSource {
     fn recv(&mut self, timeout: Duration) -> Result<Option<Received>, TargetError> {
+        if let Some(r) = self.early.pop_front() {
+            return Ok(Some(r));
+        }
         let deadline = Instant::now() + timeout;
         let mut gone = false;
         loop {
@@ -751,11 +1087,16 @@ impl Source for MqttSource {
             }
             match self.conn.next(Some(left), &mut gone) {
                 Some(Ev::Publish(r)) => return Ok(Some(r)),
-                Some(Ev::ConnAck { session_present }) => {
+                Some(Ev::ConnAck {
+                    session_present, ..
+                }) => {
                     if self.broken_since.take().is_some() {
                         self.reconnects += 1;
-                        tracing::info!(broker = %self.addr, "reconnected");
-                        if !session_present {
+                        if session_present {
+                            tracing::info!(broker = %self.addr, "reconnected; the broker kept the session and delivers what it queued for it");
+                        } else {
+                            self.new_sessions += 1;
+                            tracing::warn!(broker = %self.addr, "reconnected to a new session: subscribing again; messages published since the connection broke were not kept for this subscriber");
                             self.subscribe_all()?;
                         }
                     }
@@ -788,6 +1129,10 @@ impl Source for MqttSource {
         self.reconnects
     }
 
+    fn new_sessions(&self) -> u64 {
+        self.new_sessions
+    }
+
     fn close(&mut self) {
         let _ = match &self.client {
             Client::V4(c) => c.try_disconnect().map_err(|_| ()),
@@ -802,5 +1147,98 @@ impl Source for MqttSource {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rumqttc::{PubRel, Publish, Request};
+
+    fn publish(pkid: u16, body: &str) -> Request {
+        let mut p = Publish::new("t", QoS::AtLeastOnce, body.as_bytes().to_vec());
+        p.pkid = pkid;
+        Request::Publish(p)
+    }
+
+    fn pkid_dup(r: &Request) -> (u16, bool) {
+        match r {
+            Request::Publish(p) => (p.pkid, p.dup),
+            other => panic!("not a publish: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_break_keeps_in_flight_and_queued_publishes_and_counts_each_resend_once() {
+        let shared = Shared::default();
+        let mut k = Keeper::new();
+        // rumqttc's pending list after a break: two publishes in flight (with packet ids),
+        // one from the request channel, a QoS 2 release; and a publish parked on a
+        // packet id collision.
+        let mut pending: VecDeque<Request> = VecDeque::from([
+            publish(5, "a"),
+            publish(6, "b"),
+            publish(0, "c"),
+            Request::PubRel(PubRel::new(7)),
+        ]);
+        k.take(&mut pending, Some(publish(0, "d")), &shared);
+        assert!(pending.is_empty());
+        assert_eq!(k.kept.len(), 4);
+        assert_eq!(k.unacked(), 3, "a, b and the released one were written");
+
+        // No room in the window: nothing is handed back.
+        k.feed(&mut pending, false);
+        assert!(pending.is_empty());
+        // One at a time, with a fresh packet id and DUP for one written before.
+        k.feed(&mut pending, true);
+        k.feed(&mut pending, true);
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pkid_dup(&pending[0]), (0, true));
+        k.settle(&pending, &shared);
+        assert_eq!(shared.retransmitted.load(Relaxed), 0, "not taken yet");
+        pending.clear(); // rumqttc writes it
+        k.settle(&pending, &shared);
+        assert_eq!(shared.retransmitted.load(Relaxed), 1);
+
+        // b is handed back, then the connection breaks before rumqttc takes it: it stays
+        // kept, at the front, and a publish written on the new connection joins it.
+        k.feed(&mut pending, true);
+        let b = pending.pop_front().unwrap();
+        pending.push_back(b);
+        pending.push_back(publish(9, "e"));
+        k.take(&mut pending, None, &shared);
+        assert_eq!(shared.retransmitted.load(Relaxed), 1, "b was not sent");
+        let order: Vec<_> = k.kept.iter().map(|(_, kind)| *kind).collect();
+        assert_eq!(
+            order,
+            [Kind::InFlight, Kind::Queued, Kind::Queued, Kind::InFlight]
+        );
+
+        // b is handed back and written, then the connection breaks while it is in flight:
+        // rumqttc returns it with its new packet id. Its write counts, and it is kept again.
+        k.feed(&mut pending, true);
+        let Request::Publish(mut b) = pending.pop_front().unwrap() else {
+            unreachable!()
+        };
+        b.pkid = 3;
+        pending.push_back(Request::Publish(b));
+        k.take(&mut pending, None, &shared);
+        assert_eq!(shared.retransmitted.load(Relaxed), 2);
+        assert_eq!(k.kept.len(), 4);
+
+        // The queued ones count as requeued when written.
+        for _ in 0..4 {
+            k.feed(&mut pending, true);
+            pending.clear();
+            k.settle(&pending, &shared);
+        }
+        assert_eq!(
+            (
+                shared.retransmitted.load(Relaxed),
+                shared.requeued.load(Relaxed)
+            ),
+            (4, 2)
+        );
+        assert_eq!(k.unacked(), 1, "only the dropped release is left");
     }
 }

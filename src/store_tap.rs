@@ -1,0 +1,271 @@
+//! `hoptrace tap --from <store URL>`: the store tap's options, its run and its summary, a
+//! thin wrapper over `hoptrace_tap`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use hoptrace_probe::HopId;
+use hoptrace_tap::poll::{CollectorTarget, Spread};
+use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
+
+use crate::publish::TapArgs;
+use hoptrace_format::units::{self, parse_duration};
+use hoptrace_runner::progress::LiveLine;
+
+/// Options that only store taps take (`--from influxdb://`, `postgres://`,
+/// `clickhouse://`, `victoriametrics://`).
+#[derive(Debug, clap::Args)]
+pub struct StoreTapArgs {
+    /// Store taps: time from one poll's send to the next one's. Shorter finds data sooner
+    /// (a smaller poll bracket) and costs the store more CPU.
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and
+    /// PostgreSQL, whose row time is normally the store's; not ClickHouse's 1 s DateTime nor
+    /// VictoriaMetrics, whose samples usually carry the writer's time), `on` or `off`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub store_in: String,
+    /// Store taps: the store's host name announced with the store_in stamps (default: the
+    /// address's host; this host's name when that is a loopback address). Its clock status
+    /// is this host's when it names this host, unknown otherwise.
+    #[arg(long)]
+    pub store_host: Option<String>,
+    /// Store taps: the hop of the response stamp.
+    #[arg(long, default_value = "queryable")]
+    pub queryable_hop: String,
+    /// Store taps: the hop of the send stamp (`none`: not reported).
+    #[arg(long, default_value = "query_start")]
+    pub query_start_hop: String,
+    /// Store taps: the hop of the row's own time.
+    #[arg(long, default_value = "store_in")]
+    pub store_in_hop: String,
+}
+
+/// Whether `--from` names a store rather than a broker.
+#[must_use]
+pub fn is_store(from: &str) -> bool {
+    hoptrace_tap::store::is_store_url(from)
+}
+
+fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
+    let s = &args.store;
+    let url = StoreUrl::parse(&args.from).context("--from")?;
+    let mut c = StoreTapConfig::new(url);
+    c.poll_interval = s.poll_interval;
+    c.store_host.clone_from(&s.store_host);
+    c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
+    c.duration = args.duration;
+    c.max_keys = args.messages;
+    let store_in = match s.store_in.as_str() {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    };
+    let Some(addr) = &args.collector.collector else {
+        if !store_in.unwrap_or(c.url.kind.store_in_by_default()) {
+            c.store_in_hop = None;
+        }
+        return Ok(c);
+    };
+    if args.collector.hop_id.is_some() {
+        bail!(
+            "--hop-id names one hop; a store tap reports several: pass the collector's spec with --pipeline"
+        );
+    }
+    let spec = crate::collect::load_spec(args.collector.pipeline.as_deref())?;
+    let find = |name: &str| {
+        spec.hops
+            .iter()
+            .enumerate()
+            .find(|(_, h)| h.name == name)
+            .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), name.to_owned()))
+    };
+    let declared = || {
+        spec.hops
+            .iter()
+            .map(|h| h.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    c.queryable_hop = find(&s.queryable_hop).with_context(|| {
+        format!(
+            "hop {:?} is not declared by the pipeline {:?} ({}): pass the collector's spec with --pipeline, or name the hop with --queryable-hop",
+            s.queryable_hop,
+            spec.name,
+            declared()
+        )
+    })?;
+    c.query_start_hop = match s.query_start_hop.as_str() {
+        "none" | "" => None,
+        name => Some(find(name).with_context(|| {
+            format!(
+                "hop {name:?} is not declared by the pipeline {:?} ({}): --query-start-hop none leaves it out",
+                spec.name,
+                declared()
+            )
+        })?),
+    };
+    c.store_in_hop = match (store_in, find(&s.store_in_hop)) {
+        (Some(false), _) => None,
+        (Some(true), None) => bail!(
+            "--store-in on, but hop {:?} is not declared by the pipeline {:?} ({})",
+            s.store_in_hop,
+            spec.name,
+            declared()
+        ),
+        (Some(true), hop) => hop,
+        (None, hop) => hop.filter(|_| c.url.kind.store_in_by_default()),
+    };
+    if let Some(p) = spec.hops.iter().position(|h| h.name == "publish") {
+        c.publish_hop = HopId(spec.hops[p].id.unwrap_or(p as u8));
+    }
+    let mut target = CollectorTarget::new(addr);
+    target.token.clone_from(&args.collector.token);
+    target.tls_ca.clone_from(&args.collector.tls.collector_ca);
+    target
+        .tls_server_name
+        .clone_from(&args.collector.tls.collector_tls_name);
+    c.collector = Some(target);
+    Ok(c)
+}
+
+/// Runs a store tap until SIGINT/SIGTERM (or --duration / --messages).
+///
+/// # Errors
+/// Invalid options, a store that refuses at start (missing table, unreachable), a
+/// collector that does not accept the tap.
+pub fn run(args: &TapArgs) -> anyhow::Result<()> {
+    let stop = crate::signals::shutdown_flag()?;
+    args.preflight.check()?;
+    let tap = StoreTap::start(config(args)?).context("starting the store tap")?;
+    eprintln!("polling {} (SIGINT or SIGTERM stops)", tap.describe());
+    let live = tap.live();
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("store-tap".into())
+            .spawn(move || tap.run(&stop))
+            .context("starting the store tap thread")?
+    };
+    let started = Instant::now();
+    let mut line = LiveLine::with_plain_every(None);
+    let mut last_polls = 0u64;
+    line.wait_until(
+        Duration::from_millis(100),
+        || worker.is_finished(),
+        |since| {
+            let polls = live.polls.load(Relaxed);
+            let rate = polls.saturating_sub(last_polls) as f64 / since.as_secs_f64();
+            last_polls = polls;
+            format!(
+                "{:>6.0}s  {rate:>6.0} polls/s  keys found {}  poll errors {}  bad keys {}",
+                started.elapsed().as_secs_f64(),
+                live.keys_found.load(Relaxed),
+                live.poll_errors.load(Relaxed),
+                live.bad_keys.load(Relaxed),
+            )
+        },
+    );
+    line.finish();
+    let s = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the store tap thread panicked"))?;
+    print_summary(&s);
+    Ok(())
+}
+
+fn spread(s: &Spread) -> String {
+    if s.count == 0 {
+        return "-".into();
+    }
+    format!(
+        "mean {}  p50 {}  p99 {}  max {}",
+        units::duration_f64(s.mean_ns),
+        units::duration_f64(s.p50_ns as f64),
+        units::duration_f64(s.p99_ns as f64),
+        units::duration_f64(s.max_ns as f64)
+    )
+}
+
+fn print_summary(s: &StoreTapSummary) {
+    println!(
+        "hoptrace tap: {}{} for {:.1} s",
+        s.source,
+        s.run_id
+            .as_ref()
+            .map(|r| format!(", run {r}"))
+            .unwrap_or_default(),
+        s.elapsed_ns as f64 / 1e9
+    );
+    println!("query: {}", s.query);
+    if let Some(n) = &s.notice {
+        println!("note at start: {n}");
+    }
+    println!(
+        "cost: {} polls ({} polls/s at --poll-interval {}), {} failed{}; query time (send -> response) {}{}",
+        s.polls,
+        units::rate(s.polls_per_s()),
+        units::duration_f64(s.poll_interval.as_nanos() as f64),
+        s.poll_errors,
+        s.last_error
+            .as_ref()
+            .map(|e| format!(" (last: {e})"))
+            .unwrap_or_default(),
+        spread(&s.query_time),
+        s.server_elapsed
+            .as_ref()
+            .map(|e| format!("; the store's own query duration {}", spread(e)))
+            .unwrap_or_default()
+    );
+    println!(
+        "keys: {} found (in {} polls), {} undecodable, {} of other publishers, {} already there at start; rows {} ({} repeats of a key, {} without a key){}",
+        s.keys_found,
+        s.polls_with_keys,
+        s.bad_keys,
+        s.foreign_keys,
+        s.baseline_keys,
+        s.rows,
+        s.rows_repeated,
+        s.untraced_rows,
+        if s.keys_evicted_early > 0 {
+            format!("; {} keys forgotten early (set full)", s.keys_evicted_early)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "poll bracket (previous poll's send -> this response; the queryable stamp is late by at most this): {}",
+        spread(&s.bracket)
+    );
+    if s.publish_to_queryable.count > 0 {
+        println!(
+            "publish stamp -> queryable here: {}",
+            spread(&s.publish_to_queryable)
+        );
+    }
+    if let Some((host, res)) = &s.store_in {
+        println!(
+            "store_in: the row's own time, announced as host {host}, resolution {}{}",
+            units::duration_f64(*res as f64),
+            s.publish_to_store
+                .as_ref()
+                .filter(|p| p.count > 0)
+                .map(|p| format!("; publish stamp -> store_in {}", spread(p)))
+                .unwrap_or_default()
+        );
+    }
+    for (i, (c, clean)) in s.exporters.iter().enumerate() {
+        println!(
+            "collector{}: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); closed cleanly: {}",
+            if i == 0 { "" } else { " (store clock)" },
+            c.reported,
+            c.sent,
+            c.lost(),
+            c.queue_full,
+            c.send_failed,
+            if *clean { "yes" } else { "NO" }
+        );
+    }
+}

@@ -1,0 +1,35 @@
+//! # hoptrace-tap
+//!
+//! Store taps: the `queryable` end of a pipeline nobody here wrote. A store tap queries a
+//! live store over and over (InfluxDB 1.x, PostgreSQL, ClickHouse, VictoriaMetrics), finds
+//! the rows of traced messages by the trace context the publisher put into the payload
+//! (the JSON field `"hoptrace"`, `docs/trace-format.md`), and reports for each message, to
+//! the collector, through the real probe exporter:
+//!
+//! - `queryable`: the moment the response of the first poll that returned the row arrived;
+//! - `query_start`: the moment that poll was sent (so the stage `query_start → queryable`
+//!   is the store's query time as the tap saw it);
+//! - `store_in` (optional): the row's own time where the store assigned it (InfluxDB's
+//!   point time, a PostgreSQL column default), reported by a second exporter that announces
+//!   the store's host, so the report's clock uncertainty for stages ending there is honest.
+//!
+//! The data became visible somewhere between the previous poll's send and this poll's
+//! response (the *poll bracket*): the `queryable` stamp is late by at most that much. The
+//! tap measures the bracket per key, its own polls and query times, and sends them as
+//! counters (`docs/collector-protocol.md`) that the analysis states beside each stage.
+//!
+//! - [`store`]: store addresses, the [`store::Store`] trait and one module per store.
+//! - [`poll`]: the poll loop, its counters and summary.
+//!
+//! This crate depends on the probe (the wire format and the exporter) and on the stores'
+//! client libraries only. It must never depend on the collector or on the analysis: a tap
+//! runs beside the store, possibly far from both, and speaks to the collector only over
+//! the documented protocol.
+
+#![warn(missing_docs)]
+
+pub mod poll;
+pub mod store;
+
+pub use poll::{StoreTap, StoreTapConfig, StoreTapError, StoreTapLive, StoreTapSummary};
+pub use store::{StoreError, StoreKind, StoreUrl};

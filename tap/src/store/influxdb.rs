@@ -1,0 +1,391 @@
+//! InfluxDB 1.x: `GET /query?db=D&epoch=ns&q=SELECT "key" FROM "m" WHERE time >= <since>`.
+//!
+//! InfluxDB answers a failed *statement* with HTTP 200 and the error inside the body
+//! (`{"results":[{"statement_id":0,"error":"database not found: x"}]}`), a query that does
+//! not parse with HTTP 400 (`{"error":"error parsing query: ..."}`); both are errors here.
+//! A missing measurement is an empty answer, so [`InfluxDb::open`] looks it up. The point
+//! time is the store's own clock (ns) when the writer set none: the `store_in` stamp.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{
+    Answer, Batch, Http, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError, clip,
+};
+
+/// An InfluxDB 1.x measurement polled over HTTP.
+pub struct InfluxDb {
+    http: Http,
+    url: StoreUrl,
+    database: String,
+    measurement: String,
+    key: String,
+    rp: Option<String>,
+    overlap: Duration,
+}
+
+/// `"name"` with `\` and `"` escaped: an InfluxQL identifier that may be a keyword.
+#[must_use]
+pub fn quote_ident(name: &str) -> String {
+    let mut s = String::with_capacity(name.len() + 2);
+    s.push('"');
+    for c in name.chars() {
+        if c == '"' || c == '\\' {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s.push('"');
+    s
+}
+
+/// The poll's statement: the key field of every point at or after `since_ns`.
+#[must_use]
+pub fn poll_query(measurement: &str, key: &str, rp: Option<&str>, since_ns: Option<i64>) -> String {
+    let from = match rp {
+        Some(rp) => format!("{}.{}", quote_ident(rp), quote_ident(measurement)),
+        None => quote_ident(measurement),
+    };
+    let mut q = format!("SELECT {} FROM {from}", quote_ident(key));
+    if let Some(s) = since_ns {
+        q.push_str(&format!(" WHERE time >= {s}"));
+    }
+    q
+}
+
+/// The newest point's statement.
+#[must_use]
+pub fn newest_query(measurement: &str, key: &str, rp: Option<&str>) -> String {
+    format!(
+        "{} ORDER BY time DESC LIMIT 1",
+        poll_query(measurement, key, rp, None)
+    )
+}
+
+/// The statement results of an answer, after checking every place an error can be.
+fn results(status: u16, body: &str) -> Result<Vec<Value>, StoreError> {
+    let v: Value = serde_json::from_str(body).map_err(|_| {
+        if status == 200 {
+            StoreError::Answer(format!("not JSON: {}", clip(body, 200)))
+        } else {
+            StoreError::Query(format!("HTTP {status}: {}", clip(body, 300)))
+        }
+    })?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(StoreError::Query(format!("HTTP {status}: {e}")));
+    }
+    if status != 200 {
+        return Err(StoreError::Query(format!(
+            "HTTP {status}: {}",
+            clip(body, 300)
+        )));
+    }
+    let results = v
+        .get("results")
+        .and_then(Value::as_array)
+        .ok_or_else(|| StoreError::Answer(format!("no \"results\": {}", clip(body, 200))))?;
+    for r in results {
+        if let Some(e) = r.get("error").and_then(Value::as_str) {
+            return Err(if e.starts_with("database not found") {
+                StoreError::Missing(e.to_owned())
+            } else {
+                StoreError::Query(e.to_owned())
+            });
+        }
+    }
+    Ok(results.clone())
+}
+
+/// Parses a poll's answer (`epoch=ns`, one statement selecting the key field).
+///
+/// # Errors
+/// [`StoreError::Query`] or [`StoreError::Missing`] for an error in the body (also with
+/// HTTP 200), [`StoreError::Answer`] for an answer of another shape.
+pub fn parse_poll(status: u16, body: &str) -> Result<Batch, StoreError> {
+    let mut batch = Batch::default();
+    for r in results(status, body)? {
+        if r.get("partial").and_then(Value::as_bool) == Some(true) {
+            return Err(StoreError::Query(
+                "the answer is partial (max-row-limit reached): poll more often or lower overlap"
+                    .into(),
+            ));
+        }
+        for s in r
+            .get("series")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for row in s
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let cells = row.as_array().map(Vec::as_slice).unwrap_or_default();
+                let time_ns = cells.first().and_then(Value::as_i64).ok_or_else(|| {
+                    StoreError::Answer(format!(
+                        "a row without an integer time (is epoch=ns set?): {row}"
+                    ))
+                })?;
+                match cells.get(1) {
+                    Some(Value::String(k)) if !k.is_empty() => batch.rows.push(Row {
+                        key: k.clone(),
+                        time_ns,
+                    }),
+                    _ => batch.untraced += 1,
+                }
+            }
+        }
+    }
+    Ok(batch)
+}
+
+/// The names in the first column of a `SHOW ...` answer.
+fn names(status: u16, body: &str) -> Result<Vec<String>, StoreError> {
+    let mut out = Vec::new();
+    for r in results(status, body)? {
+        for s in r
+            .get("series")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for row in s
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(n) = row.get(0).and_then(Value::as_str) {
+                    out.push(n.to_owned());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl InfluxDb {
+    /// A tap of `influxdb://HOST:PORT/DATABASE?measurement=M[&key=hoptrace][&rp=RP]`.
+    ///
+    /// # Errors
+    /// [`UrlError`] for a missing database or measurement, or an unknown parameter.
+    pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
+        url.check_params(&["measurement", "key", "rp"])?;
+        if url.path.is_empty() {
+            return Err(url.error(
+                "the path names the database: influxdb://HOST:PORT/DATABASE?measurement=M".into(),
+            ));
+        }
+        Ok(Self {
+            http: Http::new(url)?,
+            url: url.clone(),
+            database: url.path.clone(),
+            measurement: url.required("measurement", "measurement")?.to_owned(),
+            key: url.param("key").unwrap_or("hoptrace").to_owned(),
+            rp: url.param("rp").map(str::to_owned),
+            overlap: url.duration("overlap", Duration::from_millis(200))?,
+        })
+    }
+
+    fn query(&self, q: &str) -> Result<Answer, StoreError> {
+        self.http.get(
+            "/query",
+            &[("db", &self.database), ("epoch", "ns"), ("q", q)],
+            &[],
+        )
+    }
+}
+
+impl Store for InfluxDb {
+    fn kind(&self) -> StoreKind {
+        StoreKind::InfluxDb
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "InfluxDB {}:{} database {}, measurement {}, key field {}",
+            self.url.host, self.url.port, self.database, self.measurement, self.key
+        )
+    }
+
+    fn query_shape(&self) -> String {
+        format!(
+            "{} WHERE time >= <newest seen - {:?}>",
+            poll_query(&self.measurement, &self.key, self.rp.as_deref(), None),
+            self.overlap
+        )
+    }
+
+    fn open(&mut self) -> Result<Opened, StoreError> {
+        // SHOW MEASUREMENTS on a database that does not exist answers as on an empty one.
+        let a = self.query("SHOW DATABASES")?;
+        let databases = names(a.status, &a.body)?;
+        if !databases.contains(&self.database) {
+            return Err(StoreError::Missing(format!(
+                "InfluxDB {}:{}: database not found: {:?} (it has {}; create it, or fix the path of the address)",
+                self.url.host,
+                self.url.port,
+                self.database,
+                databases.join(", ")
+            )));
+        }
+        let a = self.query("SHOW MEASUREMENTS")?;
+        let measurements = names(a.status, &a.body)?;
+        if !measurements.contains(&self.measurement) {
+            return Ok(Opened {
+                newest_ns: None,
+                notice: Some(format!(
+                    "measurement {:?} does not exist yet in database {:?} (InfluxDB creates it with its first point; if nothing arrives, check measurement=; it has {})",
+                    self.measurement,
+                    self.database,
+                    if measurements.is_empty() {
+                        "no measurements".to_owned()
+                    } else {
+                        measurements.join(", ")
+                    }
+                )),
+            });
+        }
+        let a = self.query(&format!(
+            "SHOW FIELD KEYS FROM {}",
+            quote_ident(&self.measurement)
+        ))?;
+        let fields = names(a.status, &a.body)?;
+        if !fields.contains(&self.key) {
+            return Err(StoreError::Missing(format!(
+                "measurement {:?} has no field {:?} (its fields: {}); set key= to the field that carries the trace context",
+                self.measurement,
+                self.key,
+                fields.join(", ")
+            )));
+        }
+        let a = self.query(&newest_query(
+            &self.measurement,
+            &self.key,
+            self.rp.as_deref(),
+        ))?;
+        let b = parse_poll(a.status, &a.body)?;
+        Ok(Opened {
+            newest_ns: b.rows.first().map(|r| r.time_ns),
+            notice: None,
+        })
+    }
+
+    fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
+        let q = poll_query(&self.measurement, &self.key, self.rp.as_deref(), since_ns);
+        let a = self.query(&q)?;
+        parse_poll(a.status, &a.body)
+    }
+
+    fn time_resolution_ns(&self) -> u64 {
+        1
+    }
+
+    fn overlap(&self) -> Duration {
+        self.overlap
+    }
+}
+
+impl std::fmt::Debug for InfluxDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_quote_every_name() {
+        assert_eq!(
+            poll_query("nodered", "key", None, Some(1_700_000_000_000_000_000)),
+            r#"SELECT "key" FROM "nodered" WHERE time >= 1700000000000000000"#
+        );
+        assert_eq!(
+            poll_query(r#"a"b"#, r"c\d", Some("autogen"), None),
+            r#"SELECT "c\\d" FROM "autogen"."a\"b""#
+        );
+        assert_eq!(
+            newest_query("m", "hoptrace", None),
+            r#"SELECT "hoptrace" FROM "m" ORDER BY time DESC LIMIT 1"#
+        );
+    }
+
+    #[test]
+    fn parses_rows() {
+        let body = r#"{"results":[{"statement_id":0,"series":[{"name":"nodered","columns":["time","hoptrace"],"values":[[1700000000000000001,"ht1.AQ"],[1700000000000000002,null],[1700000000000000003,""]]}]}]}"#;
+        let b = parse_poll(200, body).unwrap();
+        assert_eq!(
+            b.rows,
+            vec![Row {
+                key: "ht1.AQ".into(),
+                time_ns: 1_700_000_000_000_000_001
+            }]
+        );
+        assert_eq!(b.untraced, 2);
+        assert_eq!(b.server_elapsed_ns, None);
+        let empty = parse_poll(200, r#"{"results":[{"statement_id":0}]}"#).unwrap();
+        assert!(empty.rows.is_empty());
+    }
+
+    #[test]
+    fn errors_inside_http_200_are_errors() {
+        let e = parse_poll(
+            200,
+            r#"{"results":[{"statement_id":0,"error":"database not found: no_such_db"}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            StoreError::Missing("database not found: no_such_db".into())
+        );
+        let e = parse_poll(
+            200,
+            r#"{"results":[{"statement_id":0,"error":"shard is closed"}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m == "shard is closed"),
+            "{e:?}"
+        );
+        let e = parse_poll(
+            400,
+            r#"{"error":"error parsing query: found KEY, expected identifier at line 1, char 8"}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("found KEY")),
+            "{e:?}"
+        );
+        let e = parse_poll(502, "<html>bad gateway</html>").unwrap_err();
+        assert!(
+            matches!(e, StoreError::Query(ref m) if m.contains("502")),
+            "{e:?}"
+        );
+        assert!(matches!(
+            parse_poll(200, "nope"),
+            Err(StoreError::Answer(_))
+        ));
+        assert!(matches!(
+            parse_poll(200, r#"{"results":[{"partial":true}]}"#),
+            Err(StoreError::Query(_))
+        ));
+        assert!(matches!(
+            parse_poll(
+                200,
+                r#"{"results":[{"series":[{"values":[["2023-01-01T00:00:00Z","k"]]}]}]}"#
+            ),
+            Err(StoreError::Answer(_))
+        ));
+    }
+
+    #[test]
+    fn show_answers() {
+        let body = r#"{"results":[{"statement_id":0,"series":[{"name":"measurements","columns":["name"],"values":[["cpu"],["nodered"]]}]}]}"#;
+        assert_eq!(names(200, body).unwrap(), vec!["cpu", "nodered"]);
+    }
+}

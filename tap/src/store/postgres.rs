@@ -1,0 +1,298 @@
+//! PostgreSQL (and Postgres-wire stores: TimescaleDB, ...) over its wire protocol:
+//! `SELECT key::text, <time as Unix µs> FROM t WHERE time >= <since>`, a prepared statement
+//! on one connection.
+//!
+//! Errors are SQLSTATEs: a missing table (`42P01`), column (`42703`), schema (`3F000`) or
+//! database (`3D000`) stops the tap at start; others are counted and retried, and a broken
+//! connection is opened again at the next poll. The time column should be a `timestamptz`
+//! (a `timestamp` is read as UTC); with a default of `clock_timestamp()` it is the store's
+//! own time of the insert, µs: the `store_in` stamp (`now()` would be the transaction's
+//! start). A row becomes visible at its transaction's commit, which can be later than its
+//! time: `overlap` (default 1 s) covers transactions up to that long. PostgreSQL reports no
+//! query duration of its own on the wire; the tap's round trip is the query time.
+
+use std::time::Duration;
+
+use super::{Batch, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError};
+
+/// A PostgreSQL table polled over one connection.
+pub struct Postgres {
+    url: StoreUrl,
+    config: postgres::Config,
+    table: String,
+    key: String,
+    time: String,
+    overlap: Duration,
+    client: Option<(postgres::Client, postgres::Statement)>,
+}
+
+/// `"name"` with `"` doubled.
+#[must_use]
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `"schema"."table"` or `"table"`.
+#[must_use]
+pub fn qualified(table: &str) -> String {
+    match table.split_once('.') {
+        Some((s, t)) => format!("{}.{}", quote_ident(s), quote_ident(t)),
+        None => quote_ident(table),
+    }
+}
+
+/// The row time as Unix microseconds, exactly.
+fn micros(time: &str) -> String {
+    format!(
+        "(extract(epoch from {}) * 1000000)::int8",
+        quote_ident(time)
+    )
+}
+
+/// The poll's statement; `$1` is the bound in Unix microseconds.
+#[must_use]
+pub fn poll_query(table: &str, key: &str, time: &str) -> String {
+    format!(
+        "SELECT {k}::text, {m} FROM {t} WHERE {c} >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'",
+        k = quote_ident(key),
+        m = micros(time),
+        t = qualified(table),
+        c = quote_ident(time),
+    )
+}
+
+/// The check at start: the newest time (fails on a missing table or column).
+#[must_use]
+pub fn open_query(table: &str, key: &str, time: &str) -> String {
+    format!(
+        "SELECT max({m}), count({k}) FROM {t}",
+        k = quote_ident(key),
+        m = micros(time),
+        t = qualified(table),
+    )
+}
+
+/// Sorts an SQLSTATE into a store error: a missing object, or a failed query.
+#[must_use]
+pub fn classify(sqlstate: &str, message: String) -> StoreError {
+    match sqlstate {
+        // undefined_table, undefined_column, invalid_schema_name, invalid_catalog_name
+        "42P01" | "42703" | "3F000" | "3D000" => StoreError::Missing(message),
+        _ => StoreError::Query(message),
+    }
+}
+
+fn error(e: &postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => classify(
+            db.code().code(),
+            format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ),
+        ),
+        None => StoreError::Unreachable(e.to_string()),
+    }
+}
+
+impl Postgres {
+    /// A tap of `postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=[S.]T&time=C[&key=hoptrace]`.
+    ///
+    /// # Errors
+    /// [`UrlError`] for a missing database, table or time column, or an unknown parameter.
+    pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
+        url.check_params(&["table", "key", "time"])?;
+        if url.path.is_empty() {
+            return Err(url.error("the path names the database: postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=T&time=C".into()));
+        }
+        let mut config = postgres::Config::new();
+        config
+            .host(&url.host)
+            .port(url.port)
+            .dbname(&url.path)
+            .application_name("hoptrace-tap")
+            .connect_timeout(
+                url.duration("timeout", Duration::from_secs(10))?
+                    .min(Duration::from_secs(5)),
+            );
+        if let Some(u) = &url.user {
+            config.user(u);
+        }
+        if let Some(p) = &url.password {
+            config.password(p);
+        }
+        Ok(Self {
+            url: url.clone(),
+            config,
+            table: url.required("table", "table")?.to_owned(),
+            key: url.param("key").unwrap_or("hoptrace").to_owned(),
+            time: url.required("time", "time column")?.to_owned(),
+            overlap: url.duration("overlap", Duration::from_secs(1))?,
+            client: None,
+        })
+    }
+
+    fn client(&mut self) -> Result<&mut (postgres::Client, postgres::Statement), StoreError> {
+        if self.client.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            let mut c =
+                self.config
+                    .connect(postgres::NoTls)
+                    .map_err(|e| match e.as_db_error() {
+                        Some(_) => error(&e),
+                        None => StoreError::Unreachable(format!(
+                            "PostgreSQL {}:{}: {e}",
+                            self.url.host, self.url.port
+                        )),
+                    })?;
+            c.batch_execute("SET TIME ZONE 'UTC'")
+                .map_err(|e| error(&e))?;
+            let stmt = c
+                .prepare(&poll_query(&self.table, &self.key, &self.time))
+                .map_err(|e| error(&e))?;
+            self.client = Some((c, stmt));
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+}
+
+impl Store for Postgres {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Postgres
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "PostgreSQL {}:{} database {}, table {}, key column {}, time column {}",
+            self.url.host, self.url.port, self.url.path, self.table, self.key, self.time
+        )
+    }
+
+    fn query_shape(&self) -> String {
+        format!(
+            "{} with $1 = <newest seen - {:?}>",
+            poll_query(&self.table, &self.key, &self.time),
+            self.overlap
+        )
+    }
+
+    fn open(&mut self) -> Result<Opened, StoreError> {
+        let sql = open_query(&self.table, &self.key, &self.time);
+        let where_ = format!(
+            "PostgreSQL {}:{} database {}",
+            self.url.host, self.url.port, self.url.path
+        );
+        let (c, _) = self.client().map_err(|e| match e {
+            StoreError::Missing(m) => {
+                StoreError::Missing(format!("{where_}: {m} (check table=, key= and time=)"))
+            }
+            other => other,
+        })?;
+        let row = c.query_one(&sql, &[]).map_err(|e| match error(&e) {
+            StoreError::Missing(m) => StoreError::Missing(format!("{where_}: {m}")),
+            other => other,
+        })?;
+        let newest: Option<i64> = row
+            .try_get(0)
+            .map_err(|e| StoreError::Answer(format!("the time column is not a timestamp: {e}")))?;
+        Ok(Opened {
+            newest_ns: newest.map(|us| us.saturating_mul(1000)),
+            notice: None,
+        })
+    }
+
+    fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
+        let since_us = since_ns.map_or(i64::MIN / 2, |n| n.div_euclid(1000));
+        let (c, stmt) = self.client()?;
+        let rows = match c.query(&*stmt, &[&since_us]) {
+            Ok(r) => r,
+            Err(e) => {
+                let err = error(&e);
+                if c.is_closed() {
+                    self.client = None;
+                }
+                return Err(err);
+            }
+        };
+        let mut batch = Batch::default();
+        for r in rows {
+            let key: Option<String> = r
+                .try_get(0)
+                .map_err(|e| StoreError::Answer(e.to_string()))?;
+            let us: Option<i64> = r
+                .try_get(1)
+                .map_err(|e| StoreError::Answer(e.to_string()))?;
+            match (key, us) {
+                (Some(k), Some(us)) if !k.is_empty() => batch.rows.push(Row {
+                    key: k,
+                    time_ns: us.saturating_mul(1000),
+                }),
+                _ => batch.untraced += 1,
+            }
+        }
+        Ok(batch)
+    }
+
+    fn time_resolution_ns(&self) -> u64 {
+        1000
+    }
+
+    fn overlap(&self) -> Duration {
+        self.overlap
+    }
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_quote_every_name() {
+        assert_eq!(
+            poll_query("public.t", "key", "at"),
+            r#"SELECT "key"::text, (extract(epoch from "at") * 1000000)::int8 FROM "public"."t" WHERE "at" >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'"#
+        );
+        assert_eq!(qualified(r#"we"ird"#), r#""we""ird""#);
+        assert_eq!(
+            open_query("t", "hoptrace", "at"),
+            r#"SELECT max((extract(epoch from "at") * 1000000)::int8), count("hoptrace") FROM "t""#
+        );
+    }
+
+    #[test]
+    fn sqlstates() {
+        assert!(matches!(
+            classify("42P01", "x".into()),
+            StoreError::Missing(_)
+        ));
+        assert!(matches!(
+            classify("42703", "x".into()),
+            StoreError::Missing(_)
+        ));
+        assert!(matches!(
+            classify("57P01", "admin shutdown".into()),
+            StoreError::Query(_)
+        ));
+    }
+
+    #[test]
+    fn addresses() {
+        let u = StoreUrl::parse("postgres://u:p@127.0.0.1:15432/db?table=t").unwrap();
+        assert!(Postgres::new(&u).unwrap_err().reason.contains("time="));
+        let u = StoreUrl::parse("postgres://u:p@127.0.0.1:15432/?table=t&time=at").unwrap();
+        assert!(Postgres::new(&u).is_err());
+        let u = StoreUrl::parse("postgres://u:p@127.0.0.1:15432/db?table=t&time=at").unwrap();
+        let p = Postgres::new(&u).unwrap();
+        assert!(!p.describe().contains(":p@"));
+    }
+}

@@ -1,0 +1,376 @@
+//! Store taps on real third-party pipelines, no component modified, everything run as a
+//! user runs it (`HOPTRACE_BIN`):
+//!
+//! - `hoptrace publish` (MQTT v5, the context in a user property and in the JSON payload's
+//!   `hoptrace` field) → Mosquitto → Node-RED (`infra/nodered`) → InfluxDB 1.6, measured by
+//!   a broker tap and an InfluxDB store tap;
+//! - `hoptrace publish` → Kafka → ClickHouse's Kafka engine and a materialized view
+//!   (`infra/stores/clickhouse.sh kafka-pipeline`), measured by a ClickHouse store tap.
+//!
+//! Every message sent is accounted for: complete, or incomplete with its missing hop named.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Collector, bin, integration, interrupt, root, sql, store, tempdir, unique};
+use serde_json::Value;
+
+/// 200 msg/s for 10 s.
+const RATE: u64 = 200;
+const SECONDS: u64 = 10;
+const N: u64 = RATE * SECONDS;
+
+fn spawn(dir: &Path, name: &str, args: &[&str]) -> Child {
+    Command::new(bin())
+        .args(args)
+        .stdout(std::fs::File::create(dir.join(format!("{name}.out"))).unwrap())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn output(dir: &Path, name: &str) -> String {
+    format!(
+        "{}{}",
+        std::fs::read_to_string(dir.join(format!("{name}.out"))).unwrap_or_default(),
+        std::fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default()
+    )
+}
+
+/// Waits until `name`'s stderr has a line starting with `prefix` (the tap is ready).
+fn wait_ready(dir: &Path, name: &str, prefix: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let err = std::fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default();
+        if err.lines().any(|l| l.starts_with(prefix)) {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "{name} exited ({status}) before it was ready:\n{}",
+                output(dir, name)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not ready:\n{}",
+            output(dir, name)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for `child` to exit by itself (within `secs`), else interrupts it.
+fn finish(dir: &Path, name: &str, mut child: Child, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        interrupt(&child);
+    }
+    let status = child.wait().unwrap();
+    let out = output(dir, name);
+    assert!(status.success(), "{name} failed ({status}):\n{out}");
+    out
+}
+
+fn reachable(addr: &str) {
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2))
+            .is_ok(),
+        "nothing listens on {addr}: start the shared services with infra/services.sh up"
+    );
+}
+
+/// Every message sent is complete, or incomplete with the hop it misses named; returns
+/// (complete, incomplete).
+fn assert_accounted(run: &Value, publisher: u16) -> (u64, u64) {
+    let a = &run["accounting"];
+    assert_eq!(a["adds_up"], true, "{a}");
+    let p = a["publishers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["publisher"] == publisher)
+        .unwrap_or_else(|| panic!("publisher {publisher} in {a}"));
+    let (sent, complete, incomplete, unseen) = (
+        p["sent"].as_u64().unwrap(),
+        p["complete"].as_u64().unwrap(),
+        p["incomplete"].as_u64().unwrap(),
+        p["unseen"].as_u64().unwrap(),
+    );
+    assert_eq!(sent, N, "{a}");
+    assert_eq!(sent, complete + incomplete + unseen);
+    assert_eq!(unseen, 0, "every message reached the collector: {a}");
+    let named: u64 = a["missing_by_hop"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(
+        named >= incomplete,
+        "each incomplete trace names its missing hop: {a}"
+    );
+    assert_eq!(a["records_lost_by_probes"], 0);
+    assert_eq!(a["late_records"], 0, "no key reported twice: {a}");
+    (complete, incomplete)
+}
+
+/// Runs Node-RED for the test (or uses the one running) and stops it if it started it.
+struct NodeRed(bool);
+
+impl NodeRed {
+    fn up() -> Self {
+        let script = root().join("infra/nodered/nodered.sh");
+        let running = Command::new(&script)
+            .arg("status")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        if !running {
+            let out = Command::new(&script).arg("start").output().unwrap();
+            assert!(
+                out.status.success(),
+                "infra/nodered/nodered.sh start: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Self(!running)
+    }
+}
+
+impl Drop for NodeRed {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = Command::new(root().join("infra/nodered/nodered.sh"))
+                .arg("stop")
+                .output();
+        }
+    }
+}
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+#[test]
+fn mosquitto_nodered_influxdb() {
+    if !integration() {
+        return;
+    }
+    reachable("127.0.0.1:11883");
+    let _influx = store("influxdb");
+    let _nodered = NodeRed::up();
+    let dir = tempdir("nodered");
+    let spec = testdata("nodered-influxdb.toml");
+    let collector = Collector::start(&dir, &spec);
+    let spec = spec.to_str().unwrap();
+    let id = 1 + (std::process::id() % 60_000) as u16;
+    let ids = id.to_string();
+    let n = N.to_string();
+    let topic = format!("hoptrace/nr/in/storetap-{}", unique());
+    let common = [
+        "--collector",
+        collector.addr.as_str(),
+        "--pipeline",
+        spec,
+        "--publishers",
+        &ids,
+        "--messages",
+        &n,
+    ];
+    let mut broker = spawn(
+        &dir,
+        "broker-tap",
+        &[
+            &[
+                "tap",
+                "--from",
+                "mqtt://127.0.0.1:11883?version=5",
+                "--topics",
+                &format!("{topic}/#"),
+                "--hop",
+                "broker",
+            ][..],
+            &common[..],
+        ]
+        .concat(),
+    );
+    let mut influx = spawn(
+        &dir,
+        "store-tap",
+        &[
+            &[
+                "tap",
+                "--from",
+                "influxdb://127.0.0.1:18086/hoptrace?measurement=nodered",
+            ][..],
+            &common[..],
+        ]
+        .concat(),
+    );
+    wait_ready(&dir, "broker-tap", "tapping", &mut broker);
+    wait_ready(&dir, "store-tap", "polling", &mut influx);
+    let to = format!("mqtt://127.0.0.1:11883/{topic}?version=5");
+    let publish = spawn(
+        &dir,
+        "publish",
+        &[
+            "publish",
+            "--to",
+            &to,
+            "--rate",
+            &RATE.to_string(),
+            "--streams",
+            "10",
+            "--duration",
+            &format!("{SECONDS}s"),
+            "--payload-context",
+            "--publisher-id",
+            &ids,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+        ],
+    );
+    let p = finish(&dir, "publish", publish, SECONDS + 60);
+    assert!(p.contains(&format!("sent {N} messages")), "{p}");
+    let b = finish(&dir, "broker-tap", broker, 30);
+    let s = finish(&dir, "store-tap", influx, 30);
+    eprintln!("{s}");
+    assert!(b.contains(&format!("traced {N}")), "{b}");
+    assert!(s.contains(&format!("keys: {N} found")), "{s}");
+    assert!(s.contains(", 0 failed;"), "{s}");
+    let run = collector.stop();
+    let (complete, incomplete) = assert_accounted(&run, id);
+    assert_eq!((complete, incomplete), (N, 0), "{}", run["accounting"]);
+    // Every stage measured for every message, store_in on InfluxDB's clock (this host).
+    for st in run["stages"].as_array().unwrap() {
+        assert_eq!(st["count"], N, "{st}");
+    }
+    let rows = sql(
+        &dir.join("t"),
+        "SELECT count(*) AS n FROM traces WHERE queryable_ns >= store_in_ns AND store_in_ns >= broker_ns - INTERVAL '1' SECOND",
+    );
+    assert_eq!(rows[0]["n"], N, "queryable after the point's time");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn kafka_clickhouse() {
+    if !integration() {
+        return;
+    }
+    reachable("127.0.0.1:19092");
+    let _ch = store("clickhouse");
+    let topic = format!("storetap-ch-{}", unique());
+    let table = topic.replace('-', "_");
+    let out = Command::new(root().join("infra/kafka/kafka.sh"))
+        .args(["create-topic", &topic])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "create-topic: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(root().join("infra/stores/clickhouse.sh"))
+        .args(["kafka-pipeline", &topic])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kafka-pipeline: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempdir("kafka-ch");
+    let spec = testdata("kafka-clickhouse.toml");
+    let collector = Collector::start(&dir, &spec);
+    let spec = spec.to_str().unwrap();
+    let id = 1 + ((std::process::id() + 7) % 60_000) as u16;
+    let ids = id.to_string();
+    let n = N.to_string();
+    let from = format!("clickhouse://127.0.0.1:18123/hoptrace?table={table}&time=inserted");
+    let mut tap = spawn(
+        &dir,
+        "store-tap",
+        &[
+            "tap",
+            "--from",
+            &from,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+            "--publishers",
+            &ids,
+            "--messages",
+            &n,
+        ],
+    );
+    wait_ready(&dir, "store-tap", "polling", &mut tap);
+    let to = format!("kafka://127.0.0.1:19092/{topic}");
+    let publish = spawn(
+        &dir,
+        "publish",
+        &[
+            "publish",
+            "--to",
+            &to,
+            "--rate",
+            &RATE.to_string(),
+            "--streams",
+            "10",
+            "--duration",
+            &format!("{SECONDS}s"),
+            "--payload-context",
+            "--publisher-id",
+            &ids,
+            "--collector",
+            &collector.addr,
+            "--pipeline",
+            spec,
+        ],
+    );
+    let p = finish(&dir, "publish", publish, SECONDS + 60);
+    assert!(p.contains(&format!("sent {N} messages")), "{p}");
+    let s = finish(&dir, "store-tap", tap, 60);
+    eprintln!("{s}");
+    assert!(s.contains(&format!("keys: {N} found")), "{s}");
+    let run = collector.stop();
+    let (complete, _) = assert_accounted(&run, id);
+    assert_eq!(complete, N, "{}", run["accounting"]);
+    // The shape: rows become visible in batches, about one a second, not one by one.
+    let batches = sql(
+        &dir.join("t"),
+        "SELECT count(DISTINCT queryable_ns) AS batches, min(total_ingestion_ns) AS lo, max(total_ingestion_ns) AS hi FROM traces",
+    );
+    let k = batches[0]["batches"].as_u64().unwrap();
+    eprintln!(
+        "kafka -> clickhouse: {N} rows visible in {k} batches: {}",
+        batches[0]
+    );
+    assert!(
+        (3..=40).contains(&k),
+        "{k} visibility instants for {N} rows over {SECONDS} s"
+    );
+    for stmt in [
+        format!("DROP TABLE hoptrace.{table}_mv"),
+        format!("DROP TABLE hoptrace.{table}_queue"),
+        format!("DROP TABLE hoptrace.{table}"),
+    ] {
+        let _ = ureq::post("http://127.0.0.1:18123/").send_string(&stmt);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
