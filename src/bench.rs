@@ -51,6 +51,10 @@ pub struct CollectorArgs {
     /// Folder under which the run directory is written.
     #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
     pub runs: PathBuf,
+    /// Run the collector without its write-ahead log and acknowledgements, as `hoptrace
+    /// collect --no-log` (to measure what durability costs).
+    #[arg(long)]
+    pub no_log: bool,
 }
 
 /// Options of `hoptrace bench publisher`.
@@ -123,6 +127,7 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                 window_ms: a
                     .window_ms
                     .unwrap_or_else(|| u64::try_from(a.window.as_millis()).unwrap_or(u64::MAX)),
+                durable: !a.no_log,
             };
             // The benchmark reports once a second: every report is shown.
             let mut live = LiveLine::new();

@@ -12,7 +12,8 @@ use crate::units::{parse_listen, parse_run_id};
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 
-/// How a probe reaches a collector that speaks TLS (`hoptrace collect --tls-cert`).
+/// How a probe reaches the collector: TLS (`hoptrace collect --tls-cert`), and what it
+/// keeps to send again when the collector restarts.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CollectorTlsArgs {
     /// Speak TLS to the collector, trusting the CA certificates of this PEM file.
@@ -21,6 +22,19 @@ pub struct CollectorTlsArgs {
     /// The name the collector's certificate carries (default: the host of --collector).
     #[arg(long, requires = "collector_ca")]
     pub collector_tls_name: Option<String>,
+    /// Records kept until the collector says they are on its disk: sent again after it
+    /// restarts, and held while it is unreachable (`64MiB`, `512KiB`, `0`: none). When
+    /// full, the oldest are dropped, counted, and lost if the collector never got them.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = units::parse_bytes)]
+    pub collector_retention: u64,
+}
+
+impl CollectorTlsArgs {
+    /// `--collector-retention` in bytes.
+    #[must_use]
+    pub fn retention_bytes(&self) -> usize {
+        usize::try_from(self.collector_retention).unwrap_or(usize::MAX)
+    }
 }
 
 /// Where `hoptrace collect` listens when not told.
@@ -83,6 +97,26 @@ pub struct Args {
     /// Time between checkpoints (files closed, offsets committed) with --from.
     #[arg(long, alias = "commit-interval-s", value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, requires = "from")]
     pub commit_interval: Duration,
+    /// Keep no write-ahead log (<runs>/<run-id>/wal/): probes are not told what is on disk
+    /// and keep nothing to send again, and a collector killed loses what it had not
+    /// written. With the log (the default), the same command started again after a kill
+    /// continues the run with nothing lost.
+    #[arg(long)]
+    pub no_log: bool,
+    /// How often the log is synced to disk (fdatasync) and probes told what it holds; at
+    /// most 1s.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_log_sync, conflicts_with = "no_log")]
+    pub log_sync: Duration,
+}
+
+fn parse_log_sync(s: &str) -> Result<Duration, String> {
+    let d = units::parse_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(1) {
+        return Err(format!(
+            "{s:?}: the log is synced at least once a second and at most every 1ms (e.g. 100ms)"
+        ));
+    }
+    Ok(d.max(Duration::from_millis(1)))
 }
 
 /// The pipeline spec at `path`, or the built-in default pipeline without one.
@@ -141,6 +175,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     cfg.tls_cert.clone_from(&args.tls_cert);
     cfg.tls_key.clone_from(&args.tls_key);
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
+    cfg.durable = !args.no_log;
+    cfg.sync_interval = args.log_sync;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
@@ -152,6 +188,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         },
         collector.run_dir().display()
     );
+    if let Some(r) = collector.continued() {
+        eprintln!(
+            "continuing run {} from its log: a collector was stopped without closing it; replayed {} entries ({}{}), probes send again what it had not acknowledged",
+            collector
+                .run_dir()
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            r.log_entries,
+            units::bytes(r.log_bytes),
+            if r.torn_bytes > 0 {
+                format!(
+                    "; {} half-written at the end, never acknowledged, skipped",
+                    units::bytes(r.torn_bytes)
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(r) = collector.recovered() {
         eprintln!(
             "recovered: {} complete file(s) with {} rows kept from an earlier collector in this run directory",
@@ -236,6 +291,7 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let given: Vec<&str> = [
         ("--listen", args.listen.is_some()),
+        ("--no-log", args.no_log),
         ("--metrics", args.metrics.is_some()),
         ("--token", !from_env("HOPTRACE_TOKEN", args.token.clone())),
         (
@@ -306,6 +362,17 @@ pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
     ];
     for (what, n) in dropped.into_iter().filter(|(_, n)| *n > 0) {
         println!("  {what}: {n}");
+    }
+    for (i, r) in summary.restarts.iter().enumerate() {
+        println!(
+            "restart {} at {}: replayed {} log entries ({} hop records), skipped a half-written tail of {}; {} records sent again were already held (dropped)",
+            i + 1,
+            units::utc_iso(r.at_unix_ns),
+            r.log_entries,
+            r.records_replayed,
+            units::bytes(r.torn_bytes),
+            r.resent_records_dropped
+        );
     }
     let rows: u64 = summary.files.iter().map(|f| f.rows).sum();
     let bytes: u64 = summary.files.iter().map(|f| f.bytes).sum();

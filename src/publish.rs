@@ -75,6 +75,7 @@ impl CollectorArgs {
         l.token.clone_from(&self.token);
         l.tls_ca.clone_from(&self.tls.collector_ca);
         l.tls_server_name.clone_from(&self.tls.collector_tls_name);
+        l.retention_bytes = self.tls.retention_bytes();
         l.hop = (HopId(id), hop.to_owned());
         Ok(Some(l))
     }

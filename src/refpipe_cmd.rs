@@ -50,6 +50,7 @@ impl ProbeArgs {
             l.token.clone_from(&self.token);
             l.tls_ca.clone_from(&self.tls.collector_ca);
             l.tls_server_name.clone_from(&self.tls.collector_tls_name);
+            l.retention_bytes = self.tls.retention_bytes();
             l
         })
     }

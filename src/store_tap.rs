@@ -127,6 +127,7 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     target
         .tls_server_name
         .clone_from(&args.collector.tls.collector_tls_name);
+    target.retention_bytes = args.collector.tls.retention_bytes();
     c.collector = Some(target);
     Ok(c)
 }

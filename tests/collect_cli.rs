@@ -168,27 +168,38 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[test]
-fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
-    let out = std::env::temp_dir().join(format!("hoptrace-kill-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
+/// Starts `hoptrace collect` on run id `killed` under `out` with 1000-row files, sends
+/// 5,500 complete traces, waits until five files are closed and kills it with SIGKILL,
+/// then starts it again with the same command: returns the second collector and its
+/// output lines.
+fn killed_and_restarted(
+    out: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, mpsc::Receiver<String>) {
+    std::fs::create_dir_all(out).unwrap();
     let spec = hoptrace_format::spec::DEFAULT_PIPELINE_TOML
         .replace("roll_rows = 1000000", "roll_rows = 1000")
         .replace("row_group_rows = 1000000", "row_group_rows = 1000");
     let spec_path = out.join("pipeline.toml");
     std::fs::write(&spec_path, spec).unwrap();
-    let os = |s: &'static str| std::ffi::OsStr::new(s);
     let start = || {
-        spawn_collect(&[
-            os("--listen"),
-            os("127.0.0.1:0"),
-            os("--run-id"),
-            os("killed"),
-            os("--pipeline"),
+        let mut args: Vec<&std::ffi::OsStr> = [
+            "--listen",
+            "127.0.0.1:0",
+            "--run-id",
+            "killed",
+            "--pipeline",
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+        args.extend([
             spec_path.as_os_str(),
-            os("--out"),
+            std::ffi::OsStr::new("--out"),
             out.as_os_str(),
-        ])
+        ]);
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        spawn_collect(&args)
     };
     let (mut child, rx) = start();
     let addr = wait_line(&rx, "collecting on ")
@@ -211,19 +222,52 @@ fn after_sigkill_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    start()
+}
 
-    let (mut child, rx) = start();
+/// SIGTERM to `child`, which must exit 0; returns the run's run.json.
+fn stop_collect(child: &mut std::process::Child, out: &std::path::Path) -> serde_json::Value {
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    serde_json::from_slice(&std::fs::read(out.join("killed").join("run.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn after_sigkill_the_same_command_continues_the_run_from_its_log_and_loses_nothing() {
+    let out = std::env::temp_dir().join(format!("hoptrace-kill-log-{}", std::process::id()));
+    let (mut child, rx) = killed_and_restarted(&out, &[]);
+    let line = wait_line(&rx, "continuing run ");
+    assert!(line.starts_with("killed from its log"), "{line}");
+    let json = stop_collect(&mut child, &out);
+    // Every trace the killed collector had taken, complete, once (this sender reports no
+    // Sent frame, so the accounting cannot add up; the rows are the point here).
+    let a = &json["accounting"];
+    assert_eq!(a["publishers"][0]["complete"], 5_500, "{a}");
+    assert_eq!(a["publishers"][0]["incomplete"], 0, "{a}");
+    assert_eq!(a["duplicate_traces"], 0, "{a}");
+    let rows: u64 = json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rows"].as_u64().unwrap())
+        .sum();
+    assert_eq!(rows, 5_500, "{}", json["files"]);
+    assert_eq!(json["restarts"].as_array().map(Vec::len), Some(1), "{json}");
+    assert!(json["restarts"][0]["log_entries"].as_u64() > Some(0));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn after_sigkill_without_a_log_a_restart_keeps_closed_files_and_reports_the_lost_open_one() {
+    let out = std::env::temp_dir().join(format!("hoptrace-kill-{}", std::process::id()));
+    let (mut child, rx) = killed_and_restarted(&out, &["--no-log"]);
     let line = wait_line(&rx, "recovered: ");
     assert_eq!(
         line,
         "5 complete file(s) with 5000 rows kept from an earlier collector in this run directory"
     );
-    // SAFETY: signalling our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("killed").join("run.json")).unwrap())
-            .unwrap();
+    let json = stop_collect(&mut child, &out);
     assert_eq!(json["recovered"]["rows"], 5000);
     let _ = std::fs::remove_dir_all(&out);
 }

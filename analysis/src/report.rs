@@ -400,6 +400,10 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             count(a.implausible_records),
         ],
         vec![
+            "Records sent again after a collector restart, already held (dropped)".into(),
+            count(a.resent_records_dropped),
+        ],
+        vec![
             "Traces with an implausible intended time (flagged)".into(),
             count(a.implausible_traces),
         ],
@@ -413,6 +417,38 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         ],
     ]);
     b.push(Block::Table(vec!["".into(), "Messages".into()], rows));
+    let restarts: Vec<Vec<String>> = s
+        .runs
+        .iter()
+        .flat_map(|r| r.restarts.iter().map(move |x| (r, x)))
+        .map(|(r, x)| {
+            vec![
+                r.run_id.clone(),
+                date_of(x.at_unix_ns),
+                count(x.log_entries),
+                count(x.records_replayed),
+                hoptrace_format::units::bytes(x.torn_bytes),
+                count(x.resent_records_dropped),
+            ]
+        })
+        .collect();
+    if !restarts.is_empty() {
+        b.push(Block::Para(format!(
+            "**Collector restarts:** the collector was stopped without closing the run {} time(s) and started again; each time it replayed the run's log and continued. Records acknowledged to probes were in the log; probes sent again what was not, and what the log already held was dropped once more, so no message is counted twice.",
+            restarts.len()
+        )));
+        b.push(Block::Table(
+            vec![
+                "Run".into(),
+                "Restarted".into(),
+                "Log entries replayed".into(),
+                "Hop records replayed".into(),
+                "Half-written tail skipped".into(),
+                "Re-sent records dropped".into(),
+            ],
+            restarts,
+        ));
+    }
     if !a.discrepancies.is_empty() {
         b.push(Block::Para("The counts do not add up:".into()));
         b.push(Block::Bullets(a.discrepancies.clone()));

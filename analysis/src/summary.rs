@@ -74,6 +74,10 @@ pub struct RunInfo {
     /// The run was cut short (Ctrl-C): its figures cover less load than was planned.
     #[serde(default)]
     pub interrupted: bool,
+    /// Every time its collector was killed and started again, continuing the run from
+    /// its log (run.json `restarts`).
+    #[serde(default)]
+    pub restarts: Vec<hoptrace_format::run::Restart>,
 }
 
 /// How percentiles were computed.
@@ -387,6 +391,10 @@ pub struct AccountingSummary {
     /// Records whose stamp was implausible (dropped, counted).
     #[serde(default)]
     pub implausible_records: u64,
+    /// Records probes sent again after a collector restart that the run already held
+    /// (dropped, never a duplicate of the pipeline).
+    #[serde(default)]
+    pub resent_records_dropped: u64,
     /// Traces whose intended time was implausible (kept out of the run's span).
     #[serde(default)]
     pub implausible_traces: u64,
@@ -825,6 +833,7 @@ pub async fn compute(
                 started_unix_ns: r.summary.started_unix_ns,
                 ended_unix_ns: r.summary.ended_unix_ns,
                 interrupted: r.summary.interrupted,
+                restarts: r.summary.restarts.clone(),
             })
             .collect(),
         pipeline: pipeline.name.clone(),
@@ -1067,6 +1076,7 @@ fn accounting(
         not_sent: pubs().map(|p| p.not_sent).sum(),
         unannounced_hop_records: acc.clone().map(|a| a.unannounced_hop_records).sum(),
         implausible_records: acc.clone().map(|a| a.implausible_records).sum(),
+        resent_records_dropped: acc.clone().map(|a| a.resent_records_dropped).sum(),
         implausible_traces: acc.clone().map(|a| a.implausible_traces).sum(),
         adds_up,
         discrepancies,

@@ -243,6 +243,7 @@ pub fn generate(
         connections: Default::default(),
         group: None,
         interrupted: false,
+        restarts: Vec::new(),
     };
     let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
     let path = run_dir.join("run.json");

@@ -463,6 +463,8 @@ impl Relay {
             max_connections: 256,
             hello_timeout: Duration::from_secs(5),
             tls,
+            durable: None,
+            first_conn_id: 1,
         };
         let service = {
             let mut pump = Pump {
@@ -1386,6 +1388,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             owners,
         }),
         interrupted: false,
+        restarts: Vec::new(),
     }
 }
 

@@ -45,6 +45,7 @@ pub mod run;
 pub mod server;
 pub mod stages;
 pub mod tables;
+pub mod wal;
 pub mod writer;
 
 pub use hoptrace_format::run::RunSummary;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::accounting::{self, Rows};
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
-use crate::server::{self, ConnectionCounters, Event, ServerConfig};
+use crate::server::{self, ConnectionCounters, DurableSeqs, Event, ServerConfig};
 use crate::stages::StageRecorder;
 use crate::tables::{CounterRow, write_clock, write_probes};
 use crate::writer::{TraceWriter, TraceWriterConfig, WriteError};
@@ -55,6 +55,13 @@ pub struct CollectorConfig {
     /// larger error bound than this (ns) is warned about and recorded in the run's
     /// `clock_alerts`, once per host and reason.
     pub max_clock_error_ns: Option<u64>,
+    /// Keep a write-ahead log of the run (`runs/<run-id>/wal/`), acknowledge probes'
+    /// numbered frames once it holds them (protocol version 2), and continue the run from
+    /// it when started again after a kill. Off: version 1 only, and a killed collector
+    /// loses what it had not written.
+    pub durable: bool,
+    /// How often the log is synced to disk (and acknowledgements sent): at most a second.
+    pub sync_interval: Duration,
 }
 
 impl CollectorConfig {
@@ -73,6 +80,8 @@ impl CollectorConfig {
             hello_timeout: Duration::from_secs(5),
             stop_timeout: Duration::from_secs(10),
             max_clock_error_ns: None,
+            durable: true,
+            sync_interval: Duration::from_millis(100),
         }
     }
 }
@@ -112,6 +121,21 @@ pub enum CollectorError {
     /// The join thread panicked (a bug).
     #[error("the join thread panicked")]
     Panicked,
+    /// The run's write-ahead log cannot be written or read.
+    #[error(transparent)]
+    Wal(#[from] crate::wal::WalError),
+    /// The run directory holds the log of a run of other hops: choose another run id.
+    #[error(
+        "{dir} holds the log of an unfinished run of other hops ({theirs}), not of this pipeline's ({ours}): start the collector with that run's pipeline spec to finish it, or choose another run id"
+    )]
+    OtherPipeline {
+        /// The run directory.
+        dir: PathBuf,
+        /// The log's hops.
+        theirs: String,
+        /// This collector's hops.
+        ours: String,
+    },
 }
 
 /// Live figures, for progress lines, `/metrics` and `/progress.json`.
@@ -141,6 +165,7 @@ pub struct Progress {
 pub struct Collector {
     addr: SocketAddr,
     recovered: Option<Recovered>,
+    continued: Option<hoptrace_format::run::Restart>,
     run_dir: PathBuf,
     progress: Arc<Mutex<Progress>>,
     /// The accept thread and the join thread.
@@ -170,6 +195,39 @@ impl Collector {
             path: run_dir.clone(),
             source,
         })?;
+        let log = if cfg.durable {
+            crate::wal::segments(&run_dir)?
+        } else {
+            Vec::new()
+        };
+        let replaying = !log.is_empty();
+        let hops: Vec<(u8, String)> = spec
+            .hop_ids()
+            .iter()
+            .zip(spec.hop_names())
+            .map(|(id, name)| (id.0, name.clone()))
+            .collect();
+        if replaying
+            && let Some(theirs) = crate::wal::hops(&run_dir)?
+            && theirs != hops
+        {
+            let list = |h: &[(u8, String)]| {
+                h.iter()
+                    .map(|(id, n)| format!("{n} ({id})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(CollectorError::OtherPipeline {
+                dir: run_dir,
+                theirs: list(&theirs),
+                ours: list(&hops),
+            });
+        }
+        if replaying {
+            // The log holds the whole run since it started: every file derived from it is
+            // written again; the part files from before it (a continued run) are kept.
+            remove_derived(&run_dir, &crate::wal::kept(&run_dir)?)?;
+        }
         let recovered = crate::writer::recover(&run_dir.join("traces"))?;
         if let Some(r) = &recovered {
             tracing::warn!(
@@ -196,13 +254,8 @@ impl Collector {
 
         let progress = Arc::new(Mutex::new(Progress::default()));
         let counters = Arc::new(ConnectionCounters::default());
-        let server_cfg = ServerConfig {
-            token: cfg.token.clone(),
-            run_id: run_id.clone(),
-            max_connections: cfg.max_connections,
-            hello_timeout: cfg.hello_timeout,
-            tls,
-        };
+        let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
+        let continued;
         let service = {
             let mut state = JoinState {
                 joiner: Joiner::new(&spec),
@@ -216,11 +269,20 @@ impl Collector {
                         }
                     })?,
                 ),
-                last_interval: Instant::now(),
+                interval_start_ns: started_unix_ns,
                 run_id: run_id.clone(),
                 run_dir: run_dir.clone(),
                 started_unix_ns,
                 epoch: Instant::now(),
+                clock_offset_ns: 0,
+                wal: None,
+                durable: durable.clone(),
+                sync_interval: cfg.sync_interval.min(Duration::from_secs(1)),
+                instances: FxHashMap::default(),
+                logged_seq: FxHashMap::default(),
+                resent_dropped: 0,
+                restarts: Vec::new(),
+                max_conn_id: 0,
                 control: Control {
                     max_clock_error_ns: cfg.max_clock_error_ns,
                     ..Control::default()
@@ -235,7 +297,20 @@ impl Collector {
                 counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
             };
-            state.move_plausible_window();
+            if cfg.durable {
+                state.open_log(replaying, &part_files(&run_dir.join("traces")), &hops)?;
+            }
+            continued = replaying.then(|| state.restarts.last().cloned()).flatten();
+            state.move_plausible_window(hoptrace_probe::clock::realtime_ns());
+            let server_cfg = ServerConfig {
+                token: cfg.token.clone(),
+                run_id: run_id.clone(),
+                max_connections: cfg.max_connections,
+                hello_timeout: cfg.hello_timeout,
+                tls,
+                durable,
+                first_conn_id: state.max_conn_id + 1,
+            };
             server::Service::spawn(
                 ("collector", "join"),
                 listener,
@@ -254,6 +329,7 @@ impl Collector {
         Ok(Self {
             addr,
             recovered,
+            continued,
             run_dir,
             progress,
             service,
@@ -270,6 +346,13 @@ impl Collector {
     #[must_use]
     pub fn recovered(&self) -> Option<&Recovered> {
         self.recovered.as_ref()
+    }
+
+    /// The restart this collector is, when it continued a run from the log a killed
+    /// collector left (what it replayed).
+    #[must_use]
+    pub fn continued(&self) -> Option<&hoptrace_format::run::Restart> {
+        self.continued.as_ref()
     }
 
     /// `out_dir/<run-id>`.
@@ -335,11 +418,29 @@ struct JoinState {
     spec: Arc<ResolvedSpec>,
     writer: Option<TraceWriter>,
     stages: Option<StageRecorder>,
-    last_interval: Instant,
+    /// When the current interval of the stages' logs began, `CLOCK_REALTIME` ns.
+    interval_start_ns: i64,
     run_id: String,
     run_dir: PathBuf,
     started_unix_ns: i64,
     epoch: Instant,
+    /// Added to `epoch.elapsed()`: a restarted collector's join clock goes on from the
+    /// log's last entry.
+    clock_offset_ns: u64,
+    /// The write-ahead log, when durable.
+    wal: Option<crate::wal::Wal>,
+    /// What is durable per exporter instance, for the connection readers' Acks.
+    durable: Option<Arc<DurableSeqs>>,
+    sync_interval: Duration,
+    /// Exporter instance of each connection.
+    instances: FxHashMap<u64, u64>,
+    /// Highest numbered frame logged per exporter instance.
+    logged_seq: FxHashMap<u64, u64>,
+    /// Records of re-sent frames the log already held, dropped.
+    resent_dropped: u64,
+    restarts: Vec<hoptrace_format::run::Restart>,
+    /// Highest connection id in the log.
+    max_conn_id: u64,
     control: Control,
     /// Rows written per publisher; looked up once per trace, so hashed with Fx rather
     /// than SipHash.
@@ -454,6 +555,15 @@ impl Control {
         self.probes.values().filter(|p| p.open).count()
     }
 
+    /// Ids of the probe connections still open.
+    pub(crate) fn open_ids(&self) -> Vec<u64> {
+        self.probes
+            .iter()
+            .filter(|(_, p)| p.open)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Writes `clock.parquet` and `probes.parquet` into `run_dir`.
     pub(crate) fn write_tables(&self, run_dir: &Path) -> Result<(), WriteError> {
         write_clock(&run_dir.join("clock.parquet"), &self.clock)?;
@@ -519,8 +629,9 @@ impl Control {
             .collect()
     }
 
-    /// Records probes could not deliver (queue full, send failed), from each exporter's
-    /// last counters. Counters are cumulative per exporter instance, across its
+    /// Records probes could not deliver (queue full, send failed, evicted from the retention
+    /// buffer before the collector had them), from each exporter's last counters. Counters are
+    /// cumulative per exporter instance, across its
     /// reconnections: an instance that connected several times counts once, with the
     /// latest of its Counters frames.
     pub(crate) fn records_lost(&self) -> u64 {
@@ -534,7 +645,11 @@ impl Control {
             }
         }
         last.values()
-            .map(|c| c.get(counter_id::QUEUE_FULL) + c.get(counter_id::SEND_FAILED))
+            .map(|c| {
+                c.get(counter_id::QUEUE_FULL)
+                    + c.get(counter_id::SEND_FAILED)
+                    + c.get(counter_id::LOST_UNACKED)
+            })
             .sum()
     }
 
@@ -556,7 +671,127 @@ impl Control {
 
 impl JoinState {
     fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.clock_offset_ns
+            .saturating_add(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Opens the run's log: replays it first when it exists (a collector was killed on
+    /// this run), then appends after it.
+    fn open_log(
+        &mut self,
+        replaying: bool,
+        kept: &[String],
+        hops: &[(u8, String)],
+    ) -> Result<(), CollectorError> {
+        use crate::wal::Entry;
+        let mut last_at = 0u64;
+        let mut replayed = crate::wal::Replayed::default();
+        if replaying {
+            let run_dir = self.run_dir.clone();
+            replayed = crate::wal::replay::<CollectorError>(&run_dir, |entry| {
+                match entry {
+                    Entry::Started { realtime_ns } => {
+                        self.started_unix_ns = realtime_ns;
+                        self.interval_start_ns = realtime_ns;
+                        if let Some(st) = self.stages.as_mut() {
+                            st.rebase(realtime_ns)
+                                .map_err(|source| CollectorError::Io {
+                                    path: self.run_dir.join("hdr"),
+                                    source,
+                                })?;
+                        }
+                    }
+                    Entry::Restarted {
+                        realtime_ns,
+                        entries,
+                        bytes,
+                        torn_bytes,
+                    } => self.restarts.push(hoptrace_format::run::Restart {
+                        at_unix_ns: realtime_ns,
+                        log_entries: entries,
+                        log_bytes: bytes,
+                        torn_bytes,
+                        records_replayed: self.records,
+                        resent_records_dropped: 0,
+                    }),
+                    Entry::Resent { records, .. } => self.count_resent(records),
+                    Entry::Tick { at, realtime_ns } => {
+                        last_at = last_at.max(at);
+                        self.step(at, realtime_ns)?;
+                    }
+                    Entry::Connected {
+                        id,
+                        at,
+                        peer,
+                        hello,
+                    } => {
+                        last_at = last_at.max(at);
+                        self.max_conn_id = self.max_conn_id.max(id);
+                        self.apply(Event::Connected(id, peer, hello), at)?;
+                    }
+                    Entry::Frame { id, at, frame } => {
+                        last_at = last_at.max(at);
+                        self.apply(Event::Frame(id, frame), at)?;
+                    }
+                    Entry::Closed { id, at, clean } => {
+                        last_at = last_at.max(at);
+                        self.apply(Event::Closed(id, clean), at)?;
+                    }
+                }
+                Ok(())
+            })?;
+            self.clock_offset_ns = last_at;
+            tracing::warn!(
+                entries = replayed.entries,
+                bytes = replayed.bytes,
+                torn = replayed.torn_bytes,
+                "continuing run {} from its log: a collector was stopped without closing it",
+                self.run_id
+            );
+        }
+        let mut wal = if replaying {
+            crate::wal::Wal::open(&self.run_dir, replayed.last_segment)?
+        } else {
+            crate::wal::Wal::create(&self.run_dir, kept, hops)?
+        };
+        let now = hoptrace_probe::clock::realtime_ns();
+        if replaying {
+            wal.restarted(now, &replayed)?;
+            self.restarts.push(hoptrace_format::run::Restart {
+                at_unix_ns: now,
+                log_entries: replayed.entries,
+                log_bytes: replayed.bytes,
+                torn_bytes: replayed.torn_bytes,
+                records_replayed: self.records,
+                resent_records_dropped: 0,
+            });
+            // The connections of the killed collector are gone.
+            let open: Vec<u64> = self.control.open_ids();
+            let at = self.now_ns();
+            for id in open {
+                wal.closed(id, at, false)?;
+                self.control.handle(Event::Closed(id, false));
+            }
+        } else {
+            wal.started(self.started_unix_ns)?;
+        }
+        wal.sync()?;
+        self.wal = Some(wal);
+        if let Some(d) = &self.durable {
+            d.raise(self.logged_seq.iter().map(|(i, s)| (*i, *s)));
+        }
+        Ok(())
+    }
+
+    /// Makes the log durable and lets the connection readers acknowledge it.
+    fn sync_log(&mut self) -> Result<(), CollectorError> {
+        if let Some(wal) = self.wal.as_mut() {
+            wal.sync()?;
+            if let Some(d) = &self.durable {
+                d.raise(self.logged_seq.iter().map(|(i, s)| (*i, *s)));
+            }
+        }
+        Ok(())
     }
 
     fn run(
@@ -566,6 +801,7 @@ impl JoinState {
     ) -> Result<RunSummary, CollectorError> {
         let mut drain_deadline: Option<Instant> = None;
         let mut last_expire = Instant::now();
+        let mut last_sync = Instant::now();
         let mut pushing_back = false;
         loop {
             if self.joiner.is_full() {
@@ -585,7 +821,7 @@ impl JoinState {
                     pushing_back = false;
                     tracing::info!("join has room again: reading from probes");
                 }
-                match rx.recv_timeout(Duration::from_millis(50)) {
+                match rx.recv_timeout(Duration::from_millis(20)) {
                     Ok(ev) => self.handle(ev)?,
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -593,25 +829,16 @@ impl JoinState {
             }
             if last_expire.elapsed() >= Duration::from_millis(100) {
                 last_expire = Instant::now();
-                self.move_plausible_window();
-                self.joiner.expire(self.now_ns(), &mut self.out);
-                self.write_out()?;
-                if let Some(w) = self.writer.as_mut() {
-                    w.tick()?;
+                let (at, realtime_ns) = (self.now_ns(), hoptrace_probe::clock::realtime_ns());
+                if let Some(wal) = self.wal.as_mut() {
+                    wal.tick(at, realtime_ns)?;
                 }
-                if self.last_interval.elapsed() >= Duration::from_secs(1) {
-                    self.last_interval = Instant::now();
-                    if let Some(st) = self.stages.as_mut() {
-                        let interval = st.interval_p50_p99();
-                        st.end_interval(hoptrace_probe::clock::realtime_ns())
-                            .map_err(|source| CollectorError::Io {
-                                path: self.run_dir.join("hdr"),
-                                source,
-                            })?;
-                        self.progress.lock().expect("progress poisoned").stages = interval;
-                    }
-                }
+                self.step(at, realtime_ns)?;
                 self.publish_progress();
+            }
+            if last_sync.elapsed() >= self.sync_interval {
+                last_sync = Instant::now();
+                self.sync_log()?;
             }
             if draining.load(Relaxed) {
                 let deadline =
@@ -636,18 +863,93 @@ impl JoinState {
     }
 
     /// Moves the plausibility window with the run: from `join.plausible_window_s` before
-    /// the start to that long after now.
-    fn move_plausible_window(&mut self) {
-        let now = hoptrace_probe::clock::realtime_ns();
+    /// the start to that long after `now` (`CLOCK_REALTIME` ns).
+    fn move_plausible_window(&mut self, now: i64) {
         self.joiner.set_plausible_window(
             self.started_unix_ns.saturating_sub(self.plausible_ns)
                 ..=now.saturating_add(self.plausible_ns),
         );
     }
 
+    /// The join's periodic step at join clock `at` and `realtime_ns`: the plausibility
+    /// window moves, traces past their window expire, files roll, and each whole second
+    /// ends an interval of the stages' logs. Logged, so a replay takes the same steps.
+    fn step(&mut self, at: u64, realtime_ns: i64) -> Result<(), CollectorError> {
+        self.move_plausible_window(realtime_ns);
+        self.joiner.expire(at, &mut self.out);
+        self.write_out()?;
+        if let Some(w) = self.writer.as_mut() {
+            w.tick()?;
+        }
+        if realtime_ns - self.interval_start_ns >= 1_000_000_000 {
+            self.interval_start_ns = realtime_ns;
+            if let Some(st) = self.stages.as_mut() {
+                let interval = st.interval_p50_p99();
+                st.end_interval(realtime_ns)
+                    .map_err(|source| CollectorError::Io {
+                        path: self.run_dir.join("hdr"),
+                        source,
+                    })?;
+                self.progress.lock().expect("progress poisoned").stages = interval;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a probe sent again that the log already held: dropped, counted in the run
+    /// and in the restart that made the probe send them.
+    fn count_resent(&mut self, records: u64) {
+        self.resent_dropped += records;
+        if let Some(r) = self.restarts.last_mut() {
+            r.resent_records_dropped += records;
+        }
+    }
+
+    /// An event from a connection reader: logged, then applied.
     fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
+        let at = self.now_ns();
+        if let Some(wal) = self.wal.as_mut() {
+            match &ev {
+                Event::Connected(id, peer, hello) => wal.connected(*id, at, *peer, hello)?,
+                Event::Closed(id, clean) => wal.closed(*id, at, *clean)?,
+                Event::Frame(id, Frame::SeqRecords { seq, records }) => {
+                    let instance = self.instances.get(id).copied().unwrap_or(0);
+                    if *seq <= self.logged_seq.get(&instance).copied().unwrap_or(0) {
+                        // Sent again after a reconnection: the log has it already.
+                        let n = records.len() as u64;
+                        wal.resent(*id, n)?;
+                        self.count_resent(n);
+                        return Ok(());
+                    }
+                    wal.frame(*id, at, &frame_bytes(&ev))?;
+                }
+                Event::Frame(id, _) => wal.frame(*id, at, &frame_bytes(&ev))?,
+            }
+        }
+        self.apply(ev, at)
+    }
+
+    /// Applies an event at join clock `at` (live, or replayed from the log).
+    fn apply(&mut self, ev: Event, at: u64) -> Result<(), CollectorError> {
+        let ev = match ev {
+            Event::Frame(id, Frame::SeqRecords { seq, records }) => {
+                let instance = self.instances.get(&id).copied().unwrap_or(0);
+                let logged = self.logged_seq.entry(instance).or_insert(0);
+                if seq <= *logged {
+                    self.count_resent(records.len() as u64);
+                    return Ok(());
+                }
+                *logged = seq;
+                Event::Frame(id, Frame::Records(records))
+            }
+            Event::Connected(id, peer, hello) => {
+                self.instances.insert(id, hello.instance_id);
+                Event::Connected(id, peer, hello)
+            }
+            other => other,
+        };
         if let Event::Frame(id, Frame::Records(recs)) = ev {
-            let now = self.now_ns();
+            let now = at;
             self.records += recs.len() as u64;
             let mut stamps = self.control.probes.get_mut(&id).map(|p| &mut p.stamps);
             for r in &recs {
@@ -719,7 +1021,15 @@ impl JoinState {
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
         let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
-        std::fs::write(&path, json).map_err(|source| CollectorError::Io { path, source })?;
+        let tmp = self.run_dir.join("run.json.tmp");
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| CollectorError::Io { path, source })?;
+        // The run's files hold everything now: once the disk has them, the log goes.
+        if let Some(wal) = self.wal.take() {
+            sync_files(&self.run_dir)?;
+            wal.remove()?;
+        }
         Ok(summary)
     }
 
@@ -778,14 +1088,26 @@ impl JoinState {
                 implausible_traces: stats.implausible_traces,
                 in_flight: self.joiner.pending() as u64,
                 backpressure_episodes: self.backpressure_episodes,
+                resent_records_dropped: self.resent_dropped,
                 adds_up: discrepancies.is_empty(),
                 discrepancies,
             },
             connections,
             group: None,
             interrupted: false,
+            restarts: self.restarts.clone(),
         }
     }
+}
+
+/// A frame's type byte and body, as the log keeps it.
+fn frame_bytes(ev: &Event) -> Vec<u8> {
+    let Event::Frame(_, f) = ev else {
+        return Vec::new();
+    };
+    let mut out = f.to_bytes().expect("a decoded frame encodes again");
+    out.drain(..4);
+    out
 }
 
 /// Connection outcomes by reason.
@@ -824,6 +1146,82 @@ fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
 fn default_run_id(unix_ns: i64) -> String {
     let (y, m, d, h, min, s, _) = hoptrace_format::units::utc_parts(unix_ns);
     format!("run-{y:04}{m:02}{d:02}T{h:02}{min:02}{s:02}Z")
+}
+
+/// Waits until the disk has every file of the run directory outside the log, and the
+/// directories' entries (`fsync`).
+fn sync_files(run_dir: &Path) -> Result<(), CollectorError> {
+    let sync = |p: &Path| {
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| CollectorError::Io {
+                path: p.to_owned(),
+                source,
+            })
+    };
+    for dir in [
+        run_dir.to_owned(),
+        run_dir.join("traces"),
+        run_dir.join("hdr"),
+    ] {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                sync(&e.path())?;
+            }
+        }
+        sync(&dir)?;
+    }
+    Ok(())
+}
+
+/// The complete part files (`part-*.parquet`) in `dir`, by name.
+fn part_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("part-") && n.ends_with(".parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Removes what a replayed log writes again: the part files of `traces/` not in `kept`
+/// (finished or left open by the killed collector; files set aside earlier as unfinished
+/// or corrupt stay), `hdr/`, `clock.parquet` and `probes.parquet`.
+fn remove_derived(run_dir: &Path, kept: &[String]) -> Result<(), CollectorError> {
+    let rm_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CollectorError::Io { path, source }
+    };
+    let traces = run_dir.join("traces");
+    if let Ok(rd) = std::fs::read_dir(&traces) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.ends_with(".parquet") || name.ends_with(".inprogress");
+            if name.starts_with("part-") && ours && !kept.contains(&name) {
+                std::fs::remove_file(e.path()).map_err(rm_err(&e.path()))?;
+            }
+        }
+    }
+    let hdr = run_dir.join("hdr");
+    if hdr.exists() {
+        std::fs::remove_dir_all(&hdr).map_err(rm_err(&hdr))?;
+    }
+    for name in ["clock.parquet", "probes.parquet"] {
+        let p = run_dir.join(name);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(rm_err(&p)(e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

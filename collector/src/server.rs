@@ -72,6 +72,106 @@ pub struct ServerConfig {
     pub hello_timeout: Duration,
     /// TLS: every connection must complete a handshake with this setting first.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Offer protocol version 2 and acknowledge what the join thread made durable (the
+    /// run's log); `None` speaks version 1 only.
+    pub durable: Option<Arc<DurableSeqs>>,
+    /// The first connection id (a restarted collector continues after the ones in its
+    /// log).
+    pub first_conn_id: u64,
+}
+
+/// Per exporter instance, the highest records frame number the collector holds durably;
+/// the join thread raises it after each sync of the run's log, connection readers tell
+/// their probe (Welcome, Ack).
+#[derive(Debug, Default)]
+pub struct DurableSeqs(std::sync::Mutex<std::collections::HashMap<u64, u64>>);
+
+impl DurableSeqs {
+    /// The durable mark of `instance` (0: nothing).
+    #[must_use]
+    pub fn get(&self, instance: u64) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&instance)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Raises the marks of these instances.
+    pub fn raise(&self, marks: impl IntoIterator<Item = (u64, u64)>) {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (instance, seq) in marks {
+            let e = m.entry(instance).or_insert(0);
+            *e = (*e).max(seq);
+        }
+    }
+}
+
+/// How long a reader waits for bytes before it looks whether there is something to
+/// acknowledge.
+const READ_TICK: Duration = Duration::from_millis(50);
+/// How long a reader waits, after Goodbye, for the join thread to make the connection's
+/// last frames durable before it acknowledges and closes.
+const GOODBYE_DURABLE_WAIT: Duration = Duration::from_secs(3);
+
+/// Reads frames from a connection through a buffer; a read that times out returns no
+/// frame instead of losing the bytes of a partial one.
+struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+enum Read1 {
+    Frame(Frame),
+    Timeout,
+    Closed,
+}
+
+impl FrameReader {
+    fn next(&mut self, conn: &mut Conn) -> Result<Read1, ProtocolError> {
+        loop {
+            if let Some((ty, body, len)) =
+                protocol::split_frame(&self.buf[self.start..], MAX_FRAME_LEN)?
+            {
+                let at = self.start;
+                let frame = Frame::decode(ty, &self.buf[at + body.start..at + body.end])?;
+                self.start += len;
+                return Ok(Read1::Frame(frame));
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let have = self.buf.len();
+            let want = (have + READ_BUFFER).max(self.buf.capacity());
+            self.buf.resize(want, 0);
+            match conn.read(&mut self.buf[have..]) {
+                Ok(0) => {
+                    self.buf.truncate(have);
+                    return Ok(Read1::Closed);
+                }
+                Ok(n) => self.buf.truncate(have + n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    self.buf.truncate(have);
+                    return Ok(Read1::Timeout);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => self.buf.truncate(have),
+                Err(e) => {
+                    self.buf.truncate(have);
+                    return Err(ProtocolError::Io(e.kind()));
+                }
+            }
+        }
+    }
 }
 
 /// Binds the probes' listener. TLS needs both a certificate and its key (PEM); a
@@ -197,7 +297,7 @@ pub(crate) fn accept_loop(
     counters: &Arc<ConnectionCounters>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
-    let mut next_id = 0u64;
+    let mut next_id = cfg.first_conn_id.saturating_sub(1);
     listener
         .set_nonblocking(true)
         .expect("listener can be non-blocking");
@@ -464,9 +564,17 @@ fn serve(
             return;
         }
     }
+    let version = if cfg.durable.is_some() {
+        hello.version.min(PROTOCOL_VERSION)
+    } else {
+        1
+    };
+    let durable = cfg.durable.as_ref().filter(|_| version >= 2);
+    let instance = hello.instance_id;
     let welcome = Frame::Welcome {
-        version: PROTOCOL_VERSION,
+        version,
         run_id: cfg.run_id.clone(),
+        resume_seq: durable.map_or(0, |d| d.get(instance)),
     };
     let Ok(welcome) = welcome.to_bytes() else {
         tracing::error!("the run id does not fit a welcome frame");
@@ -489,55 +597,117 @@ fn serve(
     if tx.send(Event::Connected(id, peer, hello)).is_err() {
         return;
     }
-    // After hello, a probe may be idle for long stretches: no read timeout.
-    let sock = reader.get_mut().sock();
+    // After hello, a probe may be idle for long stretches: reads wake up regularly only
+    // to acknowledge what became durable.
+    let leftover = reader.buffer().to_vec();
+    let mut conn = reader.into_inner();
+    let sock = conn.sock();
     sock.until = None;
-    let _ = sock.tcp.set_read_timeout(None);
+    let _ = sock.tcp.set_read_timeout(Some(READ_TICK));
+    let mut frames = FrameReader {
+        buf: leftover,
+        start: 0,
+    };
     let mut clean = false;
+    // Highest number received on this connection, and acknowledged.
+    let (mut received, mut acked) = (0u64, 0u64);
     loop {
-        match protocol::read_frame(&mut reader, MAX_FRAME_LEN) {
-            Ok(Frame::Goodbye) => {
-                clean = true;
+        let frame = match frames.next(&mut conn) {
+            Ok(Read1::Frame(f)) => f,
+            Ok(Read1::Timeout) => {
+                if let Some(d) = durable
+                    && !ack(&mut conn, d.get(instance), &mut acked)
+                {
+                    break;
+                }
+                continue;
+            }
+            Ok(Read1::Closed) | Err(ProtocolError::Io(_)) => break,
+            Err(e) => {
+                count_protocol_error(counters, &e);
+                tracing::warn!(%peer, "closed: {e}");
+                let _ = reject(&mut conn, reject_code::MALFORMED, &e.to_string());
                 break;
             }
-            Ok(Frame::Records(mut recs)) => {
-                let before = recs.len();
-                recs.retain(|r| announced[usize::from(r.hop.0)]);
-                let dropped = before - recs.len();
-                if dropped > 0 {
-                    let total = counters
-                        .unannounced_hop_records
-                        .fetch_add(dropped as u64, Relaxed);
-                    if total == 0 {
-                        tracing::warn!(%peer, %host, %process, "dropped {dropped} record(s) of hops this connection did not announce in its hello (counted as unannounced_hop_records)");
+        };
+        let forward = match frame {
+            Frame::Goodbye => {
+                clean = true;
+                if let Some(d) = durable {
+                    // The probe waits for its last frames to be acknowledged.
+                    let until = Instant::now() + GOODBYE_DURABLE_WAIT;
+                    while d.get(instance) < received && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(5));
                     }
+                    ack(&mut conn, d.get(instance), &mut acked);
                 }
-                // Blocks when the join thread is behind: that is the back-pressure.
-                if !recs.is_empty() && tx.send(Event::Frame(id, Frame::Records(recs))).is_err() {
-                    break;
-                }
+                break;
             }
-            Ok(f @ (Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_))) => {
-                // Blocks when the join thread is behind: that is the back-pressure.
-                if tx.send(Event::Frame(id, f)).is_err() {
-                    break;
-                }
+            Frame::Records(mut recs) => {
+                drop_unannounced(&mut recs, &announced, counters, peer, &host, &process);
+                (!recs.is_empty()).then_some(Frame::Records(recs))
             }
-            Ok(other) => {
+            Frame::SeqRecords { seq, mut records } if durable.is_some() => {
+                drop_unannounced(&mut records, &announced, counters, peer, &host, &process);
+                received = received.max(seq);
+                // Forwarded even when empty: its number is logged and acknowledged.
+                Some(Frame::SeqRecords { seq, records })
+            }
+            f @ (Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_)) => Some(f),
+            other => {
                 counters.malformed.fetch_add(1, Relaxed);
                 tracing::warn!(%peer, "closed: unexpected frame from a probe: {other:?}");
                 break;
             }
-            Err(ProtocolError::Io(_)) => break,
-            Err(e) => {
-                count_protocol_error(counters, &e);
-                tracing::warn!(%peer, "closed: {e}");
-                let _ = reject(reader.get_mut(), reject_code::MALFORMED, &e.to_string());
-                break;
-            }
+        };
+        // Blocks when the join thread is behind: that is the back-pressure.
+        if let Some(f) = forward
+            && tx.send(Event::Frame(id, f)).is_err()
+        {
+            break;
+        }
+        if let Some(d) = durable
+            && !ack(&mut conn, d.get(instance), &mut acked)
+        {
+            break;
         }
     }
     let _ = tx.send(Event::Closed(id, clean));
+}
+
+/// Sends an Ack when `durable` is above what was acknowledged; false when the
+/// connection failed.
+fn ack(conn: &mut Conn, durable: u64, acked: &mut u64) -> bool {
+    if durable <= *acked {
+        return true;
+    }
+    *acked = durable;
+    let frame = Frame::Ack { seq: durable }
+        .to_bytes()
+        .expect("an ack encodes");
+    conn.write_all(&frame).and_then(|()| conn.flush()).is_ok()
+}
+
+/// Drops the records of hops the connection did not announce, counting them.
+fn drop_unannounced(
+    recs: &mut Vec<protocol::Record>,
+    announced: &[bool; 256],
+    counters: &ConnectionCounters,
+    peer: SocketAddr,
+    host: &str,
+    process: &str,
+) {
+    let before = recs.len();
+    recs.retain(|r| announced[usize::from(r.hop.0)]);
+    let dropped = before - recs.len();
+    if dropped > 0 {
+        let total = counters
+            .unannounced_hop_records
+            .fetch_add(dropped as u64, Relaxed);
+        if total == 0 {
+            tracing::warn!(%peer, %host, %process, "dropped {dropped} record(s) of hops this connection did not announce in its hello (counted as unannounced_hop_records)");
+        }
+    }
 }
 
 fn count_protocol_error(counters: &ConnectionCounters, e: &ProtocolError) {

@@ -37,6 +37,8 @@ struct Log {
     file: BufWriter<File>,
     path: PathBuf,
     rel: String,
+    /// The header's comment lines, to write the header again with another base time.
+    comments: Vec<String>,
 }
 
 impl Log {
@@ -62,7 +64,24 @@ impl Log {
             file,
             "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
         )?;
-        Ok(Self { file, path, rel })
+        Ok(Self {
+            file,
+            path,
+            rel,
+            comments: comments.iter().map(|c| (*c).to_owned()).collect(),
+        })
+    }
+
+    /// Writes the file again, empty, headed by `base`.
+    fn recreate(
+        &mut self,
+        run_dir: &Path,
+        base: SystemTime,
+        serializer: &mut V2DeflateSerializer,
+    ) -> std::io::Result<()> {
+        let comments: Vec<&str> = self.comments.iter().map(String::as_str).collect();
+        *self = Self::create(run_dir, self.rel.clone(), &comments, base, serializer)?;
+        Ok(())
     }
 
     fn write(
@@ -164,6 +183,23 @@ impl StageRecorder {
             interval_start_unix_ns: base_unix_ns,
             serializer,
         })
+    }
+
+    /// Moves the start of the logs' first interval and their base time to `base_unix_ns`
+    /// (a replayed run starts when its log says): the logs, still empty, are written
+    /// again with that start time in their headers. Only before anything was recorded.
+    ///
+    /// # Errors
+    /// A log cannot be written.
+    pub fn rebase(&mut self, base_unix_ns: i64) -> std::io::Result<()> {
+        self.base_unix_ns = base_unix_ns;
+        self.interval_start_unix_ns = base_unix_ns;
+        self.base = UNIX_EPOCH + Duration::from_nanos(u64::try_from(base_unix_ns).unwrap_or(0));
+        for a in &mut self.stages {
+            a.log
+                .recreate(&self.run_dir, self.base, &mut self.serializer)?;
+        }
+        Ok(())
     }
 
     /// Adds a trace's stage deltas.

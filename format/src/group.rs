@@ -109,6 +109,7 @@ impl Tally {
             implausible_traces: self.implausible_traces,
             in_flight: 0,
             backpressure_episodes: 0,
+            resent_records_dropped: 0,
             adds_up: discrepancies.is_empty(),
             discrepancies,
         }

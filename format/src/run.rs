@@ -47,6 +47,32 @@ pub struct RunSummary {
     /// figures cover less load than was planned.
     #[serde(default)]
     pub interrupted: bool,
+    /// Every time a collector started again on this run (after it was killed) and
+    /// replayed the run's log, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarts: Vec<Restart>,
+}
+
+/// A collector started again on an unfinished run: it replayed the run's log and went on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// When it started again, Unix ns.
+    pub at_unix_ns: i64,
+    /// Log entries it replayed.
+    pub log_entries: u64,
+    /// Bytes of log it replayed.
+    pub log_bytes: u64,
+    /// Bytes after the last whole entry (written when the collector was killed), skipped:
+    /// probes speaking version 2 sent their content again.
+    pub torn_bytes: u64,
+    /// Hop records the log held up to this restart (every record of the run so far that a
+    /// probe was told is durable, and possibly more).
+    #[serde(default)]
+    pub records_replayed: u64,
+    /// Records probes sent again after this restart that the log already held: dropped,
+    /// not counted as the pipeline's duplicates.
+    #[serde(default)]
+    pub resent_records_dropped: u64,
 }
 
 /// The run's record of one probe connection.
@@ -119,6 +145,10 @@ pub struct Accounting {
     /// Records of a hop their connection did not announce in its Hello: dropped, counted.
     #[serde(default)]
     pub unannounced_hop_records: u64,
+    /// Records of numbered frames sent again after a collector restart that the run
+    /// already held (protocol version 2): dropped, never counted twice.
+    #[serde(default)]
+    pub resent_records_dropped: u64,
     /// Records whose stamp lay outside the plausibility window (`join.plausible_window_s`):
     /// dropped, counted.
     #[serde(default)]

@@ -52,6 +52,37 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_nanos(ns))
 }
 
+/// Parses a size in bytes: `65536`, `512KiB`, `64MiB`, `1GiB` (powers of 1024), or `64MB`,
+/// `1GB` (powers of 1000); `B` alone is bytes.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let units: [(&str, f64); 7] = [
+        ("KiB", 1024.0),
+        ("MiB", 1024.0 * 1024.0),
+        ("GiB", 1024.0 * 1024.0 * 1024.0),
+        ("kB", 1e3),
+        ("MB", 1e6),
+        ("GB", 1e9),
+        ("B", 1.0),
+    ];
+    let (num, mult) = units
+        .iter()
+        .find_map(|(u, m)| t.strip_suffix(u).map(|n| (n, *m)))
+        .unwrap_or((t, 1.0));
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 65536, 512KiB, 64MiB, 1GiB)"))?;
+    if !(v >= 0.0 && v.is_finite()) {
+        return Err(format!("{s:?} must be a non-negative size"));
+    }
+    let n = (v * mult).round();
+    if n > u64::MAX as f64 {
+        return Err(format!("{s:?} is too large"));
+    }
+    Ok(n as u64)
+}
+
 /// Parses a duration that must carry its unit into nanoseconds: `500ns`, `250us` (or
 /// `µs`), `1ms`, `1.5s`, `2m`, `1h`.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
@@ -170,6 +201,21 @@ pub fn rate(per_s: f64) -> String {
     }
 }
 
+/// A size in bytes, powers of 1024: `512B`, `1.5KiB`, `64.0MiB`, `2.00GiB`.
+#[must_use]
+pub fn bytes(n: u64) -> String {
+    let f = n as f64;
+    if f < 1024.0 {
+        format!("{n}B")
+    } else if f < 1024.0 * 1024.0 {
+        format!("{:.1}KiB", f / 1024.0)
+    } else if f < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1}MiB", f / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2}GiB", f / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
 /// A span of seconds: `30 minutes`, `45 seconds`, `2.5 hours`.
 #[must_use]
 pub fn span_s(s: f64) -> String {
@@ -225,6 +271,24 @@ pub fn utc_iso(unix_ns: i64) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("65536"), Ok(65536));
+        assert_eq!(parse_bytes("512KiB"), Ok(512 * 1024));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("64MB"), Ok(64_000_000));
+        assert_eq!(parse_bytes("10 kB"), Ok(10_000));
+        assert_eq!(parse_bytes("0B"), Ok(0));
+        assert!(parse_bytes("64 megs").is_err());
+        assert!(parse_bytes("-1MiB").is_err());
+        assert!(parse_bytes("").is_err());
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(1536), "1.5KiB");
+        assert_eq!(bytes(64 << 20), "64.0MiB");
+        assert_eq!(parse_bytes(&bytes(64 << 20)), Ok(64 << 20));
+    }
 
     #[test]
     fn counts() {

@@ -19,6 +19,9 @@ pub struct Counters {
     pub(crate) sent: AtomicU64,
     pub(crate) send_failed: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) resent: AtomicU64,
+    pub(crate) evicted: AtomicU64,
+    pub(crate) lost_unacked: AtomicU64,
     not_traced: AtomicU64,
     bad_context: AtomicU64,
     bad_traceparent: AtomicU64,
@@ -51,6 +54,12 @@ pub struct CounterSnapshot {
     pub stamps_full: u64,
     /// `traceparent` values ignored.
     pub bad_traceparent: u64,
+    /// Records sent again after a reconnection, not yet acknowledged before it.
+    pub resent: u64,
+    /// Records dropped from the retention buffer before an acknowledgement.
+    pub evicted: u64,
+    /// Of `evicted`, the records the collector did not hold: lost, counted.
+    pub lost_unacked: u64,
 }
 
 impl CounterSnapshot {
@@ -67,13 +76,18 @@ impl CounterSnapshot {
             (counter_id::BAD_CONTEXT, self.bad_context),
             (counter_id::STAMPS_FULL, self.stamps_full),
             (counter_id::BAD_TRACEPARENT, self.bad_traceparent),
+            (counter_id::RESENT, self.resent),
+            (counter_id::EVICTED, self.evicted),
+            (counter_id::LOST_UNACKED, self.lost_unacked),
         ]
     }
 
-    /// Records lost by this exporter (could not be queued or sent).
+    /// Records lost by this exporter: not queued, in a frame that failed to write with
+    /// no retention to send it again, or evicted unacknowledged and not held by the
+    /// collector.
     #[must_use]
     pub fn lost(&self) -> u64 {
-        self.queue_full + self.send_failed
+        self.queue_full + self.send_failed + self.lost_unacked
     }
 }
 
@@ -113,6 +127,9 @@ impl Counters {
             bad_context: self.bad_context.load(Relaxed),
             stamps_full: self.stamps_full.0.load(Relaxed),
             bad_traceparent: self.bad_traceparent.load(Relaxed),
+            resent: self.resent.load(Relaxed),
+            evicted: self.evicted.load(Relaxed),
+            lost_unacked: self.lost_unacked.load(Relaxed),
         }
     }
 }

@@ -18,8 +18,9 @@ use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
 use crate::protocol::{
     self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
-    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter,
+    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
 };
+use crate::retention::{Retained, Retention};
 
 /// How an exporter reaches the collector and paces itself.
 #[derive(Debug, Clone)]
@@ -56,9 +57,17 @@ pub struct ExporterConfig {
     pub backoff_min: Duration,
     /// Longest retry delay.
     pub backoff_max: Duration,
+    /// Bytes of sent records frames kept until the collector acknowledges them as durable
+    /// (collector protocol version 2), to send again after a reconnection; when full,
+    /// the oldest are dropped and counted (`evicted`, and `lost_unacked` for those the
+    /// collector turns out not to hold).
+    pub retention_bytes: usize,
 }
 
 impl ExporterConfig {
+    /// [`ExporterConfig::retention_bytes`] unless set: 64 MiB.
+    pub const DEFAULT_RETENTION_BYTES: usize = 64 << 20;
+
     /// Defaults for a collector at `collector` (`host:port`).
     #[must_use]
     pub fn new(collector: impl Into<String>, process: impl Into<String>) -> Self {
@@ -78,6 +87,7 @@ impl ExporterConfig {
             write_timeout: Duration::from_secs(10),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
+            retention_bytes: Self::DEFAULT_RETENTION_BYTES,
         }
     }
 }
@@ -104,6 +114,10 @@ pub enum ExporterError {
     Spawn(#[from] std::io::Error),
 }
 
+/// How often a busy exporter reads the collector's acknowledgements (an idle one reads
+/// them whenever its queue is empty).
+const ACK_READ_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Locks `m`, also when a thread panicked while holding it: the data behind these locks
 /// (queued frame bytes, connection status) stays consistent at every step, so a panic
 /// elsewhere must not turn into a panic in the embedding application's threads.
@@ -118,6 +132,10 @@ pub struct ExportSummary {
     pub counters: CounterSnapshot,
     /// Whether the collector received the final Counters and Goodbye.
     pub clean: bool,
+    /// Records sent that the collector had not acknowledged as durable when the exporter
+    /// stopped (protocol version 2; 0 with a version 1 collector, which acknowledges
+    /// nothing). They reached the collector unless it failed before storing them.
+    pub unacknowledged: u64,
 }
 
 /// Runs the exporter thread and hands out [`Probe`]s that feed it.
@@ -128,7 +146,7 @@ pub struct Exporter {
     control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
     shutdown_timeout_ns: Arc<AtomicU64>,
-    thread: Option<JoinHandle<bool>>,
+    thread: Option<JoinHandle<(bool, u64)>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -192,6 +210,10 @@ impl Exporter {
         Frame::Hello(hello.clone()).check()?;
         let mut worker = Worker {
             hello,
+            retention: Retention::new(config.retention_bytes),
+            durable: false,
+            next_seq: 1,
+            inbox: Vec::new(),
             config,
             tls,
             shared: Arc::clone(&shared),
@@ -305,13 +327,14 @@ impl Exporter {
 
     fn stop(&mut self) -> ExportSummary {
         self.shared.shutdown.store(true, Release);
-        let clean = self
+        let (clean, unacknowledged) = self
             .thread
             .take()
-            .is_some_and(|t| t.join().unwrap_or(false));
+            .map_or((false, 0), |t| t.join().unwrap_or((false, 0)));
         ExportSummary {
             counters: self.counters(),
             clean,
+            unacknowledged,
         }
     }
 }
@@ -375,6 +398,15 @@ enum Conn {
 }
 
 impl Conn {
+    /// Switches the socket between blocking and non-blocking.
+    fn set_nonblocking(&self, on: bool) {
+        let _ = match self {
+            Self::Plain(s) => s.set_nonblocking(on),
+            #[cfg(feature = "tls")]
+            Self::Tls(s) => s.sock.set_nonblocking(on),
+        };
+    }
+
     /// Flushes, sends TLS close_notify when TLS, and shuts the write side.
     fn finish(&mut self) {
         let _ = self.flush();
@@ -424,6 +456,14 @@ struct Worker {
     config: ExporterConfig,
     tls: Tls,
     hello: Hello,
+    /// Sent records frames not yet acknowledged (version 2 connections).
+    retention: Retention,
+    /// The current connection speaks version 2: frames are numbered and retained.
+    durable: bool,
+    /// The next records frame's number.
+    next_seq: u64,
+    /// Bytes read from the collector not yet decoded (its Acks).
+    inbox: Vec<u8>,
     shared: Arc<Shared>,
     control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
@@ -432,8 +472,9 @@ struct Worker {
 }
 
 impl Worker {
-    /// The thread's body; returns whether the collector got Goodbye.
-    fn run(&mut self) -> bool {
+    /// The thread's body; returns whether the collector got Goodbye, and the records it
+    /// had not acknowledged.
+    fn run(&mut self) -> (bool, u64) {
         let mut conn: Option<Conn> = None;
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut backoff = self.config.backoff_min;
@@ -442,6 +483,7 @@ impl Worker {
         let mut last_clock: Option<Instant> = None;
         let mut last_counters: Option<Instant> = None;
         let mut deadline: Option<Instant> = None;
+        let mut last_ack_read = Instant::now();
         let max_batch = self.config.max_batch.clamp(1, MAX_RECORDS_PER_FRAME);
         let clean = loop {
             let now = Instant::now();
@@ -455,7 +497,10 @@ impl Worker {
                     break false;
                 }
                 if now >= next_attempt {
-                    match self.connect() {
+                    match self.connect().and_then(|(mut s, resume_seq)| {
+                        self.resume(&mut s, resume_seq)?;
+                        Ok(s)
+                    }) {
                         Ok(s) => {
                             if connected_once {
                                 self.shared.counters.reconnects.fetch_add(1, Relaxed);
@@ -474,6 +519,12 @@ impl Worker {
                             backoff = (backoff * 2).min(self.config.backoff_max);
                         }
                     }
+                }
+                if self.durable {
+                    // The collector is away: the records wait in the retention buffer,
+                    // numbered, for the next connection (the queue stays free for the
+                    // hot path); beyond its bound the oldest go, counted.
+                    self.retain_queued(&mut buf, max_batch);
                 }
                 std::thread::sleep(
                     next_attempt
@@ -497,7 +548,12 @@ impl Worker {
                 last_clock = Some(now);
             }
             buf.append(&mut lock(&self.control));
-            let mut w = RecordsWriter::new(&mut buf);
+            let frame_at = buf.len();
+            let mut w = if self.durable {
+                RecordsWriter::numbered(&mut buf, self.next_seq)
+            } else {
+                RecordsWriter::new(&mut buf)
+            };
             while w.len() < max_batch {
                 match self.shared.queue.pop() {
                     Some(r) => w.push(&r),
@@ -505,6 +561,23 @@ impl Worker {
                 }
             }
             let n = w.finish() as u64;
+            if self.durable && n > 0 {
+                // Kept before it is written: a write that fails leaves it to send again.
+                let frame = Retained {
+                    seq: self.next_seq,
+                    records: n,
+                    bytes: buf[frame_at..].to_vec(),
+                    written: false,
+                };
+                self.next_seq += 1;
+                let evicted = self.retention.push(frame);
+                if evicted > 0 && self.shared.counters.evicted.fetch_add(evicted, Relaxed) == 0 {
+                    tracing::warn!(
+                        records = evicted,
+                        "the retention buffer is full: dropped the oldest unacknowledged records (counted as evicted; lost if the collector never stored them)"
+                    );
+                }
+            }
             self.shared.counters.dequeued.fetch_add(n, Relaxed);
             let drained = n == 0 && self.shared.queue.is_empty();
             let finishing = stopping && drained;
@@ -532,12 +605,14 @@ impl Worker {
             }
             if !buf.is_empty() {
                 if let Err(e) = stream.write_all(&buf) {
-                    self.shared.counters.send_failed.fetch_add(n, Relaxed);
-                    if n > 0 {
-                        tracing::error!(
-                            records = n,
-                            "lost a records frame: write to the collector failed: {e}"
-                        );
+                    if !self.durable {
+                        self.shared.counters.send_failed.fetch_add(n, Relaxed);
+                        if n > 0 {
+                            tracing::error!(
+                                records = n,
+                                "lost a records frame: write to the collector failed: {e}"
+                            );
+                        }
                     }
                     self.set_status(false, None, Some(format!("write failed: {e}")));
                     conn = None;
@@ -545,8 +620,34 @@ impl Worker {
                     continue;
                 }
                 self.shared.counters.sent.fetch_add(n, Relaxed);
+                if self.durable && n > 0 {
+                    self.retention.mark_written(self.next_seq - 1);
+                }
+            }
+            if self.durable
+                && (finishing || n == 0 || last_ack_read.elapsed() >= ACK_READ_INTERVAL)
+                && let Err(e) = {
+                    last_ack_read = Instant::now();
+                    self.read_acks(stream)
+                }
+            {
+                self.set_status(false, None, Some(e));
+                conn = None;
+                next_attempt = Instant::now();
+                continue;
             }
             if finishing {
+                // The collector acknowledges once more after Goodbye: wait for it (up to
+                // the deadline) so that what it holds is known.
+                while self.durable
+                    && self.retention.unacked_records() > 0
+                    && deadline.is_some_and(|d| Instant::now() < d)
+                {
+                    if self.read_acks(stream).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 stream.finish();
                 break true;
             }
@@ -568,50 +669,213 @@ impl Worker {
             tracing::error!(records = left, collector = %self.config.collector, "exporter stopped with undelivered records; they are counted as send_failed");
         }
         self.set_status(false, None, None);
-        clean
+        // Frames numbered while the collector was away and never written: undelivered.
+        let unwritten = self.retention.unwritten_records();
+        if unwritten > 0 {
+            self.shared
+                .counters
+                .send_failed
+                .fetch_add(unwritten, Relaxed);
+            tracing::error!(records = unwritten, collector = %self.config.collector, "exporter stopped with records it could never send; they are counted as send_failed");
+        }
+        let (evicted_written, evicted_unwritten) = self.retention.evicted_unresolved();
+        if evicted_unwritten > 0 {
+            self.shared
+                .counters
+                .lost_unacked
+                .fetch_add(evicted_unwritten, Relaxed);
+        }
+        let unacknowledged = self.retention.unacked_records() - unwritten + evicted_written;
+        if unacknowledged > 0 {
+            tracing::warn!(
+                records = unacknowledged,
+                collector = %self.config.collector,
+                "exporter stopped with records the collector had not acknowledged as durable"
+            );
+        }
+        (clean, unacknowledged)
     }
 
-    fn connect(&mut self) -> Result<Conn, String> {
-        let addrs = self
-            .config
-            .collector
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {}: {e}", self.config.collector))?;
+    /// On a new connection: forgets what the collector holds, counts what it lost of the
+    /// evicted frames, and sends the kept frames again.
+    fn resume(&mut self, stream: &mut Conn, resume_seq: Option<u64>) -> Result<(), String> {
+        let Some(resume_seq) = resume_seq else {
+            return Ok(());
+        };
+        let lost = self.retention.resume(resume_seq);
+        if lost > 0 {
+            self.shared.counters.lost_unacked.fetch_add(lost, Relaxed);
+            tracing::error!(
+                records = lost,
+                "records evicted before the collector acknowledged them were not stored by it: lost, counted as lost_unacked"
+            );
+        }
+        let (mut resent, mut first) = (0, 0);
+        for f in self.retention.frames_mut() {
+            stream
+                .write_all(&f.bytes)
+                .map_err(|e| format!("sending unacknowledged records again: {e}"))?;
+            if f.written {
+                resent += f.records;
+            } else {
+                first += f.records;
+                f.written = true;
+            }
+        }
+        self.shared.counters.sent.fetch_add(first, Relaxed);
+        if resent > 0 {
+            self.shared.counters.resent.fetch_add(resent, Relaxed);
+            tracing::info!(
+                records = resent,
+                "sent the records the collector had not acknowledged again"
+            );
+        }
+        Ok(())
+    }
+
+    /// Moves what is queued into numbered frames in the retention buffer, unwritten.
+    fn retain_queued(&mut self, buf: &mut Vec<u8>, max_batch: usize) {
+        loop {
+            buf.clear();
+            let mut w = RecordsWriter::numbered(buf, self.next_seq);
+            while w.len() < max_batch {
+                match self.shared.queue.pop() {
+                    Some(r) => w.push(&r),
+                    None => break,
+                }
+            }
+            let n = w.finish() as u64;
+            if n == 0 {
+                return;
+            }
+            let evicted = self.retention.push(Retained {
+                seq: self.next_seq,
+                records: n,
+                bytes: buf.clone(),
+                written: false,
+            });
+            self.next_seq += 1;
+            self.shared.counters.dequeued.fetch_add(n, Relaxed);
+            if evicted > 0 && self.shared.counters.evicted.fetch_add(evicted, Relaxed) == 0 {
+                tracing::warn!(
+                    records = evicted,
+                    "the collector is unreachable and the retention buffer is full: dropped the oldest records (counted as evicted; lost if the collector never stored them)"
+                );
+            }
+            if (n as usize) < max_batch {
+                return;
+            }
+        }
+    }
+
+    /// Reads what the collector sent without waiting, and applies its Acks.
+    fn read_acks(&mut self, stream: &mut Conn) -> Result<(), String> {
+        let mut chunk = [0u8; 4096];
+        stream.set_nonblocking(true);
+        let read = loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => break Err("the collector closed the connection".to_owned()),
+                Ok(n) => self.inbox.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break Ok(());
+                }
+                Err(e) => break Err(format!("reading from the collector: {e}")),
+            }
+        };
+        stream.set_nonblocking(false);
+        let mut acked = None;
+        let mut rejected = None;
+        let used = protocol::decode_frames(&self.inbox, MAX_FRAME_LEN, |f| match f {
+            Frame::Ack { seq } => acked = Some(seq),
+            Frame::Reject { code, reason } => rejected = Some(format!("code {code}: {reason}")),
+            _ => {}
+        })
+        .map_err(|e| format!("bad frame from the collector: {e}"))?;
+        self.inbox.drain(..used);
+        if let Some(seq) = acked {
+            self.retention.ack(seq);
+        }
+        if let Some(r) = rejected {
+            return Err(format!("the collector closed the connection ({r})"));
+        }
+        read
+    }
+
+    /// Connects and says Hello; on Welcome, the connection and (version 2) the number
+    /// to resume after. A version 1 collector is asked again with a version 1 Hello.
+    fn connect(&mut self) -> Result<(Conn, Option<u64>), String> {
+        match self.connect_once() {
+            Err((Some(code), e)) if code == reject_code::VERSION && self.hello.version > 1 => {
+                tracing::warn!(
+                    collector = %self.config.collector,
+                    "the collector speaks only protocol version 1 ({e}): connecting again without durable acknowledgements"
+                );
+                self.hello.version = 1;
+                self.durable = false;
+                self.connect_once().map_err(|(_, e)| e)
+            }
+            other => other.map_err(|(_, e)| e),
+        }
+    }
+
+    /// One attempt; on failure, the Reject code if there was one.
+    fn connect_once(&mut self) -> Result<(Conn, Option<u64>), (Option<u16>, String)> {
+        self.inbox.clear();
+        let addrs = self.config.collector.to_socket_addrs().map_err(|e| {
+            (
+                None,
+                format!("cannot resolve {}: {e}", self.config.collector),
+            )
+        })?;
         let mut last = format!("{} resolves to no address", self.config.collector);
         for addr in addrs {
             match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {
                 Ok(tcp) => {
+                    let plain = |e: String| (None, e);
                     tcp.set_nodelay(true)
-                        .map_err(|e| format!("TCP_NODELAY: {e}"))?;
+                        .map_err(|e| plain(format!("TCP_NODELAY: {e}")))?;
                     tcp.set_write_timeout(Some(self.config.write_timeout))
                         .and_then(|()| tcp.set_read_timeout(Some(self.config.connect_timeout)))
-                        .map_err(|e| format!("socket timeouts: {e}"))?;
+                        .map_err(|e| plain(format!("socket timeouts: {e}")))?;
                     let mut s = self
                         .tls
                         .wrap(tcp)
-                        .map_err(|e| format!("collector {addr}: {e}"))?;
+                        .map_err(|e| plain(format!("collector {addr}: {e}")))?;
                     let hello = Frame::Hello(self.hello.clone())
                         .to_bytes()
-                        .map_err(|e| format!("hello: {e}"))?;
+                        .map_err(|e| plain(format!("hello: {e}")))?;
                     s.write_all(&hello)
-                        .map_err(|e| format!("sending hello to {addr}: {e}"))?;
+                        .map_err(|e| plain(format!("sending hello to {addr}: {e}")))?;
                     return match protocol::read_frame(&mut s, MAX_FRAME_LEN) {
-                        Ok(Frame::Welcome { run_id, .. }) => {
-                            tracing::info!(collector = %addr, run_id, "connected to the collector");
+                        Ok(Frame::Welcome {
+                            version,
+                            run_id,
+                            resume_seq,
+                        }) => {
+                            self.durable = version >= 2;
+                            tracing::info!(collector = %addr, run_id, version, "connected to the collector");
                             self.set_status(true, Some(run_id), None);
-                            Ok(s)
+                            Ok((s, self.durable.then_some(resume_seq)))
                         }
-                        Ok(Frame::Reject { code, reason }) => Err(format!(
-                            "collector {addr} rejected this probe (code {code}): {reason}"
+                        Ok(Frame::Reject { code, reason }) => Err((
+                            Some(code),
+                            format!("collector {addr} rejected this probe (code {code}): {reason}"),
                         )),
-                        Ok(other) => Err(format!("collector {addr} answered hello with {other:?}")),
-                        Err(e) => Err(format!("no welcome from {addr}: {e}")),
+                        Ok(other) => Err(plain(format!(
+                            "collector {addr} answered hello with {other:?}"
+                        ))),
+                        Err(e) => Err(plain(format!("no welcome from {addr}: {e}"))),
                     };
                 }
                 Err(e) => last = format!("connect to {addr}: {e}"),
             }
         }
-        Err(last)
+        Err((None, last))
     }
 
     fn set_status(&self, connected: bool, run_id: Option<String>, error: Option<String>) {

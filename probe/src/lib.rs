@@ -54,6 +54,7 @@ pub mod counters;
 pub mod exporter;
 pub mod probe;
 pub mod protocol;
+mod retention;
 pub mod sync;
 #[cfg(feature = "tls")]
 pub mod tls;

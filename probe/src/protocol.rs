@@ -1,5 +1,7 @@
-//! Collector protocol v1: length-prefixed frames between probes and the collector.
-//! The byte layout is specified in `docs/collector-protocol.md`.
+//! The collector protocol, versions 1 and 2: length-prefixed frames between probes and
+//! the collector. The byte layout is specified in `docs/collector-protocol.md`. Version 2
+//! adds numbered records frames and the collector's acknowledgements of the ones it holds
+//! durably, so an exporter can keep and re-send what a crashed collector never stored.
 
 use std::io::Read;
 
@@ -7,8 +9,10 @@ use crate::clock::{ClockSource, ClockStatus, Leap};
 use crate::context::{HopId, TraceContext};
 use crate::context::{OtelTraceId, TRACE_ID_LEN, TraceKey};
 
-/// Protocol version spoken here.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Highest protocol version spoken here.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// Lowest protocol version still accepted (version 1: no acknowledgements).
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Largest frame (type byte and body) either side sends or accepts.
 pub const MAX_FRAME_LEN: usize = 1 << 20;
 /// Magic at the start of a Hello body.
@@ -47,10 +51,14 @@ pub mod frame_type {
     pub const SENT: u8 = 0x05;
     /// Clean end of the conversation.
     pub const GOODBYE: u8 = 0x06;
+    /// A numbered batch of hop records (version 2).
+    pub const SEQ_RECORDS: u8 = 0x07;
     /// Collector accepts the probe.
     pub const WELCOME: u8 = 0x81;
     /// Collector refuses the probe.
     pub const REJECT: u8 = 0x82;
+    /// Collector holds the numbered records frames up to a number durably (version 2).
+    pub const ACK: u8 = 0x83;
 }
 
 /// One hop's stamp of one message, as sent to the collector.
@@ -125,6 +133,15 @@ pub mod counter_id {
     pub const STAMPS_FULL: u16 = 8;
     /// `traceparent` values ignored.
     pub const BAD_TRACEPARENT: u16 = 9;
+    /// Records sent again after a reconnection because the collector had not
+    /// acknowledged them (version 2).
+    pub const RESENT: u16 = 10;
+    /// Records dropped from the retention buffer (full) before the collector
+    /// acknowledged them (version 2); the ones it did not have are also `lost_unacked`.
+    pub const EVICTED: u16 = 11;
+    /// Of `evicted`, the records the collector turned out not to have when the exporter
+    /// reconnected: lost, counted (version 2).
+    pub const LOST_UNACKED: u16 = 12;
 
     /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
     #[must_use]
@@ -139,6 +156,9 @@ pub mod counter_id {
             BAD_CONTEXT => "bad_context",
             STAMPS_FULL => "stamps_full",
             BAD_TRACEPARENT => "bad_traceparent",
+            RESENT => "resent",
+            EVICTED => "evicted",
+            LOST_UNACKED => "lost_unacked",
             _ => return None,
         })
     }
@@ -202,13 +222,21 @@ pub mod reject_code {
     pub const OVERLOADED: u16 = 5;
 }
 
-/// Any frame of protocol v1.
+/// Any frame of protocol versions 1 and 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     /// 0x01.
     Hello(Hello),
     /// 0x02.
     Records(Vec<Record>),
+    /// 0x07 (version 2): records frame number `seq` of this exporter instance.
+    SeqRecords {
+        /// 1 for the instance's first records frame, then one more per frame, across
+        /// reconnections.
+        seq: u64,
+        /// The records.
+        records: Vec<Record>,
+    },
     /// 0x03.
     Clock(ClockStatus),
     /// 0x04.
@@ -217,12 +245,23 @@ pub enum Frame {
     Sent(SentFrame),
     /// 0x06.
     Goodbye,
-    /// 0x81: protocol version and run id.
+    /// 0x81: protocol version, run id and (version 2) where to resume.
     Welcome {
-        /// Protocol version of the collector.
+        /// The protocol version of this connection: the lower of the probe's and the
+        /// collector's.
         version: u16,
         /// The run the records go to.
         run_id: String,
+        /// Version 2: the highest records frame number of this instance the collector
+        /// holds durably (0: none); the probe re-sends the retained frames above it.
+        /// Not on the wire in version 1.
+        resume_seq: u64,
+    },
+    /// 0x83 (version 2): every records frame of this connection's instance numbered up to
+    /// `seq` is durable at the collector.
+    Ack {
+        /// Highest durable records frame number.
+        seq: u64,
     },
     /// 0x82.
     Reject {
@@ -399,11 +438,14 @@ pub fn put_record(out: &mut Vec<u8>, r: &Record) {
     }
 }
 
-/// Builds a Records frame record by record, without an intermediate `Vec<Record>`.
+/// Builds a Records or SeqRecords frame record by record, without an intermediate
+/// `Vec<Record>`.
 #[derive(Debug)]
 pub struct RecordsWriter<'a> {
     out: &'a mut Vec<u8>,
     at: usize,
+    /// Where the count goes: after the type byte, and after the number in SeqRecords.
+    count_at: usize,
     count: u32,
 }
 
@@ -411,8 +453,28 @@ impl<'a> RecordsWriter<'a> {
     /// Starts a Records frame at the end of `out`.
     pub fn new(out: &'a mut Vec<u8>) -> Self {
         let at = begin(out, frame_type::RECORDS);
+        let count_at = out.len();
         out.put_u32(0);
-        Self { out, at, count: 0 }
+        Self {
+            out,
+            at,
+            count_at,
+            count: 0,
+        }
+    }
+
+    /// Starts a SeqRecords frame numbered `seq` at the end of `out` (version 2).
+    pub fn numbered(out: &'a mut Vec<u8>, seq: u64) -> Self {
+        let at = begin(out, frame_type::SEQ_RECORDS);
+        out.put_u64(seq);
+        let count_at = out.len();
+        out.put_u32(0);
+        Self {
+            out,
+            at,
+            count_at,
+            count: 0,
+        }
     }
     /// Records so far.
     #[must_use]
@@ -445,7 +507,7 @@ impl<'a> RecordsWriter<'a> {
             self.out.truncate(self.at);
             return 0;
         }
-        let c = self.at + 5;
+        let c = self.count_at;
         self.out[c..c + 4].copy_from_slice(&self.count.to_le_bytes());
         finish(self.out, self.at);
         self.count as usize
@@ -466,7 +528,7 @@ impl Frame {
                 check_count(h.hops.len(), MAX_HOPS, EncodeError::TooManyHops)?;
                 h.hops.iter().try_for_each(|(_, n)| check_str(n))
             }
-            Self::Records(r) => {
+            Self::Records(r) | Self::SeqRecords { records: r, .. } => {
                 check_count(r.len(), MAX_RECORDS_PER_FRAME, EncodeError::TooManyRecords)
             }
             Self::Clock(c) => check_str(&c.detail),
@@ -476,7 +538,7 @@ impl Frame {
                 MAX_SENT_PER_FRAME,
                 EncodeError::TooManySentEntries,
             ),
-            Self::Goodbye => Ok(()),
+            Self::Goodbye | Self::Ack { .. } => Ok(()),
             Self::Welcome { run_id, .. } => check_str(run_id),
             Self::Reject { reason, .. } => check_str(reason),
         }
@@ -520,6 +582,18 @@ impl Frame {
                 }
                 w.finish();
             }
+            Self::SeqRecords { seq, records } => {
+                let mut w = RecordsWriter::numbered(out, *seq);
+                for r in records {
+                    w.push(r);
+                }
+                w.finish();
+            }
+            Self::Ack { seq } => {
+                let at = begin(out, frame_type::ACK);
+                out.put_u64(*seq);
+                finish(out, at);
+            }
             Self::Clock(c) => {
                 let at = begin(out, frame_type::CLOCK);
                 out.put_i64(c.at_ns);
@@ -558,10 +632,17 @@ impl Frame {
                 let at = begin(out, frame_type::GOODBYE);
                 finish(out, at);
             }
-            Self::Welcome { version, run_id } => {
+            Self::Welcome {
+                version,
+                run_id,
+                resume_seq,
+            } => {
                 let at = begin(out, frame_type::WELCOME);
                 out.put_u16(*version);
                 out.put_str(run_id);
+                if *version >= 2 {
+                    out.put_u64(*resume_seq);
+                }
                 finish(out, at);
             }
             Self::Reject { code, reason } => {
@@ -730,7 +811,7 @@ impl Frame {
                     return Err(ProtocolError::BadMagic);
                 }
                 let version = c.u16()?;
-                if version != PROTOCOL_VERSION {
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     return Err(ProtocolError::UnsupportedVersion(version));
                 }
                 let instance_id = c.u64()?;
@@ -760,6 +841,12 @@ impl Frame {
                 let records = RecordsIter::new(body)?.collect::<Result<Vec<_>, _>>()?;
                 return Ok(Self::Records(records));
             }
+            frame_type::SEQ_RECORDS => {
+                let seq = c.u64()?;
+                let records = RecordsIter::new(c.b)?.collect::<Result<Vec<_>, _>>()?;
+                return Ok(Self::SeqRecords { seq, records });
+            }
+            frame_type::ACK => Self::Ack { seq: c.u64()? },
             frame_type::CLOCK => Self::Clock(ClockStatus {
                 at_ns: c.i64()?,
                 source: ClockSource::from_code(c.u8()?),
@@ -799,12 +886,15 @@ impl Frame {
             frame_type::GOODBYE => Self::Goodbye,
             frame_type::WELCOME => {
                 let version = c.u16()?;
-                if version != PROTOCOL_VERSION {
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     return Err(ProtocolError::UnsupportedVersion(version));
                 }
+                let run_id = c.string()?;
+                let resume_seq = if version >= 2 { c.u64()? } else { 0 };
                 Self::Welcome {
                     version,
-                    run_id: c.string()?,
+                    run_id,
+                    resume_seq,
                 }
             }
             frame_type::REJECT => Self::Reject {
@@ -977,10 +1067,19 @@ mod tests {
                         .collect()
                 })),
             Just(Frame::Goodbye),
-            arb_string().prop_map(|run_id| Frame::Welcome {
+            (arb_string(), any::<u64>()).prop_map(|(run_id, resume_seq)| Frame::Welcome {
                 version: PROTOCOL_VERSION,
-                run_id
+                run_id,
+                resume_seq,
             }),
+            arb_string().prop_map(|run_id| Frame::Welcome {
+                version: 1,
+                run_id,
+                resume_seq: 0,
+            }),
+            any::<u64>().prop_map(|seq| Frame::Ack { seq }),
+            (any::<u64>(), proptest::collection::vec(arb_record(), 1..20))
+                .prop_map(|(seq, records)| Frame::SeqRecords { seq, records }),
             (any::<u16>(), arb_string()).prop_map(|(code, reason)| Frame::Reject { code, reason }),
         ]
     }
@@ -1043,7 +1142,7 @@ mod tests {
     #[test]
     fn wrong_version_and_magic_are_named() {
         let mut hello = Frame::Hello(Hello {
-            version: 2,
+            version: 3,
             hops: vec![(HopId(0), "publish".into())],
             ..Hello::default()
         })
@@ -1051,8 +1150,21 @@ mod tests {
         .unwrap();
         assert_eq!(
             Frame::decode(hello[4], &hello[5..]),
-            Err(ProtocolError::UnsupportedVersion(2))
+            Err(ProtocolError::UnsupportedVersion(3))
         );
+        for version in [0, 3, u16::MAX] {
+            let welcome = Frame::Welcome {
+                version,
+                run_id: "r".into(),
+                resume_seq: 0,
+            }
+            .to_bytes()
+            .unwrap();
+            assert_eq!(
+                Frame::decode(welcome[4], &welcome[5..]),
+                Err(ProtocolError::UnsupportedVersion(version))
+            );
+        }
         hello[5] = b'X';
         assert_eq!(
             Frame::decode(hello[4], &hello[5..]),

@@ -9,7 +9,8 @@ use common::MiniCollector;
 use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
 use hoptrace_probe::protocol::{Frame, counter_id};
 use hoptrace_probe::{
-    ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext, TraceKey,
+    ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
+    TraceContext, TraceKey,
 };
 
 const HOPS: &[(HopId, &str)] = &[
@@ -271,4 +272,189 @@ fn many_threads_report_and_exit_and_nothing_is_lost() {
     keys.sort_unstable();
     keys.dedup();
     assert_eq!(keys.len(), 40_000);
+}
+
+/// Every numbered records frame the fake collector received, by number (a frame sent
+/// again appears twice).
+fn seq_frames(mc: &MiniCollector) -> Vec<(u64, usize)> {
+    mc.frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Frame::SeqRecords { seq, records } => Some((*seq, records.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_durable_collector_acknowledges_every_frame_and_nothing_is_left_over() {
+    let mode = common::Durable::default();
+    mode.ack.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mc = MiniCollector::durable(&mode);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..5_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    let summary = exp.shutdown();
+    assert!(summary.clean);
+    assert_eq!(summary.unacknowledged, 0);
+    assert_eq!(summary.counters.lost(), 0);
+    mc.wait_for_goodbye();
+    let frames = seq_frames(&mc);
+    // Numbered 1, 2, 3, ... without a gap, every record once, no plain Records frame.
+    let seqs: Vec<u64> = frames.iter().map(|f| f.0).collect();
+    assert_eq!(seqs, (1..=frames.len() as u64).collect::<Vec<_>>());
+    assert_eq!(frames.iter().map(|f| f.1).sum::<usize>(), 5_000);
+    assert_eq!(mc.records().len(), 5_000);
+}
+
+#[test]
+fn unacknowledged_frames_are_sent_again_after_a_reconnection() {
+    // The collector acknowledges nothing, then loses the connection; when the exporter
+    // comes back it says it holds frames up to 2.
+    let mode = common::Durable::default();
+    let mc = MiniCollector::durable(&mode);
+    let mut cfg = config(mc.addr);
+    cfg.max_batch = 100;
+    let exp = Exporter::start(cfg, HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..1_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    // Wait until all of them were written once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mc.records().len() < 1_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = seq_frames(&mc);
+    let top = before.iter().map(|f| f.0).max().unwrap();
+    assert!(top >= 10, "{top} frames of at most 100");
+    mode.resume.store(2, std::sync::atomic::Ordering::Relaxed);
+    mode.ack.store(true, std::sync::atomic::Ordering::Relaxed);
+    mc.cut_connections();
+    let summary = exp.shutdown();
+    mc.wait_for_goodbye();
+    let after = seq_frames(&mc);
+    let again: Vec<&(u64, usize)> = after[before.len()..].iter().collect();
+    // Exactly the frames above 2 came again, in order, each once.
+    assert_eq!(
+        again.iter().map(|f| f.0).collect::<Vec<_>>(),
+        (3..=top).collect::<Vec<_>>()
+    );
+    let resent: usize = again.iter().map(|f| f.1).sum();
+    assert_eq!(summary.counters.resent, resent as u64);
+    assert_eq!(summary.counters.lost(), 0);
+    assert_eq!(summary.unacknowledged, 0);
+    assert!(summary.counters.reconnects >= 1);
+}
+
+#[test]
+fn evicted_frames_the_collector_never_stored_are_counted_lost_exactly() {
+    let mode = common::Durable::default();
+    let mc = MiniCollector::durable(&mode);
+    let mut cfg = config(mc.addr);
+    cfg.max_batch = 100;
+    // Room for about ten frames of 100 records (36 bytes each).
+    cfg.retention_bytes = 10 * (100 * 36 + 17);
+    let exp = Exporter::start(cfg, HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..5_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mc.records().len() < 5_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let evicted = exp.counters().evicted;
+    assert!(evicted >= 3_000, "{evicted}");
+    // A collector that restarted holding nothing: every evicted record is lost, every
+    // kept one is sent again.
+    mode.ack.store(true, std::sync::atomic::Ordering::Relaxed);
+    mc.cut_connections();
+    let summary = exp.shutdown();
+    let c = summary.counters;
+    assert_eq!(c.evicted, evicted);
+    assert_eq!(c.lost_unacked, evicted);
+    assert_eq!(c.resent + c.lost_unacked, 5_000);
+    assert_eq!(c.lost(), evicted);
+    assert_eq!(summary.unacknowledged, 0);
+}
+
+/// A collector that goes away and comes back on its address holding every frame it
+/// acknowledged: records made meanwhile waited in the retention buffer.
+fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, u64) {
+    let mode = common::Durable::default();
+    mode.ack.store(true, std::sync::atomic::Ordering::Relaxed);
+    let first = MiniCollector::durable(&mode);
+    let addr = first.addr;
+    let mut cfg = config(addr);
+    cfg.max_batch = 100;
+    cfg.retention_bytes = retention_bytes;
+    cfg.backoff_max = Duration::from_millis(100);
+    let exp = Exporter::start(cfg, HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..1_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    first.wait_for("1,000 records", Duration::from_secs(10), |f| {
+        f.iter()
+            .map(|(_, f)| match f {
+                Frame::SeqRecords { records, .. } => records.len(),
+                _ => 0,
+            })
+            .sum::<usize>()
+            == 1_000
+    });
+    let held = seq_frames(&first).iter().map(|f| f.0).max().unwrap();
+    first.stop();
+    // Wait until the exporter saw the connection go, then record while it is away.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while exp.is_connected() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for seq in 1_000..5_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let again = common::Durable::default();
+    again.ack.store(true, std::sync::atomic::Ordering::Relaxed);
+    again
+        .resume
+        .store(held, std::sync::atomic::Ordering::Relaxed);
+    let second = MiniCollector::durable_on(std::net::TcpListener::bind(addr).unwrap(), &again);
+    let summary = exp.shutdown();
+    second.wait_for_goodbye();
+    let mut keys: Vec<u64> = second.records().iter().map(|r| r.key.sequence).collect();
+    keys.sort_unstable();
+    (summary, keys, held)
+}
+
+#[test]
+fn records_made_while_the_collector_is_away_wait_for_it_and_none_is_lost() {
+    let (summary, keys, _) = collector_away_and_back(64 << 20);
+    let c = &summary.counters;
+    assert_eq!(c.lost(), 0, "{c:?}");
+    assert_eq!(c.evicted, 0);
+    assert_eq!(summary.unacknowledged, 0);
+    // The second collector got exactly the records made while the first was away.
+    assert_eq!(keys, (1_000..5_000).collect::<Vec<_>>());
+    assert_eq!(c.sent, 5_000);
+    assert!(c.reconnects >= 1);
+}
+
+#[test]
+fn an_absence_longer_than_the_retention_buffer_loses_exactly_what_it_evicted() {
+    // Room for about ten frames of 100 records (36 bytes each).
+    let (summary, keys, _) = collector_away_and_back(10 * (100 * 36 + 17));
+    let c = &summary.counters;
+    assert!(c.evicted >= 2_500, "{c:?}");
+    assert_eq!(c.lost_unacked, c.evicted);
+    assert_eq!(c.lost(), c.evicted);
+    assert_eq!(summary.unacknowledged, 0);
+    // What was kept arrived; what was evicted is exactly what is missing, oldest first.
+    assert_eq!(keys.len() as u64 + c.evicted, 4_000);
+    assert_eq!(keys, (1_000 + c.evicted..5_000).collect::<Vec<_>>());
 }

@@ -150,7 +150,18 @@ fn frame_seeds() -> Vec<Vec<u8>> {
         Frame::Welcome {
             version: PROTOCOL_VERSION,
             run_id: "run".into(),
+            resume_seq: 7,
         },
+        Frame::Welcome {
+            version: 1,
+            run_id: "run".into(),
+            resume_seq: 0,
+        },
+        Frame::SeqRecords {
+            seq: 3,
+            records: vec![rec(0, false), rec(1, true)],
+        },
+        Frame::Ack { seq: 3 },
         Frame::Reject {
             code: 3,
             reason: "no".into(),

@@ -76,6 +76,9 @@ pub struct CollectorLink {
     pub hop: (HopId, String),
     /// How long to wait for the collector's Welcome before giving up.
     pub wait: Duration,
+    /// Bytes of records kept until the collector says they are durable
+    /// ([`ExporterConfig::retention_bytes`]).
+    pub retention_bytes: usize,
 }
 
 impl CollectorLink {
@@ -89,6 +92,7 @@ impl CollectorLink {
             tls_server_name: None,
             hop: (HopId(0), "publish".into()),
             wait: Duration::from_secs(5),
+            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
         }
     }
 }
@@ -99,6 +103,7 @@ impl CollectorLink {
         config.token.clone_from(&self.token);
         config.tls_ca.clone_from(&self.tls_ca);
         config.tls_server_name.clone_from(&self.tls_server_name);
+        config.retention_bytes = self.retention_bytes;
     }
 }
 

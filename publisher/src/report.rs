@@ -41,7 +41,8 @@ pub struct PublishReport {
     /// Whether the collector got everything (final counters and Goodbye); `None`
     /// without a collector.
     pub exporter_clean: Option<bool>,
-    /// Stamps the exporter lost (queue full or send failed); `None` without a collector.
+    /// Stamps the exporter lost (queue full, send failed, or evicted from its retention
+    /// buffer before the collector held them); `None` without a collector.
     pub exporter_lost: Option<u64>,
     /// How well the publisher kept up with its schedule (1.0: every message on time).
     pub keep_up_ratio: f64,

@@ -154,6 +154,9 @@ pub struct ProbeLink {
     pub wait: Duration,
     /// Report as another host, with a skewed clock.
     pub simulate: Option<SimulatedHost>,
+    /// Bytes of records kept until the collector says they are durable
+    /// ([`ExporterConfig::retention_bytes`]).
+    pub retention_bytes: usize,
 }
 
 impl ProbeLink {
@@ -171,6 +174,7 @@ impl ProbeLink {
                 .collect(),
             wait: Duration::from_secs(5),
             simulate: None,
+            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
         }
     }
 
@@ -197,6 +201,7 @@ impl ProbeLink {
         config.token.clone_from(&self.token);
         config.tls_ca.clone_from(&self.tls_ca);
         config.tls_server_name.clone_from(&self.tls_server_name);
+        config.retention_bytes = self.retention_bytes;
         let exporter = match &self.simulate {
             None => Exporter::start(config, &hops)?,
             Some(sim) => {

@@ -126,6 +126,9 @@ pub struct CollectorTarget {
     pub tls_server_name: Option<String>,
     /// How long to wait for the collector's Welcome at start.
     pub wait: Duration,
+    /// Bytes of records kept until the collector says they are durable
+    /// ([`ExporterConfig::retention_bytes`]).
+    pub retention_bytes: usize,
 }
 
 impl CollectorTarget {
@@ -138,6 +141,7 @@ impl CollectorTarget {
             tls_ca: None,
             tls_server_name: None,
             wait: Duration::from_secs(5),
+            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
         }
     }
 
@@ -146,6 +150,7 @@ impl CollectorTarget {
         c.token.clone_from(&self.token);
         c.tls_ca.clone_from(&self.tls_ca);
         c.tls_server_name.clone_from(&self.tls_server_name);
+        c.retention_bytes = self.retention_bytes;
         c
     }
 }

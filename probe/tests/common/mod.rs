@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,16 @@ use hoptrace_probe::protocol::{self, MAX_FRAME_LEN};
 /// Frames received, tagged with the connection number they came on.
 pub type Received = Arc<Mutex<Vec<(usize, Frame)>>>;
 
+/// How a [`MiniCollector`] speaks version 2: what it says to resume after, and whether
+/// it acknowledges the numbered frames it receives.
+#[derive(Debug, Clone, Default)]
+pub struct Durable {
+    /// `resume_seq` of every Welcome.
+    pub resume: Arc<std::sync::atomic::AtomicU64>,
+    /// Acknowledge each SeqRecords frame at once.
+    pub ack: Arc<AtomicBool>,
+}
+
 pub struct MiniCollector {
     pub addr: SocketAddr,
     pub frames: Received,
@@ -22,11 +33,34 @@ pub struct MiniCollector {
 }
 
 impl MiniCollector {
+    /// A version 1 collector (no acknowledgements).
     pub fn start(reject: Option<&'static str>) -> Self {
         Self::start_on(TcpListener::bind("127.0.0.1:0").unwrap(), reject)
     }
 
     pub fn start_on(listener: TcpListener, reject: Option<&'static str>) -> Self {
+        Self::start_with(listener, reject, None)
+    }
+
+    /// A version 2 collector.
+    pub fn durable(mode: &Durable) -> Self {
+        Self::start_with(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            None,
+            Some(mode.clone()),
+        )
+    }
+
+    /// A version 2 collector on `listener` (a collector started again on its address).
+    pub fn durable_on(listener: TcpListener, mode: &Durable) -> Self {
+        Self::start_with(listener, None, Some(mode.clone()))
+    }
+
+    fn start_with(
+        listener: TcpListener,
+        reject: Option<&'static str>,
+        durable: Option<Durable>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let frames: Received = Arc::default();
@@ -43,7 +77,8 @@ impl MiniCollector {
                         let f = f.clone();
                         let id = n;
                         n += 1;
-                        std::thread::spawn(move || serve(stream, id, &f, reject));
+                        let durable = durable.clone();
+                        std::thread::spawn(move || serve(stream, id, &f, reject, durable));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -75,7 +110,7 @@ impl MiniCollector {
             .unwrap()
             .iter()
             .filter_map(|(_, f)| match f {
-                Frame::Records(r) => Some(r.clone()),
+                Frame::Records(r) | Frame::SeqRecords { records: r, .. } => Some(r.clone()),
                 _ => None,
             })
             .flatten()
@@ -103,7 +138,13 @@ impl MiniCollector {
     }
 }
 
-fn serve(mut stream: TcpStream, id: usize, frames: &Received, reject: Option<&'static str>) {
+fn serve(
+    mut stream: TcpStream,
+    id: usize,
+    frames: &Received,
+    reject: Option<&'static str>,
+    durable: Option<Durable>,
+) {
     let Ok(hello) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) else {
         return;
     };
@@ -114,15 +155,24 @@ fn serve(mut stream: TcpStream, id: usize, frames: &Received, reject: Option<&'s
             reason: reason.into(),
         },
         None => Frame::Welcome {
-            version: protocol::PROTOCOL_VERSION,
+            version: if durable.is_some() { 2 } else { 1 },
             run_id: "test-run".into(),
+            resume_seq: durable
+                .as_ref()
+                .map_or(0, |d| d.resume.load(Ordering::Relaxed)),
         },
     };
-    use std::io::Write;
     if stream.write_all(&answer.to_bytes().unwrap()).is_err() || reject.is_some() {
         return;
     }
+    let mut writer = stream.try_clone().unwrap();
     while let Ok(frame) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) {
+        if let (Frame::SeqRecords { seq, .. }, Some(d)) = (&frame, &durable)
+            && d.ack.load(Ordering::Relaxed)
+        {
+            let ack = Frame::Ack { seq: *seq }.to_bytes().unwrap();
+            let _ = writer.write_all(&ack);
+        }
         frames.lock().unwrap().push((id, frame));
     }
 }

@@ -59,6 +59,7 @@
 //!     exporters: 2,
 //!     out_dir: "runs".into(),
 //!     window_ms: 10_000,
+//!     durable: true,
 //! };
 //! let report = bench::run(&opts, |p| eprintln!("{:.0} records/s", p.records_per_s))?;
 //! println!("{:.0} records/s, {:.1} bytes/trace", report.records_per_s, report.bytes_per_trace);
@@ -122,6 +123,9 @@ pub struct BenchOptions {
     pub out_dir: PathBuf,
     /// The collector's join window, milliseconds.
     pub window_ms: u64,
+    /// Run the collector with its write-ahead log and acknowledgements (the default of
+    /// `hoptrace collect`); false measures it without (`--no-log`).
+    pub durable: bool,
 }
 
 impl Default for BenchOptions {
@@ -134,6 +138,7 @@ impl Default for BenchOptions {
             exporters: 2,
             out_dir: PathBuf::from("runs"),
             window_ms: 10_000,
+            durable: true,
         }
     }
 }
@@ -168,6 +173,8 @@ pub struct BenchProgress {
 /// The result of a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
+    /// The collector ran with its write-ahead log and acknowledgements.
+    pub durable: bool,
     /// Traces generated (the publisher's count).
     pub traces: u64,
     /// Hop records the collector received.
@@ -296,6 +303,7 @@ pub fn run(
         hoptrace_probe::clock::realtime_ns() / 1_000_000
     ));
     cfg.stop_timeout = Duration::from_secs(60);
+    cfg.durable = opts.durable;
     let collector = Collector::start(cfg)?;
     let run_dir = collector.run_dir().to_owned();
     let addr = collector.local_addr().to_string();
@@ -466,6 +474,7 @@ pub fn run(
     let accept = mon.cpu.ticks(ThreadKind::Accept);
     let secs = |ticks: u64| ticks as f64 / USER_HZ;
     Ok(BenchReport {
+        durable: opts.durable,
         traces: generated,
         records,
         seconds,
@@ -893,6 +902,7 @@ mod tests {
             exporters: 2,
             out_dir: out_dir("fast"),
             window_ms: 2_000,
+            durable: true,
         };
         let r = run(&opts, |_| {}).unwrap();
         check_all_complete(&r, &opts);
@@ -910,6 +920,7 @@ mod tests {
             exporters: 3,
             out_dir: out_dir("paced"),
             window_ms: 2_000,
+            durable: false,
         };
         let mut calls = 0;
         let r = run(&opts, |p| {
@@ -1030,6 +1041,7 @@ mod tests {
             exporters: var("EXPORTERS").map_or(2, |s| count(&s) as usize),
             out_dir: var("OUT").map_or_else(|| out_dir("env"), PathBuf::from),
             window_ms: var("WINDOW_MS").map_or(10_000, |s| count(&s)),
+            durable: var("NO_LOG").is_none(),
         };
         eprintln!("{opts:?}");
         let r = run(&opts, |p| {
