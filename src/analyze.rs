@@ -8,10 +8,11 @@ use anyhow::{Context as _, Result, bail};
 use hoptrace_analysis::compare::{self, Gate};
 use hoptrace_analysis::session::OpenOptions;
 use hoptrace_analysis::sql::{self, OutputFormat};
-use hoptrace_analysis::{RunSet, report, summary};
+use hoptrace_analysis::{RunSet, report};
+use hoptrace_runner::query::{runtime, summarize};
 
 use crate::errors::exit_with;
-use crate::out::{Sink, Stream};
+use hoptrace_runner::out::{Sink, Stream};
 
 /// Arguments of `hoptrace sql`.
 #[derive(Debug, clap::Args)]
@@ -111,38 +112,6 @@ pub struct CompareArgs {
     /// 'Broker Time.p99.9 > 5ms', 'Query Duration.mean > +200us'. Repeatable.
     #[arg(long = "fail-if")]
     fail_if: Vec<String>,
-}
-
-/// Sets glibc's allocator up for queries over large runs, before their threads start.
-///
-/// A scan allocates and frees buffers of up to a few MiB for every batch of every column.
-/// By default glibc hands such memory back to the kernel as soon as it is freed (unmapping
-/// large blocks, trimming the top of the heap) and the next batch faults it in again,
-/// zeroed page by page: over 100M traces that was about a sixth of `hoptrace report`'s CPU
-/// time, spent in the kernel. Freed memory is kept for reuse instead, with no more arenas
-/// than query threads.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn tune_allocator() {
-    let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    let arenas = libc::c_int::try_from(threads.max(2)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: mallopt only changes glibc's allocation parameters, and is called before
-    // the query runtime's threads exist.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_ARENA_MAX, arenas);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn tune_allocator() {}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tune_allocator();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")
 }
 
 /// Splits `args` into run paths and an optional trailing query: the last argument is a
@@ -261,11 +230,7 @@ pub fn run_report(args: &ReportArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| runs.runs[0].dir.join("report"));
-    let rt = runtime()?;
-    let (s, hists) = rt.block_on(async {
-        let ctx = runs.session().await?;
-        summary::compute(&runs, &ctx).await
-    })?;
+    let (s, hists) = summarize(&runtime()?, &runs)?;
     let written = report::write(&out, &s, &hists)?;
     print_summary(&s);
     eprintln!(
@@ -363,12 +328,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
                 ),
             ));
         }
-        let s = rt
-            .block_on(async {
-                let ctx = runs.session().await?;
-                summary::compute(&runs, &ctx).await
-            })
-            .map_err(|e| exit_with(COMPARE_BAD_RUN, e))?;
+        let s = summarize(&rt, &runs).map_err(|e| exit_with(COMPARE_BAD_RUN, e))?;
         summaries.push(s.0);
     }
     let base = &summaries[0];

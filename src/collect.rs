@@ -1,18 +1,16 @@
 //! `hoptrace collect` and `hoptrace generate-config`.
 
-use std::io::IsTerminal as _;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_collector::RunSummary;
-use hoptrace_collector::metrics::{MetricsServer, render};
+use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 
 use crate::units::{parse_listen, parse_run_id};
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// How a probe reaches the collector: TLS (`hoptrace collect --tls-cert`), and what it
 /// keeps to send again when the collector restarts.
@@ -78,7 +76,8 @@ pub struct Args {
     /// run until SIGINT/SIGTERM.
     #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
     pub duration: Option<Duration>,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (and the same progress as
+    /// JSON at /progress.json).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub metrics: Option<String>,
     #[command(flatten)]
@@ -167,7 +166,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     args.preflight.check()?;
     if let Some(id) = &args.run_id {
-        check_run_dir(&args.runs.join(id), &spec, args.continue_run)?;
+        hoptrace_runner::rundir::check(&args.runs.join(id), &spec, args.continue_run)?;
     }
     let listen = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let mut cfg = CollectorConfig::new(listen, spec, &args.runs);
@@ -225,9 +224,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let _metrics = match &args.metrics {
         Some(addr) => {
             let c = std::sync::Arc::clone(&collector);
-            let server =
-                MetricsServer::start(addr, std::sync::Arc::new(move || render(&c.progress())))
-                    .with_context(|| format!("serving metrics on {addr}"))?;
+            let server = MetricsServer::start(addr, std::sync::Arc::new(move || c.progress()))
+                .with_context(|| format!("serving metrics on {addr}"))?;
             eprintln!("metrics on http://{}/metrics", server.local_addr());
             Some(server)
         }
@@ -236,14 +234,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
-    let tty = std::io::stderr().is_terminal();
+    // A plain line every second where stderr is a log.
+    let mut live = LiveLine::with_plain_every(Some(Duration::from_secs(1)));
     let mut last = collector.progress();
-    let mut last_at = Instant::now();
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(200));
-        if last_at.elapsed() >= Duration::from_secs(1) {
+    live.wait_while_running(
+        &stop,
+        Duration::from_millis(200),
+        || deadline.is_some_and(|d| Instant::now() >= d),
+        |since| {
             let p = collector.progress();
-            let secs = last_at.elapsed().as_secs_f64();
+            let secs = since.as_secs_f64();
             let traces =
                 (p.complete + p.incomplete).saturating_sub(last.complete + last.incomplete);
             let mut line = format!(
@@ -259,22 +259,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             for (stage, p50, p99) in &p.stages {
                 line.push_str(&format!(
                     "  {stage} p50 {} p99 {}",
-                    hoptrace_format::units::duration_f64(*p50 as f64),
-                    hoptrace_format::units::duration_f64(*p99 as f64)
+                    units::duration_f64(*p50 as f64),
+                    units::duration_f64(*p99 as f64)
                 ));
             }
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
             last = p;
-            last_at = Instant::now();
-        }
-    }
-    if tty {
-        eprintln!();
-    }
+            line
+        },
+    );
+    live.finish();
     eprintln!("stopping: waiting for probes to flush, then closing every file");
     drop(_metrics);
     let collector = std::sync::Arc::try_unwrap(collector)
@@ -321,113 +314,6 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The hops of a pipeline as (name, wire id).
-fn hop_ids(spec: &PipelineSpec) -> Vec<(String, u8)> {
-    spec.hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h.name.clone(), h.id.unwrap_or(i as u8)))
-        .collect()
-}
-
-fn hop_list(hops: &[String]) -> String {
-    hops.join(", ")
-}
-
-/// Refuses to write into `dir` when it holds a run that closed cleanly (unless
-/// `continue_run`) or data of another pipeline (always): either would leave a directory
-/// that no reader can make sense of. A directory a killed collector left (part files, no
-/// `run.json`) of the same pipeline is taken over and its complete files kept.
-///
-/// # Errors
-/// What `dir` holds, and what to do instead.
-pub fn check_run_dir(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Result<()> {
-    let ours = hop_ids(spec);
-    let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
-    let run_json = dir.join("run.json");
-    if run_json.exists() {
-        let text = std::fs::read_to_string(&run_json)
-            .with_context(|| format!("reading {}", run_json.display()))?;
-        let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
-            anyhow::anyhow!(
-                "{} holds a run.json that does not read ({e}): choose another --run-id",
-                dir.display()
-            )
-        })?;
-        if hop_ids(&prev.pipeline) != ours {
-            bail!(
-                "{} holds run {:?} of pipeline {:?} (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
-                dir.display(),
-                prev.run_id,
-                prev.pipeline.name,
-                hop_list(
-                    &prev
-                        .pipeline
-                        .hops
-                        .iter()
-                        .map(|h| h.name.clone())
-                        .collect::<Vec<_>>()
-                ),
-                spec.name,
-                hop_list(&our_names)
-            );
-        }
-        if !continue_run {
-            let rows: u64 = prev.files.iter().map(|f| f.rows).sum();
-            bail!(
-                "{} holds run {:?}, which closed cleanly with {rows} traces in {} file(s): choose another --run-id, or pass --continue to add to it",
-                dir.display(),
-                prev.run_id,
-                prev.files.len()
-            );
-        }
-        return Ok(());
-    }
-    // No run.json: a collector was killed here. Its part files name their hops.
-    let traces = dir.join("traces");
-    let mut parts: Vec<PathBuf> = std::fs::read_dir(&traces)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                .collect()
-        })
-        .unwrap_or_default();
-    parts.sort();
-    if let Some(theirs) = parts.iter().find_map(|p| part_hops(p))
-        && theirs != our_names
-    {
-        bail!(
-            "{} holds the files of another pipeline's run (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
-            dir.display(),
-            hop_list(&theirs),
-            spec.name,
-            hop_list(&our_names)
-        );
-    }
-    Ok(())
-}
-
-/// The hops a traces part file has columns for (`<hop>_ns`), or `None` when it does not
-/// read.
-fn part_hops(path: &Path) -> Option<Vec<String>> {
-    use hoptrace_analysis::datafusion::parquet::file::reader::{
-        FileReader as _, SerializedFileReader,
-    };
-    let reader = SerializedFileReader::new(std::fs::File::open(path).ok()?).ok()?;
-    let schema = reader.metadata().file_metadata().schema_descr_ptr();
-    Some(
-        schema
-            .root_schema()
-            .get_fields()
-            .iter()
-            .filter_map(|f| f.name().strip_suffix("_ns"))
-            .filter(|n| *n != "intended")
-            .map(str::to_owned)
-            .collect(),
-    )
 }
 
 /// Prints a run's accounting and files.

@@ -1,35 +1,38 @@
-//! `hoptrace`: one binary, one subcommand per job. Each subcommand is a thin wrapper over
-//! a library `run` function so tests can drive it in-process.
+//! `hoptrace`: one binary, one subcommand per job. Each module holds a subcommand's clap
+//! arguments, the call into a library (the orchestration is `hoptrace_runner`; the parts
+//! are the probe, publisher, tap, collector, analysis and refpipe crates) and the printing
+//! of what it returns.
 
 use clap::{Parser, Subcommand};
 
 // Every line printed goes through `out`, which stops printing to a stream whose reader
 // went away (`| head -1`) instead of panicking: these shadow the standard macros in
 // every module below.
+#[allow(unused_macros)]
 macro_rules! print {
-    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Out, false, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Out, false, format_args!($($arg)*)) };
 }
+#[allow(unused_macros)]
 macro_rules! println {
-    () => { $crate::out::print($crate::out::Stream::Out, true, format_args!("")) };
-    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Out, true, format_args!($($arg)*)) };
+    () => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Out, true, format_args!("")) };
+    ($($arg:tt)*) => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Out, true, format_args!($($arg)*)) };
 }
+#[allow(unused_macros)]
 macro_rules! eprint {
-    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Err, false, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Err, false, format_args!($($arg)*)) };
 }
+#[allow(unused_macros)]
 macro_rules! eprintln {
-    () => { $crate::out::print($crate::out::Stream::Err, true, format_args!("")) };
-    ($($arg:tt)*) => { $crate::out::print($crate::out::Stream::Err, true, format_args!($($arg)*)) };
+    () => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Err, true, format_args!("")) };
+    ($($arg:tt)*) => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Err, true, format_args!($($arg)*)) };
 }
 
 mod analyze;
 mod bench;
-mod bench_publisher;
-mod bench_report;
 mod clock;
 mod collect;
 mod demo;
 mod errors;
-mod out;
 mod publish;
 mod refpipe_cmd;
 mod roundtrip;
@@ -120,7 +123,9 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
-        .with_writer(out::Sink(out::Stream::Err))
+        .with_writer(hoptrace_runner::out::Sink(
+            hoptrace_runner::out::Stream::Err,
+        ))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {

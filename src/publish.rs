@@ -1,7 +1,6 @@
 //! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
 //! `hoptrace_publisher`.
 
-use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -15,6 +14,7 @@ use hoptrace_publisher::payload::PayloadFormat;
 use hoptrace_publisher::publish::{
     CollectorLink, PublishConfig, PublishSummary, Publisher, ReplayConfig,
 };
+use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::target::TargetStats;
@@ -22,6 +22,7 @@ use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -314,17 +315,11 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             .spawn(move || publisher.run(&stop))
             .context("starting the publisher thread")?
     };
-    let tty = std::io::stderr().is_terminal();
+    let mut line = LiveLine::with_plain_every(None);
     let mut last = *live.lock().expect("live stats poisoned");
-    let mut last_at = Instant::now();
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_at.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
+    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
         let l = *live.lock().expect("live stats poisoned");
-        let secs = last_at.elapsed().as_secs_f64();
-        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / secs;
+        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / since.as_secs_f64();
         let elapsed_s = l.elapsed_ns as f64 / 1e9;
         let eta = match (l.planned_messages, l.messages) {
             (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
@@ -333,8 +328,9 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             }
             _ => (planned_s - elapsed_s).max(0.0),
         };
-        eprint!(
-            "\r{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s   ",
+        last = l;
+        format!(
+            "{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s",
             l.target_metrics_per_s.map_or_else(
                 || "replay".to_owned(),
                 |t| format!("{} metrics/s", units::rate(t))
@@ -346,14 +342,9 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             units::duration_f64(l.lag_p99_ns as f64),
             units::duration_f64(l.lag_max_ns as f64),
             eta
-        );
-        let _ = std::io::stderr().flush();
-        last = l;
-        last_at = Instant::now();
-    }
-    if tty {
-        eprintln!();
-    }
+        )
+    });
+    line.finish();
     let summary = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
@@ -369,59 +360,11 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.summary_json {
         std::fs::write(
             path,
-            serde_json::to_vec_pretty(&summary_json(&summary, window_s))?,
+            serde_json::to_vec_pretty(&PublishReport::new(&summary, window_s))?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The end summary of a publish run as JSON (for `hoptrace soak` and scripts).
-fn summary_json(s: &PublishSummary, window_s: f64) -> serde_json::Value {
-    let per_s = |n: u64| {
-        if window_s > 0.0 {
-            n as f64 / window_s
-        } else {
-            0.0
-        }
-    };
-    let b = &s.broker;
-    let q = |x: f64| s.lag.at(x).map(|q| q.value_ns);
-    serde_json::json!({
-        "publisher_id": s.publisher_id,
-        "target": s.target,
-        "run_id": s.run_id,
-        "messages": s.messages,
-        "metrics": s.metrics,
-        "streams": s.streams,
-        "elapsed_ns": s.elapsed_ns,
-        "schedule_span_ns": s.schedule_span_ns,
-        "keep_up_ratio": s.keep_up_ratio(),
-        "metrics_per_s": per_s(s.metrics),
-        "messages_per_s": per_s(s.messages),
-        "target_metrics_per_s": s.target_metrics_per_s,
-        "stopped_early": s.stopped_early,
-        "errors": s.errors,
-        "backpressure_waits": s.backpressure_waits,
-        "backpressure_wait_ns": s.backpressure_wait_ns,
-        "lag_p50_ns": q(0.5),
-        "lag_p99_ns": q(0.99),
-        "lag_p999_ns": q(0.999),
-        "lag_max_ns": s.lag.max_ns,
-        "broker": {
-            "handed": b.handed, "written": b.written, "acked": b.acked, "failed": b.failed,
-            "unconfirmed": b.unconfirmed, "reconnects": b.reconnects,
-            "connection_errors": b.connection_errors,
-            "retransmitted": b.retransmitted, "requeued": b.requeued,
-            "abandoned": {
-                "written_unacknowledged": b.abandoned_unacked,
-                "never_written": b.abandoned_unwritten,
-                "connections_down_at_close": b.down_at_close,
-            },
-        },
-        "exporter_lost": s.exporter.as_ref().map(hoptrace_probe::counters::CounterSnapshot::lost),
-        "exporter_clean": s.exporter_clean,
-    })
 }
 
 fn lag_line(l: &LagSummary) -> String {
@@ -591,33 +534,24 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
             .spawn(move || tap.run(&stop))
             .context("starting the tap thread")?
     };
-    let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
+    let mut line = LiveLine::with_plain_every(None);
     let mut last = 0u64;
-    let mut last_at = Instant::now();
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_at.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
+    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
         let traced = live.traced.load(Relaxed);
-        eprint!(
-            "\r{:>6.0}s  {:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}   ",
+        let rate = traced.saturating_sub(last) as f64 / since.as_secs_f64();
+        last = traced;
+        format!(
+            "{:>6.0}s  {rate:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}",
             started.elapsed().as_secs_f64(),
-            traced.saturating_sub(last) as f64 / last_at.elapsed().as_secs_f64(),
             live.received.load(Relaxed),
             traced,
             live.not_traced.load(Relaxed),
             live.bad_context.load(Relaxed),
             live.foreign.load(Relaxed),
-        );
-        let _ = std::io::stderr().flush();
-        last = traced;
-        last_at = Instant::now();
-    }
-    if tty {
-        eprintln!();
-    }
+        )
+    });
+    line.finish();
     let s = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the tap thread panicked"))??;

@@ -6,7 +6,7 @@
 //! processor), a progress line on stderr every few seconds, and its summary when SIGINT
 //! or SIGTERM stops it.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
 
 /// Which part.
 #[derive(Debug, clap::Subcommand)]
@@ -107,31 +108,13 @@ fn ready(addr: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Calls `line` every few seconds until `stop` (or `done`) holds.
+/// Shows `line` (given the seconds since the start) until `stop` (or `done`) holds.
 fn wait_with_progress(stop: &AtomicBool, done: impl Fn() -> bool, line: impl Fn(f64) -> String) {
-    let tty = std::io::stderr().is_terminal();
-    let every = if tty {
-        Duration::from_secs(1)
-    } else {
-        Duration::from_secs(10)
-    };
     let started = Instant::now();
-    let mut last = Instant::now();
-    while !stop.load(Relaxed) && !done() {
-        std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() >= every {
-            last = Instant::now();
-            let l = line(started.elapsed().as_secs_f64());
-            if tty {
-                eprint!("\r{l}   ");
-            } else {
-                eprintln!("{l}");
-            }
-        }
-    }
-    if tty {
-        eprintln!();
-    }
+    let mut live = LiveLine::new();
+    live.wait_while_running(stop, Duration::from_millis(100), done, |_| {
+        line(started.elapsed().as_secs_f64())
+    });
 }
 
 fn store(a: &StoreArgs, stop: &AtomicBool) -> anyhow::Result<()> {

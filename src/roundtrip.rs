@@ -6,24 +6,17 @@
 //! reported out of band through a real exporter over loopback TCP to an in-process
 //! collector, which joins the stamps per message, writes the run directory (Parquet,
 //! run.json, HDR interval logs) and yields per-stage HDR percentiles and the accounting.
+//!
+//! The roundtrip itself is `hoptrace_runner::roundtrip`; this is its command line and
+//! its report.
 
-use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
-use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
-use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext,
-    TraceKey,
-};
-
+use hoptrace_collector::RunSummary;
 use hoptrace_format::units;
+use hoptrace_probe::CounterSnapshot;
+use hoptrace_runner::roundtrip::{self, RoundtripOptions};
 
 /// Options of `hoptrace roundtrip`.
 #[derive(Debug, clap::Args)]
@@ -78,154 +71,19 @@ impl Args {
 /// # Errors
 /// Invalid options, or a failure of the receiver or the exporter.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    ensure!(args.hops.len() >= 2, "--hops needs at least two hops");
-    ensure!(args.hops.len() <= 16, "--hops allows at most 16 hops");
-    ensure!(args.streams > 0, "--streams must be positive");
-    ensure!(
-        args.metrics_per_message > 0,
-        "--metrics-per-message must be positive"
-    );
-    let hops: Vec<(HopId, &str)> = args
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (HopId(i as u8), n.as_str()))
-        .collect();
-
-    let spec = PipelineSpec::chain("roundtrip", &args.hops).context("--hops")?;
-    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &args.runs);
-    cfg.run_id = Some(format!(
-        "roundtrip-{}",
-        hoptrace_probe::clock::realtime_ns() / 1_000_000
-    ));
-    let collector = Collector::start(cfg).context("starting the collector")?;
-    let exporter = Exporter::start(
-        ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip"),
-        &hops,
-    )
-    .context("starting the exporter")?;
-    let started = Instant::now();
-    let sent = drive(args, &exporter, &hops)?;
-    let elapsed = started.elapsed();
-    let exported = exporter.shutdown();
-    let run_dir = collector.run_dir().to_owned();
-    let summary = collector.stop().context("stopping the collector")?;
-    print_report(args, &summary, sent, elapsed, &exported.counters);
-    println!("Run directory: {}", run_dir.display());
+    let o = roundtrip::run(&RoundtripOptions {
+        messages: args.messages,
+        rate: args.rate,
+        streams: args.streams,
+        metrics_per_message: args.metrics_per_message,
+        hops: args.hops.clone(),
+        last_hop_skew_ns: args.skew_ns(),
+        payload_bytes: args.payload_bytes,
+        runs: args.runs.clone(),
+    })?;
+    print_report(args, &o.run, o.sent, o.elapsed, &o.exported);
+    println!("Run directory: {}", o.run_dir.display());
     Ok(())
-}
-
-/// Publisher and hop threads; returns the messages sent.
-fn drive(args: &Args, exporter: &Exporter, hops: &[(HopId, &str)]) -> anyhow::Result<u64> {
-    let mut senders = Vec::new();
-    let mut receivers = Vec::new();
-    for _ in 1..hops.len() {
-        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(1 << 16);
-        senders.push(tx);
-        receivers.push(rx);
-    }
-    let mut handles = Vec::new();
-    let last = hops.len() - 1;
-    for (i, rx) in receivers.into_iter().enumerate() {
-        let hop = hops[i + 1].0;
-        let skew = if i + 1 == last { args.skew_ns() } else { 0 };
-        let probe = exporter.probe_with_clock(hop, OffsetClock::new(SystemClock, skew))?;
-        let next = senders.get(i + 1).cloned();
-        handles.push(std::thread::spawn(move || {
-            let mut out = Vec::with_capacity(512);
-            for msg in rx {
-                let Ok((extracted, payload)) = probe.counted(envelope::unwrap(&msg)) else {
-                    continue;
-                };
-                let mut ctx = extracted.context;
-                let _ = probe.record(&mut ctx);
-                if let Some(next) = &next {
-                    out.clear();
-                    envelope::wrap_into(&ctx, payload, &mut out);
-                    if next.send(out.clone()).is_err() {
-                        break;
-                    }
-                }
-            }
-        }));
-    }
-    let first = senders.remove(0);
-    drop(senders);
-
-    let publish = exporter.probe(hops[0].0)?;
-    let payload = vec![b'x'; args.payload_bytes];
-    let period_ns = 1e9 / args.message_rate();
-    let start_ns = publish.now_ns();
-    let start = Instant::now();
-    let mut per_stream: HashMap<u32, SentEntry> = HashMap::new();
-    let mut seqs = vec![0u64; args.streams as usize];
-    let mut sent = 0u64;
-    // A live line only on a terminal; the summary at the end is printed either way.
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut last_progress = Instant::now();
-    for i in 0..args.messages {
-        let offset_ns = (i as f64 * period_ns) as u64;
-        let intended = start_ns + offset_ns as i64;
-        // Open loop: wait for the intended time, never for the pipeline.
-        let due = start + Duration::from_nanos(offset_ns);
-        while Instant::now() < due {
-            std::hint::spin_loop();
-        }
-        let stream = (i % u64::from(args.streams)) as u32;
-        let seq = seqs[stream as usize];
-        seqs[stream as usize] += 1;
-        let mut ctx = TraceContext::new(
-            TraceKey {
-                publisher: 1,
-                stream,
-                sequence: seq,
-            },
-            args.metrics_per_message,
-            intended,
-        );
-        let _ = publish.record(&mut ctx);
-        first
-            .send(envelope::wrap(&ctx, &payload))
-            .context("the first hop stopped")?;
-        sent += 1;
-        let e = per_stream.entry(stream).or_insert(SentEntry {
-            stream,
-            first_sequence: seq,
-            ..SentEntry::default()
-        });
-        e.messages += 1;
-        e.metrics += u64::from(args.metrics_per_message);
-        e.last_sequence = seq;
-        if tty && last_progress.elapsed() >= Duration::from_secs(1) {
-            last_progress = Instant::now();
-            let rate = sent as f64 / start.elapsed().as_secs_f64();
-            let eta = (args.messages - sent) as f64 / rate.max(1.0);
-            eprint!(
-                "\r{sent}/{} messages, {rate:.0} msg/s, ETA {eta:.0} s   ",
-                args.messages
-            );
-            let _ = std::io::stderr().flush();
-        }
-    }
-    drop(first);
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a hop thread panicked"))?;
-    }
-    let mut entries: Vec<SentEntry> = per_stream.into_values().collect();
-    entries.sort_by_key(|e| e.stream);
-    for chunk in entries.chunks(protocol::MAX_SENT_PER_FRAME) {
-        exporter
-            .send_frame(&Frame::Sent(SentFrame {
-                publisher: 1,
-                entries: chunk.to_vec(),
-            }))
-            .expect("chunks of MAX_SENT_PER_FRAME entries encode");
-    }
-    if tty {
-        eprintln!();
-    }
-    Ok(sent)
 }
 
 fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: &CounterSnapshot) {

@@ -1,17 +1,19 @@
 //! `hoptrace relay` and `hoptrace collect --from kafka://...`: collectors as a Kafka
-//! consumer group.
+//! consumer group (the member itself is `hoptrace_runner::scaleout`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
+use hoptrace_collector::kafka::{KafkaTarget, Relay, RelayConfig};
 use hoptrace_format::spec::PipelineSpec;
 
 use crate::units::parse_listen;
 use hoptrace_format::units;
+use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::scaleout::{self, MemberOptions};
 
 /// Options of `hoptrace relay`.
 #[derive(Debug, clap::Args)]
@@ -77,26 +79,29 @@ pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
     );
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
+    // A plain line every second where stderr is a log.
+    let mut live = LiveLine::with_plain_every(Some(Duration::from_secs(1)));
     let mut last = relay.stats();
-    let mut last_at = Instant::now();
-    while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-        std::thread::sleep(Duration::from_millis(200));
-        if last_at.elapsed() >= Duration::from_secs(1) {
+    live.wait_while_running(
+        &stop,
+        Duration::from_millis(200),
+        || deadline.is_some_and(|d| Instant::now() >= d),
+        |since| {
             let s = relay.stats();
-            let secs = last_at.elapsed().as_secs_f64();
-            eprintln!(
+            let line = format!(
                 "{:>6.0}s  {:>9.0} records/s  records {}  delivered {}  failed {}  probes {}",
                 started.elapsed().as_secs_f64(),
-                s.records.saturating_sub(last.records) as f64 / secs,
+                s.records.saturating_sub(last.records) as f64 / since.as_secs_f64(),
                 s.records,
                 s.delivered_records,
                 s.failed_records,
                 s.connections
             );
             last = s;
-            last_at = Instant::now();
-        }
-    }
+            line
+        },
+    );
+    live.finish();
     eprintln!("stopping: waiting for probes to say goodbye, then flushing to Kafka");
     let s = relay.stop().context("stopping the relay")?;
     println!(
@@ -122,56 +127,24 @@ pub fn collect_group(
     spec: PipelineSpec,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
-    let target = KafkaTarget::parse(from)?;
-    let member = args.member.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            hoptrace_probe::exporter::hostname(),
-            std::process::id()
-        )
-    });
     let run_id = args.run_id.clone().context("--from needs --run-id")?;
-    let cfg = MemberConfig {
-        target,
+    let opts = MemberOptions {
+        from: from.to_owned(),
         group: args.group.clone(),
-        member: member.clone(),
+        member: args.member.clone(),
         spec,
-        out_dir: args.runs.clone(),
+        runs: args.runs.clone(),
         run_id: run_id.clone(),
-        commit_interval: args.commit_interval.max(Duration::from_millis(100)),
-        stop_timeout: Duration::from_secs(60),
+        commit_interval: args.commit_interval,
+        duration: args.duration,
     };
-    // Before the clock of --duration starts: a broker that is not there, or a topic that
-    // does not exist, is an error at once, and only a signal cuts the wait short.
-    hoptrace_collector::kafka::check_topics(
-        &cfg.target.brokers,
-        &[&cfg.target.topic, &cfg.target.control_topic()],
-        stop,
-        hoptrace_collector::kafka::BROKER_WAIT,
-    )
-    .context("collecting from Kafka")?;
-    let dir = args.runs.join(&run_id);
-    eprintln!(
-        "collecting from {from} as member {member} of group {} into {} (SIGINT or SIGTERM stops and flushes)",
-        args.group,
-        dir.join("members").join(&member).display()
-    );
     let started = Instant::now();
-    let deadline = args.duration.map(|d| started + d);
-    let stop_all = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (stop, stop_all) = (Arc::clone(stop), Arc::clone(&stop_all));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            stop_all.store(true, Ordering::Relaxed);
-        })
-    };
     let mut last = (Instant::now(), 0u64, 0u64);
-    let summary = run_member(&cfg, &stop_all, |p| {
+    // The member reports once a second: every report is shown.
+    let mut live = LiveLine::new();
+    let o = scaleout::collect_group(&opts, stop, |p| {
         let secs = last.0.elapsed().as_secs_f64().max(1e-3);
-        eprintln!(
+        live.show(&format!(
             "{:>6.0}s  {:>9.0} records/s  {:>9.0} traces/s  partitions {:?}  pending {}  commits {}  rebalances {}  bad messages {}",
             started.elapsed().as_secs_f64(),
             p.records.saturating_sub(last.1) as f64 / secs,
@@ -181,19 +154,20 @@ pub fn collect_group(
             p.commits,
             p.rebalances,
             p.bad_messages + p.bad_control_messages
-        );
+        ));
         last = (Instant::now(), p.records, p.traces);
-    })
-    .context("collecting from Kafka")?;
-    stop_all.store(true, Ordering::Relaxed);
-    let _ = watcher.join();
+    });
+    live.finish();
+    let o = o?;
     println!(
-        "member {member} of run {run_id} written to {}; `hoptrace report {}` reads every member as one run",
-        dir.join("members").join(&member).display(),
-        dir.display()
+        "member {} of run {run_id} written to {}; `hoptrace report {}` reads every member as one run",
+        o.member,
+        o.dir.display(),
+        args.runs.join(&run_id).display()
     );
-    crate::collect::print_accounting(&summary);
-    if let Some(g) = summary
+    crate::collect::print_accounting(&o.run);
+    if let Some(g) = o
+        .run
         .group
         .as_ref()
         .filter(|g| g.bad_messages + g.bad_control_messages > 0)

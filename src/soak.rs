@@ -3,34 +3,15 @@
 //! with the CPU and RSS of every process (the broker's included) sampled every second;
 //! then the report, with a resource section and the soak's targets, each met or not.
 //!
-//! Every child logs to `<out>/logs/`; the collector's run directory holds the Parquet,
-//! `run.json` and `resources.parquet`.
+//! The soak itself is `hoptrace_runner::soak`; this is its command line and what it
+//! prints.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, IsTerminal as _, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use hoptrace_analysis::report::{Block, Section};
-use hoptrace_analysis::resources::{self, Sample};
-use hoptrace_analysis::{RunSet, report, summary};
-use hoptrace_collector::procfs::{self, Pid, USER_HZ};
-use hoptrace_publisher::url::Endpoint;
-use serde::{Deserialize, Serialize};
-
 use hoptrace_format::units;
-
-/// Parquet bytes per trace the soak aims at.
-pub const TARGET_BYTES_PER_TRACE: f64 = 16.0;
-/// Seconds the whole-run report may take.
-pub const TARGET_REPORT_S: f64 = 60.0;
-/// Achieved / target rate the publisher must reach.
-pub const TARGET_RATE_RATIO: f64 = 0.99;
+use hoptrace_runner::soak::{self, SoakOptions};
 
 /// Options of `hoptrace soak`.
 #[derive(Debug, clap::Args)]
@@ -81,627 +62,60 @@ pub struct Args {
     pub preflight: crate::clock::PreflightArgs,
 }
 
-/// A child process of the soak (and of the sweep: each cell's soak): its stderr goes to
-/// `<logs>/<role>.log`, its stdout lines are kept.
-pub(crate) struct Part {
-    role: String,
-    pub(crate) child: Child,
-    stdout: Option<mpsc::Receiver<String>>,
-}
-
-impl Part {
-    pub(crate) fn spawn(role: &str, cmd: &mut Command, logs: &Path) -> anyhow::Result<Self> {
-        let log = std::fs::File::create(logs.join(format!("{role}.log")))
-            .with_context(|| format!("creating the log of the {role}"))?;
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting the {role}"))?;
-        let stdout = child.stdout.take().map(lines_of);
-        Ok(Self {
-            role: role.to_owned(),
-            child,
-            stdout,
+impl Args {
+    /// The soak these options ask for.
+    ///
+    /// # Errors
+    /// This program's path cannot be found.
+    pub fn options(&self) -> anyhow::Result<SoakOptions> {
+        Ok(SoakOptions {
+            program: std::env::current_exe().context("this program's path")?,
+            broker: self.broker.clone(),
+            rate: self.rate,
+            duration: self.duration,
+            metrics_per_message: self.metrics_per_message,
+            streams: self.streams,
+            zipf: self.zipf,
+            batch_rows: self.batch_rows,
+            linger: self.linger,
+            tick: self.tick,
+            warmup: self.warmup,
+            runs: self.runs.clone(),
+            out: self.out.clone(),
+            run_id: self.run_id.clone(),
+            max_clock_error_ns: self.preflight.max_clock_error,
+            command: crate::units::command_line(),
         })
     }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for the child's `ready` line.
-    fn ready(&mut self, within: Duration) -> anyhow::Result<()> {
-        let rx = self.stdout.as_ref().context("no stdout")?;
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.starts_with("ready") => return Ok(()),
-                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("the {} exited ({status}) before it was ready", self.role);
-            }
-        }
-        bail!("the {} was not ready within {within:?}", self.role)
-    }
-
-    /// Sends SIGTERM and waits for the exit; returns what it printed on stdout.
-    pub(crate) fn stop(mut self, within: Duration) -> anyhow::Result<Vec<String>> {
-        let pid = libc::pid_t::try_from(self.pid()).context("pid")?;
-        if self.child.try_wait()?.is_none() {
-            // SAFETY: a plain kill(2) of our own child.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + within;
-        let status = loop {
-            if let Some(s) = self.child.try_wait()? {
-                break s;
-            }
-            if Instant::now() > deadline {
-                self.child.kill().ok();
-                bail!("the {} did not stop within {within:?}; killed", self.role);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let out: Vec<String> = self
-            .stdout
-            .take()
-            .map(|rx| rx.iter().collect())
-            .unwrap_or_default();
-        if !status.success() {
-            bail!("the {} failed ({status}): {}", self.role, out.join("; "));
-        }
-        Ok(out)
-    }
 }
 
-impl Drop for Part {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.child.kill().ok();
-            self.child.wait().ok();
-        }
-    }
-}
-
-fn lines_of(stdout: ChildStdout) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The collector's progress, from its Prometheus endpoint.
-#[derive(Debug, Default, Clone, Copy)]
-struct Scrape {
-    complete: u64,
-    incomplete: u64,
-    pending: u64,
-    records: u64,
-}
-
-fn scrape(addr: SocketAddr) -> Option<Scrape> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: hoptrace\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let mut out = Scrape::default();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, v)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let v = v.parse::<f64>().unwrap_or(0.0) as u64;
-        match name {
-            "hoptrace_traces_total{status=\"complete\"}" => out.complete = v,
-            "hoptrace_traces_total{status=\"incomplete\"}" => out.incomplete = v,
-            "hoptrace_pending_traces" => out.pending = v,
-            "hoptrace_records_total" => out.records = v,
-            _ => {}
-        }
-    }
-    Some(out)
-}
-
-/// Samples CPU and RSS of a set of processes every second.
-struct Sampler {
-    started: Instant,
-    last: BTreeMap<u32, (Instant, u64)>,
-    samples: Vec<Sample>,
-}
-
-impl Sampler {
-    fn new(started: Instant) -> Self {
-        Self {
-            started,
-            last: BTreeMap::new(),
-            samples: Vec::new(),
-        }
-    }
-
-    fn sample(&mut self, procs: &[(String, u32)]) -> Vec<(String, f64, u64)> {
-        let now = Instant::now();
-        let mut out = Vec::new();
-        for (role, pid) in procs {
-            let Some(ticks) = procfs::process_ticks(Pid::Other(*pid)) else {
-                continue;
-            };
-            let rss = procfs::status_bytes(Pid::Other(*pid), "VmRSS:").unwrap_or(0);
-            let prev = self.last.insert(*pid, (now, ticks));
-            let Some((then, before)) = prev else { continue };
-            let secs = now.duration_since(then).as_secs_f64();
-            if secs <= 0.0 {
-                continue;
-            }
-            let cores = ticks.saturating_sub(before) as f64 / USER_HZ / secs;
-            self.samples.push(Sample {
-                t_s: now.duration_since(self.started).as_secs_f64(),
-                process: role.clone(),
-                pid: *pid,
-                cpu_cores: cores,
-                rss_bytes: rss,
-            });
-            out.push((role.clone(), cores, rss));
-        }
-        out
-    }
-}
-
-/// One of the soak's targets.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Target {
-    /// What is measured.
-    pub name: String,
-    /// The target.
-    pub target: String,
-    /// The measured figure.
-    pub measured: String,
-    /// Whether it was met.
-    pub met: bool,
-}
-
-/// What `soak.json` holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SoakResult {
-    /// The command as given.
-    pub command: String,
-    /// Run id.
-    pub run_id: String,
-    /// Broker address.
-    pub broker: String,
-    /// Broker program and version, as far as they could be found.
-    pub broker_version: String,
-    /// hoptrace's version.
-    pub hoptrace_version: String,
-    /// Target rate, metrics per second.
-    pub rate: u64,
-    /// Planned duration, seconds.
-    pub duration_s: f64,
-    /// Metrics per message.
-    pub metrics_per_message: u32,
-    /// Streams.
-    pub streams: u32,
-    /// The publisher's end summary.
-    pub publisher: serde_json::Value,
-    /// The targets.
-    pub targets: Vec<Target>,
-    /// Per-process resources.
-    pub resources: Vec<resources::ProcessResources>,
-    /// Seconds the report took.
-    pub report_s: f64,
-    /// Whether everything published reached the collector before the pipeline stopped.
-    pub drained: bool,
-}
-
-/// Runs the soak and writes its report.
+/// Runs the soak and prints the children's summaries, the run's figures, the targets
+/// and the resources.
 ///
 /// # Errors
 /// Invalid options, a part that does not start or fails, a report that cannot be written,
 /// or counts that do not add up.
-#[allow(clippy::too_many_lines)]
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    if args.rate == 0 || args.streams == 0 || args.metrics_per_message == 0 {
-        bail!("--rate, --streams and --metrics-per-message must be positive");
-    }
-    let endpoint = Endpoint::parse(&args.broker).context("--broker")?;
-    let broker_port = match &endpoint {
-        Endpoint::Mqtt(m) => m.port,
-        Endpoint::Kafka(k) => {
-            k.bootstrap
-                .first()
-                .context("--broker: no Kafka bootstrap server")?
-                .1
-        }
-    };
+    let opts = args.options()?;
+    opts.check()?;
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
-    let exe = std::env::current_exe().context("this program's path")?;
-    let run_id = args
-        .run_id
-        .clone()
-        .unwrap_or_else(|| format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000));
-    let run_dir = args.runs.join(&run_id);
-    // The collector would refuse it too, but only in its log.
-    crate::collect::check_run_dir(
-        &run_dir,
-        &hoptrace_format::spec::PipelineSpec::default_pipeline(),
-        false,
-    )?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.runs.join(format!("{run_id}-report")));
-    let logs = out.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-
-    let collector_addr = format!("127.0.0.1:{}", free_port()?);
-    let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let store_addr = format!("127.0.0.1:{}", free_port()?);
-    let mut collect = Command::new(&exe);
-    collect
-        .args(["collect", "--listen", &collector_addr, "--run-id", &run_id])
-        .arg("--runs")
-        .arg(&args.runs)
-        .arg("--metrics")
-        .arg(metrics_addr.to_string());
-    if let Some(max) = args.preflight.max_clock_error {
-        collect.args(["--max-clock-error", &format!("{max}ns"), "--force-clock"]);
-    }
-    let collector = Part::spawn("collector", &mut collect, &logs)?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while scrape(metrics_addr).is_none() {
-        if Instant::now() > deadline {
-            bail!("the collector did not start (see {})", logs.display());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut store = Part::spawn(
-        "store",
-        Command::new(&exe).args([
-            "refpipe",
-            "store",
-            "--listen",
-            &store_addr,
-            "--collector",
-            &collector_addr,
-        ]),
-        &logs,
-    )?;
-    store.ready(Duration::from_secs(20))?;
-    let root = format!("hoptrace-soak/{run_id}");
-    let mut flow_cmd = Command::new(&exe);
-    flow_cmd.args([
-        "refpipe",
-        "processor",
-        "--from",
-        &args.broker,
-        "--store",
-        &store_addr,
-        "--collector",
-        &collector_addr,
-        "--batch-rows",
-        &args.batch_rows.to_string(),
-        "--linger",
-        &format!("{}us", args.linger.as_micros()),
-    ]);
-    if matches!(endpoint, Endpoint::Mqtt(_)) {
-        flow_cmd.args(["--topics", &format!("{root}/#")]);
-    }
-    let mut processor = Part::spawn("processor", &mut flow_cmd, &logs)?;
-    processor.ready(Duration::from_secs(30))?;
-    let publisher_json = out.join("publisher.json");
-    let mut pub_cmd = Command::new(&exe);
-    pub_cmd
-        .args([
-            "publish",
-            "--to",
-            &args.broker,
-            "--rate",
-            &args.rate.to_string(),
-            "--streams",
-            &args.streams.to_string(),
-            "--metrics-per-message",
-            &args.metrics_per_message.to_string(),
-            "--duration",
-            &format!("{}ms", args.duration.as_millis()),
-            "--zipf",
-            &args.zipf.to_string(),
-            "--tick",
-            &format!("{}us", args.tick.as_micros()),
-            "--topic-root",
-            &root,
-            "--collector",
-            &collector_addr,
-        ])
-        .arg("--summary-json")
-        .arg(&publisher_json);
-    let started = Instant::now();
-    let mut publisher = Part::spawn("publisher", &mut pub_cmd, &logs)?;
-
-    let broker_pid = procfs::listener_pid(broker_port);
-    let broker_role = broker_pid
-        .and_then(|p| procfs::command_name(Pid::Other(p)))
-        .map_or_else(|| "broker".to_owned(), |n| format!("broker ({n})"));
-    let broker_version = broker_pid.map_or_else(|| "unknown".to_owned(), broker_version);
-    let mut procs: Vec<(String, u32)> = vec![
-        ("publisher".into(), publisher.pid()),
-        ("processor".into(), processor.pid()),
-        ("store".into(), store.pid()),
-        ("collector".into(), collector.child.id()),
-    ];
-    if let Some(p) = broker_pid {
-        procs.push((broker_role.clone(), p));
-    } else {
-        eprintln!(
-            "soak: no process listens on port {broker_port} that this user can see; the broker's resources are not sampled"
-        );
-    }
-    eprintln!(
-        "hoptrace soak: {} metrics/s ({} per message) for {:.0} s over {} streams through {} ({broker_version}); run {run_id}",
-        units::rate(args.rate as f64),
-        args.metrics_per_message,
-        args.duration.as_secs_f64(),
-        args.streams,
-        endpoint.display()
-    );
-    let mut sampler = Sampler::new(started);
-    sampler.sample(&procs);
-    let tty = std::io::stderr().is_terminal();
-    let every = if tty { 1 } else { 10 };
-    let planned = args.duration.as_secs_f64();
-    let mut tick = 0u64;
-    let mut next = started + Duration::from_secs(1);
-    let publish_status = loop {
-        if let Some(s) = publisher.child.try_wait()? {
-            break s;
-        }
-        if stop.load(Relaxed) {
-            // SAFETY: a plain kill(2) of our own child; it stops early and reports.
-            unsafe { libc::kill(libc::pid_t::try_from(publisher.pid())?, libc::SIGTERM) };
-        }
-        let now = Instant::now();
-        if now < next {
-            std::thread::sleep((next - now).min(Duration::from_millis(100)));
-            continue;
-        }
-        next += Duration::from_secs(1);
-        tick += 1;
-        let s = sampler.sample(&procs);
-        if tick.is_multiple_of(every) {
-            let c = scrape(metrics_addr).unwrap_or_default();
-            let t = started.elapsed().as_secs_f64();
-            let cpu: Vec<String> = s
-                .iter()
-                .map(|(r, cores, rss)| format!("{r} {cores:.2}c/{}M", rss >> 20))
-                .collect();
-            let line = format!(
-                "{t:>5.0}s  traces {} ({}/s) pending {}  {}  ETA {:.0}s",
-                c.complete + c.incomplete,
-                units::rate((c.complete + c.incomplete) as f64 / t.max(1e-3)),
-                c.pending,
-                cpu.join("  "),
-                (planned - t).max(0.0)
-            );
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
-        }
-    };
-    if tty {
-        eprintln!();
-    }
-    let interrupted = stop.load(Relaxed);
-    let publisher_out = publisher.stop(Duration::from_secs(5)).unwrap_or_default();
-    if !publish_status.success() {
-        bail!(
-            "the publisher failed ({publish_status}); see {}",
-            logs.join("publisher.log").display()
-        );
-    }
-    let published: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&publisher_json).context("the publisher's summary")?)
-            .context("the publisher's summary")?;
-    let sent = published["messages"].as_u64().unwrap_or(0);
-
-    // Drain: until every published trace is joined (or expired) at the collector.
-    let mut last = (0, Instant::now());
-    let drained = loop {
-        let c = scrape(metrics_addr).unwrap_or_default();
-        let done = c.complete + c.incomplete;
-        if done >= sent && c.pending == 0 {
-            break true;
-        }
-        if done != last.0 {
-            last = (done, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(15) || stop.load(Relaxed) {
-            break false;
-        }
-        if Instant::now() >= next {
-            next += Duration::from_secs(1);
-            sampler.sample(&procs);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let processor_out = processor.stop(Duration::from_secs(30))?;
-    let store_out = store.stop(Duration::from_secs(30))?;
-    collector.stop(Duration::from_secs(120))?;
-    for line in publisher_out.iter().chain(&processor_out).chain(&store_out) {
+    let measured = soak::measure(&opts, &stop)?;
+    for line in &measured.output {
         println!("{line}");
     }
-    if interrupted {
-        mark_interrupted(&run_dir.join("run.json"))?;
+    if measured.interrupted {
         eprintln!(
-            "interrupted: published for {:.0} s of the planned {planned:.0} s; the run and its report say so",
-            published["elapsed_ns"].as_f64().unwrap_or(0.0) / 1e9
+            "interrupted: published for {:.0} s of the planned {:.0} s; the run and its report say so",
+            measured.published.elapsed_ns as f64 / 1e9,
+            args.duration.as_secs_f64()
         );
     }
-    resources::write_parquet(&run_dir.join(resources::FILE), &sampler.samples)?;
-
-    // The report, timed.
-    let report_started = Instant::now();
-    let runs = RunSet::open(&[&run_dir])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")?;
-    let (s, hists) = rt.block_on(async {
-        let ctx = runs.session().await?;
-        summary::compute(&runs, &ctx).await
-    })?;
-    let warmup_s = args.warmup.as_secs_f64();
-    let res = resources::section(&sampler.samples, warmup_s);
-    let per_process = resources::summarize(&sampler.samples, warmup_s);
-    report::write_with(&out, &s, &hists, std::slice::from_ref(&res))?;
-    let report_s = report_started.elapsed().as_secs_f64();
-
-    let ratio = published["metrics_per_s"].as_f64().unwrap_or(0.0) / args.rate as f64;
-    let a = &s.accounting;
-    let bytes_per_trace = s.data.bytes as f64 / s.data.rows.max(1) as f64;
-    let collector_flat = per_process
-        .iter()
-        .find(|p| p.process == "collector")
-        .is_some_and(|p| p.rss_flat);
-    let targets = vec![
-        Target {
-            name: "Achieved / target rate over the whole run".into(),
-            target: format!(">= {TARGET_RATE_RATIO}"),
-            measured: format!(
-                "{ratio:.4} ({} of {} metrics/s)",
-                units::rate(published["metrics_per_s"].as_f64().unwrap_or(0.0)),
-                units::rate(args.rate as f64)
-            ),
-            met: ratio >= TARGET_RATE_RATIO,
-        },
-        Target {
-            name: "Counts add up (sent = complete + incomplete + dropped)".into(),
-            target: "exactly".into(),
-            measured: format!(
-                "sent {} = complete {} + incomplete {} + unseen {}; lost by probes {}",
-                a.sent, a.complete, a.incomplete, a.unseen, a.records_lost_by_probes
-            ),
-            met: a.adds_up && a.sent == sent,
-        },
-        Target {
-            name: "Collector RSS flat after warm-up".into(),
-            target: format!(
-                "growth <= {:.0} % of its mean (or {:.0} MiB)",
-                resources::FLAT_GROWTH_FRACTION * 100.0,
-                resources::FLAT_GROWTH_FLOOR_BYTES / 1_048_576.0
-            ),
-            measured: per_process
-                .iter()
-                .find(|p| p.process == "collector")
-                .map_or_else(
-                    || "not sampled".into(),
-                    |p| {
-                        format!(
-                            "{:.1} MiB/min slope, mean {:.0} MiB, max {:.0} MiB",
-                            p.rss_slope_bytes_per_min / 1_048_576.0,
-                            p.rss_mean_bytes as f64 / 1_048_576.0,
-                            p.rss_max_bytes as f64 / 1_048_576.0
-                        )
-                    },
-                ),
-            met: collector_flat,
-        },
-        Target {
-            name: "Parquet bytes per trace".into(),
-            target: format!("<= {TARGET_BYTES_PER_TRACE}"),
-            measured: format!(
-                "{bytes_per_trace:.2} ({} bytes, {} traces)",
-                s.data.bytes, s.data.rows
-            ),
-            met: bytes_per_trace <= TARGET_BYTES_PER_TRACE,
-        },
-        Target {
-            name: "Report over the whole run".into(),
-            target: format!("<= {TARGET_REPORT_S:.0} s"),
-            measured: format!("{report_s:.1} s"),
-            met: report_s <= TARGET_REPORT_S,
-        },
-    ];
-    let command = crate::units::command_line();
-    let result = SoakResult {
-        command: command.clone(),
-        run_id: run_id.clone(),
-        broker: endpoint.display(),
-        broker_version: broker_version.clone(),
-        hoptrace_version: env!("CARGO_PKG_VERSION").into(),
-        rate: args.rate,
-        duration_s: planned,
-        metrics_per_message: args.metrics_per_message,
-        streams: args.streams,
-        publisher: published,
-        targets: targets.clone(),
-        resources: per_process,
-        report_s,
-        drained,
-    };
-    // The report again, now with the soak's own section (the figures above are final).
-    let soak_section = Section {
-        blocks: vec![
-            Block::Heading(2, "Soak".into()),
-            Block::Bullets(vec![
-                format!("Command: `{command}`"),
-                format!("Broker: {} ({broker_version})", endpoint.display()),
-                format!(
-                    "Load: {} metrics/s, {} metrics per message, {} streams, {:.0} s; every part a process of its own",
-                    units::rate(args.rate as f64),
-                    args.metrics_per_message,
-                    args.streams,
-                    planned
-                ),
-                format!(
-                    "Drained: {}",
-                    if drained {
-                        "every published trace reached the collector before the pipeline stopped"
-                    } else {
-                        "NO: the pipeline stopped with traces outstanding (they count as incomplete)"
-                    }
-                ),
-            ]),
-            Block::Table(
-                ["Target", "Aim", "Measured", "Met"]
-                    .map(str::to_owned)
-                    .to_vec(),
-                targets
-                    .iter()
-                    .map(|t| {
-                        vec![
-                            t.name.clone(),
-                            t.target.clone(),
-                            t.measured.clone(),
-                            if t.met { "yes" } else { "NO" }.into(),
-                        ]
-                    })
-                    .collect(),
-            ),
-        ],
-        charts: Vec::new(),
-    };
-    let written = report::write_with(&out, &s, &hists, &[soak_section, res])?;
-    std::fs::write(out.join("soak.json"), serde_json::to_vec_pretty(&result)?)?;
-
+    let o = soak::report(&opts, measured)?;
     println!();
-    crate::analyze::print_summary(&s);
+    crate::analyze::print_summary(&o.summary);
     println!();
-    for t in &targets {
+    for t in &o.result.targets {
         println!(
             "{:<58} {:<22} {:<60} {}",
             t.name,
@@ -710,7 +124,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             if t.met { "met" } else { "MISSED" }
         );
     }
-    for p in &result.resources {
+    for p in &o.result.resources {
         println!(
             "{:<24} CPU {:.2} cores (max {:.2}), RSS mean {} MiB max {} MiB, slope {:.1} MiB/min{}",
             p.process,
@@ -722,68 +136,111 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             if p.rss_flat { "" } else { " (growing)" }
         );
     }
-    println!("Run directory: {}", run_dir.display());
+    println!("Run directory: {}", o.run_dir.display());
     println!(
         "Report: {} (also report.html, summary.json, soak.json, logs/)",
-        written.markdown.display()
+        o.report.display()
     );
-    if !s.accounting.adds_up {
+    if !o.summary.accounting.adds_up {
         bail!("the run's accounting does not add up: see the report");
     }
     Ok(())
 }
 
-/// Marks the run in `run_json` as interrupted (the collector that wrote it could not
-/// know).
-///
-/// # Errors
-/// The file does not read, parse or write.
-pub(crate) fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
-    let text =
-        std::fs::read(run_json).with_context(|| format!("reading {}", run_json.display()))?;
-    let mut run: hoptrace_collector::RunSummary =
-        serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
-    run.interrupted = true;
-    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
-        .with_context(|| format!("writing {}", run_json.display()))
-}
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
 
-/// The broker's program and version, best effort: Mosquitto from `mosquitto -h`, Kafka
-/// from the jar on its class path.
-fn broker_version(pid: u32) -> String {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default();
-    let kafka_jar = |name: &str| {
-        let stem = name.strip_suffix(".jar")?;
-        let version = stem.strip_prefix("kafka_2.")?.split_once('-')?.1;
-        Some(format!("Apache Kafka {version}"))
-    };
-    // The broker's own jar, named on the class path or inside a `dir/*` entry of it.
-    let entries: Vec<&str> = cmdline.split([':', ' ']).collect();
-    if let Some(v) = entries
-        .iter()
-        .find_map(|e| kafka_jar(e.rsplit('/').next().unwrap_or(e)))
-        .or_else(|| {
-            entries
-                .iter()
-                .filter_map(|e| e.strip_suffix("/*"))
-                .filter_map(|dir| std::fs::read_dir(dir).ok())
-                .flat_map(|d| d.flatten())
-                .find_map(|f| kafka_jar(&f.file_name().to_string_lossy()))
-        })
-    {
-        return v;
+    use clap::Parser as _;
+    use hoptrace_runner::soak::{Addresses, PartCommands, Plan};
+
+    use crate::{Cli, Command};
+
+    fn parse(args: &[OsString]) -> Command {
+        let line = std::iter::once(OsString::from("hoptrace")).chain(args.iter().cloned());
+        Cli::try_parse_from(line)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .command
     }
-    if cmdline.contains("mosquitto") {
-        let exe = cmdline.split(' ').next().unwrap_or("mosquitto").to_owned();
-        if let Ok(o) = Command::new(exe).arg("-h").output() {
-            let text = String::from_utf8_lossy(&o.stdout);
-            if let Some(first) = text.lines().next() {
-                return first.trim().to_owned();
-            }
-        }
-        return "Mosquitto".into();
+
+    /// The soak's children are this program's own commands: the flags the soak gives
+    /// them are flags they take, with the values the soak means.
+    #[test]
+    fn the_soak_starts_its_parts_with_flags_they_take() {
+        let Command::Soak(args) = Cli::parse_from([
+            "hoptrace",
+            "soak",
+            "--broker",
+            "mqtt://127.0.0.1:1883",
+            "--rate",
+            "2k",
+            "--duration",
+            "90s",
+            "--linger",
+            "2ms",
+            "--tick",
+            "250us",
+            "--zipf",
+            "1.1",
+            "--max-clock-error",
+            "1ms",
+        ])
+        .command
+        else {
+            unreachable!("a soak")
+        };
+        let opts = args.options().unwrap();
+        let plan = Plan {
+            run_id: "s1".into(),
+            run_dir: "runs/s1".into(),
+            out: "out".into(),
+            logs: "out/logs".into(),
+            topic_root: "hoptrace-soak/s1".into(),
+            publisher_json: "out/publisher.json".into(),
+        };
+        let at = Addresses {
+            collector: "127.0.0.1:7401".into(),
+            metrics: "127.0.0.1:7402".parse().unwrap(),
+            store: "127.0.0.1:7403".into(),
+        };
+        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        let Command::Collect(c) = parse(&cmds.collector) else {
+            unreachable!("collect")
+        };
+        assert_eq!(c.listen.as_deref(), Some("127.0.0.1:7401"));
+        assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:7402"));
+        assert_eq!(c.run_id.as_deref(), Some("s1"));
+        assert_eq!(c.runs, opts.runs);
+        assert_eq!(c.preflight.max_clock_error, Some(1_000_000));
+        assert!(c.preflight.force_clock);
+        let Command::Refpipe(crate::refpipe_cmd::Which::Store(s)) = parse(&cmds.store) else {
+            unreachable!("refpipe store")
+        };
+        assert_eq!(s.listen, "127.0.0.1:7403");
+        assert_eq!(s.probes.collector.as_deref(), Some("127.0.0.1:7401"));
+        let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) = parse(&cmds.processor)
+        else {
+            unreachable!("refpipe processor")
+        };
+        assert_eq!(p.from, "mqtt://127.0.0.1:1883");
+        assert_eq!(p.store, "127.0.0.1:7403");
+        assert_eq!(p.topics, ["hoptrace-soak/s1/#"]);
+        assert_eq!((p.batch_rows, p.linger), (opts.batch_rows, opts.linger));
+        let Command::Publish(p) = parse(&cmds.publisher) else {
+            unreachable!("publish")
+        };
+        assert_eq!(p.to, "mqtt://127.0.0.1:1883");
+        assert_eq!(p.rate, 2000.0);
+        assert_eq!(
+            (p.duration, p.tick, p.zipf),
+            (opts.duration, opts.tick, 1.1)
+        );
+        assert_eq!(
+            (p.streams, p.metrics_per_message),
+            (opts.streams, opts.metrics_per_message)
+        );
+        assert_eq!(p.topic_root.as_deref(), Some("hoptrace-soak/s1"));
+        assert_eq!(p.summary_json, Some(plan.publisher_json));
+        assert_eq!(p.collector.collector.as_deref(), Some("127.0.0.1:7401"));
     }
-    procfs::command_name(Pid::Other(pid)).unwrap_or_else(|| "unknown".into())
 }

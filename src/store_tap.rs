@@ -1,7 +1,6 @@
 //! `hoptrace tap --from <store URL>`: the store tap's options, its run and its summary, a
 //! thin wrapper over `hoptrace_tap`.
 
-use std::io::{IsTerminal as _, Write as _};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
 use crate::publish::TapArgs;
 use hoptrace_format::units::{self, parse_duration};
+use hoptrace_runner::progress::LiveLine;
 
 /// Options that only store taps take (`--from influxdb://`, `postgres://`,
 /// `clickhouse://`, `victoriametrics://`).
@@ -150,30 +150,26 @@ pub fn run(args: &TapArgs) -> anyhow::Result<()> {
             .spawn(move || tap.run(&stop))
             .context("starting the store tap thread")?
     };
-    let tty = std::io::stderr().is_terminal();
     let started = Instant::now();
-    let (mut last_polls, mut last_at) = (0u64, Instant::now());
-    while !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
-        if !tty || last_at.elapsed() < Duration::from_secs(1) {
-            continue;
-        }
-        let polls = live.polls.load(Relaxed);
-        eprint!(
-            "\r{:>6.0}s  {:>6.0} polls/s  keys found {}  poll errors {}  bad keys {}   ",
-            started.elapsed().as_secs_f64(),
-            polls.saturating_sub(last_polls) as f64 / last_at.elapsed().as_secs_f64(),
-            live.keys_found.load(Relaxed),
-            live.poll_errors.load(Relaxed),
-            live.bad_keys.load(Relaxed),
-        );
-        let _ = std::io::stderr().flush();
-        last_polls = polls;
-        last_at = Instant::now();
-    }
-    if tty {
-        eprintln!();
-    }
+    let mut line = LiveLine::with_plain_every(None);
+    let mut last_polls = 0u64;
+    line.wait_until(
+        Duration::from_millis(100),
+        || worker.is_finished(),
+        |since| {
+            let polls = live.polls.load(Relaxed);
+            let rate = polls.saturating_sub(last_polls) as f64 / since.as_secs_f64();
+            last_polls = polls;
+            format!(
+                "{:>6.0}s  {rate:>6.0} polls/s  keys found {}  poll errors {}  bad keys {}",
+                started.elapsed().as_secs_f64(),
+                live.keys_found.load(Relaxed),
+                live.poll_errors.load(Relaxed),
+                live.bad_keys.load(Relaxed),
+            )
+        },
+    );
+    line.finish();
     let s = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the store tap thread panicked"))?;

@@ -4,28 +4,16 @@
 //! and capacity planning. Finished cells are kept: the same command resumes an
 //! interrupted sweep where it stopped.
 //!
-//! Layout of `--out`: `sweep.json` (the matrix and every finished cell), `sweep.md`,
-//! `sweep.html`, `charts/`; `runs/<run id>/` the cells' runs (each with `cell.json`, so
-//! `hoptrace sql <out>/runs` has the `cells` table); `cells/<cell>/` each cell's soak
-//! report and logs.
+//! The sweep itself is `hoptrace_runner::sweep`; this is its command line and what it
+//! prints.
 
-use std::io::IsTerminal as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context as _, bail};
-use hoptrace_analysis::compare::Gate;
-use hoptrace_analysis::sweep::{
-    self, CELL_FILE, Cell, CellProcess, RATE, Setting, SloResult, SweepInfo, SweepReport,
-};
-use hoptrace_analysis::{RunSet, summary};
-use hoptrace_collector::run::host_info;
-use hoptrace_publisher::url::Endpoint;
-
-use crate::soak::{Part, SoakResult};
+use anyhow::Context as _;
+use hoptrace_analysis::sweep;
 use hoptrace_format::units;
+use hoptrace_runner::sweep::SweepOptions;
 
 /// Options of `hoptrace sweep`.
 #[derive(Debug, clap::Args)]
@@ -76,398 +64,48 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
-/// Metrics per message when the sweep does not vary it.
-const DEFAULT_METRICS_PER_MESSAGE: u32 = 50;
-
-/// One cell to run.
-#[derive(Debug, Clone)]
-struct Planned {
-    settings: Vec<Setting>,
-    rate: u64,
-    metrics_per_message: u32,
-    broker: String,
-    partitions: Option<u32>,
-}
-
-impl Planned {
-    /// The cell's directory and run-id suffix: `mpm-50_acks-all_rate-10k`.
-    fn slug(&self) -> String {
-        self.settings
-            .iter()
-            .map(|s| {
-                let v: String = s
-                    .value
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                    .collect();
-                format!("{}-{v}", s.name)
-            })
-            .collect::<Vec<_>>()
-            .join("_")
-    }
-}
-
-/// The dimensions given, in table order (the rate last), and their values.
-fn dimensions(args: &Args) -> Vec<(String, Vec<String>)> {
-    let mut d = Vec::new();
-    let mut add = |name: &str, values: Vec<String>| {
-        if !values.is_empty() {
-            d.push((name.to_owned(), values));
-        }
-    };
-    let strs = |v: &[u32]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
-    add("metrics_per_message", strs(&args.metrics_per_message));
-    add("partitions", strs(&args.partitions));
-    add("acks", args.acks.clone());
-    add("qos", args.qos.iter().map(ToString::to_string).collect());
-    add("connections", strs(&args.connections));
-    add(RATE, args.rate.clone());
-    d
-}
-
-/// `base` with `key=value` appended to its query.
-fn with_option(base: &str, key: &str, value: &str) -> String {
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}{key}={value}")
-}
-
-/// `kafka://host:port/topic?opts` with the topic replaced by `topic`.
-fn with_topic(base: &str, topic: &str) -> anyhow::Result<String> {
-    let (head, query) = base
-        .split_once('?')
-        .map_or((base, None), |(h, q)| (h, Some(q)));
-    let (server, _) = head
-        .rsplit_once('/')
-        .filter(|(s, _)| s.contains("://") && !s.ends_with('/'))
-        .context("--broker: a Kafka address needs a topic: kafka://host:port/topic")?;
-    Ok(match query {
-        Some(q) => format!("{server}/{topic}?{q}"),
-        None => format!("{server}/{topic}"),
-    })
-}
-
-/// Every cell of the matrix, the rate varying fastest.
-fn plan(args: &Args, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>> {
-    let kafka = matches!(endpoint, Endpoint::Kafka(_));
-    if kafka && (!args.qos.is_empty() || !args.connections.is_empty()) {
-        bail!("--qos and --connections are MQTT settings; the broker is Kafka");
-    }
-    if !kafka && (!args.acks.is_empty() || !args.partitions.is_empty()) {
-        bail!("--acks and --partitions are Kafka settings; the broker is MQTT");
-    }
-    if let Some(a) = args
-        .acks
-        .iter()
-        .find(|a| !matches!(a.as_str(), "0" | "1" | "all"))
-    {
-        bail!("--acks {a:?}: use 0, 1 or all");
-    }
-    if let Some(q) = args.qos.iter().find(|q| **q > 2) {
-        bail!("--qos {q}: use 0, 1 or 2");
-    }
-    if args.partitions.contains(&0) || args.connections.contains(&0) {
-        bail!("--partitions and --connections must be positive");
-    }
-    if args.metrics_per_message.contains(&0) || args.streams == 0 {
-        bail!("--metrics-per-message and --streams must be positive");
-    }
-    for r in &args.rate {
-        if units::parse_count(r).map_err(|e| anyhow::anyhow!("--rate {r:?}: {e}"))? == 0 {
-            bail!("--rate {r:?}: must be positive");
-        }
-    }
-    let dims = dimensions(args);
-    let mut cells = vec![Vec::<Setting>::new()];
-    for (name, values) in &dims {
-        cells = cells
-            .into_iter()
-            .flat_map(|prefix| {
-                values.iter().map(move |v| {
-                    let mut s = prefix.clone();
-                    s.push(Setting {
-                        name: name.clone(),
-                        value: v.clone(),
-                    });
-                    s
-                })
-            })
-            .collect();
-    }
-    cells
-        .into_iter()
-        .map(|settings| {
-            let get = |n: &str| {
-                settings
-                    .iter()
-                    .find(|s| s.name == n)
-                    .map(|s| s.value.clone())
-            };
-            let rate =
-                units::parse_count(&get(RATE).unwrap_or_default()).map_err(anyhow::Error::msg)?;
-            let metrics_per_message = get("metrics_per_message")
-                .map_or(Ok(DEFAULT_METRICS_PER_MESSAGE), |v| v.parse())?;
-            let partitions = get("partitions").map(|v| v.parse()).transpose()?;
-            let mut broker = args.broker.clone();
-            if let (Some(p), Endpoint::Kafka(k)) = (partitions, endpoint) {
-                broker = with_topic(&broker, &format!("{}-p{p}", one_topic(k)?))?;
-            }
-            for key in ["acks", "qos", "connections"] {
-                if let Some(v) = get(key) {
-                    broker = with_option(&broker, key, &v);
-                }
-            }
-            Ok(Planned {
-                settings,
-                rate,
-                metrics_per_message,
-                broker,
-                partitions,
-            })
+impl Args {
+    /// The sweep these options ask for.
+    ///
+    /// # Errors
+    /// This program's path cannot be found.
+    pub fn options(&self) -> anyhow::Result<SweepOptions> {
+        Ok(SweepOptions {
+            program: std::env::current_exe().context("this program's path")?,
+            broker: self.broker.clone(),
+            rate: self.rate.clone(),
+            metrics_per_message: self.metrics_per_message.clone(),
+            qos: self.qos.clone(),
+            connections: self.connections.clone(),
+            acks: self.acks.clone(),
+            partitions: self.partitions.clone(),
+            streams: self.streams,
+            warmup: self.warmup,
+            window: self.window,
+            slas: self.slas.clone(),
+            capacity_target: self.capacity_target,
+            tick: self.tick,
+            out: self.out.clone(),
+            command: crate::units::command_line(),
         })
-        .collect()
-}
-
-/// The one topic of a Kafka address a partition sweep suffixes.
-fn one_topic(k: &hoptrace_publisher::url::KafkaEndpoint) -> anyhow::Result<&str> {
-    match k.topics.as_slice() {
-        [t] => Ok(t),
-        _ => bail!("--partitions needs a Kafka address with exactly one topic"),
     }
 }
 
-/// Creates a Kafka topic of `partitions` partitions if it does not exist; an existing
-/// one must have that many.
-fn ensure_topic(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
-    let want = i32::try_from(partitions)?;
-    let n = hoptrace_collector::kafka::ensure_topic(bootstrap, topic, want, 1)
-        .with_context(|| format!("Kafka topic {topic}"))?;
-    if n != want {
-        bail!("Kafka topic {topic} exists with {n} partitions, not {partitions}");
-    }
-    Ok(())
-}
-
-fn machine() -> String {
-    let h = host_info();
-    format!(
-        "{}, {} logical CPUs, {:.0} GiB, Linux {}",
-        h.cpu_model,
-        h.cpus,
-        h.memory_bytes as f64 / (1u64 << 30) as f64,
-        h.kernel
-    )
-}
-
-fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// Runs the sweep and writes its report.
+/// Runs the sweep and prints every series' knee.
 ///
 /// # Errors
 /// Invalid options, a directory holding another sweep, a cell whose soak fails, or an
 /// interruption (the finished cells are kept).
-#[allow(clippy::too_many_lines)]
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let endpoint = Endpoint::parse(&args.broker).context("--broker")?;
-    let slos: Vec<Gate> = args
-        .slas
-        .iter()
-        .map(|s| s.parse::<Gate>())
-        .collect::<Result<_, _>>()
-        .context("--sla")?;
-    let planned = plan(args, &endpoint)?;
+    let opts = args.options()?;
+    hoptrace_runner::sweep::check(&opts)?;
     let stop = crate::signals::shutdown_flag()?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("runs").join(format!(
-            "sweep-{}",
-            hoptrace_probe::clock::realtime_ns() / 1_000_000
-        ))
-    });
-    let name = out
-        .file_name()
-        .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().into_owned());
-    let info = SweepInfo {
-        name: name.clone(),
-        command: crate::units::command_line(),
-        broker: args.broker.clone(),
-        dimensions: dimensions(args),
-        warmup_s: args.warmup.as_secs_f64(),
-        window_s: args.window.as_secs_f64(),
-        slos: args.slas.clone(),
-        capacity_target_metrics_per_s: args.capacity_target,
-        machine: machine(),
-    };
-    let sweep_json = out.join("sweep.json");
-    if sweep_json.exists() {
-        let before: SweepReport = serde_json::from_slice(&std::fs::read(&sweep_json)?)
-            .with_context(|| format!("reading {}", sweep_json.display()))?;
-        let same = before.info.dimensions == info.dimensions
-            && before.info.broker == info.broker
-            && before.info.warmup_s == info.warmup_s
-            && before.info.window_s == info.window_s
-            && before.info.slos == info.slos;
-        if !same {
-            bail!(
-                "{} holds another sweep ({}); give another --out",
-                out.display(),
-                before.info.command
-            );
-        }
-    }
-    let (runs_dir, cells_dir) = (out.join("runs"), out.join("cells"));
-    std::fs::create_dir_all(&cells_dir)
-        .with_context(|| format!("creating {}", cells_dir.display()))?;
-    let exe = std::env::current_exe().context("this program's path")?;
-    let per_cell_s = (args.warmup + args.window).as_secs_f64() + 15.0;
-    let mut cells: Vec<Cell> = Vec::new();
-    let resumed = planned
-        .iter()
-        .filter(|p| cells_dir.join(p.slug()).join(CELL_FILE).exists())
-        .count();
-    eprintln!(
-        "hoptrace sweep {name}: {} cells ({resumed} already done), {:.0} s warm-up + {:.0} s window each, through {}",
-        planned.len(),
-        args.warmup.as_secs_f64(),
-        args.window.as_secs_f64(),
-        endpoint.display()
-    );
-    let started = Instant::now();
-    let mut ran = 0usize;
-    let tty = std::io::stderr().is_terminal();
-    for (index, p) in planned.iter().enumerate() {
-        let slug = p.slug();
-        let run_id = format!("{name}.{slug}");
-        let cell_dir = cells_dir.join(&slug);
-        let done = cell_dir.join(CELL_FILE);
-        if done.exists() {
-            cells.push(Cell::read(&done)?);
-            continue;
-        }
-        // What an interrupted attempt left.
-        for partial in [&cell_dir, &runs_dir.join(&run_id)] {
-            if partial.exists() {
-                std::fs::remove_dir_all(partial)
-                    .with_context(|| format!("removing {}", partial.display()))?;
-            }
-        }
-        std::fs::create_dir_all(&cell_dir)?;
-        if let (Some(parts), Endpoint::Kafka(k)) = (p.partitions, &endpoint) {
-            let bootstrap = k
-                .bootstrap
-                .iter()
-                .map(|(h, port)| format!("{h}:{port}"))
-                .collect::<Vec<_>>()
-                .join(",");
-            ensure_topic(&bootstrap, &format!("{}-p{parts}", one_topic(k)?), parts)?;
-        }
-        let label = sweep::settings_label(&p.settings);
-        let left = planned.len() - index;
-        let eta = if ran > 0 {
-            started.elapsed().as_secs_f64() / ran as f64 * left as f64
-        } else {
-            per_cell_s * left as f64
-        };
-        eprintln!(
-            "cell {}/{} {label}: {} metrics/s for {:.0} s; sweep ETA {:.0} s",
-            index + 1,
-            planned.len(),
-            units::rate(p.rate as f64),
-            (args.warmup + args.window).as_secs_f64(),
-            eta
-        );
-        let mut soak_cmd = Command::new(&exe);
-        soak_cmd
-            .args(["soak", "--broker", &p.broker, "--rate", &p.rate.to_string()])
-            .args([
-                "--duration",
-                &format!("{}ms", (args.warmup + args.window).as_millis()),
-                "--warmup",
-                &format!("{}ms", args.warmup.as_millis()),
-                "--metrics-per-message",
-                &p.metrics_per_message.to_string(),
-                "--streams",
-                &args.streams.to_string(),
-                "--tick",
-                &format!("{}us", args.tick.as_micros()),
-                "--run-id",
-                &run_id,
-            ])
-            .arg("--runs")
-            .arg(&runs_dir)
-            .arg("--out")
-            .arg(&cell_dir);
-        let mut soak = Part::spawn("soak", &mut soak_cmd, &cell_dir)?;
-        let cell_started = Instant::now();
-        while soak.child.try_wait()?.is_none() {
-            if stop.load(Relaxed) {
-                // The soak stops its publisher early on SIGTERM; the cell is discarded.
-                soak.stop(Duration::from_secs(60)).ok();
-                std::fs::remove_dir_all(&cell_dir).ok();
-                std::fs::remove_dir_all(runs_dir.join(&run_id)).ok();
-                bail!(
-                    "interrupted: {} of {} cells done and kept in {}; the same command resumes",
-                    cells.len(),
-                    planned.len(),
-                    out.display()
-                );
-            }
-            if tty {
-                eprint!(
-                    "\r  {:>4.0} s of {:.0} s   ",
-                    cell_started.elapsed().as_secs_f64(),
-                    per_cell_s
-                );
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        if tty {
-            eprintln!();
-        }
-        let printed = soak.stop(Duration::from_secs(5)).with_context(|| {
-            format!("cell {label}: see {}", cell_dir.join("soak.log").display())
-        })?;
-        std::fs::write(cell_dir.join("soak.out"), printed.join("\n") + "\n")?;
-        let cell = measure(args, &slos, p, index, &name, &run_id, &runs_dir, &cell_dir)?;
-        write_json(&runs_dir.join(&run_id).join(CELL_FILE), &cell)?;
-        write_json(&done, &cell)?;
-        let total = cell
-            .window
-            .stages
-            .iter()
-            .find(|s| s.headline)
-            .or_else(|| cell.window.stages.last());
-        eprintln!(
-            "  achieved {} metrics/s, {} of {} messages complete{}; {}",
-            units::rate(cell.achieved_metrics_per_s()),
-            cell.window.complete,
-            cell.window.messages,
-            total
-                .and_then(|t| t.percentile("P99").map(|p| (t, p)))
-                .map_or_else(String::new, |(t, p)| format!(
-                    ", {} P99 {}",
-                    t.name,
-                    hoptrace_format::units::signed_ns(p.value_ns)
-                )),
-            sweep::why_not(&cell).map_or_else(|| "holds".into(), |w| format!("does not hold: {w}"))
-        );
-        cells.push(cell);
-        ran += 1;
-        // After every cell, so an interrupted sweep has the report of what it finished.
-        write_report(&out, &info, &cells)?;
-    }
-    if ran == 0 {
-        write_report(&out, &info, &cells)?;
-    }
+    let o = hoptrace_runner::sweep::run(&opts, &stop)?;
     println!(
         "{:<50} {:>14} {:>14}  first that did not hold",
         "series", "knee", "achieved"
     );
-    for k in sweep::knees(&cells) {
+    for k in sweep::knees(&o.cells) {
         println!(
             "{:<50} {:>14} {:>14}  {}",
             sweep::settings_label(&k.series),
@@ -483,154 +121,79 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     println!(
         "Sweep: {} cells in {:.0} s ({} run now); report {}",
-        cells.len(),
-        started.elapsed().as_secs_f64(),
-        ran,
-        out.join("sweep.md").display()
+        o.cells.len(),
+        o.elapsed_s,
+        o.ran,
+        o.out.join("sweep.md").display()
     );
     println!(
         "Query: hoptrace sql {} \"SELECT * FROM cells\"",
-        runs_dir.display()
+        o.runs_dir.display()
     );
     Ok(())
-}
-
-fn write_report(out: &Path, info: &SweepInfo, cells: &[Cell]) -> anyhow::Result<()> {
-    let report = SweepReport {
-        info: info.clone(),
-        cells: cells.to_vec(),
-        knees: sweep::knees(cells),
-    };
-    sweep::write(out, &report)?;
-    Ok(())
-}
-
-/// The cell's figures over its measured window.
-#[allow(clippy::too_many_arguments)]
-fn measure(
-    args: &Args,
-    slos: &[Gate],
-    p: &Planned,
-    index: usize,
-    sweep_name: &str,
-    run_id: &str,
-    runs_dir: &Path,
-    cell_dir: &Path,
-) -> anyhow::Result<Cell> {
-    fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))
-    }
-    let soak: SoakResult = read(&cell_dir.join("soak.json"))?;
-    let whole: hoptrace_analysis::Summary = read(&cell_dir.join("summary.json"))?;
-    let runs = RunSet::open(&[runs_dir.join(run_id)])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the query runtime")?;
-    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    let window = rt.block_on(async {
-        let ctx = runs.session().await?;
-        summary::window(&runs, &ctx, nanos(args.warmup), nanos(args.window)).await
-    })?;
-    let slo_results = slos
-        .iter()
-        .map(|g| {
-            Ok(SloResult {
-                slo: g.text.clone(),
-                met: g.met_by(&window.stages)?,
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let resources = soak
-        .resources
-        .iter()
-        .map(|r| CellProcess {
-            process: r.process.clone(),
-            cpu_mean: r.cpu_mean,
-            rss_max_bytes: r.rss_max_bytes,
-        })
-        .collect();
-    Ok(Cell {
-        sweep: sweep_name.to_owned(),
-        run_id: run_id.to_owned(),
-        index,
-        settings: p.settings.clone(),
-        target_metrics_per_s: p.rate,
-        metrics_per_message: p.metrics_per_message,
-        broker: p.broker.clone(),
-        broker_version: soak.broker_version,
-        warmup_s: args.warmup.as_secs_f64(),
-        window,
-        sent: soak.publisher["messages"].as_u64().unwrap_or(0),
-        adds_up: whole.accounting.adds_up,
-        drained: soak.drained,
-        schedule_lag_p99_ns: soak.publisher["lag_p99_ns"].as_u64().unwrap_or(0),
-        slos: slo_results,
-        resources,
-    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::OsString;
+    use std::path::Path;
+
     use clap::Parser as _;
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
+    use crate::{Cli, Command};
 
-    fn args(line: &str) -> Args {
-        Cli::parse_from(std::iter::once("sweep").chain(line.split_whitespace())).args
-    }
-
+    /// Each cell is a soak started with this program's own `soak` flags: they parse,
+    /// with the values the sweep means.
     #[test]
-    fn the_matrix_varies_the_rate_fastest_and_carries_options_in_the_address() {
-        let a = args(
-            "--broker kafka://127.0.0.1:19092/t?linger_ms=1 --rate 10k,20k --acks 1,all --partitions 1,3",
+    fn the_sweep_starts_its_soaks_with_flags_they_take() {
+        let Command::Sweep(args) = Cli::parse_from([
+            "hoptrace",
+            "sweep",
+            "--broker",
+            "kafka://127.0.0.1:19092/t?linger_ms=1",
+            "--rate",
+            "10k,20k",
+            "--acks",
+            "all",
+            "--partitions",
+            "3",
+            "--warmup",
+            "2s",
+            "--window",
+            "3s",
+            "--tick",
+            "1ms",
+            "--streams",
+            "7",
+        ])
+        .command
+        else {
+            unreachable!("a sweep")
+        };
+        let opts = args.options().unwrap();
+        let checked = hoptrace_runner::sweep::check(&opts).unwrap();
+        let cell = &checked.cells()[1];
+        let line = hoptrace_runner::sweep::soak_args(
+            &opts,
+            cell,
+            "s.x",
+            Path::new("out/runs"),
+            Path::new("out/cells/x"),
         );
-        let e = Endpoint::parse(&a.broker).unwrap();
-        let cells = plan(&a, &e).unwrap();
-        assert_eq!(cells.len(), 8);
-        assert_eq!(cells[0].slug(), "partitions-1_acks-1_rate-10k");
-        assert_eq!(cells[1].slug(), "partitions-1_acks-1_rate-20k");
-        assert_eq!(cells[1].rate, 20_000);
+        let line = std::iter::once(OsString::from("hoptrace")).chain(line);
+        let Command::Soak(soak) = Cli::try_parse_from(line).unwrap().command else {
+            unreachable!("a soak")
+        };
         assert_eq!(
-            cells[7].broker,
+            soak.broker,
             "kafka://127.0.0.1:19092/t-p3?linger_ms=1&acks=all"
         );
-        assert_eq!(cells[7].partitions, Some(3));
-        assert_eq!(cells[0].metrics_per_message, DEFAULT_METRICS_PER_MESSAGE);
-    }
-
-    #[test]
-    fn settings_of_the_other_broker_are_refused() {
-        let a = args("--broker mqtt://127.0.0.1:1883 --rate 1k --acks all");
-        let e = Endpoint::parse(&a.broker).unwrap();
-        let err = plan(&a, &e).unwrap_err().to_string();
-        assert!(err.contains("Kafka settings"), "{err}");
-        let a = args("--broker mqtt://127.0.0.1:1883 --rate 1k --qos 3");
-        let e = Endpoint::parse(&a.broker).unwrap();
-        assert!(plan(&a, &e).unwrap_err().to_string().contains("--qos 3"));
-        let a = args("--broker mqtt://127.0.0.1:1883 --rate 1x");
-        let e = Endpoint::parse(&a.broker).unwrap();
-        assert!(plan(&a, &e).unwrap_err().to_string().contains("--rate"));
-    }
-
-    #[test]
-    fn mqtt_cells_set_qos_and_connections() {
-        let a = args("--broker mqtt://127.0.0.1:1883 --rate 5k --qos 0,1 --connections 2");
-        let e = Endpoint::parse(&a.broker).unwrap();
-        let cells = plan(&a, &e).unwrap();
-        assert_eq!(cells[1].broker, "mqtt://127.0.0.1:1883?qos=1&connections=2");
-        assert_eq!(cells[1].slug(), "qos-1_connections-2_rate-5k");
-    }
-
-    #[test]
-    fn a_kafka_address_needs_a_topic_to_suffix() {
-        assert!(with_topic("kafka://h:1", "x").is_err());
-        assert_eq!(with_topic("kafka://h:1/a", "b").unwrap(), "kafka://h:1/b");
+        assert_eq!(soak.rate, 20_000);
+        assert_eq!(soak.duration, opts.warmup + opts.window);
+        assert_eq!((soak.warmup, soak.tick), (opts.warmup, opts.tick));
+        assert_eq!((soak.streams, soak.metrics_per_message), (7, 50));
+        assert_eq!(soak.run_id.as_deref(), Some("s.x"));
+        assert_eq!(soak.runs, Path::new("out/runs"));
+        assert_eq!(soak.out.as_deref(), Some(Path::new("out/cells/x")));
     }
 }

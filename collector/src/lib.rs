@@ -6,11 +6,18 @@
 //! column per hop), and `run.json` (the pipeline, the probes, their clocks, the files and
 //! the accounting: every message sent is complete, incomplete or unseen).
 //!
-//! - [`spec`]: the pipeline spec (TOML): hops, expected hops, stages, join window, files.
+//! It depends on the dataset format (`hoptrace-format`) and the probe's wire protocol;
+//! it must never depend on the publisher, the analysis or the runner: they report to it,
+//! read what it writes, or start it.
+//!
+//! - [`PipelineSpec`] (of `hoptrace-format`): the pipeline spec (TOML): hops, expected hops,
+//!   stages, join window, files.
 //! - [`join`]: the join of records into traces, bounded by the window.
 //! - [`writer`]: rolling Parquet files.
 //! - [`stages`]: per-stage HDR histograms, exact statistics and interval logs.
 //! - [`run`]: a whole run: listen, join, write, account.
+//! - [`metrics`]: `/metrics` for Prometheus, and `/progress.json` ([`run::Progress`]) for
+//!   programs that watch a collector in another process.
 //!
 //! ```no_run
 //! use hoptrace_collector::run::{Collector, CollectorConfig};
@@ -27,7 +34,6 @@
 //! ```
 
 mod accounting;
-pub mod bench;
 pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]
@@ -35,7 +41,6 @@ pub mod kafka;
 pub mod keys;
 pub mod metrics;
 pub mod partition;
-pub mod procfs;
 pub mod run;
 pub mod server;
 pub mod stages;

@@ -1,9 +1,14 @@
-//! A Prometheus text endpoint (`GET /metrics`) for a running collector.
+//! The HTTP endpoints of a running collector (`hoptrace collect --metrics`):
+//!
+//! - `GET /metrics`: Prometheus text, for monitoring ([`render`]).
+//! - `GET /progress.json`: the collector's [`Progress`] as JSON, for programs that watch a
+//!   collector in another process (`hoptrace soak` waits on it to drain); read it with
+//!   [`fetch_progress`], which returns the same type.
 //!
 //! Minimal on purpose: one short-lived thread per request, at most
 //! [`MAX_CONCURRENT_REQUESTS`] at once (more are answered 503 without a thread), a 2 s
-//! read and write timeout, requests larger than 8 KiB refused, and nothing but
-//! `GET /metrics` answered.
+//! read and write timeout, requests larger than 8 KiB refused, and nothing but these two
+//! paths answered.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -18,7 +23,12 @@ use crate::run::Progress;
 /// Requests answered at once; a scraper needs one.
 pub const MAX_CONCURRENT_REQUESTS: usize = 8;
 
-/// Serves `/metrics` until dropped.
+/// The path of the Prometheus text.
+pub const METRICS_PATH: &str = "/metrics";
+/// The path of the JSON progress.
+pub const PROGRESS_PATH: &str = "/progress.json";
+
+/// Serves [`METRICS_PATH`] and [`PROGRESS_PATH`] until dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -27,13 +37,13 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Listens on `addr`; `render` produces the page for each request.
+    /// Listens on `addr`; `progress` is read for each request.
     ///
     /// # Errors
     /// The address cannot be bound.
     pub fn start(
         addr: &str,
-        render: Arc<dyn Fn() -> String + Send + Sync>,
+        progress: Arc<dyn Fn() -> Progress + Send + Sync>,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
@@ -53,11 +63,11 @@ impl MetricsServer {
                                 continue;
                             }
                             busy.fetch_add(1, Relaxed);
-                            let (render, done) = (Arc::clone(&render), Arc::clone(&busy));
+                            let (progress, done) = (Arc::clone(&progress), Arc::clone(&busy));
                             let spawned = std::thread::Builder::new()
                                 .name("collector-metrics-request".into())
                                 .spawn(move || {
-                                    let _ = answer(stream, &*render);
+                                    let _ = answer(stream, &*progress);
                                     done.fetch_sub(1, Relaxed);
                                 });
                             if spawned.is_err() {
@@ -91,7 +101,7 @@ impl Drop for MetricsServer {
     }
 }
 
-fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result<()> {
+fn answer(mut stream: TcpStream, progress: &dyn Fn() -> Progress) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -108,16 +118,50 @@ fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) -> std::io::Result
         n += got;
     }
     let head = String::from_utf8_lossy(&buf[..n]);
-    let (status, body) = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
-        ("200 OK", render())
+    let asks = |path: &str| {
+        head.strip_prefix("GET ")
+            .and_then(|rest| rest.strip_prefix(path))
+            .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('?'))
+    };
+    let (status, kind, body) = if asks(METRICS_PATH) {
+        ("200 OK", "text/plain; version=0.0.4", render(&progress()))
+    } else if asks(PROGRESS_PATH) {
+        let body = serde_json::to_string(&progress()).map_err(std::io::Error::other)?;
+        ("200 OK", "application/json", body)
     } else {
-        ("404 Not Found", "only /metrics is served\n".to_owned())
+        (
+            "404 Not Found",
+            "text/plain",
+            format!("only {METRICS_PATH} and {PROGRESS_PATH} are served\n"),
+        )
     };
     write!(
         stream,
-        "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Reads the [`Progress`] of a collector serving [`PROGRESS_PATH`] at `addr`, waiting
+/// at most `timeout` to connect and as long again for the answer.
+///
+/// # Errors
+/// Nothing answers, the answer is not `200 OK`, or its body is not a `Progress`.
+pub fn fetch_progress(addr: SocketAddr, timeout: Duration) -> std::io::Result<Progress> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(s, "GET {PROGRESS_PATH} HTTP/1.0\r\nHost: hoptrace\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        let status = head.lines().next().unwrap_or_default();
+        return Err(std::io::Error::other(format!("{PROGRESS_PATH}: {status}")));
+    }
+    serde_json::from_str(body).map_err(std::io::Error::other)
 }
 
 /// The Prometheus text exposition of a collector's progress.
@@ -198,19 +242,65 @@ pub fn render(p: &Progress) -> String {
 mod tests {
     use super::*;
 
-    fn get(addr: SocketAddr) -> String {
+    fn get_path(addr: SocketAddr, path: &str) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
-            .unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
     }
 
+    fn get(addr: SocketAddr) -> String {
+        get_path(addr, "/metrics")
+    }
+
+    fn progress() -> Progress {
+        Progress {
+            records: 12,
+            complete: 3,
+            incomplete: 1,
+            pending: 2,
+            connections: 4,
+            stages: vec![("Broker \"Time\"".into(), 1_000, -5)],
+            closed_connections: [("bad token".to_owned(), 2)].into(),
+            backpressure_episodes: 1,
+        }
+    }
+
+    #[test]
+    fn progress_reads_back_as_the_type_it_was() {
+        let server = MetricsServer::start("127.0.0.1:0", Arc::new(progress)).unwrap();
+        let addr = server.local_addr();
+        let got = fetch_progress(addr, Duration::from_secs(5)).unwrap();
+        assert_eq!(got, progress());
+        // The Prometheus page stays as it was, from the same figures.
+        let page = get(addr);
+        assert!(page.contains("text/plain; version=0.0.4"), "{page}");
+        assert!(
+            page.contains("hoptrace_traces_total{status=\"complete\"} 3"),
+            "{page}"
+        );
+        assert!(page.contains("hoptrace_pending_traces 2"), "{page}");
+        let json = get_path(addr, "/progress.json?x=1");
+        assert!(json.contains("application/json"), "{json}");
+        let other = get_path(addr, "/metricsx");
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        assert!(other.contains("/progress.json"), "{other}");
+    }
+
+    #[test]
+    fn fetching_from_nothing_fails() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        assert!(fetch_progress(port, Duration::from_millis(500)).is_err());
+    }
+
     #[test]
     fn idle_connections_cannot_take_more_than_the_request_limit() {
-        let server = MetricsServer::start("127.0.0.1:0", Arc::new(|| "up 1\n".to_owned())).unwrap();
+        let server = MetricsServer::start("127.0.0.1:0", Arc::new(Progress::default)).unwrap();
         let addr = server.local_addr();
         assert!(get(addr).starts_with("HTTP/1.1 200"));
         // Connections that never send a request hold a request thread each, up to the

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::ClockStatus;
 use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::accounting::{self, Rows};
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
@@ -138,8 +138,9 @@ pub enum CollectorError {
     },
 }
 
-/// Live figures, for progress lines and `/metrics`.
-#[derive(Debug, Clone, Default, Serialize)]
+/// Live figures, for progress lines, `/metrics` and `/progress.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Progress {
     /// Hop records received.
     pub records: u64,

@@ -13,12 +13,17 @@
 //! How late each message left against its schedule (schedule lag) is measured, never
 //! hidden; waits for a full client queue (broker back-pressure) are counted.
 //!
+//! It depends on the probe; it must never depend on the collector, the analysis or the
+//! runner (they receive what it reports, or start it).
+//!
 //! - [`url`]: broker addresses and their options.
 //! - [`schedule`]: the open-loop schedule (rate, streams, Zipf, ramp-up, bursts).
 //! - [`uns`]: ISA-95 style topic trees; [`payload`]: payload formats.
 //! - [`target`]: the transports, one module each behind the `Target` and `Source` traits.
 //! - [`publish`]: a whole publish run; [`tap`]: a broker tap; [`capture`]: record/replay.
 //! - [`accounting`]: Sent frames and the schedule lag histogram.
+//! - [`report`]: the end summary as a file (`hoptrace publish --summary-json`), read back
+//!   by the soak and the sweep.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -53,6 +58,7 @@ pub mod accounting;
 pub mod capture;
 pub mod payload;
 pub mod publish;
+pub mod report;
 pub mod schedule;
 pub mod tap;
 pub mod target;

@@ -4,7 +4,7 @@
 //!
 //! For each size a run is generated (the collector's own Parquet writer, realistic
 //! delays: see `hoptrace_collector::generate`), then `hoptrace report` runs on it as a child
-//! process, then `bench/duckdb_stages.py` (embedded in the binary) runs DuckDB's exact
+//! process, then `runner/bench/duckdb_stages.py` (embedded in the binary) runs DuckDB's exact
 //! `quantile_disc` per stage. Wall time and peak RSS of both children come from the
 //! kernel (`wait4`). Every DuckDB figure is checked against the report: counts, minimum
 //! and maximum exactly, every percentile within the precision the report states.
@@ -19,31 +19,30 @@ use hoptrace_analysis::Summary;
 use hoptrace_collector::generate::{GenerateOptions, generate};
 use serde::{Deserialize, Serialize};
 
+use hoptrace_format::run::HostInfo;
 use hoptrace_format::units;
 
-/// The DuckDB side, run by `python3`.
-const DUCKDB_SCRIPT: &str = include_str!("../bench/duckdb_stages.py");
+use crate::progress::LiveLine;
 
-/// Options of `hoptrace bench report`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Run sizes in traces, comma separated (e.g. `100M,1B`).
-    #[arg(long, default_value = "100M", value_delimiter = ',', value_parser = units::parse_count)]
+/// The DuckDB side, run by `python3`.
+const DUCKDB_SCRIPT: &str = include_str!("../../bench/duckdb_stages.py");
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ReportBenchOptions {
+    /// The `hoptrace` program whose `report` is timed.
+    pub program: PathBuf,
+    /// Run sizes in traces.
     pub traces: Vec<u64>,
     /// Where generated runs, reports and DuckDB's answers go.
-    #[arg(long, default_value = "/var/tmp/hoptrace-bench")]
     pub dir: PathBuf,
     /// Keep each generated run (a later invocation reuses a run of the same size).
-    #[arg(long)]
     pub keep: bool,
     /// Rows per generated Parquet file.
-    #[arg(long, default_value = "1M", value_parser = units::parse_count)]
     pub rows_per_file: u64,
     /// Python with the `duckdb` package.
-    #[arg(long, default_value = "python3")]
     pub python: String,
     /// Skip DuckDB (only time the report).
-    #[arg(long)]
     pub no_duckdb: bool,
 }
 
@@ -139,36 +138,50 @@ pub struct SizeResult {
     pub disagreements: Vec<String>,
 }
 
-/// Runs the benchmark for every size and prints a table and JSON.
+/// What `hoptrace bench report` prints as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportBench {
+    /// The machine.
+    pub machine: HostInfo,
+    /// One result per size.
+    pub results: Vec<SizeResult>,
+}
+
+impl ReportBench {
+    /// Whether DuckDB and the report agree on every figure of every size.
+    #[must_use]
+    pub fn agrees(&self) -> bool {
+        self.results.iter().all(|r| r.disagreements.is_empty())
+    }
+}
+
+/// Runs the benchmark for every size; `on_size` sees each size's figures as they are
+/// done.
 ///
 /// # Errors
 /// A failed generation, report or DuckDB run.
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("cannot create {}", args.dir.display()))?;
-    let script = args.dir.join("duckdb_stages.py");
+pub fn run(
+    opts: &ReportBenchOptions,
+    mut on_size: impl FnMut(&SizeResult),
+) -> anyhow::Result<ReportBench> {
+    std::fs::create_dir_all(&opts.dir)
+        .with_context(|| format!("cannot create {}", opts.dir.display()))?;
+    let script = opts.dir.join("duckdb_stages.py");
     std::fs::write(&script, DUCKDB_SCRIPT)
         .with_context(|| format!("cannot write {}", script.display()))?;
     let mut results = Vec::new();
-    for &traces in &args.traces {
-        let r = one_size(args, traces, &script)?;
-        print_result(&r);
+    for &traces in &opts.traces {
+        let r = one_size(opts, traces, &script)?;
+        on_size(&r);
         results.push(r);
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&serde_json::json!({
-            "machine": hoptrace_collector::run::host_info(),
-            "results": results,
-        }))?
-    );
-    if results.iter().any(|r| !r.disagreements.is_empty()) {
-        bail!("the report and DuckDB disagree beyond the stated precision");
-    }
-    Ok(())
+    Ok(ReportBench {
+        machine: hoptrace_collector::run::host_info(),
+        results,
+    })
 }
 
-fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResult> {
+fn one_size(args: &ReportBenchOptions, traces: u64, script: &Path) -> anyhow::Result<SizeResult> {
     let run_id = format!("generated-{traces}");
     let run_dir = args.dir.join(&run_id);
     let (files, parquet_bytes, generate_s) = match reusable(&run_dir, traces) {
@@ -185,16 +198,18 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
             }
             let mut opts = GenerateOptions::new(traces, &args.dir, &run_id);
             opts.rows_per_file = args.rows_per_file;
+            let mut live = LiveLine::new();
             let g = generate(&opts, |p| {
                 let rate = p.traces as f64 / p.elapsed_s.max(1e-9);
-                eprintln!(
+                live.show(&format!(
                     "generate: {}/{} traces  {}/s  ETA {:.0} s",
                     p.traces,
                     traces,
                     units::rate(rate),
                     (traces - p.traces) as f64 / rate
-                );
+                ));
             })?;
+            live.finish();
             eprintln!(
                 "generate: {} traces in {} files, {:.1} MiB ({:.2} bytes/trace) in {:.1} s",
                 g.traces,
@@ -209,9 +224,8 @@ fn one_size(args: &Args, traces: u64, script: &Path) -> anyhow::Result<SizeResul
 
     let report_dir = args.dir.join(format!("{run_id}-report"));
     eprintln!("bench report: hoptrace report over {traces} traces ...");
-    let exe = std::env::current_exe().context("this program's path")?;
     let report = run_measured(
-        Command::new(&exe)
+        Command::new(&args.program)
             .arg("report")
             .arg(&run_dir)
             .arg("--out")
@@ -328,39 +342,4 @@ fn agree(summary: &Summary, duck: &DuckAnswer) -> (usize, Vec<String>) {
         }
     }
     (checked, bad)
-}
-
-fn print_result(r: &SizeResult) {
-    println!(
-        "{} traces ({} files, {:.2} GiB Parquet, {:.2} bytes/trace)",
-        units::rate(r.traces as f64),
-        r.files,
-        r.parquet_bytes as f64 / (1u64 << 30) as f64,
-        r.parquet_bytes as f64 / r.traces.max(1) as f64
-    );
-    println!(
-        "  hoptrace report  {:>8.1} s wall  {:>8.1} s CPU  peak RSS {:>6} MiB",
-        r.report.wall_s,
-        r.report.cpu_s,
-        r.report.peak_rss_bytes >> 20
-    );
-    if let Some(d) = &r.duckdb {
-        println!(
-            "  DuckDB {:<9} {:>8.1} s wall  {:>8.1} s CPU  peak RSS {:>6} MiB  (queries {:.1} s)",
-            r.duckdb_version.as_deref().unwrap_or("?"),
-            d.wall_s,
-            d.cpu_s,
-            d.peak_rss_bytes >> 20,
-            r.duckdb_query_s.unwrap_or(0.0)
-        );
-        println!(
-            "  report / DuckDB = {:.3}; {} percentiles checked, {} outside the stated precision",
-            r.ratio.unwrap_or(0.0),
-            r.percentiles_checked,
-            r.disagreements.len()
-        );
-    }
-    for d in &r.disagreements {
-        println!("  DISAGREES: {d}");
-    }
 }

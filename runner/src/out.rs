@@ -1,12 +1,12 @@
 //! Terminal output that a closed pipe cannot break.
 //!
 //! `hoptrace collect 2>&1 | head -1` closes the pipe after one line; the standard
-//! `println!` would then panic and lose the run. Every line this program prints goes
-//! through [`print`] (the crate's `println!`, `eprintln!`, `print!` and `eprint!` shadow
-//! the standard ones, see `main.rs`), and the log output goes through [`Sink`]: a stream
-//! that fails to take a write (EPIPE, or any other error) is marked closed and never
-//! written again, and the command carries on to its end (flushing files, writing
-//! `run.json`) as if it had been printed.
+//! `println!` would then panic and lose the run. Every line the `hoptrace` command prints
+//! goes through [`print`] (in the binary and in this crate, `println!`, `eprintln!`,
+//! `print!` and `eprint!` are macros of the crate's own that shadow the standard ones),
+//! and the log output goes through [`Sink`]: a stream that fails to take a write (EPIPE,
+//! or any other error) is marked closed and never written again, and the command carries
+//! on to its end (flushing files, writing `run.json`) as if it had been printed.
 
 use std::fmt;
 use std::io::{self, Write as _};

@@ -49,7 +49,7 @@
 //!   there too. Resolution is one clock tick (10 ms).
 //!
 //! ```no_run
-//! use hoptrace_collector::bench::{self, BenchOptions};
+//! use hoptrace_runner::bench::collector::{self as bench, BenchOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let opts = BenchOptions {
@@ -80,7 +80,7 @@ use hoptrace_probe::{
 use serde::Serialize;
 
 use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};
-use crate::run::{Collector, CollectorConfig, CollectorError};
+use hoptrace_collector::run::{Collector, CollectorConfig, CollectorError};
 use hoptrace_format::spec::PipelineSpec;
 
 /// Streams the traces are spread over.
@@ -163,7 +163,7 @@ pub struct BenchProgress {
     /// `VmRSS` of this process (collector and generators).
     pub rss_bytes: u64,
     /// The join's memory estimated from its pending traces and the emitted keys it
-    /// remembers for one window, with the per-trace sizes documented in [`crate::join`].
+    /// remembers for one window, with the per-trace sizes documented in [`hoptrace_collector::join`].
     pub join_memory_estimate_bytes: u64,
     /// Seconds until every trace is written, at the average rate so far; `None` before
     /// the first trace is written.

@@ -11,42 +11,32 @@
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use crate::procfs::{Pid, USER_HZ, process_ticks};
 use anyhow::Context as _;
-use hoptrace_collector::procfs::{Pid, USER_HZ, process_ticks};
 use hoptrace_publisher::payload::PayloadFormat;
 use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::url::Endpoint;
 use serde::Serialize;
 
-use hoptrace_format::units;
-
-/// Options of `hoptrace bench publisher`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Broker: `mqtt://host:port?qos=0` or `kafka://host:port/topic?acks=all`.
-    #[arg(long)]
-    pub to: String,
+/// What to search.
+#[derive(Debug, Clone)]
+pub struct PublisherBenchOptions {
+    /// The broker.
+    pub to: Endpoint,
     /// Metrics per message (more than 1: JSON batches).
-    #[arg(long, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// Payload format (default: json, or json-batch for several metrics per message).
-    #[arg(long, value_parser = PayloadFormat::parse)]
     pub payload: Option<PayloadFormat>,
     /// Streams the load is spread over.
-    #[arg(long, default_value_t = 100)]
     pub streams: u32,
     /// First target rate, metrics per second.
-    #[arg(long, default_value = "20k", value_parser = units::parse_count)]
     pub start: u64,
     /// Length of each step.
-    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
     pub step: Duration,
     /// Stop bisecting when the failing rate is within this fraction of the passing one.
-    #[arg(long, default_value_t = 0.05)]
     pub precision: f64,
     /// Most steps.
-    #[arg(long, default_value_t = 20)]
     pub max_steps: usize,
 }
 
@@ -73,88 +63,98 @@ pub struct Step {
     pub pass: bool,
 }
 
-/// Runs the search and prints each step and the result (and JSON).
+/// The result of a search, as `hoptrace bench publisher` prints it in JSON (the fields
+/// in the order of the JSON's keys).
+#[derive(Debug, Clone, Serialize)]
+pub struct PublisherBench {
+    /// The highest target rate that passed, metrics per second.
+    pub highest_passing_metrics_per_s: Option<f64>,
+    /// The lowest target rate that failed, metrics per second.
+    pub lowest_failing_metrics_per_s: Option<f64>,
+    /// Metrics per message.
+    pub metrics_per_message: u32,
+    /// Seconds per step.
+    pub step_s: f64,
+    /// Every step, in order.
+    pub steps: Vec<Step>,
+    /// Streams.
+    pub streams: u32,
+    /// The broker.
+    pub to: String,
+}
+
+impl PublisherBench {
+    /// The passing step of the highest rate.
+    #[must_use]
+    pub fn best(&self) -> Option<&Step> {
+        let p = self.highest_passing_metrics_per_s?;
+        self.steps
+            .iter()
+            .find(|s| s.pass && s.target_metrics_per_s == p)
+    }
+}
+
+/// Runs the search: the rate doubles from `start` until a step fails, then bisects.
+/// `on_step` sees each step as it ends.
 ///
 /// # Errors
-/// Invalid options, an unusable broker.
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    let endpoint = Endpoint::parse(&args.to).context("--to")?;
+/// An unusable broker.
+pub fn run(
+    opts: &PublisherBenchOptions,
+    mut on_step: impl FnMut(&Step),
+) -> anyhow::Result<PublisherBench> {
     eprintln!(
         "searching the highest rate to {} with {} metric(s) per message, {} s per step",
-        endpoint.display(),
-        args.metrics_per_message,
-        args.step.as_secs_f64()
+        opts.to.display(),
+        opts.metrics_per_message,
+        opts.step.as_secs_f64()
     );
     let stop = AtomicBool::new(false);
     let mut steps: Vec<Step> = Vec::new();
     let (mut pass, mut fail): (Option<f64>, Option<f64>) = (None, None);
-    let mut rate = args.start as f64;
-    let started = Instant::now();
-    while steps.len() < args.max_steps {
-        let step = one_step(args, &endpoint, rate, &stop)?;
-        println!(
-            "{:>4}  target {:>8} metrics/s  achieved {:>8} ({:.4})  {:>8} msg/s  cpu {:.2} cores  waits {}  lag p99 {}  unconfirmed {}  {}",
-            steps.len() + 1,
-            units::rate(step.target_metrics_per_s),
-            units::rate(step.achieved_metrics_per_s),
-            step.ratio,
-            units::rate(step.messages_per_s),
-            step.cpu_cores,
-            step.backpressure_waits,
-            units::duration_f64(step.lag_p99_ns as f64),
-            step.unconfirmed,
-            if step.pass { "pass" } else { "FAIL" }
-        );
+    let mut rate = opts.start as f64;
+    while steps.len() < opts.max_steps {
+        let step = one_step(opts, rate, &stop)?;
+        on_step(&step);
         if step.pass {
             pass = Some(pass.map_or(rate, |p: f64| p.max(rate)));
         } else {
             fail = Some(fail.map_or(rate, |f: f64| f.min(rate)));
         }
         steps.push(step);
-        rate = match (pass, fail) {
-            (Some(p), None) => p * 2.0,
-            (None, Some(f)) => f / 2.0,
-            (Some(p), Some(f)) if (f - p) / p > args.precision => f64::midpoint(p, f),
-            _ => break,
+        rate = match next_rate(pass, fail, opts.precision) {
+            Some(r) => r,
+            None => break,
         };
     }
-    let best = pass.and_then(|p| steps.iter().find(|s| s.pass && s.target_metrics_per_s == p));
-    match best {
-        Some(b) => println!(
-            "highest passing rate: {} metrics/s ({} msg/s) using {:.2} cores; first failure at {}; {} steps in {:.0} s",
-            units::rate(b.target_metrics_per_s),
-            units::rate(b.messages_per_s),
-            b.cpu_cores,
-            fail.map_or_else(|| "none".into(), units::rate),
-            steps.len(),
-            started.elapsed().as_secs_f64()
-        ),
-        None => println!("no step passed; lower --start"),
-    }
-    let report = serde_json::json!({
-        "to": endpoint.display(),
-        "metrics_per_message": args.metrics_per_message,
-        "streams": args.streams,
-        "step_s": args.step.as_secs_f64(),
-        "highest_passing_metrics_per_s": pass,
-        "lowest_failing_metrics_per_s": fail,
-        "steps": steps,
-    });
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(())
+    Ok(PublisherBench {
+        highest_passing_metrics_per_s: pass,
+        lowest_failing_metrics_per_s: fail,
+        metrics_per_message: opts.metrics_per_message,
+        step_s: opts.step.as_secs_f64(),
+        steps,
+        streams: opts.streams,
+        to: opts.to.display(),
+    })
 }
 
-fn one_step(
-    args: &Args,
-    endpoint: &Endpoint,
-    rate: f64,
-    stop: &AtomicBool,
-) -> anyhow::Result<Step> {
-    let mut shape = LoadShape::uniform(rate, args.streams);
-    shape.metrics_per_message = args.metrics_per_message;
-    shape.duration = Some(args.step);
-    let mut config = PublishConfig::new(endpoint.clone(), shape);
-    config.payload = args.payload;
+/// The next rate to try after the highest pass and the lowest failure so far, or `None`
+/// when they are within `precision` of each other.
+fn next_rate(pass: Option<f64>, fail: Option<f64>, precision: f64) -> Option<f64> {
+    match (pass, fail) {
+        (Some(p), None) => Some(p * 2.0),
+        (None, Some(f)) => Some(f / 2.0),
+        (Some(p), Some(f)) if (f - p) / p > precision => Some(f64::midpoint(p, f)),
+        _ => None,
+    }
+}
+
+fn one_step(opts: &PublisherBenchOptions, rate: f64, stop: &AtomicBool) -> anyhow::Result<Step> {
+    let mut shape = LoadShape::uniform(rate, opts.streams);
+    shape.metrics_per_message = opts.metrics_per_message;
+    shape.duration = Some(opts.step);
+    let mut config = PublishConfig::new(opts.to.clone(), shape);
+    config.payload = opts.payload;
     let cpu0 = process_ticks(Pid::This).unwrap_or(0);
     let t0 = Instant::now();
     let s: PublishSummary = Publisher::new(config)
@@ -180,4 +180,17 @@ fn one_step(
         unconfirmed,
         pass: ratio >= 0.99 && unconfirmed == 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_doubles_halves_then_bisects() {
+        assert_eq!(next_rate(Some(10.0), None, 0.05), Some(20.0));
+        assert_eq!(next_rate(None, Some(10.0), 0.05), Some(5.0));
+        assert_eq!(next_rate(Some(10.0), Some(20.0), 0.05), Some(15.0));
+        assert_eq!(next_rate(Some(10.0), Some(10.4), 0.05), None);
+    }
 }

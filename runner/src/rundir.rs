@@ -1,0 +1,164 @@
+//! A run directory before and after a run: whether a collector may write into it, and
+//! what only the command that ran the collector knows (that the run was interrupted).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use hoptrace_format::run::RunSummary;
+use hoptrace_format::spec::PipelineSpec;
+
+/// The hops of a pipeline as (name, wire id).
+fn hop_ids(spec: &PipelineSpec) -> Vec<(String, u8)> {
+    spec.hops
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name.clone(), h.id.unwrap_or(i as u8)))
+        .collect()
+}
+
+fn hop_list(hops: &[String]) -> String {
+    hops.join(", ")
+}
+
+/// Refuses to write into `dir` when it holds a run that closed cleanly (unless
+/// `continue_run`) or data of another pipeline (always): either would leave a directory
+/// that no reader can make sense of. A directory a killed collector left (part files, no
+/// `run.json`) of the same pipeline is taken over and its complete files kept.
+///
+/// # Errors
+/// What `dir` holds, and what to do instead.
+pub fn check(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Result<()> {
+    let ours = hop_ids(spec);
+    let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
+    let run_json = dir.join("run.json");
+    if run_json.exists() {
+        let text = std::fs::read_to_string(&run_json)
+            .with_context(|| format!("reading {}", run_json.display()))?;
+        let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{} holds a run.json that does not read ({e}): choose another --run-id",
+                dir.display()
+            )
+        })?;
+        if hop_ids(&prev.pipeline) != ours {
+            bail!(
+                "{} holds run {:?} of pipeline {:?} (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+                dir.display(),
+                prev.run_id,
+                prev.pipeline.name,
+                hop_list(
+                    &prev
+                        .pipeline
+                        .hops
+                        .iter()
+                        .map(|h| h.name.clone())
+                        .collect::<Vec<_>>()
+                ),
+                spec.name,
+                hop_list(&our_names)
+            );
+        }
+        if !continue_run {
+            let rows: u64 = prev.files.iter().map(|f| f.rows).sum();
+            bail!(
+                "{} holds run {:?}, which closed cleanly with {rows} traces in {} file(s): choose another --run-id, or pass --continue to add to it",
+                dir.display(),
+                prev.run_id,
+                prev.files.len()
+            );
+        }
+        return Ok(());
+    }
+    // No run.json: a collector was killed here. Its part files name their hops.
+    let traces = dir.join("traces");
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(&traces)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    parts.sort();
+    if let Some(theirs) = parts.iter().find_map(|p| part_hops(p))
+        && theirs != our_names
+    {
+        bail!(
+            "{} holds the files of another pipeline's run (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+            dir.display(),
+            hop_list(&theirs),
+            spec.name,
+            hop_list(&our_names)
+        );
+    }
+    Ok(())
+}
+
+/// The hops a traces part file has columns for (`<hop>_ns`), or `None` when it does not
+/// read.
+fn part_hops(path: &Path) -> Option<Vec<String>> {
+    use hoptrace_analysis::datafusion::parquet::file::reader::{
+        FileReader as _, SerializedFileReader,
+    };
+    let reader = SerializedFileReader::new(std::fs::File::open(path).ok()?).ok()?;
+    let schema = reader.metadata().file_metadata().schema_descr_ptr();
+    Some(
+        schema
+            .root_schema()
+            .get_fields()
+            .iter()
+            .filter_map(|f| f.name().strip_suffix("_ns"))
+            .filter(|n| *n != "intended")
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Marks the run in `run_json` as interrupted (the collector that wrote it could not
+/// know).
+///
+/// # Errors
+/// The file does not read, parse or write.
+pub fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read(run_json).with_context(|| format!("reading {}", run_json.display()))?;
+    let mut run: RunSummary =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
+    run.interrupted = true;
+    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
+        .with_context(|| format!("writing {}", run_json.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_run_says_so_and_a_finished_run_is_not_written_over() {
+        let runs = std::env::temp_dir().join(format!("hoptrace-rundir-{}", std::process::id()));
+        let dir = runs.join("r");
+        let spec = PipelineSpec::default_pipeline();
+        check(&dir, &spec, false).unwrap();
+        // A run that closed cleanly, with no probe: run.json and nothing else.
+        let mut cfg = hoptrace_collector::CollectorConfig::new("127.0.0.1:0", spec.clone(), &runs);
+        cfg.run_id = Some("r".into());
+        hoptrace_collector::Collector::start(cfg)
+            .unwrap()
+            .stop()
+            .unwrap();
+        let e = check(&dir, &spec, false).unwrap_err().to_string();
+        assert!(
+            e.contains("closed cleanly") && e.contains("--continue"),
+            "{e}"
+        );
+        check(&dir, &spec, true).unwrap();
+        let other = PipelineSpec::chain("other", &["a".into(), "b".into()]).unwrap();
+        let e = check(&dir, &other, true).unwrap_err().to_string();
+        assert!(e.contains("not of this pipeline"), "{e}");
+        mark_interrupted(&dir.join("run.json")).unwrap();
+        let back: RunSummary =
+            serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+        assert!(back.interrupted);
+        let _ = std::fs::remove_dir_all(&runs);
+    }
+}

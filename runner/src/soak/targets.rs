@@ -1,0 +1,206 @@
+//! The soak's targets, each met or not: the rate achieved, counts that add up, a flat
+//! collector RSS, Parquet bytes per trace and the time of the report.
+
+use hoptrace_analysis::resources::{self, ProcessResources};
+use hoptrace_analysis::summary::{AccountingSummary, DataRead};
+use hoptrace_format::units;
+use serde::{Deserialize, Serialize};
+
+/// Parquet bytes per trace the soak aims at.
+pub const TARGET_BYTES_PER_TRACE: f64 = 16.0;
+/// Seconds the whole-run report may take.
+pub const TARGET_REPORT_S: f64 = 60.0;
+/// Achieved / target rate the publisher must reach.
+pub const TARGET_RATE_RATIO: f64 = 0.99;
+
+/// One of the soak's targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// What is measured.
+    pub name: String,
+    /// The target.
+    pub target: String,
+    /// The measured figure.
+    pub measured: String,
+    /// Whether it was met.
+    pub met: bool,
+}
+
+/// What the targets are judged on.
+#[derive(Debug, Clone, Copy)]
+pub struct Measures<'a> {
+    /// The target rate, metrics per second.
+    pub target_metrics_per_s: u64,
+    /// The rate the publisher achieved over the run, metrics per second.
+    pub achieved_metrics_per_s: f64,
+    /// Messages the publisher says it sent.
+    pub sent: u64,
+    /// Where the run's messages ended up, as the report found.
+    pub accounting: &'a AccountingSummary,
+    /// The Parquet the report read.
+    pub data: &'a DataRead,
+    /// Per-process resources.
+    pub resources: &'a [ProcessResources],
+    /// Seconds the report took.
+    pub report_s: f64,
+}
+
+/// Every target, judged on `m`.
+#[must_use]
+pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
+    let ratio = m.achieved_metrics_per_s / m.target_metrics_per_s as f64;
+    let a = m.accounting;
+    let bytes_per_trace = m.data.bytes as f64 / m.data.rows.max(1) as f64;
+    let collector = m.resources.iter().find(|p| p.process == "collector");
+    vec![
+        Target {
+            name: "Achieved / target rate over the whole run".into(),
+            target: format!(">= {TARGET_RATE_RATIO}"),
+            measured: format!(
+                "{ratio:.4} ({} of {} metrics/s)",
+                units::rate(m.achieved_metrics_per_s),
+                units::rate(m.target_metrics_per_s as f64)
+            ),
+            met: ratio >= TARGET_RATE_RATIO,
+        },
+        Target {
+            name: "Counts add up (sent = complete + incomplete + dropped)".into(),
+            target: "exactly".into(),
+            measured: format!(
+                "sent {} = complete {} + incomplete {} + unseen {}; lost by probes {}",
+                a.sent, a.complete, a.incomplete, a.unseen, a.records_lost_by_probes
+            ),
+            met: a.adds_up && a.sent == m.sent,
+        },
+        Target {
+            name: "Collector RSS flat after warm-up".into(),
+            target: format!(
+                "growth <= {:.0} % of its mean (or {:.0} MiB)",
+                resources::FLAT_GROWTH_FRACTION * 100.0,
+                resources::FLAT_GROWTH_FLOOR_BYTES / 1_048_576.0
+            ),
+            measured: collector.map_or_else(
+                || "not sampled".into(),
+                |p| {
+                    format!(
+                        "{:.1} MiB/min slope, mean {:.0} MiB, max {:.0} MiB",
+                        p.rss_slope_bytes_per_min / 1_048_576.0,
+                        p.rss_mean_bytes as f64 / 1_048_576.0,
+                        p.rss_max_bytes as f64 / 1_048_576.0
+                    )
+                },
+            ),
+            met: collector.is_some_and(|p| p.rss_flat),
+        },
+        Target {
+            name: "Parquet bytes per trace".into(),
+            target: format!("<= {TARGET_BYTES_PER_TRACE}"),
+            measured: format!(
+                "{bytes_per_trace:.2} ({} bytes, {} traces)",
+                m.data.bytes, m.data.rows
+            ),
+            met: bytes_per_trace <= TARGET_BYTES_PER_TRACE,
+        },
+        Target {
+            name: "Report over the whole run".into(),
+            target: format!("<= {TARGET_REPORT_S:.0} s"),
+            measured: format!("{:.1} s", m.report_s),
+            met: m.report_s <= TARGET_REPORT_S,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accounting(sent: u64, complete: u64, adds_up: bool) -> AccountingSummary {
+        serde_json::from_value(serde_json::json!({
+            "sent": sent, "sent_metrics": sent * 10, "complete": complete,
+            "incomplete": sent - complete, "missing_by_hop": {}, "unseen": 0,
+            "records_lost_by_probes": 0, "duplicates": 0, "negative_deltas": 0,
+            "late_records": 0, "unknown_hop_records": 0, "adds_up": adds_up,
+        }))
+        .unwrap()
+    }
+
+    fn collector(flat: bool) -> ProcessResources {
+        ProcessResources {
+            process: "collector".into(),
+            pid: 1,
+            samples: 30,
+            cpu_mean: 0.2,
+            cpu_max: 0.4,
+            rss_mean_bytes: 50 << 20,
+            rss_max_bytes: 60 << 20,
+            rss_end_bytes: 55 << 20,
+            rss_slope_bytes_per_min: 1_048_576.0,
+            rss_flat: flat,
+        }
+    }
+
+    #[test]
+    fn a_good_soak_meets_every_target() {
+        let (a, data, res) = (
+            accounting(1000, 1000, true),
+            DataRead {
+                files: 1,
+                bytes: 8_000,
+                rows: 1000,
+            },
+            [collector(true)],
+        );
+        let t = evaluate(&Measures {
+            target_metrics_per_s: 100_000,
+            achieved_metrics_per_s: 99_500.0,
+            sent: 1000,
+            accounting: &a,
+            data: &data,
+            resources: &res,
+            report_s: 2.5,
+        });
+        assert_eq!(t.len(), 5);
+        assert!(t.iter().all(|t| t.met), "{t:#?}");
+        assert_eq!(t[0].measured, "0.9950 (99.5k of 100.0k metrics/s)");
+        assert_eq!(t[3].measured, "8.00 (8000 bytes, 1000 traces)");
+        assert_eq!(t[4].measured, "2.5 s");
+    }
+
+    #[test]
+    fn each_target_can_be_missed() {
+        let (a, data, res) = (
+            accounting(1000, 990, false),
+            DataRead {
+                files: 1,
+                bytes: 17_000,
+                rows: 1000,
+            },
+            [collector(false)],
+        );
+        let t = evaluate(&Measures {
+            target_metrics_per_s: 100_000,
+            achieved_metrics_per_s: 98_000.0,
+            sent: 1001,
+            accounting: &a,
+            data: &data,
+            resources: &res,
+            report_s: 61.0,
+        });
+        assert!(t.iter().all(|t| !t.met), "{t:#?}");
+        // Without a collector sample its target cannot be met.
+        let t = evaluate(&Measures {
+            resources: &[],
+            ..Measures {
+                target_metrics_per_s: 1,
+                achieved_metrics_per_s: 1.0,
+                sent: 1000,
+                accounting: &accounting(1000, 1000, true),
+                data: &data,
+                resources: &res,
+                report_s: 1.0,
+            }
+        });
+        assert_eq!(t[2].measured, "not sampled");
+        assert!(!t[2].met);
+    }
+}
