@@ -70,12 +70,12 @@ fn stamps(seq: u64) -> [Option<i64>; 6] {
     ]
 }
 
-fn status(bound: u64) -> Box<StaticClockStatus> {
+fn status(bound: u64, leap: Leap) -> Box<StaticClockStatus> {
     Box::new(StaticClockStatus(ClockStatus {
         at_ns: 0,
         source: ClockSource::Injected,
         synced: true,
-        leap: Leap::None,
+        leap,
         offset_ns: 100,
         error_bound_ns: bound,
         detail: "test".into(),
@@ -93,17 +93,19 @@ fn make_run(dir: &Path) {
         .enumerate()
         .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
         .collect();
-    let exporter = |host: &str, hops: &[(HopId, &str)], bound: u64| {
+    let exporter = |host: &str, hops: &[(HopId, &str)], bound: u64, leap: Leap| {
         let mut c = ExporterConfig::new(collector.local_addr().to_string(), "analysis-test");
         c.host = host.into();
         c.backoff_min = Duration::from_millis(5);
-        Exporter::start_with(c, hops, status(bound)).unwrap()
+        Exporter::start_with(c, hops, status(bound, leap)).unwrap()
     };
-    let ea = exporter("host-a", &hops[..1], BOUND_A_NS);
-    let eb = exporter("host-b", &hops[1..], BOUND_B_NS);
+    let ea = exporter("host-a", &hops[..1], BOUND_A_NS, Leap::None);
+    // Host B's clock announces a leap second: a field of clock.parquet and run.json, and
+    // a warning of the report.
+    let eb = exporter("host-b", &hops[1..], BOUND_B_NS, Leap::Insert);
     // A probe that connects, announces `publish`, sends its (bad) clock and stamps
     // nothing: it is no host of any stage.
-    let idle = exporter("bad-host", &hops[..1], 50 * BOUND_A_NS);
+    let idle = exporter("bad-host", &hops[..1], 50 * BOUND_A_NS, Leap::None);
     let (ca, cb) = (ManualClock::new(0), ManualClock::new(0));
     let pa = ea.probe_with_clock(hops[0].0, ca.clone()).unwrap();
     let pb: Vec<_> = hops[1..]
@@ -302,6 +304,17 @@ fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
         s.warnings
     );
     assert_eq!(s.environment.hosts.len(), 2);
+    // The leap second host B's clock announced: in the report's warnings, naming only B.
+    let leaps: Vec<_> = s
+        .warnings
+        .iter()
+        .filter(|w| w.contains("leap second"))
+        .collect();
+    assert_eq!(leaps.len(), 1, "{:?}", s.warnings);
+    assert!(
+        leaps[0].starts_with("host-b: ") && leaps[0].contains("insert"),
+        "{leaps:?}"
+    );
     assert!(
         s.environment
             .idle_probes
@@ -310,6 +323,41 @@ fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
         "{:?}",
         s.environment.idle_probes
     );
+}
+
+#[test]
+fn a_leap_second_announced_by_a_clock_is_a_field_of_run_json_and_clock_parquet() {
+    let run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir().join("run.json")).unwrap()).unwrap();
+    let leaps = |host: &str| -> Vec<String> {
+        run["clock"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["host"] == host)
+            .map(|r| r["leap"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (a, b) = (leaps("host-a"), leaps("host-b"));
+    assert!(!a.is_empty() && a.iter().all(|l| l == "none"), "{a:?}");
+    assert!(!b.is_empty() && b.iter().all(|l| l == "insert"), "{b:?}");
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        let q = "SELECT count(*) AS n FROM clock WHERE host = 'host-b' AND leap = 'insert'";
+        let batches = hoptrace_analysis::sql::query(&ctx, q).await.unwrap();
+        let n = batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(
+            n as usize,
+            b.len(),
+            "clock.parquet holds the leap of every status"
+        );
+    });
 }
 
 #[test]
