@@ -712,7 +712,7 @@ fn drop_unannounced(
 
 fn count_protocol_error(counters: &ConnectionCounters, e: &ProtocolError) {
     match e {
-        ProtocolError::FrameTooLarge(_) => counters.too_large.fetch_add(1, Relaxed),
+        ProtocolError::FrameTooLarge(..) => counters.too_large.fetch_add(1, Relaxed),
         _ => counters.malformed.fetch_add(1, Relaxed),
     };
 }

@@ -334,6 +334,56 @@ fn connections_that_only_say_hello_stamp_nothing_in_run_json() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Before a peer has authenticated, its first frame may be no larger than the largest
+/// Hello (about 20 KiB), not the 1 MiB of later frames: a first frame announcing 100 KiB is
+/// refused from its length alone, without the collector reading its body, and counted.
+#[test]
+fn a_first_frame_larger_than_any_hello_is_refused_from_its_length() {
+    use hoptrace_probe::protocol::{MAX_FRAME_LEN, MAX_HELLO_LEN, reject_code};
+    let dir = tempdir("bighello");
+    let collector = collect(&dir);
+    let addr = collector.local_addr();
+    let len: u32 = 100 * 1024;
+    assert!((MAX_HELLO_LEN as u32) < len && (len as usize) < MAX_FRAME_LEN);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The length and the type byte of a Hello, and no body: the collector must answer
+    // without waiting for the 100 KiB.
+    let mut head = len.to_le_bytes().to_vec();
+    head.push(0x01);
+    s.write_all(&head).unwrap();
+    match hoptrace_probe::protocol::read_frame(&mut s, 1 << 20).unwrap() {
+        Frame::Reject { code, reason } => {
+            assert_eq!(code, reject_code::MALFORMED, "{reason}");
+            assert!(
+                reason.contains(&format!("at most {MAX_HELLO_LEN} bytes")),
+                "{reason}"
+            );
+        }
+        other => panic!("no reject: {other:?}"),
+    }
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "the collector closed after its reject");
+    // A good probe beside it is exact.
+    let mut good = Raw::connect(
+        addr,
+        "good-host",
+        &[(0, "publish"), (1, "broker"), (2, "store")],
+    );
+    good.records(&full_traces(1, 10, now_ns() - 10_000_000_000));
+    good.send(&sent(1, 10));
+    good.bye();
+    let summary = collector.stop().unwrap();
+    assert_eq!(
+        summary.connections["too_large"], 1,
+        "{:?}",
+        summary.connections
+    );
+    assert_eq!(publisher(&summary, 1).complete, 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// splitmix64, for the crowd below.
 struct Rng(u64);
 

@@ -275,9 +275,11 @@ pub enum Frame {
 /// Why bytes are not a valid frame. Names follow `docs/collector-protocol.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
-    /// The length prefix exceeds the maximum frame size: a broken or hostile peer.
-    #[error("frame of {0} bytes exceeds the maximum of {MAX_FRAME_LEN}")]
-    FrameTooLarge(u32),
+    /// The length prefix (first) exceeds the largest frame allowed where it was read
+    /// (second: [`MAX_HELLO_LEN`] for a connection's first frame, else
+    /// [`MAX_FRAME_LEN`]): a broken or hostile peer.
+    #[error("frame of {0} bytes is too large: at most {1} bytes here")]
+    FrameTooLarge(u32, u32),
     /// A length prefix of 0.
     #[error("empty frame")]
     EmptyFrame,
@@ -315,7 +317,7 @@ impl ProtocolError {
     #[must_use]
     pub fn name(&self) -> &'static str {
         match self {
-            Self::FrameTooLarge(_) => "frame_too_large",
+            Self::FrameTooLarge(..) => "frame_too_large",
             Self::EmptyFrame => "empty_frame",
             Self::UnknownType(_) => "unknown_type",
             Self::Truncated => "truncated",
@@ -928,7 +930,10 @@ pub fn split_frame(
         return Err(ProtocolError::EmptyFrame);
     }
     if len as usize > max_frame_len {
-        return Err(ProtocolError::FrameTooLarge(len));
+        return Err(ProtocolError::FrameTooLarge(
+            len,
+            u32::try_from(max_frame_len).unwrap_or(u32::MAX),
+        ));
     }
     let total = 4 + len as usize;
     if buf.len() < total {
@@ -969,7 +974,10 @@ pub fn read_frame<R: Read>(r: &mut R, max_frame_len: usize) -> Result<Frame, Pro
         return Err(ProtocolError::EmptyFrame);
     }
     if len as usize > max_frame_len {
-        return Err(ProtocolError::FrameTooLarge(len));
+        return Err(ProtocolError::FrameTooLarge(
+            len,
+            u32::try_from(max_frame_len).unwrap_or(u32::MAX),
+        ));
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)
@@ -1130,7 +1138,10 @@ mod tests {
             .to_vec();
         assert_eq!(
             split_frame(&buf, MAX_FRAME_LEN),
-            Err(ProtocolError::FrameTooLarge(MAX_FRAME_LEN as u32 + 1))
+            Err(ProtocolError::FrameTooLarge(
+                MAX_FRAME_LEN as u32 + 1,
+                MAX_FRAME_LEN as u32
+            ))
         );
         buf = vec![0, 0, 0, 0];
         assert_eq!(

@@ -458,3 +458,53 @@ fn an_absence_longer_than_the_retention_buffer_loses_exactly_what_it_evicted() {
     assert_eq!(keys.len() as u64 + c.evicted, 4_000);
     assert_eq!(keys, (1_000 + c.evicted..5_000).collect::<Vec<_>>());
 }
+
+/// A frame beyond the protocol's limits is the caller's error, returned, not a panic: the
+/// exporter queues nothing of it and goes on working for every later frame and record.
+#[test]
+fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
+    use hoptrace_probe::protocol::{EncodeError, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let entry = |stream| SentEntry {
+        stream,
+        messages: 1,
+        metrics: 1,
+        first_sequence: 0,
+        last_sequence: 0,
+    };
+    let too_many = Frame::Sent(SentFrame {
+        publisher: 1,
+        entries: (0..=MAX_SENT_PER_FRAME as u32).map(entry).collect(),
+    });
+    assert_eq!(
+        exp.send_frame(&too_many),
+        Err(EncodeError::TooManySentEntries(MAX_SENT_PER_FRAME + 1))
+    );
+    // The same exporter, from another thread as well: nothing poisoned.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            exp.send_frame(&Frame::Sent(SentFrame {
+                publisher: 1,
+                entries: vec![entry(7)],
+            }))
+            .unwrap();
+        });
+    });
+    let p = exp.probe(HOPS[0].0).unwrap();
+    let mut c = ctx(1);
+    p.record(&mut c).unwrap();
+    let summary = exp.shutdown();
+    assert!(summary.clean, "{summary:?}");
+    mc.wait_for_goodbye();
+    let frames = mc.frames.lock().unwrap().clone();
+    let sent: Vec<_> = frames
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Frame::Sent(s) => Some(s.entries.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [vec![entry(7)]], "only the valid Sent frame went out");
+    assert_eq!(mc.records().len(), 1);
+}
