@@ -412,10 +412,9 @@ fn substitutions() {
 }
 
 #[test]
+#[ignore = "needs the brokers (infra/services.sh up; source infra/env.sh): infra/test.sh runs it"]
 fn every_readme_command_block_runs() {
-    let (Some(_mqtt), Some(_kafka)) = (broker("HOPTRACE_MQTT"), broker("HOPTRACE_KAFKA")) else {
-        return;
-    };
+    let (_mqtt, _kafka) = (broker("HOPTRACE_MQTT"), broker("HOPTRACE_KAFKA"));
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let blocks = sh_blocks(&readme);
     assert!(blocks.len() >= 10, "{} blocks", blocks.len());

@@ -23,15 +23,6 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Whether integration tests run; prints why not.
-pub fn integration() -> bool {
-    let on = std::env::var("HOPTRACE_INTEGRATION").as_deref() == Ok("1");
-    if !on {
-        eprintln!("skipped: set HOPTRACE_INTEGRATION=1 (infra/test.sh does)");
-    }
-    on
-}
-
 /// The hoptrace binary under test: `HOPTRACE_BIN`, or the one `cargo test --workspace`
 /// built beside this test (`target/debug/hoptrace`).
 pub fn bin() -> PathBuf {
