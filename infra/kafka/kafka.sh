@@ -309,7 +309,9 @@ node_started() {
     [[ -f $dir/log.offset ]] && offset=$(<"$dir/log.offset")
     # The log may have been rotated since; then look at all of it.
     (($(stat -c %s "$log") >= offset)) || offset=0
-    tail -c "+$((offset + 1))" "$log" | grep -q 'Kafka Server started'
+    # grep -c reads to the end: with grep -q, tail would die of SIGPIPE once more than a pipe
+    # buffer of log follows the line, and under pipefail the check would fail forever.
+    tail -c "+$((offset + 1))" "$log" | grep -c 'Kafka Server started' >/dev/null
 }
 
 # fail_start DEPLOYMENT MESSAGE: show the logs, stop what was started, and exit.

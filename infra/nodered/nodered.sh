@@ -173,7 +173,7 @@ wait_ready() {
         sleep 0.2
     done
     # The broker config node has connected (logged once per connection).
-    until tail -c "+$((offset + 1))" "$LOG_FILE" | grep -q 'Connected to broker'; do
+    until tail -c "+$((offset + 1))" "$LOG_FILE" | grep -c 'Connected to broker' >/dev/null; do
         server_pid >/dev/null || fail "Node-RED exited during startup (log above)"
         ((SECONDS < deadline)) || fail "Node-RED did not connect to the MQTT broker at $HOPTRACE_NR_MQTT within ${READY_TIMEOUT}s"
         sleep 0.2
