@@ -39,9 +39,13 @@ impl Lcg {
     }
 }
 
+/// The trace that lost its `publish` stamp and whose intended send time is absurd (1 ns
+/// after the epoch): it has no plausible time, and must not stretch the run.
+const ABSURD_SEQ: u64 = 7;
+
 /// The stamps of trace `seq` for the six default hops; `None` where a hop is skipped.
 /// Latencies are log-spread (100 ns .. ~10 ms); every 97th Broker Time is negative (host
-/// A's clock ahead), every 50th trace misses `queryable`.
+/// A's clock ahead), every 50th trace misses `queryable`, [`ABSURD_SEQ`] misses `publish`.
 fn stamps(seq: u64) -> [Option<i64>; 6] {
     let mut r = Lcg(seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut spread = || {
@@ -61,7 +65,7 @@ fn stamps(seq: u64) -> [Option<i64>; 6] {
     let queryable = query_start + spread();
     let q = (!seq.is_multiple_of(50)).then_some(queryable);
     [
-        Some(publish),
+        (seq != ABSURD_SEQ).then_some(publish),
         Some(flow_in),
         Some(flow_out),
         Some(store_in),
@@ -121,10 +125,12 @@ fn make_run(dir: &Path) {
                 sequence: seq,
             },
             25,
-            s[0].unwrap() - 50,
+            s[0].map_or(1, |p| p - 50),
         );
-        ca.set(s[0].unwrap());
-        pa.record(&mut ctx).unwrap();
+        if let Some(p) = s[0] {
+            ca.set(p);
+            pa.record(&mut ctx).unwrap();
+        }
         for (i, p) in pb.iter().enumerate() {
             if let Some(ns) = s[i + 1] {
                 cb.set(ns);
@@ -181,6 +187,21 @@ fn summarise(dir: &Path) -> (Summary, Vec<summary::StageHistograms>) {
     })
 }
 
+/// The index of a default hop in [`stamps`].
+fn hop_index(hop: &str) -> usize {
+    [
+        "publish",
+        "flow_in",
+        "flow_out",
+        "store_in",
+        "query_start",
+        "queryable",
+    ]
+    .iter()
+    .position(|x| *x == hop)
+    .unwrap()
+}
+
 /// Exact deltas of stage `from -> to` (hop indices), negatives apart.
 fn oracle(from: usize, to: usize) -> (Vec<i64>, u64) {
     let mut v = Vec::new();
@@ -200,19 +221,7 @@ fn oracle(from: usize, to: usize) -> (Vec<i64>, u64) {
 #[test]
 fn every_stage_figure_matches_the_exact_oracle() {
     let (s, _) = summarise(run_dir());
-    let idx = |h: &str| {
-        [
-            "publish",
-            "flow_in",
-            "flow_out",
-            "store_in",
-            "query_start",
-            "queryable",
-        ]
-        .iter()
-        .position(|x| *x == h)
-        .unwrap()
-    };
+    let idx = hop_index;
     assert_eq!(s.stages.len(), 5);
     for st in &s.stages {
         let (v, negative) = oracle(idx(&st.from), idx(&st.to));
@@ -273,19 +282,27 @@ fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
     let missing = TRACES.div_ceil(50);
     assert_eq!(
         (a.sent, a.complete, a.incomplete, a.unseen),
-        (TRACES, TRACES - missing, missing, 0)
+        (TRACES, TRACES - missing - 1, missing + 1, 0)
     );
     assert_eq!(a.missing_by_hop.get("queryable"), Some(&missing));
+    assert_eq!(a.missing_by_hop.get("publish"), Some(&1));
     assert_eq!(a.negative_deltas, TRACES.div_ceil(97));
     assert!(a.adds_up);
     assert_eq!(s.totals.messages, TRACES);
     assert_eq!(s.totals.metrics, TRACES * 25);
     assert_eq!(s.totals.streams, 8);
     let messages: u64 = s.throughput.buckets.iter().map(|b| b.messages).sum();
-    assert_eq!(messages, TRACES, "throughput buckets hold every message");
-    for h in &hists {
+    assert_eq!(
+        messages,
+        TRACES - 1,
+        "throughput buckets hold every message with a time"
+    );
+    // The heatmaps place every delta in time but the absurd trace's (it has no time).
+    let absurd = stamps(ABSURD_SEQ);
+    for (h, st) in hists.iter().zip(&s.stages) {
         let per_time: u64 = h.by_time.iter().map(hdrhistogram::Histogram::len).sum();
-        assert_eq!(per_time, h.whole.len(), "{}", h.name);
+        let untimed = absurd[hop_index(&st.from)].is_some() && absurd[hop_index(&st.to)].is_some();
+        assert_eq!(per_time + u64::from(untimed), h.whole.len(), "{}", h.name);
     }
     let by = |n: &str| s.stages.iter().find(|x| x.name == n).unwrap();
     // publish is on host A, flow_in on host B: both bounds count.
@@ -323,6 +340,44 @@ fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
         "{:?}",
         s.environment.idle_probes
     );
+}
+
+/// One trace without a publish stamp and with an absurd intended time (1 ns after the
+/// epoch): counted and flagged, and the run keeps its true span (20,000 traces 100 µs
+/// apart: 2 s), not 56 years.
+#[test]
+fn an_absurd_intended_time_is_flagged_and_cannot_stretch_the_run() {
+    let (s, _) = summarise(run_dir());
+    assert_eq!(s.accounting.implausible_traces, 1);
+    let span_s = (TRACES - 1) as f64 * 100e-6;
+    assert!(
+        (s.totals.duration_s - span_s).abs() < 0.01,
+        "duration {} s, the stamps span {span_s} s",
+        s.totals.duration_s
+    );
+    assert!(
+        s.throughput.buckets.len() <= 3,
+        "{} throughput buckets",
+        s.throughput.buckets.len()
+    );
+    // Its row is in the Parquet with flag 16, as the format documents.
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    let flagged = rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        let df = ctx
+            .sql("SELECT CAST(sequence AS BIGINT) FROM traces WHERE (flags & 16) <> 0")
+            .await
+            .unwrap();
+        df.collect().await.unwrap()
+    });
+    let rows: usize = flagged.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 1);
+    let seq = flagged[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .map(|a| a.value(0));
+    assert_eq!(seq, Some(ABSURD_SEQ as i64));
 }
 
 #[test]

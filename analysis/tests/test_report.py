@@ -122,6 +122,15 @@ def test_negative_deltas_count_in_every_figure_and_agree_with_duckdb(skewed):
     assert line["n"] == line["h"] == st["count"], line
     p50 = next(p for p in st["percentiles"] if p["label"] == "P50")
     assert line["p50"] == p50["value_ns"]
+    # A percentile inside the negative part, through SQL, against DuckDB's exact one.
+    q_neg = st["negative"] / st["count"] / 2
+    sql = (f"SELECT hdr_percentile({col}, {q_neg}) AS p, "
+           f"hdr_precision({col}, {q_neg}) AS e FROM traces")
+    got = json.loads(hoptrace("sql", run, sql, "--format", "json").stdout.splitlines()[0])
+    exact = duckdb.connect().execute(
+        f"SELECT quantile_disc(d, {q_neg}) FROM ({stage_deltas_sql(run, st)})").fetchone()[0]
+    assert exact < 0 and got["p"] < 0, (got, exact)
+    assert abs(got["p"] - exact) <= got["e"], (got, exact)
     # The interval logs hold both signs: the negative ones in their own file.
     hlogs = sorted(p.name for p in (run / "hdr").glob("*.hlog"))
     assert any(n.endswith(".negative.hlog") for n in hlogs), hlogs

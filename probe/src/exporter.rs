@@ -554,12 +554,7 @@ impl Worker {
             } else {
                 RecordsWriter::new(&mut buf)
             };
-            while w.len() < max_batch {
-                match self.shared.queue.pop() {
-                    Some(r) => w.push(&r),
-                    None => break,
-                }
-            }
+            fill(&mut w, &self.shared.queue, max_batch);
             let n = w.finish() as u64;
             if self.durable && n > 0 {
                 // Kept before it is written: a write that fails leaves it to send again.
@@ -738,12 +733,7 @@ impl Worker {
         loop {
             buf.clear();
             let mut w = RecordsWriter::numbered(buf, self.next_seq);
-            while w.len() < max_batch {
-                match self.shared.queue.pop() {
-                    Some(r) => w.push(&r),
-                    None => break,
-                }
-            }
+            fill(&mut w, &self.shared.queue, max_batch);
             let n = w.finish() as u64;
             if n == 0 {
                 return;
@@ -886,6 +876,22 @@ impl Worker {
         }
         if error.is_some() {
             s.last_error = error;
+        }
+    }
+}
+
+/// Moves queued records into the frame until it holds `max_batch` (at most
+/// [`MAX_RECORDS_PER_FRAME`]) or the queue is empty.
+fn fill(
+    w: &mut RecordsWriter<'_>,
+    queue: &crossbeam_queue::ArrayQueue<protocol::Record>,
+    max_batch: usize,
+) {
+    while w.len() < max_batch {
+        let Some(r) = queue.pop() else { break };
+        // Below max_batch, so below the frame's limit: there is room.
+        if w.push(&r).is_err() {
+            unreachable!("max_batch is clamped to the frame's record limit");
         }
     }
 }

@@ -495,13 +495,17 @@ impl<'a> RecordsWriter<'a> {
     }
     /// Adds a record.
     ///
-    /// # Panics
-    /// When the frame is already full.
+    /// # Errors
+    /// [`EncodeError::TooManyRecords`] when the frame already holds
+    /// [`MAX_RECORDS_PER_FRAME`] records; the record is not added and the frame stays valid.
     #[inline]
-    pub fn push(&mut self, r: &Record) {
-        assert!(!self.is_full(), "records frame is full");
+    pub fn push(&mut self, r: &Record) -> Result<(), EncodeError> {
+        if self.is_full() {
+            return Err(EncodeError::TooManyRecords(self.count as usize + 1));
+        }
         put_record(self.out, r);
         self.count += 1;
+        Ok(())
     }
     /// Completes the frame; an empty one is removed again.
     pub fn finish(self) -> usize {
@@ -580,14 +584,14 @@ impl Frame {
             Self::Records(records) => {
                 let mut w = RecordsWriter::new(out);
                 for r in records {
-                    w.push(r);
+                    w.push(r).expect("checked: within the frame's record limit");
                 }
                 w.finish();
             }
             Self::SeqRecords { seq, records } => {
                 let mut w = RecordsWriter::numbered(out, *seq);
                 for r in records {
-                    w.push(r);
+                    w.push(r).expect("checked: within the frame's record limit");
                 }
                 w.finish();
             }
@@ -1206,6 +1210,36 @@ mod tests {
             too_many <= MAX_FRAME_LEN,
             "a full frame with trace ids fits"
         );
+    }
+
+    /// A full writer refuses the next record with an error (it panicked) and the frame it
+    /// built stays whole.
+    #[test]
+    fn a_full_records_writer_refuses_the_next_record() {
+        let r = Record {
+            key: TraceKey::default(),
+            hop: HopId(1),
+            stamp_ns: 1,
+            metric_count: 1,
+            intended_ns: 1,
+            otel_trace_id: None,
+        };
+        let mut out = Vec::new();
+        let mut w = RecordsWriter::numbered(&mut out, 7);
+        for _ in 0..MAX_RECORDS_PER_FRAME {
+            w.push(&r).unwrap();
+        }
+        assert!(w.is_full());
+        assert_eq!(
+            w.push(&r),
+            Err(EncodeError::TooManyRecords(MAX_RECORDS_PER_FRAME + 1))
+        );
+        assert_eq!(w.finish(), MAX_RECORDS_PER_FRAME);
+        let Frame::SeqRecords { seq, records } = read_frame(&mut &out[..], MAX_FRAME_LEN).unwrap()
+        else {
+            panic!("not a SeqRecords frame")
+        };
+        assert_eq!((seq, records.len()), (7, MAX_RECORDS_PER_FRAME));
     }
 
     #[test]

@@ -24,9 +24,14 @@ pub(crate) struct Retention {
     max_bytes: usize,
     frames: VecDeque<Retained>,
     bytes: usize,
-    /// Frames dropped unacknowledged, (number, records), oldest first: whether they are
-    /// lost is known only when the collector says what it holds.
+    /// Frames dropped unacknowledged, (number, records, written), oldest first: whether
+    /// a written one is lost is known only when the collector says what it holds. Only
+    /// the newest frame may be unwritten here (it can still be marked written).
     evicted: VecDeque<(u64, u64, bool)>,
+    /// Records of older frames dropped before they were ever written: no collector holds
+    /// them, so they are lost whatever it says. A sum, not a list, so that a long outage
+    /// costs no memory beyond the bound.
+    evicted_unwritten: u64,
     /// Highest number acknowledged.
     acked: u64,
 }
@@ -39,6 +44,7 @@ impl Retention {
             frames: VecDeque::new(),
             bytes: 0,
             evicted: VecDeque::new(),
+            evicted_unwritten: 0,
             acked: 0,
         }
     }
@@ -46,6 +52,7 @@ impl Retention {
     /// Keeps a frame just written; returns the records of older frames dropped to make
     /// room (they are then `evicted`).
     pub(crate) fn push(&mut self, frame: Retained) -> u64 {
+        self.settle_evicted_unwritten();
         self.bytes += frame.bytes.len();
         self.frames.push_back(frame);
         let mut dropped = 0;
@@ -56,8 +63,20 @@ impl Retention {
             self.bytes -= old.bytes.len();
             dropped += old.records;
             self.evicted.push_back((old.seq, old.records, old.written));
+            // An unwritten frame that is not the newest will never be written.
+            if self.frames.back().is_some_and(|f| f.seq > old.seq) {
+                self.settle_evicted_unwritten();
+            }
         }
         dropped
+    }
+
+    /// Moves an evicted frame that was never written from the list into the sum.
+    fn settle_evicted_unwritten(&mut self) {
+        if let Some(&(_, n, false)) = self.evicted.back() {
+            self.evicted.pop_back();
+            self.evicted_unwritten += n;
+        }
     }
 
     /// The collector holds every frame up to `seq` durably.
@@ -82,8 +101,9 @@ impl Retention {
         // A restarted collector holds at most what it acknowledged before, or more.
         self.ack(resume_seq);
         self.acked = resume_seq;
-        let lost = self.evicted.iter().map(|&(_, n, _)| n).sum();
+        let lost = self.evicted.iter().map(|&(_, n, _)| n).sum::<u64>() + self.evicted_unwritten;
         self.evicted.clear();
+        self.evicted_unwritten = 0;
         lost
     }
 
@@ -101,10 +121,11 @@ impl Retention {
     /// At the end, records of evicted frames whose fate no collector told: (written, so
     /// perhaps held; never written, so lost).
     pub(crate) fn evicted_unresolved(&self) -> (u64, u64) {
-        self.evicted.iter().fold(
-            (0, 0),
-            |(w, u), &(_, n, written)| if written { (w + n, u) } else { (w, u + n) },
-        )
+        self.evicted
+            .iter()
+            .fold((0, self.evicted_unwritten), |(w, u), &(_, n, written)| {
+                if written { (w + n, u) } else { (w, u + n) }
+            })
     }
 
     /// The newest frame, number `seq`, was written to a connection (kept or, when larger
@@ -135,6 +156,12 @@ impl Retention {
     #[cfg(test)]
     pub(crate) fn acked(&self) -> u64 {
         self.acked
+    }
+
+    /// Bytes of frames kept, and entries kept about evicted frames.
+    #[cfg(test)]
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        (self.bytes, self.evicted.len())
     }
 }
 
@@ -180,6 +207,61 @@ mod tests {
         assert_eq!(r.acked(), 2);
         // Nothing evicted is counted twice.
         assert_eq!(r.resume(2), 0);
+    }
+
+    fn unwritten(seq: u64, records: u64, len: usize) -> Retained {
+        Retained {
+            seq,
+            records,
+            bytes: vec![0; len],
+            written: false,
+        }
+    }
+
+    /// A collector away for long: a million frames numbered and never written through a
+    /// 64 KiB buffer. What is kept stays within the bound, the bookkeeping of what was
+    /// dropped does not grow with the outage, and every dropped record is counted lost.
+    #[test]
+    fn a_long_outage_stays_within_the_bound_and_counts_every_record() {
+        let bound = 64 * 1024;
+        let mut r = Retention::new(bound);
+        let (mut dropped, mut pushed, mut most_entries) = (0, 0, 0);
+        for seq in 1..=1_000_000u64 {
+            // Mostly small frames; every 1000th larger than the whole buffer.
+            let len = if seq % 1000 == 0 { bound + 1 } else { 200 };
+            dropped += r.push(unwritten(seq, 3, len));
+            pushed += 3;
+            let (bytes, entries) = r.footprint();
+            assert!(bytes <= bound, "{bytes} bytes kept at frame {seq}");
+            most_entries = most_entries.max(entries);
+        }
+        assert!(
+            most_entries <= 1,
+            "{most_entries} entries about evicted frames"
+        );
+        let kept = r.unacked_records();
+        assert_eq!(dropped + kept, pushed);
+        assert_eq!(r.evicted_unresolved(), (0, dropped));
+        // The collector comes back holding nothing of these: exactly the dropped are lost.
+        assert_eq!(r.resume(0), dropped);
+        assert_eq!(r.evicted_unresolved(), (0, 0));
+        assert_eq!(r.unacked_records(), kept);
+    }
+
+    /// A frame larger than the whole buffer is evicted at once and may still be written:
+    /// it then waits, as written, for the collector to say whether it holds it.
+    #[test]
+    fn an_oversized_frame_written_after_eviction_is_not_lost_if_held() {
+        let mut r = Retention::new(100);
+        assert_eq!(r.push(unwritten(1, 5, 500)), 5);
+        r.mark_written(1);
+        assert_eq!(r.evicted_unresolved(), (5, 0));
+        assert_eq!(r.resume(1), 0);
+        // Evicted and never written: lost once the next frame comes.
+        assert_eq!(r.push(unwritten(2, 7, 500)), 7);
+        assert_eq!(r.push(unwritten(3, 1, 10)), 0);
+        assert_eq!(r.evicted_unresolved(), (0, 7));
+        assert_eq!(r.resume(1), 7);
     }
 
     #[test]

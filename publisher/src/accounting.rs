@@ -280,7 +280,7 @@ mod tests {
             let idx = ((q.quantile * values.len() as f64).ceil() as usize).max(1) - 1;
             let exact = values[idx] as u64;
             assert!(
-                q.value_ns.abs_diff(exact) <= q.precision_ns.max(1) * 2,
+                q.value_ns.abs_diff(exact) <= q.precision_ns,
                 "q {} hdr {} exact {}",
                 q.quantile,
                 q.value_ns,
