@@ -6,7 +6,7 @@
 #                    chrony linuxptp (clock sync tooling), iproute2 (ip, tc, ss; the
 #                    multi-host lab of infra/netns), util-linux (unshare), openssl (the
 #                    collector's TLS certificates, infra/tls), procps (pgrep: the Kafka
-#                    brokers' pids)
+#                    brokers' pids), mold (a faster linker, used by infra/linker/cc)
 #   Kafka jars:      infra/kafka/kafka.sh fetch (into ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})
 #   Chart libraries: npm ci in analysis/web (vega, vega-lite, vega-embed, inlined into
 #                    report.html and used to render report.md's SVG images)
@@ -14,6 +14,8 @@
 #                    infra/stores/stores.sh install) and Node-RED with its InfluxDB node
 #                    (npm, infra/nodered/nodered.sh install), for the store taps' tests
 #   --browser:       also Debian's chromium, for the report's headless browser test
+#   --demo:          only what `hoptrace demo` needs (infra/demo.sh): mold and the chart
+#                    libraries; no brokers, stores, Kafka jars or Node-RED
 #
 # The packages' own system services are not wanted: the project runs its own broker instances
 # on its own ports (infra/mosquitto/mosquitto.sh). If an install started the stock mosquitto or
@@ -22,13 +24,18 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl procps)
+PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl procps mold)
+DEMO=0
 for arg in "$@"; do
     case $arg in
     --browser) PACKAGES+=(chromium) ;;
-    *) printf 'setup: unknown option %s (known: --browser)\n' "$arg" >&2; exit 2 ;;
+    --demo) DEMO=1 ;;
+    *) printf 'setup: unknown option %s (known: --browser, --demo)\n' "$arg" >&2; exit 2 ;;
     esac
 done
+if ((DEMO)); then
+    PACKAGES=(mold)
+fi
 
 log() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -60,9 +67,11 @@ install_packages() {
     for p in "${PACKAGES[@]}"; do
         installed "$p" || missing+=("$p")
     done
-    for p in $("$HERE/stores/stores.sh" packages); do
-        installed "$p" || store_missing=1
-    done
+    if ((!DEMO)); then
+        for p in $("$HERE/stores/stores.sh" packages); do
+            installed "$p" || store_missing=1
+        done
+    fi
     if ((${#missing[@]} == 0 && store_missing == 0)); then
         return 0
     fi
@@ -78,7 +87,9 @@ install_packages() {
         die "apt-get update failed (full output: $aptlog)"
     fi
     # The stores' packages, with the same package lists (no second update).
-    HOPTRACE_APT_UPDATED=1 "$HERE/stores/stores.sh" install || die "installing the stores' packages failed"
+    if ((store_missing)); then
+        HOPTRACE_APT_UPDATED=1 "$HERE/stores/stores.sh" install || die "installing the stores' packages failed"
+    fi
     ((${#missing[@]})) || { rm -f "$aptlog"; return 0; }
     if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
         tail -n 20 "$aptlog" >&2
@@ -107,6 +118,10 @@ install_web() {
 
 install_packages
 install_web
+if ((DEMO)); then
+    log "ok (what the demo needs is present)"
+    exit 0
+fi
 "$HERE/kafka/kafka.sh" fetch --quiet
 "$HERE/nodered/nodered.sh" install >/dev/null
 log "ok (packages present, Kafka jars in ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace})"

@@ -36,18 +36,19 @@ step "format"
 cargo fmt --all -- --check
 
 step "rust: build, lint and test the workspace"
-cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+cargo clippy --profile quick --workspace --all-targets --all-features --locked -- -D warnings
 set +e
 # Tests that need the brokers or the stores are #[ignore]d (a plain `cargo test` lists them
 # as ignored): here they run too; the long benchmark harness stays out.
-cargo test --workspace --all-features --locked --no-fail-fast -- --include-ignored --skip bench_from_env 2>&1 | tee "$LOG/cargo.txt"
+# The quick profile (Cargo.toml): the demo's build, reused; what hoptrace measures optimised.
+cargo test --profile quick --workspace --all-features --locked --no-fail-fast -- --include-ignored --skip bench_from_env 2>&1 | tee "$LOG/cargo.txt"
 rc=${PIPESTATUS[0]}
 set -e
 
 step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium"
-# The debug binary cargo test built: the runs these tests make are small, and a release
-# build of DataFusion would add a quarter of an hour on a 2-core machine.
-export HOPTRACE_BIN=$CARGO_TARGET_DIR/debug/hoptrace
+# The binary cargo test built (the quick profile, as the demo's): the runs these tests make
+# are small, and a release build of DataFusion would add a quarter of an hour on 2 cores.
+export HOPTRACE_BIN=$CARGO_TARGET_DIR/quick/hoptrace
 # Screenshots and other artifacts tests keep.
 export HOPTRACE_ARTIFACTS=${HOPTRACE_ARTIFACTS:-$LOG/artifacts}
 set +e
