@@ -16,13 +16,40 @@ LOG=$(mktemp -d /tmp/hoptrace-test.XXXXXX)
 infra/setup.sh --browser
 # Services already running (someone's shell, another run) are used and left running; the
 # ones this run starts, it stops.
+stop_at_exit=()
 if infra/services.sh status >/dev/null 2>&1; then
     infra/services.sh up
     echo "services were already running: they stay up after the tests"
 else
     infra/services.sh up
-    trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
+    stop_at_exit+=("infra/services.sh down")
 fi
+# The 3-node Kafka cluster (the consumer-group tests, MirrorMaker 2) is started once, just
+# before the suites that need it, from fresh state when none of its nodes runs (test topics
+# of earlier runs would otherwise pile up and slow every start); the suites find it running
+# and leave it so. A cluster someone had running stays up.
+cluster_started=0
+start_cluster() {
+    ((cluster_started)) && return 0
+    cluster_started=1
+    if infra/kafka/kafka.sh status --nodes 3 >/dev/null 2>&1; then
+        echo "the 3-node Kafka cluster was already running: it stays up after the tests"
+        return 0
+    fi
+    if ! infra/kafka/kafka.sh status --nodes 3 2>/dev/null | grep -q ': running'; then
+        infra/kafka/kafka.sh wipe --nodes 3
+    fi
+    stop_at_exit+=("infra/kafka/kafka.sh stop --nodes 3")
+    infra/kafka/kafka.sh start --nodes 3
+}
+stop_services() {
+    local i
+    # In the reverse order of starting.
+    for ((i = ${#stop_at_exit[@]} - 1; i >= 0; i--)); do
+        ${stop_at_exit[i]} >/dev/null 2>&1 || true
+    done
+}
+trap stop_services EXIT
 # shellcheck source=env.sh
 source infra/env.sh
 
@@ -51,6 +78,8 @@ step "python: trace format reference implementation; HdrHistogram logs read by J
 export HOPTRACE_BIN=$CARGO_TARGET_DIR/quick/hoptrace
 # Screenshots and other artifacts tests keep.
 export HOPTRACE_ARTIFACTS=${HOPTRACE_ARTIFACTS:-$LOG/artifacts}
+step "the 3-node Kafka cluster"
+start_cluster || rc=1
 set +e
 python3 -m pytest -q -p no:cacheprovider probe/testdata collector/tests analysis/tests 2>&1 | tee "$LOG/pytest.txt"
 pyrc=${PIPESTATUS[0]}
