@@ -148,7 +148,7 @@ class SentEntry(NamedTuple):
 
 @dataclass
 class Sent:
-    """0x05: a publisher's accounting, per stream (at most 40,000 entries)."""
+    """0x05: a publisher's accounting, per stream (at most :data:`MAX_SENT_PER_FRAME` entries)."""
 
     publisher: int
     entries: List[SentEntry] = field(default_factory=list)
