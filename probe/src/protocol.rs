@@ -29,7 +29,7 @@ pub const MAX_SENT_PER_FRAME: usize = (MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN;
 /// Most hops one exporter announces.
 pub const MAX_HOPS: usize = 16;
 /// Largest Hello frame (type byte and body): magic, version, instance id, four strings
-/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,568 bytes). A
+/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,556 bytes). A
 /// collector reads a connection's first frame with this limit, so an unauthenticated
 /// peer cannot make it buffer more.
 pub const MAX_HELLO_LEN: usize =
