@@ -245,9 +245,10 @@ pub fn generate(
         interrupted: false,
         restarts: Vec::new(),
     };
-    let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
     let path = run_dir.join("run.json");
-    std::fs::write(&path, json).map_err(|source| WriteError::Io { path, source })?;
+    summary
+        .write(&path)
+        .map_err(|source| WriteError::Io { path, source })?;
     Ok(Generated {
         run_dir,
         traces: opts.traces,

@@ -1284,8 +1284,7 @@ pub fn run_member(
     let summary = member_summary(&s, &control, started_unix_ns);
     control.write_tables(&dir)?;
     let path = dir.join("run.json");
-    let json = serde_json::to_vec_pretty(&summary).expect("a run summary serialises");
-    std::fs::write(&path, json).map_err(io_err(&path))?;
+    summary.write(&path).map_err(io_err(&path))?;
     progress(&s.progress);
     drop(s);
     consumer.unsubscribe();

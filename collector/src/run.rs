@@ -1020,10 +1020,8 @@ impl JoinState {
         self.control.write_tables(&self.run_dir)?;
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
-        let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
-        let tmp = self.run_dir.join("run.json.tmp");
-        std::fs::write(&tmp, json)
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        summary
+            .write(&path)
             .map_err(|source| CollectorError::Io { path, source })?;
         // The run's files hold everything now: once the disk has them, the log goes.
         if let Some(wal) = self.wal.take() {

@@ -53,6 +53,35 @@ pub struct RunSummary {
     pub restarts: Vec<Restart>,
 }
 
+impl RunSummary {
+    /// Writes this summary as `path` (a `run.json`) whole or not at all: into a temporary
+    /// file beside it, synced, then renamed over it, so a reader or a crash never sees a
+    /// half-written file and a failure leaves the previous one as it was. Every writer of
+    /// `run.json` goes through here.
+    ///
+    /// # Errors
+    /// When the temporary file cannot be written or synced, or the rename fails.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let mut tmp_name = path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp_name);
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(&json)?;
+            f.sync_all()
+        });
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Some(dir) = path.parent().and_then(|d| std::fs::File::open(d).ok()) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
 /// A collector started again on an unfinished run: it replayed the run's log and went on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restart {

@@ -125,7 +125,7 @@ pub fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
     let mut run: RunSummary =
         serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
     run.interrupted = true;
-    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
+    run.write(run_json)
         .with_context(|| format!("writing {}", run_json.display()))
 }
 
@@ -159,6 +159,15 @@ mod tests {
         let back: RunSummary =
             serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
         assert!(back.interrupted);
+        // run.json is replaced whole or not at all: when the new content cannot be
+        // written (here its temporary file cannot be created), the old file is intact.
+        let before = std::fs::read(dir.join("run.json")).unwrap();
+        std::fs::create_dir(dir.join("run.json.tmp")).unwrap();
+        assert!(mark_interrupted(&dir.join("run.json")).is_err());
+        assert_eq!(std::fs::read(dir.join("run.json")).unwrap(), before);
+        std::fs::remove_dir(dir.join("run.json.tmp")).unwrap();
+        mark_interrupted(&dir.join("run.json")).unwrap();
+        assert!(!dir.join("run.json.tmp").exists());
         let _ = std::fs::remove_dir_all(&runs);
     }
 }
