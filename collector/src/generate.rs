@@ -219,6 +219,7 @@ pub fn generate(
                 sent_metrics: opts.traces * u64::from(opts.metrics_per_message),
                 complete: opts.traces - incomplete,
                 incomplete,
+                recovered: 0,
                 unseen: 0,
                 not_sent: 0,
             }],

@@ -241,6 +241,9 @@ impl Collector {
                 r.unfinished.len()
             );
         }
+        // Keys in the part files kept from an earlier collector of this run are written
+        // already: a late record for one of them must not make a second row.
+        let kept = crate::writer::kept_keys(&run_dir.join("traces"))?;
         let out = &cfg.spec.output;
         let writer = TraceWriter::new(TraceWriterConfig {
             dir: run_dir.join("traces"),
@@ -257,8 +260,11 @@ impl Collector {
         let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
         let continued;
         let service = {
+            let mut joiner = Joiner::new(&spec);
+            joiner.set_written(kept.clone());
             let mut state = JoinState {
-                joiner: Joiner::new(&spec),
+                joiner,
+                kept,
                 spec: Arc::clone(&spec),
                 writer: Some(writer),
                 stages: Some(
@@ -415,6 +421,8 @@ struct ProbeConn {
 
 struct JoinState {
     joiner: Joiner,
+    /// Keys of the part files kept from an earlier collector of this run.
+    kept: crate::keys::WrittenKeys,
     spec: Arc<ResolvedSpec>,
     writer: Option<TraceWriter>,
     stages: Option<StageRecorder>,
@@ -1036,7 +1044,7 @@ impl JoinState {
         let names = self.spec.hop_names();
         let rows: BTreeMap<u16, Rows> = self.tallies.iter().map(|(p, r)| (*p, *r)).collect();
         let (publishers, mut discrepancies) =
-            accounting::publishers(self.control.sent(), &rows, self.joiner.written());
+            accounting::publishers(self.control.sent(), &rows, self.joiner.written(), &self.kept);
         if self.joiner.pending() > 0 {
             discrepancies.push(format!(
                 "{} traces still in the join when the run ended",

@@ -143,8 +143,13 @@ pub struct PublisherAccount {
     pub complete: u64,
     /// Traces missing at least one expected hop.
     pub incomplete: u64,
+    /// Messages whose keys are in part files an earlier collector of this run left (a
+    /// continued run): seen and written before, not by this collector, so neither in
+    /// `complete` nor in `incomplete`.
+    #[serde(default)]
+    pub recovered: u64,
     /// Messages of which no stamp at all reached the collector: `sent` less the distinct
-    /// keys written within the sequences the publisher reported.
+    /// keys written within the sequences the publisher reported (kept ones included).
     pub unseen: u64,
     /// Traces written whose keys lie outside the sequences the publisher reported sending.
     #[serde(default)]
@@ -191,9 +196,9 @@ pub struct Accounting {
     /// Times the join filled up (`join.max_pending`) and the collector pushed back on
     /// probes through TCP.
     pub backpressure_episodes: u64,
-    /// `sent = complete + incomplete + unseen` for every publisher, each figure counted
-    /// independently (rows as written, unseen from the distinct keys written), no key
-    /// written twice or outside what was sent, and nothing in flight.
+    /// `sent = complete + incomplete + recovered + unseen` for every publisher, each figure
+    /// counted independently (rows as written, unseen from the distinct keys written), no
+    /// key written twice or outside what was sent, and nothing in flight.
     pub adds_up: bool,
     /// Why the counts do not add up, one line per finding (empty when they do).
     #[serde(default)]
