@@ -488,6 +488,16 @@ impl Joiner {
         self.stats
     }
 
+    /// Whether `key` has a trace here: pending, or already emitted.
+    #[must_use]
+    pub fn knows(&self, key: &TraceKey) -> bool {
+        let slots = &self.slots;
+        self.table
+            .find(hash_key(key), |&i| slots[i as usize].key == *key)
+            .is_some()
+            || self.written.contains(key)
+    }
+
     /// Every key emitted so far.
     #[must_use]
     pub fn written(&self) -> &WrittenKeys {

@@ -24,7 +24,7 @@ use hoptrace_probe::protocol::{
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -214,7 +214,8 @@ pub const BROKER_WAIT: Duration = Duration::from_secs(6);
 
 /// Checks, before a consumer joins, that a broker at `brokers` answers and that every
 /// topic of `topics` exists: a consumer would otherwise wait forever, logging. Gives up
-/// after `within`, or as soon as `stop` is set.
+/// after `within`, or as soon as `stop` is set. Returns the partition count of the first
+/// topic.
 ///
 /// # Errors
 /// [`KafkaError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
@@ -224,7 +225,7 @@ pub fn check_topics(
     topics: &[&str],
     stop: &AtomicBool,
     within: Duration,
-) -> Result<(), KafkaError> {
+) -> Result<i32, KafkaError> {
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
@@ -266,7 +267,10 @@ pub fn check_topics(
             )));
         }
     }
-    Ok(())
+    Ok(topics
+        .first()
+        .and_then(|first| metadata.topics().iter().find(|t| t.name() == *first))
+        .map_or(1, |t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)))
 }
 
 /// Creates `topic` with `partitions` partitions and `replication` replicas unless it
@@ -780,12 +784,16 @@ struct Owned {
 }
 
 /// A partition as assigned: where to read from and where its owner's stretch starts.
-#[derive(Clone, Copy)]
 struct Assigned {
-    /// The committed offset (the oldest record of an open bucket).
+    /// The offset reading starts at: the partition's origin (a replay of the previous
+    /// owner's stretch), the checkpoint's position (this member's own state, kept), or
+    /// the committed offset.
     resume: i64,
     /// The previous owner's checkpoint, if any.
     checkpoint: Option<Checkpoint>,
+    /// This member's own state of the partition, when it gets back a partition it just
+    /// had and nobody moved it on.
+    kept: Option<PartitionJoin>,
     /// The start logged in `ownership.jsonl`.
     start: i64,
 }
@@ -795,8 +803,12 @@ struct MemberState {
     spec: Arc<ResolvedSpec>,
     dir: PathBuf,
     partitions: BTreeMap<i32, Owned>,
+    /// Partitions of the records topic (the relay placed records by it).
+    partition_count: i32,
     /// Assigned partitions waiting for their first message.
     assigned: BTreeMap<i32, Assigned>,
+    /// The state of partitions revoked at the last rebalance, in case they come back.
+    parked: BTreeMap<i32, PartitionJoin>,
     segments: Vec<Segment>,
     owners: Vec<Ownership>,
     progress: MemberProgress,
@@ -814,9 +826,25 @@ impl MemberState {
             let a = self.assigned.remove(&p).unwrap_or(Assigned {
                 resume: offset,
                 checkpoint: None,
+                kept: None,
                 start: 0,
             });
-            let join = PartitionJoin::new(Arc::clone(&self.spec), offset, a.checkpoint);
+            let join = a.kept.unwrap_or_else(|| {
+                PartitionJoin::new(
+                    Arc::clone(&self.spec),
+                    p,
+                    self.partition_count,
+                    offset,
+                    a.checkpoint,
+                )
+            });
+            if join.replaying() {
+                tracing::info!(
+                    partition = p,
+                    from = join.start_offset(),
+                    "replaying the partition to the previous owner's checkpoint"
+                );
+            }
             self.partitions.insert(
                 p,
                 Owned {
@@ -829,14 +857,20 @@ impl MemberState {
         self.partitions.get_mut(&p).expect("inserted above")
     }
 
-    fn message(&mut self, p: i32, offset: i64, payload: Option<&[u8]>) -> Result<(), KafkaError> {
+    fn message(
+        &mut self,
+        p: i32,
+        offset: i64,
+        timestamp_ns: Option<i64>,
+        payload: Option<&[u8]>,
+    ) -> Result<(), KafkaError> {
         self.progress.messages += 1;
         let frame = payload.and_then(one_frame);
         let mut out = std::mem::take(&mut self.out);
         let owned = self.owned(p, offset);
         match frame {
             Some(Frame::Records(recs)) => {
-                owned.join.message(offset, &recs, &mut out);
+                owned.join.message(offset, timestamp_ns, &recs, &mut out);
                 self.progress.records += recs.len() as u64;
             }
             _ => {
@@ -930,13 +964,10 @@ impl MemberState {
                 self.segments.push(seg);
                 owned.seg_from = to;
             }
-            tpl.add_partition_offset(
-                &self.cfg.target.topic,
-                *p,
-                Offset::Offset(owned.join.resume_offset()),
-            )?;
+            let cp = owned.join.checkpoint();
+            tpl.add_partition_offset(&self.cfg.target.topic, *p, Offset::Offset(cp.position))?;
             if let Some(mut e) = tpl.find_partition(&self.cfg.target.topic, *p) {
-                e.set_metadata(owned.join.checkpoint().to_metadata());
+                e.set_metadata(cp.to_metadata());
             }
         }
         if tpl.count() == 0 {
@@ -954,25 +985,44 @@ impl MemberState {
         Ok(())
     }
 
-    fn assigned(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
+    /// Logs the ownership of each newly assigned partition and decides where its reading
+    /// starts; returns the assignment with those offsets.
+    fn assigned(
+        &mut self,
+        consumer: &BaseConsumer<MemberContext>,
+        tpl: &TopicPartitionList,
+    ) -> TopicPartitionList {
         let committed = consumer
             .committed_offsets(tpl.clone(), Duration::from_secs(10))
             .unwrap_or_else(|e| {
                 tracing::warn!("reading committed offsets failed: {e}");
                 tpl.clone()
             });
+        let mut parked = std::mem::take(&mut self.parked);
+        let mut out = tpl.clone();
         let now = hoptrace_probe::clock::realtime_ns();
         for e in committed.elements_for_topic(&self.cfg.target.topic) {
             let p = e.partition();
-            let offset = match e.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            };
             let cp = Checkpoint::from_metadata(e.metadata());
+            // Our own state, when the partition comes back as we left it.
+            let kept = parked
+                .remove(&p)
+                .filter(|j| cp.as_ref() == Some(&j.checkpoint()));
+            let resume = match (&kept, &cp, e.offset()) {
+                (Some(j), _, _) => Some(j.start_offset()),
+                (None, Some(c), _) => Some(c.origin),
+                (None, None, Offset::Offset(o)) => Some(o),
+                (None, None, _) => None,
+            };
+            if let Some(o) = resume
+                && let Err(err) = out.set_partition_offset(&self.cfg.target.topic, p, Offset::Offset(o))
+            {
+                self.error.get_or_insert(err.into());
+            }
             let own = Ownership {
                 member: self.cfg.member.clone(),
                 partition: p,
-                start: cp.map_or(0, |c| c.position),
+                start: cp.as_ref().map_or(0, |c| c.position),
                 assigned_unix_ns: now,
             };
             let log = self.dir.join(group::OWNERSHIP_FILE);
@@ -981,20 +1031,23 @@ impl MemberState {
             }
             tracing::info!(
                 partition = p,
-                resume = offset,
+                resume,
                 start = own.start,
+                kept = kept.is_some(),
                 "assigned a partition"
             );
             self.assigned.insert(
                 p,
                 Assigned {
-                    resume: offset,
+                    resume: resume.unwrap_or(0),
                     checkpoint: cp,
+                    kept,
                     start: own.start,
                 },
             );
             self.owners.push(own);
         }
+        out
     }
 
     fn revoked(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
@@ -1007,7 +1060,9 @@ impl MemberState {
             self.error.get_or_insert(e);
         }
         for p in &ps {
-            self.partitions.remove(p);
+            if let Some(o) = self.partitions.remove(p) {
+                self.parked.insert(*p, o.join);
+            }
             self.assigned.remove(p);
             tracing::info!(partition = p, "revoked a partition");
         }
@@ -1029,20 +1084,36 @@ impl ClientContext for MemberContext {
 }
 
 impl ConsumerContext for MemberContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        use rdkafka::types::RDKafkaRespErr as E;
         let mut s = self.state.lock().expect("member state poisoned");
         s.progress.rebalances += 1;
-        if let Rebalance::Revoke(tpl) = rebalance {
-            s.revoked(consumer, tpl);
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            self.state
-                .lock()
-                .expect("member state poisoned")
-                .assigned(consumer, tpl);
+        match err {
+            E::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                // Each partition starts where its state is rebuilt from: the origin for a
+                // replay, the position for a state this member kept.
+                let assignment = s.assigned(consumer, tpl);
+                drop(s);
+                if let Err(e) = consumer.assign(&assignment) {
+                    quiet().log(tracing::Level::ERROR, &format!("kafka: assigning partitions: {e}"));
+                }
+            }
+            E::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                s.revoked(consumer, tpl);
+                drop(s);
+                if let Err(e) = consumer.unassign() {
+                    quiet().log(tracing::Level::ERROR, &format!("kafka: revoking partitions: {e}"));
+                }
+            }
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                quiet().log(tracing::Level::ERROR, &format!("kafka: rebalance failed: {code}"));
+            }
         }
     }
 }
@@ -1123,7 +1194,7 @@ pub fn run_member(
         )));
     }
     let control_topic = cfg.target.control_topic();
-    check_topics(
+    let partition_count = check_topics(
         &cfg.target.brokers,
         &[&cfg.target.topic, &control_topic],
         stop,
@@ -1135,7 +1206,9 @@ pub fn run_member(
         spec: Arc::clone(&spec),
         dir: dir.clone(),
         partitions: BTreeMap::new(),
+        partition_count,
         assigned: BTreeMap::new(),
+        parked: BTreeMap::new(),
         segments: Vec::new(),
         owners: Vec::new(),
         progress: MemberProgress::default(),
@@ -1185,7 +1258,10 @@ pub fn run_member(
                 return Err(e);
             }
             match polled {
-                Some(Ok(m)) => s.message(m.partition(), m.offset(), m.payload())?,
+                Some(Ok(m)) => {
+                    let ts = m.timestamp().to_millis().map(|ms| ms.saturating_mul(1_000_000));
+                    s.message(m.partition(), m.offset(), ts, m.payload())?;
+                }
                 Some(Err(e)) => {
                     quiet().log(tracing::Level::WARN, &format!("kafka: {e}"));
                 }
@@ -1334,21 +1410,8 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         total.add(&seg.tally);
         files.extend(seg.files.iter().cloned());
     }
-    let rows = total
-        .publishers
-        .iter()
-        .map(|(p, (c, i))| {
-            (
-                *p,
-                group::Rows {
-                    complete: *c,
-                    incomplete: *i,
-                },
-            )
-        })
-        .collect();
     let (publishers, discrepancies) =
-        group::publishers_by_rows(&control.sent_by_publisher(), &rows);
+        group::publishers_by_keys(&control.sent_by_publisher(), &total.rows(), &total.keys);
     let (clock, alerts) = control.clock();
     let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     for o in &s.owners {
@@ -1373,6 +1436,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             s.spec.hop_names(),
             publishers,
             control.records_lost(),
+            0,
             discrepancies,
         ),
         connections: BTreeMap::new(),
