@@ -45,6 +45,9 @@ const SOURCE_HEADER: &str = "hoptrace-source";
 const PEER_HEADER: &str = "hoptrace-peer";
 /// Header on goodbye messages: "1" when the probe said goodbye, "0" when it vanished.
 const CLEAN_HEADER: &str = "hoptrace-clean";
+/// Header ("1") on the relay's Counters frames that count, per hop wire id (the counter
+/// id), the records it forwarded from the connection named by the source header.
+const FORWARDED_HEADER: &str = "hoptrace-forwarded";
 
 /// A Kafka address `kafka://HOST:PORT[,HOST:PORT...]/TOPIC`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -489,6 +492,8 @@ impl Relay {
                 messages: 0,
                 by_partition: BTreeMap::new(),
                 batches: BTreeMap::new(),
+                forwarded: BTreeMap::new(),
+                forwarded_changed: std::collections::BTreeSet::new(),
             };
             server::Service::spawn(
                 ("relay", "pump"),
@@ -546,6 +551,10 @@ struct Pump {
     messages: u64,
     by_partition: BTreeMap<i32, u64>,
     batches: BTreeMap<i32, Vec<protocol::Record>>,
+    /// Records forwarded per connection, by hop wire id.
+    forwarded: BTreeMap<u64, BTreeMap<u8, u64>>,
+    /// Connections whose forwarded counts changed since they were last published.
+    forwarded_changed: std::collections::BTreeSet<u64>,
 }
 
 impl Pump {
@@ -568,7 +577,7 @@ impl Pump {
             // The relay carries every hop's records (a Hello names at least one hop).
             hops: self.hops.clone(),
         };
-        self.control_message(0, &Frame::Hello(me), Some("relay"), None);
+        self.control_message(0, &Frame::Hello(me), &[(PEER_HEADER, "relay")]);
         loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(ev) => self.event(ev, &mut open),
@@ -578,6 +587,7 @@ impl Pump {
             if last_stats.elapsed() >= Duration::from_millis(500) {
                 last_stats = Instant::now();
                 self.publish_stats(&open);
+                self.publish_forwarded();
                 self.relay_counters();
             }
             if draining.load(Relaxed) {
@@ -593,8 +603,9 @@ impl Pump {
         }
         self.producer.flush(Duration::from_secs(30))?;
         // The relay's final counters, after every delivery is known.
+        self.publish_forwarded();
         self.relay_counters();
-        self.control_message(0, &Frame::Goodbye, None, Some(true));
+        self.control_message(0, &Frame::Goodbye, &[(CLEAN_HEADER, "1")]);
         self.producer.flush(Duration::from_secs(30))?;
         self.publish_stats(&open);
         Ok(self.stats.lock().expect("stats poisoned").clone())
@@ -605,13 +616,24 @@ impl Pump {
         match ev {
             Event::Connected(id, peer, hello) => {
                 open.insert(id, true);
-                self.control_message(id, &Frame::Hello(hello), Some(&peer.to_string()), None);
+                let peer = peer.to_string();
+                self.control_message(id, &Frame::Hello(hello), &[(PEER_HEADER, &peer)]);
             }
-            Event::Frame(_, Frame::Records(recs)) => self.records(&recs),
-            Event::Frame(id, f) => self.control_message(id, &f, None, None),
+            Event::Frame(id, Frame::Records(recs)) => {
+                let by_hop = self.forwarded.entry(id).or_default();
+                for r in &recs {
+                    *by_hop.entry(r.hop.0).or_default() += 1;
+                }
+                self.forwarded_changed.insert(id);
+                self.records(&recs);
+            }
+            Event::Frame(id, f) => self.control_message(id, &f, &[]),
             Event::Closed(id, clean) => {
                 open.insert(id, false);
-                self.control_message(id, &Frame::Goodbye, None, Some(clean));
+                // The connection's last forwarded counts go before its goodbye.
+                self.publish_forwarded();
+                let clean = if clean { "1" } else { "0" };
+                self.control_message(id, &Frame::Goodbye, &[(CLEAN_HEADER, clean)]);
             }
         }
     }
@@ -624,9 +646,29 @@ impl Pump {
                 (counter_id::REPORTED, self.records),
                 (counter_id::SENT, ctx.delivered.load(Relaxed)),
                 (counter_id::SEND_FAILED, ctx.failed.load(Relaxed)),
+                (
+                    counter_id::UNANNOUNCED_HOP,
+                    self.counters.unannounced_hop_records.load(Relaxed),
+                ),
             ],
         });
-        self.control_message(0, &frame, None, None);
+        self.control_message(0, &frame, &[]);
+    }
+
+    /// Publishes, for each connection whose counts changed, the records forwarded from it
+    /// by hop: members tell from them which probes stamped (a probe that stamped nothing
+    /// is no host of any stage's clock uncertainty).
+    fn publish_forwarded(&mut self) {
+        for id in std::mem::take(&mut self.forwarded_changed) {
+            let Some(by_hop) = self.forwarded.get(&id) else {
+                continue;
+            };
+            let frame = Frame::Counters(CountersFrame {
+                at_ns: hoptrace_probe::clock::realtime_ns(),
+                values: by_hop.iter().map(|(h, n)| (u16::from(*h), *n)).collect(),
+            });
+            self.control_message(id, &frame, &[(FORWARDED_HEADER, "1")]);
+        }
     }
 
     fn publish_stats(&self, open: &BTreeMap<u64, bool>) {
@@ -665,22 +707,16 @@ impl Pump {
         }
     }
 
-    fn control_message(&mut self, id: u64, f: &Frame, peer: Option<&str>, clean: Option<bool>) {
+    fn control_message(&mut self, id: u64, f: &Frame, extra: &[(&str, &str)]) {
         let source = format!("{}:{id}", self.relay_id);
         let mut headers = OwnedHeaders::new().insert(Header {
             key: SOURCE_HEADER,
             value: Some(source.as_bytes()),
         });
-        if let Some(peer) = peer {
+        for (key, value) in extra {
             headers = headers.insert(Header {
-                key: PEER_HEADER,
-                value: Some(peer.as_bytes()),
-            });
-        }
-        if let Some(clean) = clean {
-            headers = headers.insert(Header {
-                key: CLEAN_HEADER,
-                value: Some(if clean { "1" } else { "0" }.as_bytes()),
+                key,
+                value: Some(value.as_bytes()),
             });
         }
         // A frame a connection's reader decoded is within the limits, so it encodes again.
@@ -1147,10 +1183,30 @@ fn one_frame(payload: &[u8]) -> Option<Frame> {
         .flatten()
 }
 
-/// Turns a control message into the event a TCP collector would have seen.
-fn control_event(m: &BorrowedMessage<'_>) -> Option<Event> {
+/// What a control message says.
+enum ControlMessage {
+    /// What a TCP collector would have seen from a probe.
+    Event(Event),
+    /// The relay's count of the records it forwarded from a connection, by hop wire id.
+    Forwarded(u64, CountersFrame),
+}
+
+/// Reads a control message.
+fn control_message(m: &BorrowedMessage<'_>) -> Option<ControlMessage> {
     let id = source_id(header(m, SOURCE_HEADER)?);
-    match one_frame(m.payload()?)? {
+    let frame = one_frame(m.payload()?)?;
+    if header(m, FORWARDED_HEADER) == Some("1") {
+        return match frame {
+            Frame::Counters(c) => Some(ControlMessage::Forwarded(id, c)),
+            _ => None,
+        };
+    }
+    control_event(id, m, frame).map(ControlMessage::Event)
+}
+
+/// Turns a control frame into the event a TCP collector would have seen.
+fn control_event(id: u64, m: &BorrowedMessage<'_>, frame: Frame) -> Option<Event> {
+    match frame {
         Frame::Hello(h) => {
             let peer = header(m, PEER_HEADER)
                 .and_then(|p| p.parse().ok())
@@ -1288,8 +1344,9 @@ pub fn run_member(
             match r {
                 Ok(m) => {
                     control_position = m.offset() + 1;
-                    match control_event(&m) {
-                        Some(ev) => control.handle(ev),
+                    match control_message(&m) {
+                        Some(ControlMessage::Event(ev)) => control.handle(ev),
+                        Some(ControlMessage::Forwarded(id, c)) => control.forwarded(id, &c, &spec),
                         None => {
                             state
                                 .lock()
@@ -1426,7 +1483,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
         collector_host: host_info(),
-        probes: control.probe_infos(None),
+        probes: control.probe_infos(Some(s.spec.hop_names())),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,
@@ -1436,7 +1493,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             s.spec.hop_names(),
             publishers,
             control.records_lost(),
-            0,
+            control.latest_counter_sum(counter_id::UNANNOUNCED_HOP),
             discrepancies,
         ),
         connections: BTreeMap::new(),

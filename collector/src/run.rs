@@ -595,8 +595,41 @@ impl Control {
         out
     }
 
-    /// Every probe connection, for `run.json`; with the pipeline's hop names when this
-    /// collector joined the records itself (their stamps per hop are then known).
+    /// The records a relay forwarded from connection `id`, by hop wire id (counter id):
+    /// the group member's count of that probe's stamps, by hop index.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn forwarded(&mut self, id: u64, c: &CountersFrame, spec: &ResolvedSpec) {
+        let Some(p) = self.probes.get_mut(&id) else {
+            return;
+        };
+        p.stamps = [0; MAX_HOPS];
+        for (hop, n) in &c.values {
+            let index = u8::try_from(*hop)
+                .ok()
+                .and_then(|h| spec.hop_index(hoptrace_probe::HopId(h)));
+            if let Some(i) = index {
+                p.stamps[i] = *n;
+            }
+        }
+    }
+
+    /// Counter `id` summed over exporter instances, each at its latest Counters frame.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn latest_counter_sum(&self, id: u16) -> u64 {
+        let mut last: BTreeMap<u64, &CountersFrame> = BTreeMap::new();
+        for p in self.probes.values() {
+            if let Some(c) = &p.counters {
+                let e = last.entry(p.hello.instance_id).or_insert(c);
+                if c.at_ns >= e.at_ns {
+                    *e = c;
+                }
+            }
+        }
+        last.values().map(|c| c.get(id)).sum()
+    }
+
+    /// Every probe connection, for `run.json`; with the pipeline's hop names when its
+    /// stamps per hop are known (this collector joined them, or a relay counted them).
     pub(crate) fn probe_infos(&self, hop_names: Option<&[String]>) -> Vec<ProbeInfo> {
         self.probes
             .values()

@@ -142,6 +142,9 @@ pub mod counter_id {
     /// Of `evicted`, the records the collector turned out not to have when the exporter
     /// reconnected: lost, counted (version 2).
     pub const LOST_UNACKED: u16 = 12;
+    /// Records a relay dropped because their hop was not announced by their connection
+    /// (a relay's own counter, on a collector group's control topic).
+    pub const UNANNOUNCED_HOP: u16 = 96;
 
     /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
     #[must_use]
@@ -159,6 +162,7 @@ pub mod counter_id {
             RESENT => "resent",
             EVICTED => "evicted",
             LOST_UNACKED => "lost_unacked",
+            UNANNOUNCED_HOP => "unannounced_hop",
             _ => return None,
         })
     }
