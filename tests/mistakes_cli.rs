@@ -315,7 +315,15 @@ fn collect_from_never_writes_into_another_run() {
     let dir = scratch("keep-from");
     let single = hoptrace_in(
         &dir,
-        &["collect", "--listen", "127.0.0.1:0", "--duration", "1s", "--run-id", "keep"],
+        &[
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--run-id",
+            "keep",
+        ],
     );
     assert!(single.status.success(), "{}", text(&single));
     let run_json = dir.join("runs/keep/run.json");
@@ -337,9 +345,16 @@ fn collect_from_never_writes_into_another_run() {
     let o = from("keep");
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
-    assert!(err.contains("single collector") && err.contains("--run-id"), "{err}");
+    assert!(
+        err.contains("single collector") && err.contains("--run-id"),
+        "{err}"
+    );
     assert!(!err.contains("Kafka"), "checked before Kafka: {err}");
-    assert_eq!(std::fs::read(&run_json).unwrap(), written, "run.json was replaced");
+    assert_eq!(
+        std::fs::read(&run_json).unwrap(),
+        written,
+        "run.json was replaced"
+    );
     assert!(!dir.join("runs/keep/members").exists());
 
     // A finished member of another pipeline's group run.

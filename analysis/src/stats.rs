@@ -1206,7 +1206,9 @@ mod tests {
                     (0..n).map(|i| if i % 7 == 0 { 1 << (i % 6) } else { 0 }),
                 )),
                 // Rows 101 apart share their stream, and their sequence: keys repeat.
-                Arc::new(UInt64Array::from_iter_values((0..n).map(|i| u64::from(i % 101)))),
+                Arc::new(UInt64Array::from_iter_values(
+                    (0..n).map(|i| u64::from(i % 101)),
+                )),
             ];
             datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns).unwrap()
         };

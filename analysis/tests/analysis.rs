@@ -585,7 +585,11 @@ fn files_holding_a_key_twice_do_not_add_up() {
     let mut rows = 0;
     for f in &files {
         let name = f["name"].as_str().unwrap();
-        std::fs::copy(run_dir().join("traces").join(name), copy.join("traces").join(name)).unwrap();
+        std::fs::copy(
+            run_dir().join("traces").join(name),
+            copy.join("traces").join(name),
+        )
+        .unwrap();
         rows += f["rows"].as_u64().unwrap();
     }
     let first = files[0]["name"].as_str().unwrap();
@@ -598,16 +602,18 @@ fn files_holding_a_key_twice_do_not_add_up() {
     twice["name"] = "part-99999.parquet".into();
     run["files"].as_array_mut().unwrap().push(twice);
     let copied = files[0]["rows"].as_u64().unwrap();
-    run["recovered"] = serde_json::json!({"files": 0, "rows": copied, "unfinished": [], "corrupt": []});
+    run["recovered"] =
+        serde_json::json!({"files": 0, "rows": copied, "unfinished": [], "corrupt": []});
     std::fs::write(copy.join("run.json"), serde_json::to_vec(&run).unwrap()).unwrap();
     let (s, _) = summarise(&copy);
     let a = &s.accounting;
     assert_eq!(a.complete + a.incomplete, rows + copied);
     assert!(!a.adds_up, "{a:?}");
     assert!(
-        a.discrepancies
-            .iter()
-            .any(|d| d.contains(&format!("{} rows for {rows} distinct trace keys", rows + copied))),
+        a.discrepancies.iter().any(|d| d.contains(&format!(
+            "{} rows for {rows} distinct trace keys",
+            rows + copied
+        ))),
         "{:?}",
         a.discrepancies
     );

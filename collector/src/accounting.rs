@@ -192,7 +192,12 @@ mod tests {
                 incomplete: 0,
             },
         )]);
-        let (a, d) = publishers(&sent, &rows, &keys(1, 7, [0, 1, 2, 3, 4, 99]), &WrittenKeys::new());
+        let (a, d) = publishers(
+            &sent,
+            &rows,
+            &keys(1, 7, [0, 1, 2, 3, 4, 99]),
+            &WrittenKeys::new(),
+        );
         assert_eq!((a[0].unseen, a[0].not_sent), (0, 1));
         assert!(d.iter().any(|x| x.contains("outside")), "{d:?}");
         // A publisher that never reported at all.

@@ -273,7 +273,9 @@ pub fn check_topics(
     Ok(topics
         .first()
         .and_then(|first| metadata.topics().iter().find(|t| t.name() == *first))
-        .map_or(1, |t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)))
+        .map_or(1, |t| {
+            i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)
+        }))
 }
 
 /// Creates `topic` with `partitions` partitions and `replication` replicas unless it
@@ -1051,7 +1053,8 @@ impl MemberState {
                 (None, None, _) => None,
             };
             if let Some(o) = resume
-                && let Err(err) = out.set_partition_offset(&self.cfg.target.topic, p, Offset::Offset(o))
+                && let Err(err) =
+                    out.set_partition_offset(&self.cfg.target.topic, p, Offset::Offset(o))
             {
                 self.error.get_or_insert(err.into());
             }
@@ -1136,19 +1139,28 @@ impl ConsumerContext for MemberContext {
                 let assignment = s.assigned(consumer, tpl);
                 drop(s);
                 if let Err(e) = consumer.assign(&assignment) {
-                    quiet().log(tracing::Level::ERROR, &format!("kafka: assigning partitions: {e}"));
+                    quiet().log(
+                        tracing::Level::ERROR,
+                        &format!("kafka: assigning partitions: {e}"),
+                    );
                 }
             }
             E::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 s.revoked(consumer, tpl);
                 drop(s);
                 if let Err(e) = consumer.unassign() {
-                    quiet().log(tracing::Level::ERROR, &format!("kafka: revoking partitions: {e}"));
+                    quiet().log(
+                        tracing::Level::ERROR,
+                        &format!("kafka: revoking partitions: {e}"),
+                    );
                 }
             }
             other => {
                 let code: RDKafkaErrorCode = other.into();
-                quiet().log(tracing::Level::ERROR, &format!("kafka: rebalance failed: {code}"));
+                quiet().log(
+                    tracing::Level::ERROR,
+                    &format!("kafka: rebalance failed: {code}"),
+                );
             }
         }
     }
@@ -1315,7 +1327,10 @@ pub fn run_member(
             }
             match polled {
                 Some(Ok(m)) => {
-                    let ts = m.timestamp().to_millis().map(|ms| ms.saturating_mul(1_000_000));
+                    let ts = m
+                        .timestamp()
+                        .to_millis()
+                        .map(|ms| ms.saturating_mul(1_000_000));
                     s.message(m.partition(), m.offset(), ts, m.payload())?;
                 }
                 Some(Err(e)) => {

@@ -269,7 +269,8 @@ impl PartitionKeys {
     #[inline]
     #[must_use]
     pub fn belongs(&self, key: &TraceKey) -> bool {
-        self.partitions == 1 || crate::partition::partition_of(key, self.partitions) == self.partition
+        self.partitions == 1
+            || crate::partition::partition_of(key, self.partitions) == self.partition
     }
 
     /// Whether `key`, a key of this partition, was written.
@@ -285,7 +286,9 @@ impl PartitionKeys {
         if self.keys.contains(key) {
             return false;
         }
-        let most = u64::try_from(self.partitions).unwrap_or(1).saturating_mul(32);
+        let most = u64::try_from(self.partitions)
+            .unwrap_or(1)
+            .saturating_mul(32);
         let mut below = *key;
         let mut first = key.sequence;
         while first > 0 && key.sequence - first < most {

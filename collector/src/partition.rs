@@ -673,7 +673,11 @@ mod tests {
             tally.add(&b.take_tally());
             let mut got = a_rows;
             got.extend(b_rows);
-            assert_eq!(distinct_keys(&got), got.len(), "seed {seed}: a key written twice");
+            assert_eq!(
+                distinct_keys(&got),
+                got.len(),
+                "seed {seed}: a key written twice"
+            );
             assert_eq!(sorted(got), sorted(want_rows.clone()), "seed {seed}");
             assert_eq!(tally, want_tally, "seed {seed}");
             // The uncommitted rows are a subset of what B wrote: set aside, not lost.
@@ -780,7 +784,11 @@ mod tests {
         let now = t0 + 209_000_000;
         p.message(10, None, &[rec(1, 2, now)], &mut rows);
         p.drain(&mut rows);
-        assert_eq!(rows.iter().filter(|t| t.key.sequence == 1).count(), 1, "{rows:?}");
+        assert_eq!(
+            rows.iter().filter(|t| t.key.sequence == 1).count(),
+            1,
+            "{rows:?}"
+        );
         let tally = p.take_tally();
         assert_eq!(tally.late, 1);
         assert_eq!(tally.keys.get(&1), Some(&(rows.len() as u64)));
@@ -801,11 +809,21 @@ mod tests {
             stamp_ns: t0 + i64::from(hop) * 1_000,
             ..rec(0, hop, absurd)
         };
-        p.message(0, ts(0), &[absurd_rec(0), absurd_rec(1), absurd_rec(2)], &mut rows);
+        p.message(
+            0,
+            ts(0),
+            &[absurd_rec(0), absurd_rec(1), absurd_rec(2)],
+            &mut rows,
+        );
         for o in 1..200 {
             let t = t0 + o * 1_000_000;
             let seq = o as u64;
-            p.message(o, ts(o), &[rec(seq, 0, t), rec(seq, 1, t), rec(seq, 2, t)], &mut rows);
+            p.message(
+                o,
+                ts(o),
+                &[rec(seq, 0, t), rec(seq, 1, t), rec(seq, 2, t)],
+                &mut rows,
+            );
         }
         // A stamp years away is dropped and counted.
         let mut bad = rec(500, 0, t0 + 200_000_000);

@@ -1076,8 +1076,12 @@ impl JoinState {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
         let rows: BTreeMap<u16, Rows> = self.tallies.iter().map(|(p, r)| (*p, *r)).collect();
-        let (publishers, mut discrepancies) =
-            accounting::publishers(self.control.sent(), &rows, self.joiner.written(), &self.kept);
+        let (publishers, mut discrepancies) = accounting::publishers(
+            self.control.sent(),
+            &rows,
+            self.joiner.written(),
+            &self.kept,
+        );
         if self.joiner.pending() > 0 {
             discrepancies.push(format!(
                 "{} traces still in the join when the run ended",

@@ -426,7 +426,7 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
 /// # Errors
 /// A file that cannot be read, or lacks the key columns.
 pub fn kept_keys(dir: &Path) -> Result<crate::keys::WrittenKeys, WriteError> {
-    use arrow::array::{AsArray as _, Array as _};
+    use arrow::array::{Array as _, AsArray as _};
     use arrow::datatypes::{UInt16Type, UInt32Type, UInt64Type};
     use parquet::arrow::ProjectionMask;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

@@ -22,12 +22,7 @@ fn base_ns() -> i64 {
 
 /// One collector session on run `id`: `hops` of each key in `keys` (all six when `None`),
 /// then a Sent frame saying `sent` messages over sequences `0..sent`.
-fn session(
-    dir: &Path,
-    durable: bool,
-    traces: &[(u64, Option<usize>)],
-    sent: u64,
-) -> RunSummary {
+fn session(dir: &Path, durable: bool, traces: &[(u64, Option<usize>)], sent: u64) -> RunSummary {
     let spec = PipelineSpec::default_pipeline();
     let mut cfg = CollectorConfig::new("127.0.0.1:0", spec.clone(), dir);
     cfg.run_id = Some("continued".into());
@@ -133,7 +128,11 @@ fn check(durable: bool) {
     assert_eq!(seqs.len(), 150);
     let a = &two.accounting;
     assert_eq!(a.late_records, 1, "{a:?}");
-    let p = a.publishers.iter().find(|p| p.publisher == PUBLISHER).unwrap();
+    let p = a
+        .publishers
+        .iter()
+        .find(|p| p.publisher == PUBLISHER)
+        .unwrap();
     // 100 recovered (the first collector's), 50 complete, 2 never seen.
     assert_eq!(
         (p.sent, p.complete, p.incomplete, p.recovered, p.unseen),

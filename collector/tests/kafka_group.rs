@@ -76,11 +76,24 @@ fn keys(files: &[std::path::PathBuf]) -> Vec<(u16, u32, u64)> {
     let mut out = Vec::new();
     for path in files {
         let file = std::fs::File::open(path).unwrap();
-        for batch in ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap() {
+        for batch in ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+        {
             let b = batch.unwrap();
-            let p = b.column_by_name("publisher").unwrap().as_primitive::<UInt16Type>();
-            let s = b.column_by_name("stream").unwrap().as_primitive::<UInt32Type>();
-            let q = b.column_by_name("sequence").unwrap().as_primitive::<UInt64Type>();
+            let p = b
+                .column_by_name("publisher")
+                .unwrap()
+                .as_primitive::<UInt16Type>();
+            let s = b
+                .column_by_name("stream")
+                .unwrap()
+                .as_primitive::<UInt32Type>();
+            let q = b
+                .column_by_name("sequence")
+                .unwrap()
+                .as_primitive::<UInt64Type>();
             out.extend((0..b.num_rows()).map(|i| (p.value(i), s.value(i), q.value(i))));
         }
     }
@@ -124,7 +137,9 @@ fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
         frame.push(record(seq, 2, t0 + seq as i64 * 1_000_000));
     }
     for chunk in frame.chunks(100) {
-        stamping.send_frame(&Frame::Records(chunk.to_vec())).unwrap();
+        stamping
+            .send_frame(&Frame::Records(chunk.to_vec()))
+            .unwrap();
     }
     // Two messages more were sent than reached anything.
     stamping
@@ -180,12 +195,20 @@ fn a_group_writes_each_key_once_and_accounts_for_probes_and_dropped_hops() {
     for k in &rows {
         *per_key.entry(*k).or_default() += 1;
     }
-    assert_eq!(per_key.get(&(PUBLISHER, 1, 17)), Some(&1), "message 17 has one row");
+    assert_eq!(
+        per_key.get(&(PUBLISHER, 1, 17)),
+        Some(&1),
+        "message 17 has one row"
+    );
     assert_eq!(per_key.len() as u64, MESSAGES, "{per_key:?}");
     assert_eq!(rows.len() as u64, MESSAGES, "a key with two rows");
     let a = &g.summary.accounting;
     assert!(a.adds_up, "{:?}", a.discrepancies);
-    let p = a.publishers.iter().find(|p| p.publisher == PUBLISHER).unwrap();
+    let p = a
+        .publishers
+        .iter()
+        .find(|p| p.publisher == PUBLISHER)
+        .unwrap();
     assert_eq!(
         (p.sent, p.complete + p.incomplete, p.unseen),
         (MESSAGES + 2, MESSAGES, 2),

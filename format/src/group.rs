@@ -606,10 +606,14 @@ mod tests {
         let (a, d) = publishers_by_keys(&sent, &rows(6, 3), &BTreeMap::from([(1, 8)]));
         assert_eq!(a[0].unseen, 2);
         assert!(
-            d.iter().any(|x| x.contains("9 rows written for 8 distinct keys")),
+            d.iter()
+                .any(|x| x.contains("9 rows written for 8 distinct keys")),
             "{d:?}"
         );
-        assert!(d.iter().any(|x| x.contains("sent 10 != complete 6")), "{d:?}");
+        assert!(
+            d.iter().any(|x| x.contains("sent 10 != complete 6")),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -153,7 +153,11 @@ fn parse_broker(url: &str) -> anyhow::Result<Endpoint> {
 
 /// Keeps the run the collector wrote whole, then marks it interrupted when it was: a
 /// failure to mark it must not cost the run itself.
-fn keep_run(unfinished: RemoveUnlessKept, run_json: &Path, interrupted: bool) -> anyhow::Result<()> {
+fn keep_run(
+    unfinished: RemoveUnlessKept,
+    run_json: &Path,
+    interrupted: bool,
+) -> anyhow::Result<()> {
     unfinished.keep();
     if interrupted {
         crate::rundir::mark_interrupted(run_json)?;

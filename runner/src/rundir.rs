@@ -115,7 +115,12 @@ pub fn check_group(dir: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
     let members = dir.join(hoptrace_format::group::MEMBERS_DIR);
     let mut names: Vec<PathBuf> = std::fs::read_dir(&members)
-        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     for m in &names {
@@ -135,8 +140,16 @@ pub fn check_group(dir: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
                     dir.display(),
                     prev.run_id,
                     prev.pipeline.name,
-                    m.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-                    hop_list(&prev.pipeline.hops.iter().map(|h| h.name.clone()).collect::<Vec<_>>()),
+                    m.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                    hop_list(
+                        &prev
+                            .pipeline
+                            .hops
+                            .iter()
+                            .map(|h| h.name.clone())
+                            .collect::<Vec<_>>()
+                    ),
                     spec.name,
                     hop_list(&our_names)
                 );
