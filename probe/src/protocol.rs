@@ -29,7 +29,7 @@ pub const MAX_SENT_PER_FRAME: usize = (MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN;
 /// Most hops one exporter announces.
 pub const MAX_HOPS: usize = 16;
 /// Largest Hello frame (type byte and body): magic, version, instance id, four strings
-/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,568 bytes). A
+/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,556 bytes). A
 /// collector reads a connection's first frame with this limit, so an unauthenticated
 /// peer cannot make it buffer more.
 pub const MAX_HELLO_LEN: usize =
@@ -142,6 +142,9 @@ pub mod counter_id {
     /// Of `evicted`, the records the collector turned out not to have when the exporter
     /// reconnected: lost, counted (version 2).
     pub const LOST_UNACKED: u16 = 12;
+    /// Records a relay dropped because their hop was not announced by their connection
+    /// (a relay's own counter, on a collector group's control topic).
+    pub const UNANNOUNCED_HOP: u16 = 96;
 
     /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
     #[must_use]
@@ -159,6 +162,7 @@ pub mod counter_id {
             RESENT => "resent",
             EVICTED => "evicted",
             LOST_UNACKED => "lost_unacked",
+            UNANNOUNCED_HOP => "unannounced_hop",
             _ => return None,
         })
     }

@@ -9,7 +9,10 @@ const MAX_FRAME_LEN = 1 << 20; // type byte and body
 const HELLO_MAGIC = Buffer.from('HOPTRACE', 'ascii');
 const MAX_STRING_LEN = 1024;
 const MAX_RECORDS_PER_FRAME = 20000;
-const MAX_SENT_PER_FRAME = 40000;
+const SENT_ENTRY_LEN = 36;
+// As many entries as fit in MAX_FRAME_LEN after the type byte, the publisher and the count
+// (29,126).
+const MAX_SENT_PER_FRAME = Math.floor((MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN);
 const MAX_HOPS = 16;
 const RECORD_LEN = 36;
 const RECORD_LEN_WITH_ID = 52;
@@ -223,7 +226,7 @@ function encodeCounters(c) {
  */
 function encodeSent(s) {
   if (s.entries.length > MAX_SENT_PER_FRAME) throw new RangeError(`at most ${MAX_SENT_PER_FRAME} entries`);
-  const w = new Writer(11 + 36 * s.entries.length);
+  const w = new Writer(11 + SENT_ENTRY_LEN * s.entries.length);
   const at = w.begin(TYPE.SENT);
   w.u16(s.publisher);
   w.u32(s.entries.length);
@@ -440,6 +443,7 @@ module.exports = {
   MAX_STRING_LEN,
   MAX_RECORDS_PER_FRAME,
   MAX_SENT_PER_FRAME,
+  SENT_ENTRY_LEN,
   MAX_HOPS,
   RECORD_LEN,
   RECORD_LEN_WITH_ID,

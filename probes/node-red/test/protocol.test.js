@@ -5,6 +5,8 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 
 const p = require('../lib/protocol');
 const { RecordRing } = require('../lib/ring');
@@ -163,6 +165,23 @@ test('Sent', () => {
   const b = p.encodeSent(s);
   assert.equal(b.toString('hex'), SENT_HEX);
   assert.deepEqual(p.decodeFrame(b[4], b.subarray(5)), { type: 'sent', ...s });
+});
+
+test('the fullest Sent frame is within the frame limit the collector applies', () => {
+  // The count the protocol document gives for a Sent frame is the one encoded here.
+  const doc = fs.readFileSync(path.join(__dirname, '..', '..', '..', 'docs', 'collector-protocol.md'), 'utf8');
+  const stated = /\| count S \| u32, \d+ to ([\d,]+) /.exec(doc);
+  assert.ok(stated, 'docs/collector-protocol.md states the entries of a Sent frame');
+  assert.equal(p.MAX_SENT_PER_FRAME, Number(stated[1].replace(/,/g, '')));
+  const entry = { stream: 1, messages: 1n, metrics: 1n, firstSequence: 0n, lastSequence: 0n };
+  const entries = Array.from({ length: p.MAX_SENT_PER_FRAME }, (_, i) => ({ ...entry, stream: i }));
+  const b = p.encodeSent({ publisher: 1, entries });
+  assert.ok(b.length - 4 <= p.MAX_FRAME_LEN, `${b.length - 4} bytes`);
+  assert.ok(b.length - 4 + p.SENT_ENTRY_LEN > p.MAX_FRAME_LEN, 'one entry more would not fit');
+  const r = new p.FrameReader();
+  r.push(b);
+  assert.equal(r.next().entries.length, p.MAX_SENT_PER_FRAME);
+  assert.throws(() => p.encodeSent({ publisher: 1, entries: [...entries, entry] }), RangeError);
 });
 
 test('Goodbye, Welcome, Reject', () => {

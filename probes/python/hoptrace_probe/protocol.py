@@ -22,8 +22,11 @@ MAX_STRING_LEN = 1024
 """Longest string field, in bytes of UTF-8."""
 MAX_RECORDS_PER_FRAME = 20_000
 """Most records in one Records frame."""
-MAX_SENT_PER_FRAME = 40_000
-"""Most entries in one Sent frame."""
+SENT_ENTRY_LEN = 36
+"""Bytes of one Sent entry on the wire."""
+MAX_SENT_PER_FRAME = (MAX_FRAME_LEN - 7) // SENT_ENTRY_LEN
+"""Most entries in one Sent frame: as many as fit in :data:`MAX_FRAME_LEN` after the type
+byte, the publisher and the count (29,126)."""
 MAX_HOPS = 16
 """Most hops one exporter announces."""
 RECORD_LEN = 36
@@ -145,7 +148,7 @@ class SentEntry(NamedTuple):
 
 @dataclass
 class Sent:
-    """0x05: a publisher's accounting, per stream (at most 40,000 entries)."""
+    """0x05: a publisher's accounting, per stream (at most :data:`MAX_SENT_PER_FRAME` entries)."""
 
     publisher: int
     entries: List[SentEntry] = field(default_factory=list)
@@ -189,6 +192,7 @@ _SENT_ENTRY = struct.Struct("<IQQQQ")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 assert _RECORD.size == RECORD_LEN
+assert _SENT_ENTRY.size == SENT_ENTRY_LEN
 
 
 def _string(s: str) -> bytes:

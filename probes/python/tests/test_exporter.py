@@ -69,6 +69,24 @@ def test_publisher_sends_cumulative_sent_frames_before_goodbye():
     fc.close()
 
 
+def test_sent_frames_of_many_streams_each_fit_a_frame_the_collector_reads():
+    fc = FakeCollector()
+    ex = Exporter(config(fc.address), [(0, "publish")])
+    pub = Publisher(ex, publisher=3)
+    streams = protocol.MAX_SENT_PER_FRAME + 1
+    for stream in range(streams):
+        pub.count_sent(TraceContext(3, stream, 0, 1, 0))
+    frames = pub.sent_frames()
+    assert len(frames) == 2
+    got = []
+    for f in frames:
+        ty, body, n = protocol.split_frame(protocol.encode(f))
+        got += protocol.decode(ty, body).entries
+    assert sorted(e.stream for e in got) == list(range(streams))
+    ex.shutdown(timeout_s=0.5)
+    fc.close()
+
+
 def test_reject_is_not_a_connection_and_is_retried():
     fc = FakeCollector(reject=protocol.Reject(3, "hop 'x' is not declared"))
     ex = Exporter(config(fc.address, backoff_min_s=0.01, backoff_max_s=0.02), [(0, "publish")])

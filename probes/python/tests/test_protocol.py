@@ -3,6 +3,8 @@ docs/collector-protocol.md (expected bytes are written out field by field here),
 decoder's named errors."""
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +172,20 @@ def test_records_frame_limits():
         p.encode_records([r] * 20_001)
     full = p.encode_records([(1, 0, 0, 0, 0, 0, 0, 0, bytes(range(16)))] * 20_000)
     assert len(full) - 4 <= p.MAX_FRAME_LEN
+
+
+def test_the_fullest_sent_frame_is_within_the_frame_limit():
+    # The count the protocol document gives for a Sent frame is the one encoded here.
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "collector-protocol.md").read_text()
+    stated = re.search(r"\| count S \| u32, \d+ to ([\d,]+) ", doc)
+    assert stated, "docs/collector-protocol.md states the entries of a Sent frame"
+    assert p.MAX_SENT_PER_FRAME == int(stated.group(1).replace(",", ""))
+    entries = [p.SentEntry(i, 1, 1, 0, 0) for i in range(p.MAX_SENT_PER_FRAME)]
+    full = p.encode(p.Sent(1, entries))
+    # The collector reads it (split_frame applies the collector's frame limit) ...
+    ty, body, n = p.split_frame(full)
+    assert n == len(full) and p.decode(ty, body) == p.Sent(1, entries)
+    # ... and one entry more would not fit in a frame.
+    assert len(full) - 4 + p.SENT_ENTRY_LEN > p.MAX_FRAME_LEN
+    with pytest.raises(ValueError, match="entries"):
+        p.encode(p.Sent(1, entries + [p.SentEntry(0, 1, 1, 0, 0)]))
