@@ -9,7 +9,7 @@
 //!   root delay / 2`.
 //! - [`PtpStatus`]: ptp4l's view through its management socket (`pmc -u`): offset from the
 //!   grandmaster, mean path delay, port state.
-//! - [`KernelClockStatus`](crate::clock::KernelClockStatus): the kernel's own NTP state,
+//! - [`KernelClockStatus`]: the kernel's own NTP state,
 //!   when neither daemon answers.
 //!
 //! [`auto_detect`] picks the first that answers, in that order. [`preflight`] turns a
