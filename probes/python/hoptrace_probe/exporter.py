@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import protocol
-from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named
+from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named, this_host
 from .counters import CounterSnapshot
 from .probe import Probe, Shared
 from .protocol import Frame
@@ -67,8 +67,10 @@ class ExporterConfig:
     shutdown_timeout_s: float = 5.0
     """How long :meth:`Exporter.shutdown` keeps trying to deliver what is queued."""
     clock_status: Union[str, ClockStatusSource, None] = None
-    """``"unknown"`` (default), ``"chrony"`` (runs ``chronyc -c tracking``), or a callable
-    returning a :class:`~hoptrace_probe.protocol.Clock`."""
+    """``"auto"`` (the default, also ``None``): chronyd, else ptp4l, else the kernel, found
+    once per process (:func:`hoptrace_probe.clock.this_host`); or one source by name,
+    ``"chrony"``, ``"ptp"``, ``"kernel"``, ``"unknown"``; or a callable returning a
+    :class:`~hoptrace_probe.protocol.Clock`."""
 
 
 class ExportSummary(NamedTuple):
@@ -149,8 +151,11 @@ class Exporter:
             self._tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self.config = config
         self.hops: List[Tuple[int, str]] = hops
-        self._clock_status: ClockStatusSource = (
+        # "auto" is resolved on the exporter thread, at the first Clock frame: detection
+        # runs chronyc and pmc, which must not hold up the constructor.
+        self._clock_status: Optional[ClockStatusSource] = (
             config.clock_status if callable(config.clock_status)
+            else None if config.clock_status in (None, "", "auto")
             else source_named(config.clock_status))
         self._shared = Shared(config.queue_capacity)
         self._control: Deque[Frame] = deque()
@@ -373,6 +378,8 @@ class Exporter:
 
     def _clock_frame(self) -> protocol.Clock:
         try:
+            if self._clock_status is None:
+                self._clock_status = this_host().source
             return self._clock_status()
         except Exception as e:  # a broken custom source must not stop the exporter
             return UnknownClockStatus(f"clock status source failed: {e}"[:1024])()
