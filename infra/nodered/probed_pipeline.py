@@ -265,11 +265,15 @@ def run_pipeline(bin_path: str, workdir: Path, run_id: str, messages: int, rate:
             raise PipelineError(f"collector failed:\n{collector.text()[-3000:]}")
         run_dir = workdir / run_id
         nr_log = Path(os.environ.get("HOPTRACE_RUN", "/tmp/hoptrace-infra")) / "nodered-probed" / "nodered.log"
-        return Run(run_dir=run_dir, run_json=json.loads((run_dir / "run.json").read_text()),
-                   publish_summary=json.loads((workdir / "publish.json").read_text()),
-                   broker_tap=broker.text(), store_tap=store.text(),
-                   nodered_log=nr_log.read_text(errors="replace") if nr_log.exists() else "",
-                   commands=commands, versions=versions(bin_path))
+        run = Run(run_dir=run_dir, run_json=json.loads((run_dir / "run.json").read_text()),
+                  publish_summary=json.loads((workdir / "publish.json").read_text()),
+                  broker_tap=broker.text(), store_tap=store.text(),
+                  nodered_log=nr_log.read_text(errors="replace") if nr_log.exists() else "",
+                  commands=commands, versions=versions(bin_path))
+        # What the report section needs beside the run's files, kept with the run.
+        (run_dir / "pipeline-run.json").write_text(json.dumps(
+            {"commands": commands, "versions": run.versions, "messages": messages, "rate": rate}, indent=1))
+        return run
     finally:
         if started_nodered:
             sh(NODERED_SH, "stop", env=nr_env)
@@ -319,6 +323,19 @@ def section(run: Run, summary: dict, messages: int, rate: float) -> str:
     table = "\n".join(lines)
     c = probe["counters"]
     v = run.versions
+    r0 = summary["runs"][0]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r0["started_unix_ns"] / 1e9))
+    minutes = (r0["ended_unix_ns"] - r0["started_unix_ns"]) / 60e9
+    total = stages["Total Ingestion"]
+    b = total.get("poll_bracket") or {}
+    bracket = (f"The poll bracket of the stages ending at `queryable` (the store tap polled every "
+               f"{fmt_ns(b['poll_interval_ns'])}, {b['polls']:,} polls, {b['poll_errors']} failed): mean "
+               f"{fmt_ns(b['mean_ns'])}, P99 {fmt_ns(b['p99_ns'])}, max {fmt_ns(b['max_ns'])}; "
+               f"{'not small against their P50, so the report warns' if b['warning'] else 'small against their P50'}. "
+               f"The stages between the Node-RED nodes, the broker tap and InfluxDB's point time have no "
+               f"such uncertainty.") if b else ""
+    clock = (f"Clocks: {summary['environment']['clocking']}; every stage is on one host "
+             f"({total['clock_note']}), so clock uncertainty is 0 for each.")
     return f"""## Node-RED's own time: the flow with the two hoptrace nodes
 
 The same pipeline with `probes/node-red` installed into Node-RED's userDir (`npm install
@@ -333,7 +350,8 @@ own. The unprobed flow above stays the default: it shows what taps alone reach.
   node-red-contrib-hoptrace {v['node-red-contrib-hoptrace']}; InfluxDB ({v['influxdb']}).
 - Pipeline spec: `infra/nodered/pipeline-probed.toml`; QoS 1 from the publisher through
   Node-RED's subscription.
-- Run: `{run.run_json.get('run_id', run.run_dir.name)}`, {messages:,} messages at {rate:g} msg/s.
+- Run: `{run.run_json.get('run_id', run.run_dir.name)}`, {messages:,} messages at {rate:g} msg/s over
+  {len(run.run_json['accounting']['publishers'])} publisher, started {when}, collector ran {minutes:.1f} min.
 
 Commands (`infra/services.sh up` and `infra/stores/influxdb.sh start` first; this is what
 `python3 infra/nodered/probed_pipeline.py` runs, and what wrote this section):
@@ -354,6 +372,10 @@ context: each node counts it); closed cleanly: {str(probe['clean_close']).lower(
 Stages (`summary.json` of `hoptrace report`):
 
 {table}
+
+{bracket}
+
+{clock}
 """
 
 
@@ -376,14 +398,27 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=200)
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--markdown", type=Path, help="also write the report section here")
+    ap.add_argument("--render", type=Path, metavar="RUN_DIR",
+                    help="no new run: write the section of this finished run (its report/ included)")
     a = ap.parse_args()
-    run = run_pipeline(a.bin, a.out.resolve(), a.run_id, a.messages, a.rate, streams=a.streams)
-    r = sh(a.bin, "report", run.run_dir, timeout=1800)
-    if r.returncode != 0:
-        print(r.stdout, r.stderr, file=sys.stderr)
-        return 1
-    summary = json.loads((run.run_dir / "summary.json").read_text())
-    text = section(run, summary, a.messages, a.rate)
+    if a.render:
+        run_dir = a.render.resolve()
+        kept = json.loads((run_dir / "pipeline-run.json").read_text())
+        run = Run(run_dir=run_dir, run_json=json.loads((run_dir / "run.json").read_text()),
+                  publish_summary=json.loads((run_dir.parent / "publish.json").read_text()),
+                  broker_tap="", store_tap="", nodered_log="", commands=kept["commands"],
+                  versions=kept["versions"])
+        messages, rate = kept["messages"], kept["rate"]
+    else:
+        run = run_pipeline(a.bin, a.out.resolve(), a.run_id, a.messages, a.rate, streams=a.streams)
+        messages, rate = a.messages, a.rate
+    if not (run.run_dir / "report" / "summary.json").exists():
+        r = sh(a.bin, "report", run.run_dir, timeout=1800)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr, file=sys.stderr)
+            return 1
+    summary = json.loads((run.run_dir / "report" / "summary.json").read_text())
+    text = section(run, summary, messages, rate)
     print(text)
     if a.markdown:
         a.markdown.write_text(text)
