@@ -616,6 +616,8 @@ impl Pump {
     /// Relays one connection event; `open` tracks which connections are open.
     fn event(&mut self, ev: Event, open: &mut BTreeMap<u64, bool>) {
         match ev {
+            // The relay keeps no log: a frame's bytes as received are not needed.
+            Event::FrameWithBytes(id, f, _) => self.event(Event::Frame(id, f), open),
             Event::Connected(id, peer, hello) => {
                 open.insert(id, true);
                 let peer = peer.to_string();

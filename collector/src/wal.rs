@@ -237,15 +237,11 @@ impl Wal {
     /// # Errors
     /// [`WalError::Io`].
     pub fn frame(&mut self, id: u64, at: u64, raw: &[u8]) -> Result<(), WalError> {
-        let mut p = std::mem::take(&mut self.scratch);
-        p.clear();
-        p.push(FRAME);
-        p.extend_from_slice(&id.to_le_bytes());
-        p.extend_from_slice(&at.to_le_bytes());
-        p.extend_from_slice(raw);
-        let r = self.append(&p);
-        self.scratch = p;
-        r
+        let mut head = [0u8; 17];
+        head[0] = FRAME;
+        head[1..9].copy_from_slice(&id.to_le_bytes());
+        head[9..17].copy_from_slice(&at.to_le_bytes());
+        self.append_parts(&head, raw)
     }
 
     /// Appends the end of connection `id`.
@@ -311,16 +307,25 @@ impl Wal {
     }
 
     fn append(&mut self, payload: &[u8]) -> Result<(), WalError> {
+        self.append_parts(payload, &[])
+    }
+
+    /// Appends one entry whose payload is `first` followed by `rest`, copying neither.
+    fn append_parts(&mut self, first: &[u8], rest: &[u8]) -> Result<(), WalError> {
         if self.segment_bytes >= SEGMENT_BYTES {
             self.roll()?;
         }
-        let len = u32::try_from(payload.len()).expect("an entry is at most one frame");
+        let len = u32::try_from(first.len() + rest.len()).expect("an entry is at most one frame");
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(first);
+        crc.update(rest);
         let mut head = [0u8; 8];
         head[..4].copy_from_slice(&len.to_le_bytes());
-        head[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        head[4..].copy_from_slice(&crc.finalize().to_le_bytes());
         self.file
             .write_all(&head)
-            .and_then(|()| self.file.write_all(payload))
+            .and_then(|()| self.file.write_all(first))
+            .and_then(|()| self.file.write_all(rest))
             .map_err(io(&self.path))?;
         let n = 8 + u64::from(len);
         self.segment_bytes += n;
