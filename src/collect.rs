@@ -107,6 +107,11 @@ pub struct Args {
     /// most 1s.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_log_sync, conflicts_with = "no_log")]
     pub log_sync: Duration,
+    /// Least time between two checkpoints of the run, taken when a part file closes: the
+    /// log before a checkpoint is deleted, so the log holds about this long of records
+    /// (or one part file's worth, if more) and a restart replays only that.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, conflicts_with = "no_log")]
+    pub checkpoint_interval: Duration,
 }
 
 fn parse_log_sync(s: &str) -> Result<Duration, String> {
@@ -180,6 +185,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     cfg.durable = !args.no_log;
     cfg.sync_interval = args.log_sync;
+    cfg.checkpoint_interval = args.checkpoint_interval;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
@@ -193,13 +199,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     if let Some(r) = collector.continued() {
         eprintln!(
-            "continuing run {} from its log: a collector was stopped without closing it; replayed {} entries ({}{}), probes send again what it had not acknowledged",
+            "continuing run {} from its log: a collector was stopped without closing it; {}replayed {} entries ({}) in {:.1} s{}, probes send again what it had not acknowledged",
             collector
                 .run_dir()
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            r.checkpoint_unix_ns.map_or_else(String::new, |t| format!(
+                "took up its checkpoint of {}, ",
+                units::utc_iso(t)
+            )),
             r.log_entries,
             units::bytes(r.log_bytes),
+            r.replay_ms as f64 / 1e3,
             if r.torn_bytes > 0 {
                 format!(
                     "; {} half-written at the end, never acknowledged, skipped",
@@ -368,10 +379,15 @@ pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
     }
     for (i, r) in summary.restarts.iter().enumerate() {
         println!(
-            "restart {} at {}: replayed {} log entries ({} hop records), skipped a half-written tail of {}; {} records sent again were already held (dropped)",
+            "restart {} at {}: from {}, replayed {} log entries in {:.1} s ({} hop records held), skipped a half-written tail of {}; {} records sent again were already held (dropped)",
             i + 1,
             units::utc_iso(r.at_unix_ns),
+            r.checkpoint_unix_ns.map_or_else(
+                || "the run's start".to_owned(),
+                |t| format!("the checkpoint of {}", units::utc_iso(t))
+            ),
             r.log_entries,
+            r.replay_ms as f64 / 1e3,
             r.records_replayed,
             units::bytes(r.torn_bytes),
             r.resent_records_dropped

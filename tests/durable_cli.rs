@@ -1,0 +1,321 @@
+//! `hoptrace collect` killed with SIGKILL and started again with the same command, as a
+//! user would: the real binary, probes over TCP.
+//!
+//! - a long run keeps its log bounded (checkpoints delete the segments before them), and
+//!   a restart after a checkpoint loses nothing and counts nothing twice;
+//! - a run closed cleanly leaves no log behind.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+
+/// Two hops, publish and broker; part files of `roll` rows.
+fn spec(roll: u64) -> String {
+    format!(
+        r#"name = "durable"
+[[hops]]
+name = "publish"
+id = 0
+[[hops]]
+name = "broker"
+id = 1
+[[stages]]
+name = "Broker Time"
+from = "publish"
+to = "broker"
+definition = "publish to broker"
+[output]
+roll_rows = {roll}
+row_group_rows = {roll}
+"#
+    )
+}
+
+const HOPS: &[(HopId, &str)] = &[(HopId(0), "publish"), (HopId(1), "broker")];
+
+/// A port nothing listens on now, for a collector that must come back on the same one.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `hoptrace collect` process; its stderr lines arrive on `lines`.
+struct Collect {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Collect {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(common::bin())
+            .arg("collect")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Waits for a stderr line starting with `prefix`; returns the rest.
+    fn wait_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        loop {
+            let Ok(line) = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            else {
+                panic!(
+                    "no line {prefix:?} from the collector; it said:\n{}",
+                    seen.join("\n")
+                );
+            };
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+            seen.push(line);
+        }
+    }
+
+    /// Waits until it listens; returns its address.
+    fn listening(&self) -> SocketAddr {
+        self.wait_line("collecting on ")
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM; it must exit 0. Returns what it printed on stdout.
+    fn stop(mut self) -> String {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = common::wait_within(&mut self.child, Duration::from_secs(60), "collect");
+        assert!(status.success(), "{status}");
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut self.child.stdout.take().unwrap(), &mut out).unwrap();
+        out
+    }
+}
+
+fn run_json(run: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap()
+}
+
+/// Rows in the run's part files (run.json) and distinct keys in them (read back).
+fn rows_and_keys(run: &Path, json: &serde_json::Value) -> (u64, u64) {
+    let rows = json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rows"].as_u64().unwrap())
+        .sum();
+    let keys = hoptrace_collector::writer::kept_keys(&run.join("traces"), &[])
+        .unwrap()
+        .len();
+    (rows, keys)
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints
+
+/// Bytes in the run's log directory, and its segments' numbers.
+fn log_on_disk(run: &Path) -> (u64, Vec<u32>) {
+    let mut bytes = 0;
+    let mut segments = Vec::new();
+    for e in std::fs::read_dir(run.join("wal"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        bytes += e.metadata().map_or(0, |m| m.len());
+        let name = e.file_name().into_string().unwrap_or_default();
+        if let Some(n) = name.strip_suffix(".log").and_then(|n| n.parse().ok()) {
+            segments.push(n);
+        }
+    }
+    segments.sort_unstable();
+    (bytes, segments)
+}
+
+/// 300,000 traces of two hops at about 60,000 traces/s through a real exporter, part
+/// files of 5,000 rows, a checkpoint at most every 200 ms. The log on disk stays a small
+/// part of what went through it; the collector is killed after a few checkpoints and
+/// started again with the same command; the run ends with every trace once.
+#[test]
+fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothing() {
+    const TRACES: u64 = 300_000;
+    let out = common::scratch("checkpoints");
+    let spec_path = out.join("spec.toml");
+    std::fs::write(&spec_path, spec(5_000)).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let runs = out.join("runs");
+    let args = [
+        "--listen",
+        &listen,
+        "--pipeline",
+        spec_path.to_str().unwrap(),
+        "--runs",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "long",
+        "--checkpoint-interval",
+        "200ms",
+    ];
+    let run = runs.join("long");
+    let c = Collect::start(&args);
+    c.listening();
+
+    // The log's size on disk, sampled while the run goes on.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (run, watching) = (run.clone(), watching.clone());
+        std::thread::spawn(move || {
+            let (mut most, mut segments_seen) = (0u64, std::collections::BTreeSet::new());
+            let mut most_segments = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let (bytes, segments) = log_on_disk(&run);
+                most = most.max(bytes);
+                most_segments = most_segments.max(segments.len());
+                segments_seen.extend(segments);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (most, most_segments, segments_seen)
+        })
+    };
+
+    let mut cfg = ExporterConfig::new(listen.clone(), "checkpoint-test");
+    cfg.backoff_min = Duration::from_millis(20);
+    cfg.backoff_max = Duration::from_millis(200);
+    cfg.max_batch = 2_000;
+    let exporter = Exporter::start(cfg, HOPS).unwrap();
+    let probes: Vec<_> = HOPS
+        .iter()
+        .map(|(h, _)| exporter.probe(*h).unwrap())
+        .collect();
+    let started = Instant::now();
+    let mut c = Some(c);
+    let mut killed_at = None;
+    for chunk in 0..TRACES / 1_000 {
+        for sequence in chunk * 1_000..(chunk + 1) * 1_000 {
+            let key = TraceKey {
+                publisher: 1,
+                stream: (sequence % 10) as u32,
+                sequence: sequence / 10,
+            };
+            let mut ctx = TraceContext::new(key, 1, hoptrace_probe::clock::realtime_ns());
+            for p in &probes {
+                p.record(&mut ctx).unwrap();
+            }
+        }
+        // About 60,000 traces/s.
+        let due = started + Duration::from_micros((chunk + 1) * 1_000_000 / 60);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        // Killed once checkpoints have deleted some of the log, half-way through.
+        if chunk == TRACES / 2_000 {
+            assert!(
+                run.join("wal").join("checkpoint").exists(),
+                "no checkpoint after {:?}",
+                started.elapsed()
+            );
+            c.take().unwrap().kill();
+            killed_at = Some(chunk);
+            c = Some(Collect::start(&args));
+            let line = c.as_ref().unwrap().wait_line("continuing run ");
+            assert!(line.contains("took up its checkpoint"), "{line}");
+        }
+    }
+    assert!(killed_at.is_some());
+    let entries: Vec<SentEntry> = (0..10)
+        .map(|stream| SentEntry {
+            stream,
+            messages: TRACES / 10,
+            metrics: TRACES / 10,
+            first_sequence: 0,
+            last_sequence: TRACES / 10 - 1,
+        })
+        .collect();
+    exporter
+        .send_frame(&Frame::Sent(SentFrame {
+            publisher: 1,
+            entries,
+        }))
+        .unwrap();
+    let summary = exporter.shutdown();
+    assert!(summary.clean, "{summary:?}");
+    assert_eq!(summary.counters.lost(), 0, "{summary:?}");
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (most_bytes, most_segments, segments_seen) = watcher.join().unwrap();
+    c.take().unwrap().stop();
+
+    let json = run_json(&run);
+    let a = &json["accounting"];
+    // A record of a trace is 36 bytes in its frame: the log held about that much per
+    // record that went through it, the run sent 600,000 records (21.6 MB).
+    let through = 2 * TRACES * 36;
+    eprintln!(
+        "log on disk: at most {most_bytes} bytes in {most_segments} segment(s) at once; {} segments in the run; {through} bytes of records went through; restart: {}",
+        segments_seen.len(),
+        json["restarts"][0]
+    );
+    assert!(
+        most_bytes * 4 < through,
+        "the log reached {most_bytes} bytes on disk of {through} that went through it"
+    );
+    assert!(most_segments <= 4, "{most_segments} log segments at once");
+    assert!(
+        segments_seen.len() >= 5,
+        "only {} segments in the run: {segments_seen:?}",
+        segments_seen.len()
+    );
+    let restarts = json["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert!(
+        restarts[0]["checkpoint_unix_ns"].as_i64().is_some(),
+        "{restarts:?}"
+    );
+    let p = &a["publishers"][0];
+    assert_eq!(
+        (&p["sent"], &p["complete"], &p["incomplete"], &p["unseen"]),
+        (&TRACES.into(), &TRACES.into(), &0.into(), &0.into()),
+        "{a}"
+    );
+    assert_eq!(a["records_by_hop"]["publish"], TRACES, "{a}");
+    assert_eq!(a["records_by_hop"]["broker"], TRACES, "{a}");
+    assert_eq!(
+        (&a["duplicate_traces"], &a["late_records"]),
+        (&0.into(), &0.into()),
+        "{a}"
+    );
+    assert_eq!(a["adds_up"], true, "{a}");
+    assert_eq!(rows_and_keys(&run, &json), (TRACES, TRACES));
+    assert!(!run.join("wal").exists(), "the log outlived a clean stop");
+    let _ = std::fs::remove_dir_all(&out);
+}
