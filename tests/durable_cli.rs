@@ -1,20 +1,23 @@
 //! `hoptrace collect` killed with SIGKILL and started again with the same command, as a
 //! user would: the real binary, probes over TCP.
 //!
+//! - a raw version 2 client sends numbered frames, the collector is killed, and the
+//!   frames re-sent from below Welcome's `resume_seq` are dropped, exactly, with one row
+//!   per key;
 //! - a long run keeps its log bounded (checkpoints delete the segments before them), and
 //!   a restart after a checkpoint loses nothing and counts nothing twice;
 //! - a run closed cleanly leaves no log behind.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_probe::protocol::{self, Frame, Hello, MAX_FRAME_LEN, Record, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 
 /// Two hops, publish and broker; part files of `roll` rows.
@@ -141,6 +144,164 @@ fn rows_and_keys(run: &Path, json: &serde_json::Value) -> (u64, u64) {
         .unwrap()
         .len();
     (rows, keys)
+}
+
+// ---------------------------------------------------------------------------------------
+// A raw version 2 client
+
+/// Traces per frame; each frame holds both hops of its traces.
+const TRACES_PER_FRAME: u64 = 50;
+
+/// Frame `seq` (from 1): traces `(seq - 1) * 50 ..`, both hops of each.
+fn frame(seq: u64) -> Frame {
+    let first = (seq - 1) * TRACES_PER_FRAME;
+    let records = (first..first + TRACES_PER_FRAME)
+        .flat_map(|sequence| {
+            let key = TraceKey {
+                publisher: 1,
+                stream: 0,
+                sequence,
+            };
+            let now = hoptrace_probe::clock::realtime_ns();
+            HOPS.iter().map(move |(hop, _)| Record {
+                key,
+                hop: *hop,
+                stamp_ns: now + i64::from(hop.0) * 1_000,
+                metric_count: 1,
+                intended_ns: now,
+                otel_trace_id: None,
+            })
+        })
+        .collect();
+    Frame::SeqRecords { seq, records }
+}
+
+/// Connects as exporter instance `instance`, version 2; returns the connection and
+/// Welcome's `resume_seq`.
+fn connect(addr: SocketAddr, instance: u64) -> (TcpStream, u64) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let hello = Frame::Hello(Hello {
+        version: 2,
+        instance_id: instance,
+        host: "raw".into(),
+        process: "raw-v2-client".into(),
+        software: "durable_cli test".into(),
+        token: String::new(),
+        hops: HOPS.iter().map(|(h, n)| (*h, (*n).to_owned())).collect(),
+    });
+    s.write_all(&hello.to_bytes().unwrap()).unwrap();
+    match protocol::read_frame(&mut s, MAX_FRAME_LEN).unwrap() {
+        Frame::Welcome {
+            version,
+            resume_seq,
+            ..
+        } => {
+            assert_eq!(version, 2, "the collector does not speak version 2");
+            (s, resume_seq)
+        }
+        other => panic!("answered hello with {other:?}"),
+    }
+}
+
+fn send(s: &mut TcpStream, f: &Frame) {
+    s.write_all(&f.to_bytes().unwrap()).unwrap();
+}
+
+/// Reads Acks until one reaches `seq`.
+fn wait_ack(s: &mut TcpStream, seq: u64) {
+    loop {
+        match protocol::read_frame(s, MAX_FRAME_LEN).unwrap() {
+            Frame::Ack { seq: acked } if acked >= seq => return,
+            Frame::Ack { .. } => {}
+            other => panic!("expected an ack, got {other:?}"),
+        }
+    }
+}
+
+/// Frames 1 to 20 acknowledged, then SIGKILL; the same command again; Welcome says 20;
+/// frames 11 to 30 sent: the ten below it (1,000 records) are dropped, exactly, and each of
+/// the 1,500 keys is one row.
+#[test]
+fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_row() {
+    let out = common::scratch("resent");
+    let spec_path = out.join("spec.toml");
+    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let runs = out.join("runs");
+    let args = [
+        "--listen",
+        &listen,
+        "--pipeline",
+        spec_path.to_str().unwrap(),
+        "--runs",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "resent",
+    ];
+    let c = Collect::start(&args);
+    let addr = c.listening();
+    let (mut s, resume) = connect(addr, 0xD0_0D);
+    assert_eq!(resume, 0);
+    for seq in 1..=20 {
+        send(&mut s, &frame(seq));
+    }
+    wait_ack(&mut s, 20);
+    c.kill();
+    drop(s);
+
+    let c = Collect::start(&args);
+    let addr = c.listening();
+    let (mut s, resume) = connect(addr, 0xD0_0D);
+    assert_eq!(resume, 20, "Welcome's resume_seq after the restart");
+    for seq in 11..=30 {
+        send(&mut s, &frame(seq));
+    }
+    let sent = 30 * TRACES_PER_FRAME;
+    send(
+        &mut s,
+        &Frame::Sent(SentFrame {
+            publisher: 1,
+            entries: vec![SentEntry {
+                stream: 0,
+                messages: sent,
+                metrics: sent,
+                first_sequence: 0,
+                last_sequence: sent - 1,
+            }],
+        }),
+    );
+    send(&mut s, &Frame::Goodbye);
+    wait_ack(&mut s, 30);
+    let stdout = c.stop();
+
+    let run = runs.join("resent");
+    let json = run_json(&run);
+    let a = &json["accounting"];
+    let dropped = 10 * 2 * TRACES_PER_FRAME;
+    assert_eq!(a["resent_records_dropped"], dropped, "{a}");
+    assert_eq!(json["restarts"][0]["resent_records_dropped"], dropped);
+    let p = &a["publishers"][0];
+    assert_eq!(
+        (&p["sent"], &p["complete"], &p["incomplete"], &p["unseen"]),
+        (&sent.into(), &sent.into(), &0.into(), &0.into()),
+        "{a}"
+    );
+    // Each record of the pipeline counted once: none twice, none late.
+    assert_eq!(a["records_by_hop"]["publish"], sent, "{a}");
+    assert_eq!(a["records_by_hop"]["broker"], sent, "{a}");
+    assert_eq!(
+        (&a["duplicate_traces"], &a["late_records"]),
+        (&0.into(), &0.into())
+    );
+    assert_eq!(a["adds_up"], true, "{a}");
+    assert_eq!(rows_and_keys(&run, &json), (sent, sent));
+    assert!(
+        stdout.contains("1000 records sent again were already held"),
+        "{stdout}"
+    );
+    assert!(!run.join("wal").exists(), "the log outlived a clean stop");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 // ---------------------------------------------------------------------------------------
