@@ -1500,7 +1500,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
         collector_host: host_info(),
-        probes: control.probe_infos(Some(s.spec.hop_names())),
+        probes: control.probe_infos(Some(s.spec.hop_names()), None),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,

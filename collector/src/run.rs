@@ -880,7 +880,13 @@ impl Control {
 
     /// Every probe connection, for `run.json`; with the pipeline's hop names when its
     /// stamps per hop are known (this collector joined them, or a relay counted them).
-    pub(crate) fn probe_infos(&self, hop_names: Option<&[String]>) -> Vec<ProbeInfo> {
+    /// `durable`: this is a collector with a log, whose version 2 connections were
+    /// acknowledged (`None`: a group member, which does not know).
+    pub(crate) fn probe_infos(
+        &self,
+        hop_names: Option<&[String]>,
+        durable: Option<bool>,
+    ) -> Vec<ProbeInfo> {
         self.probes
             .values()
             .map(|p| ProbeInfo {
@@ -916,6 +922,8 @@ impl Control {
                         })
                         .collect()
                 }),
+                protocol_version: Some(p.hello.version),
+                durable: durable.map(|d| d && p.hello.version >= 2),
             })
             .collect()
     }
@@ -1364,6 +1372,21 @@ impl JoinState {
             Event::FrameWithBytes(id, f, raw) => (Event::Frame(id, f), Some(raw)),
             other => (other, None),
         };
+        if let Event::Connected(_, peer, hello) = &ev
+            && hello.version < 2
+        {
+            let why = if self.checkpoints.enabled {
+                "the probe speaks only version 1, or keeps nothing to send again (--collector-retention 0)"
+            } else {
+                "this collector keeps no log (--no-log)"
+            };
+            tracing::warn!(
+                %peer,
+                host = %hello.host,
+                process = %hello.process,
+                "a probe connection runs at protocol version 1 ({why}): its records are not acknowledged or kept to send again, and a collector killed loses what it had not written of them (run.json: probes[].durable false)"
+            );
+        }
         if let Some(wal) = self.wal.as_mut() {
             match &ev {
                 Event::Connected(id, peer, hello) => wal.connected(*id, at, *peer, hello)?,
@@ -1526,7 +1549,9 @@ impl JoinState {
                 "publisher id {p} was reported by {n} exporters: give each publisher its own id (--publisher-id)"
             ));
         }
-        let probes = self.control.probe_infos(Some(names));
+        let probes = self
+            .control
+            .probe_infos(Some(names), Some(self.checkpoints.enabled));
         let records_lost_by_probes = self.control.records_lost();
         let connections = connection_counts(&self.counters);
         RunSummary {

@@ -25,7 +25,8 @@ use hoptrace_format::spec::ResolvedSpec;
 /// What a connection hands to the join thread.
 #[derive(Debug)]
 pub enum Event {
-    /// A probe connected (its Hello) from an address.
+    /// A probe connected (its Hello, whose version is the one the connection runs at)
+    /// from an address.
     Connected(u64, SocketAddr, Hello),
     /// A non-Hello frame from the connection with this id.
     Frame(u64, Frame),
@@ -502,7 +503,7 @@ fn serve(
     };
     let mut reader = BufReader::with_capacity(READ_BUFFER, conn);
     // Before the token is checked a peer may send no more than the largest hello.
-    let hello = match protocol::read_frame(&mut reader, MAX_HELLO_LEN) {
+    let mut hello = match protocol::read_frame(&mut reader, MAX_HELLO_LEN) {
         Ok(Frame::Hello(h)) => h,
         Ok(other) => {
             counters.malformed.fetch_add(1, Relaxed);
@@ -599,7 +600,9 @@ fn serve(
         announced[usize::from(hop.0)] = true;
     }
     let (host, process) = (hello.host.clone(), hello.process.clone());
-    tracing::info!(%peer, host = %hello.host, process = %hello.process, "probe connected");
+    tracing::info!(%peer, host = %hello.host, process = %hello.process, version, "probe connected");
+    // The join thread learns the version the connection runs at, not the probe's highest.
+    hello.version = version;
     if tx.send(Event::Connected(id, peer, hello)).is_err() {
         return;
     }

@@ -141,6 +141,18 @@ pub struct ProbeInfo {
     /// stage's uncertainty. Absent in runs of older collectors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamps_by_hop: Option<BTreeMap<String, u64>>,
+    /// The collector protocol version the connection ran at (the Welcome's). Absent in
+    /// runs of older collectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u16>,
+    /// Whether the collector acknowledged the connection's records once its log held
+    /// them, so that the probe kept them to send again after a collector restart (version
+    /// 2 with the log). `false`: a version 1 probe, a probe with no retention, or a
+    /// collector run with `--no-log`; what such a probe sent after the collector's last
+    /// write was lost with a killed collector, as unseen or incomplete messages. Absent in
+    /// runs of older collectors and of collector groups (Kafka keeps their records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<bool>,
 }
 
 /// Per publisher: what was sent and what became of it.
