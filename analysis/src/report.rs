@@ -378,7 +378,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             count(a.unseen),
         ],
         vec![
-            "Records lost by probes (queue full, send failed)".into(),
+            "Records lost by probes (queue full, send failed, evicted before the collector acknowledged them)".into(),
             count(a.records_lost_by_probes),
         ],
         vec!["Duplicates (flagged)".into(), count(a.duplicates)],
@@ -400,7 +400,11 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             count(a.implausible_records),
         ],
         vec![
-            "Records sent again after a collector restart, already held (dropped)".into(),
+            "Records probes sent again after a collector restart".into(),
+            count(a.records_resent_by_probes),
+        ],
+        vec![
+            "  of which the run already held (dropped)".into(),
             count(a.resent_records_dropped),
         ],
         vec![
