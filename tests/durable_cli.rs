@@ -6,13 +6,15 @@
 //!   per key;
 //! - a long run keeps its log bounded (checkpoints delete the segments before them), and
 //!   a restart after a checkpoint loses nothing and counts nothing twice;
+//! - a collector started without `--run-id` names the unfinished run it finds, and
+//!   `--resume` continues it;
 //! - a run closed cleanly leaves no log behind.
 
 mod common;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -477,6 +479,92 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
     );
     assert_eq!(a["adds_up"], true, "{a}");
     assert_eq!(rows_and_keys(&run, &json), (TRACES, TRACES));
+    assert!(!run.join("wal").exists(), "the log outlived a clean stop");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Unfinished runs
+
+/// A run killed with its log; a collector started without `--run-id` says how to
+/// continue it and starts a new run; `--resume` continues it.
+#[test]
+fn a_collector_without_run_id_names_the_unfinished_run_and_resume_continues_it() {
+    let out = common::scratch("unfinished");
+    std::fs::write(out.join("spec.toml"), spec(1_000_000)).unwrap();
+    let spec_path = out.join("spec.toml");
+    let runs: PathBuf = out.join("runs");
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--listen",
+            "127.0.0.1:0",
+            "--pipeline",
+            spec_path.to_str().unwrap(),
+            "--runs",
+            runs.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        v.extend(extra.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let collect = |args: &[String]| {
+        let mut all = vec!["collect"];
+        all.extend(args.iter().map(String::as_str));
+        common::hoptrace_in(&out, &all)
+    };
+
+    // Nothing unfinished yet: --resume refuses.
+    let refused = collect(&base(&["--resume", "--duration", "1s"]));
+    assert!(!refused.status.success(), "{}", common::text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no unfinished run of this pipeline"),
+        "{}",
+        common::text(&refused)
+    );
+
+    let first = base(&["--run-id", "killed"]);
+    let c = Collect::start(&first.iter().map(String::as_str).collect::<Vec<_>>());
+    let (mut s, _) = connect(c.listening(), 7);
+    for seq in 1..=4 {
+        send(&mut s, &frame(seq));
+    }
+    wait_ack(&mut s, 4);
+    c.kill();
+    drop(s);
+    assert!(runs.join("killed").join("wal").is_dir());
+
+    // Without --run-id: named, with the way to continue it; a new run starts.
+    let fresh = collect(&base(&["--duration", "1s"]));
+    let err = String::from_utf8_lossy(&fresh.stderr).into_owned();
+    assert!(fresh.status.success(), "{}", common::text(&fresh));
+    assert!(
+        err.contains("killed is an unfinished run") && err.contains("--run-id killed"),
+        "{}",
+        common::text(&fresh)
+    );
+    assert!(runs.join("killed").join("wal").is_dir());
+    let new_runs: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("run-"))
+        .collect();
+    assert_eq!(new_runs.len(), 1, "{new_runs:?}");
+
+    // --resume: the unfinished run is continued and closed.
+    let resumed = collect(&base(&["--resume", "--duration", "1s"]));
+    let err = String::from_utf8_lossy(&resumed.stderr).into_owned();
+    assert!(resumed.status.success(), "{}", common::text(&resumed));
+    assert!(err.contains("resuming the unfinished run killed"), "{err}");
+    let run = runs.join("killed");
+    let json = run_json(&run);
+    assert_eq!(json["restarts"].as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(
+        json["accounting"]["publishers"][0]["complete"],
+        4 * TRACES_PER_FRAME
+    );
     assert!(!run.join("wal").exists(), "the log outlived a clean stop");
     let _ = std::fs::remove_dir_all(&out);
 }
