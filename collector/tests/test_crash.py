@@ -18,7 +18,9 @@ DuckDB):
 A second test keeps the collector down longer than a small retention buffer
 (`--collector-retention`) lasts: the probes evict, and every stamp evicted is counted
 lost, exactly: the stamps missing from the Parquet equal records_lost_by_probes, and the
-accounting still adds up.
+accounting still adds up. The publisher's and the tap's peak RSS (VmHWM) grows by no
+more than the retention bound and a little slack over what it was before the collector
+went away.
 
 Needs Mosquitto on 127.0.0.1:11883 (infra/services.sh up) and HOPTRACE_BIN (infra/test.sh
 provides both).
@@ -29,6 +31,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -246,15 +249,67 @@ def test_the_report_reads_the_same_accounting(killed_twice, tmp_path):
     assert len(summary["runs"][0]["restarts"]) == 2, summary["runs"]
 
 
+def peak_rss(pid):
+    """VmHWM of a process, bytes; None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+class PeakWatch(threading.Thread):
+    """The highest VmHWM read of each process (every 20 ms) until it exits: its peak RSS.
+    (The kernel updates the high-water mark lazily, so one read may be a little lower than
+    an earlier one.)"""
+
+    def __init__(self, procs):
+        super().__init__(daemon=True)
+        self.procs = procs
+        self.last = {name: 0 for name in procs}
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for name, p in self.procs.items():
+                v = peak_rss(p.pid)
+                if v is not None:
+                    self.last[name] = max(self.last[name], v)
+            time.sleep(0.02)
+
+
+RETENTION = 64 * 1024
+# What a probe process may add beyond its retention bound while the collector is away:
+# allocator and buffer noise (measured: under 0.1 MiB). Keeping every record would add
+# about 36 bytes per record, 4 MB or more per probe over this absence (120,000 records
+# each).
+SLACK = 2 << 20
+
+
 def test_a_longer_absence_than_the_retention_loses_exactly_what_it_counts(tmp_path):
     pl = Pipeline(tmp_path, retention="64KiB")
     pl.start_collector()
-    pl.start_probes(rate=5000, seconds=12)
+    pl.start_probes(rate=20000, seconds=12)
+    watch = PeakWatch({"publish": pl.pub, "tap": pl.tap})
+    watch.start()
     time.sleep(3)
+    # The baseline: each probe process's peak so far, collector up, traffic flowing.
+    baseline = {name: peak_rss(p.pid) for name, p in watch.procs.items()}
+    assert all(baseline.values()), baseline
     pl.kill_collector()
-    time.sleep(6)  # ~30,000 messages: far more than 64 KiB of records
+    time.sleep(6)  # ~120,000 messages: far more than 64 KiB of records
     pl.start_collector()
     run = pl.finish()
+    watch.done.set()
+    watch.join()
+    for name, base in baseline.items():
+        grew = watch.last[name] - base
+        print(f"{name}: peak RSS {base >> 10} KiB before the absence, "
+              f"{watch.last[name] >> 10} KiB at the end (+{grew >> 10} KiB)")
+        assert grew <= RETENTION + SLACK, (name, base, watch.last[name])
     a = run["accounting"]
     sent = sent_by_publisher(pl.publish_out)
     lost = a["records_lost_by_probes"]
