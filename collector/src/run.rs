@@ -204,6 +204,8 @@ impl Collector {
             path: run_dir.clone(),
             source,
         })?;
+        // A restart's replay, as probes wait for it: from reading the checkpoint on.
+        let replay_started = Instant::now();
         let (log, checkpoint) = if cfg.durable {
             (
                 crate::wal::segments(&run_dir)?,
@@ -285,7 +287,6 @@ impl Collector {
         let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
         let continued;
         let service = {
-            let replay_started = Instant::now();
             let mut joiner = Joiner::new(&spec);
             if checkpoint.is_none() {
                 joiner.set_written(kept.clone());
@@ -305,7 +306,7 @@ impl Collector {
                 joiner,
                 kept,
                 spec: Arc::clone(&spec),
-                writer: None,
+                writer: Some(writer),
                 stages: Some(stages),
                 interval_start_ns: started_unix_ns,
                 run_id: run_id.clone(),
@@ -333,7 +334,6 @@ impl Collector {
                 stop_timeout: cfg.stop_timeout,
                 checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
             };
-            state.writer = Some(writer);
             let checkpoint_unix_ns = checkpoint.as_ref().map(|c| c.meta.taken_unix_ns);
             let from_segment = match checkpoint {
                 Some(c) => {
