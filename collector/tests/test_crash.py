@@ -9,8 +9,9 @@ so the collector takes checkpoints (every 2 s at most) and each restart takes on
 
 Checked, from files the collector wrote and with readers that are not hoptrace's (pyarrow,
 DuckDB):
-- run.json: two restarts, each with its write-ahead log replayed; every message sent is a
-  complete trace; the accounting adds up; no record lost by the probes;
+- run.json: two restarts, each taking up a checkpoint and replaying the log after it;
+  every message sent is a complete trace; the accounting adds up; no record lost by the
+  probes;
 - one row per trace key (DuckDB count(*) = count(DISTINCT key) = messages sent) and no
   key the publisher did not send;
 - the probes resent what the dead collector had not acknowledged (probes.parquet);
@@ -190,12 +191,14 @@ def test_the_run_continued_through_two_kills_and_adds_up(killed_twice):
     a = run["accounting"]
     assert len(run["restarts"]) == 2, run["restarts"]
     for r in run["restarts"]:
-        assert r["log_entries"] > 0, r
         assert r["records_replayed"] > 0, r
         # Killed after checkpoints: the restart took one up and replayed only the log
-        # after it.
+        # after it. That log may be empty: a kill within one log sync (100 ms) of the
+        # checkpoint finds nothing written to the new segment yet (nothing of it was
+        # acknowledged either, so the probes send it again).
         assert r.get("checkpoint_unix_ns"), r
         assert r["log_records"] < r["records_replayed"], r
+        assert r["log_entries"] > 0 or r["log_records"] == 0, r
     [p] = a["publishers"]
     assert p["sent"] == sent, (p, sent)
     assert p["complete"] == sent, p
