@@ -433,7 +433,11 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
                     .map_or_else(|| "the run's start".to_owned(), date_of),
                 count(x.log_entries),
                 count(x.records_replayed),
-                format!("{:.1} s", x.replay_ms as f64 / 1e3),
+                if x.replay_ms < 1000 {
+                    format!("{} ms", x.replay_ms)
+                } else {
+                    format!("{:.1} s", x.replay_ms as f64 / 1e3)
+                },
                 hoptrace_format::units::bytes(x.torn_bytes),
                 count(x.resent_records_dropped),
             ]
@@ -441,7 +445,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         .collect();
     if !restarts.is_empty() {
         b.push(Block::Para(format!(
-            "**Collector restarts:** the collector was stopped without closing the run {} time(s) and started again; each time it took up the run's last checkpoint, replayed the run's log after it and continued. Records acknowledged to probes were in the log or the checkpoint; probes sent again what was not, and what the run already held was dropped once more, so no message is counted twice.",
+            "**Collector restarts:** the collector was stopped without closing the run {} time(s) and started again; each time it took up the run's last checkpoint (when there was one yet), replayed the run's log after it and continued. Records acknowledged to probes were in the log or the checkpoint; probes sent again what was not, and what the run already held was dropped once more, so no message is counted twice.",
             restarts.len()
         )));
         b.push(Block::Table(
