@@ -700,6 +700,8 @@ impl Pump {
     /// Relays one connection event; `open` tracks which connections are open.
     fn event(&mut self, ev: Event, open: &mut BTreeMap<u64, bool>) {
         match ev {
+            // The relay keeps no log: a frame's bytes as received are not needed.
+            Event::FrameWithBytes(id, f, _) => self.event(Event::Frame(id, f), open),
             Event::Connected(id, peer, hello) => {
                 open.insert(id, true);
                 let peer = peer.to_string();
@@ -1582,7 +1584,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
         collector_host: host_info(),
-        probes: control.probe_infos(Some(s.spec.hop_names())),
+        probes: control.probe_infos(Some(s.spec.hop_names()), None),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,
