@@ -478,6 +478,64 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     b
 }
 
+/// The anchor of a heading, as GitHub makes it: lower case, letters, digits, `-` and `_`
+/// kept, spaces turned into `-`, everything else dropped.
+#[must_use]
+pub fn slug(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The anchor of every heading of `blocks` (`None` for other blocks), unique within the
+/// page: a repeated one gets `-1`, `-2` ... as GitHub numbers them.
+#[must_use]
+pub fn anchors(blocks: &[Block]) -> Vec<Option<String>> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    blocks
+        .iter()
+        .map(|b| match b {
+            Block::Heading(_, t) => {
+                let base = slug(t);
+                let n = seen.entry(base.clone()).or_default();
+                let id = if *n == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}-{n}")
+                };
+                *n += 1;
+                Some(id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The table of contents: the headings of levels 2 and 3 after the first heading, as
+/// (level, text, anchor); empty when there are fewer than two of level 2.
+fn contents(blocks: &[Block]) -> Vec<(u8, String, String)> {
+    let entries: Vec<(u8, String, String)> = blocks
+        .iter()
+        .zip(anchors(blocks))
+        .skip(1)
+        .filter_map(|(b, a)| match (b, a) {
+            (Block::Heading(l @ 2..=3, t), Some(a)) => Some((*l, t.clone(), a)),
+            _ => None,
+        })
+        .collect();
+    if entries.iter().filter(|e| e.0 == 2).count() < 2 {
+        return Vec::new();
+    }
+    entries
+}
+
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
@@ -486,10 +544,23 @@ fn md_cell(s: &str) -> String {
 #[must_use]
 pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
     let mut out = String::new();
-    for b in blocks {
+    let toc = contents(blocks);
+    for (i, b) in blocks.iter().enumerate() {
         match b {
             Block::Heading(l, t) => {
                 let _ = writeln!(out, "{} {t}\n", "#".repeat(usize::from(*l)));
+                if i == 0 && !toc.is_empty() {
+                    out.push_str("**Contents**\n\n");
+                    for (level, text, anchor) in &toc {
+                        let indent = if *level == 3 { "  " } else { "" };
+                        let _ = writeln!(
+                            out,
+                            "{indent}- [{}](#{anchor})",
+                            text.replace('[', "\\[").replace(']', "\\]")
+                        );
+                    }
+                    out.push('\n');
+                }
             }
             Block::Para(t) => {
                 let _ = writeln!(out, "{t}\n");
@@ -539,10 +610,43 @@ fn esc(s: &str) -> String {
 #[must_use]
 pub fn html(blocks: &[Block], charts: &[Chart], title: &str, libs: &[String]) -> String {
     let mut body = String::new();
-    for b in blocks {
+    let toc = contents(blocks);
+    for (i, (b, anchor)) in blocks.iter().zip(anchors(blocks)).enumerate() {
         match b {
             Block::Heading(l, t) => {
-                let _ = writeln!(body, "<h{l}>{}</h{l}>", esc(t));
+                let id = anchor.unwrap_or_default();
+                let _ = writeln!(
+                    body,
+                    "<h{l} id=\"{}\"><a class=\"anchor\" href=\"#{}\">{}</a></h{l}>",
+                    esc(&id),
+                    esc(&id),
+                    esc(t)
+                );
+                if i == 0 && !toc.is_empty() {
+                    body.push_str("<nav id=\"toc\" aria-label=\"Contents\">\n<div class=\"toc-title\">Contents</div>\n<ul>\n");
+                    let mut in_sub = false;
+                    for (n, (level, text, anchor)) in toc.iter().enumerate() {
+                        let link = format!("<a href=\"#{}\">{}</a>", esc(anchor), esc(text));
+                        if *level == 2 {
+                            if in_sub {
+                                body.push_str("</ul>");
+                                in_sub = false;
+                            }
+                            if n > 0 {
+                                body.push_str("</li>\n");
+                            }
+                            let _ = write!(body, "<li>{link}");
+                        } else {
+                            if !in_sub {
+                                body.push_str("\n<ul>\n");
+                                in_sub = true;
+                            }
+                            let _ = writeln!(body, "<li>{link}</li>");
+                        }
+                    }
+                    body.push_str(if in_sub { "</ul></li>\n" } else { "</li>\n" });
+                    body.push_str("</ul>\n</nav>\n");
+                }
             }
             Block::Para(t) => {
                 let _ = writeln!(body, "<p>{}</p>", esc(t));
@@ -606,6 +710,10 @@ th {{ background: #f3f3f3; }}
 td:nth-child(2) {{ font-variant-numeric: tabular-nums; }}
 .chart {{ margin: 1em 0 2em; }}
 .chart-error {{ color: #b00; }}
+h1 a.anchor, h2 a.anchor, h3 a.anchor {{ color: inherit; text-decoration: none; }}
+#toc {{ border: 1px solid #ddd; background: #fafafa; padding: 0.5em 1.2em; margin: 1em 0 2em; }}
+#toc .toc-title {{ font-weight: bold; margin: 0.3em 0; }}
+#toc ul {{ margin: 0.2em 0; padding-left: 1.2em; }}
 </style>
 {scripts}</head>
 <body>
@@ -811,6 +919,67 @@ mod tests {
         let b = [Block::Table(vec!["a".into()], vec![vec!["x|y".into()]])];
         let md = markdown(&b, &[]);
         assert!(md.contains("x\\|y"), "{md}");
+    }
+
+    #[test]
+    fn anchors_are_githubs_and_unique() {
+        assert_eq!(
+            slug("Broker Time (flow_in − publish)"),
+            "broker-time-flow_in--publish"
+        );
+        assert_eq!(slug("1) Latency Histograms"), "1-latency-histograms");
+        let b = [
+            Block::Heading(1, "T".into()),
+            Block::Para("x".into()),
+            Block::Heading(2, "A b".into()),
+            Block::Heading(2, "A b".into()),
+        ];
+        assert_eq!(
+            anchors(&b),
+            [
+                Some("t".into()),
+                None,
+                Some("a-b".into()),
+                Some("a-b-1".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn contents_link_every_section_in_both_forms() {
+        let b = [
+            Block::Heading(1, "Report".into()),
+            Block::Heading(2, "One".into()),
+            Block::Heading(3, "Sub <1>".into()),
+            Block::Heading(3, "Sub 2".into()),
+            Block::Heading(2, "Two".into()),
+            Block::Heading(2, "One".into()),
+        ];
+        let md = markdown(&b, &[]);
+        for line in [
+            "- [One](#one)",
+            "  - [Sub <1>](#sub-1)",
+            "  - [Sub 2](#sub-2)",
+            "- [Two](#two)",
+            "- [One](#one-1)",
+        ] {
+            assert!(md.contains(&format!("{line}\n")), "{line}:\n{md}");
+        }
+        let page = html(&b, &[], "t", &[]);
+        for id in ["one", "sub-1", "sub-2", "two", "one-1"] {
+            assert!(page.contains(&format!("<a href=\"#{id}\">")), "{id}");
+            assert!(page.contains(&format!(" id=\"{id}\">")), "{id}");
+        }
+        assert!(page.contains("&lt;1&gt;"));
+        // Lists are balanced.
+        assert_eq!(page.matches("<ul>").count(), page.matches("</ul>").count());
+        assert_eq!(page.matches("<li>").count(), page.matches("</li>").count());
+        // A page with one section has none.
+        let short = [
+            Block::Heading(1, "R".into()),
+            Block::Heading(2, "Only".into()),
+        ];
+        assert!(!markdown(&short, &[]).contains("Contents"));
     }
 
     #[test]
