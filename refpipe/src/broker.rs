@@ -239,7 +239,10 @@ mod tests {
                 );
                 std::thread::sleep(Duration::from_millis(5));
             };
-            assert!(nodelay, "a connection accepted on {addr} waits for Nagle's algorithm");
+            assert!(
+                nodelay,
+                "a connection accepted on {addr} waits for Nagle's algorithm"
+            );
         }
     }
 }
