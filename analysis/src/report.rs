@@ -72,10 +72,29 @@ pub struct Written {
     pub images: bool,
 }
 
-fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
+fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
     let exact = |v: Option<String>| vec![v.unwrap_or_else(|| "-".into()), "exact".into()];
+    let (n, percentiles) = s.counted(per_metric);
+    let exact_note = if per_metric {
+        "exact, per message"
+    } else {
+        "exact"
+    };
+    let exact = |v: Option<String>| {
+        let mut r = exact(v);
+        r[1] = exact_note.into();
+        r
+    };
     let mut rows = vec![
-        vec!["Count".into(), count(s.count), "—".into()],
+        vec![
+            "Count".into(),
+            count(n),
+            if per_metric {
+                format!("metrics ({} messages)", count(s.count))
+            } else {
+                "—".into()
+            },
+        ],
         [
             vec!["Min".to_owned()],
             exact(s.min_ns.map(|v| duration_f64(v as f64))),
@@ -93,7 +112,7 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
         ]
         .concat(),
     ];
-    for p in &s.percentiles {
+    for p in percentiles {
         rows.push(vec![
             p.label.clone(),
             signed_ns(p.value_ns),
@@ -151,6 +170,21 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
     rows
 }
 
+/// What the stage tables count, in a line the report prints.
+fn counting(s: &Summary) -> String {
+    if s.per_metric() {
+        format!(
+            "Counted per metric: every trace weighted by the metrics its message carried ({} metrics in {} messages), as `hdr_percentile(<stage>_ns, q, metric_count)` computes; Count and the percentiles are over metrics, Min, Max, Mean and Std Dev over messages; summary.json holds both (`percentiles` per message, `per_metric`); the charts count messages",
+            count(s.totals.metrics),
+            count(s.totals.messages)
+        )
+    } else if s.totals.metrics == s.totals.messages {
+        "Counted per message: each message carried one metric, so per message and per metric are the same".into()
+    } else {
+        "Counted per message: every trace once".into()
+    }
+}
+
 fn headline(s: &Summary) -> String {
     format!(
         "{} · {} metrics/second · {} total metrics",
@@ -184,12 +218,17 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     }
     b.push(Block::Heading(2, "Performance Highlights".into()));
     b.push(Block::Para(headline(s)));
+    let per_metric = s.per_metric();
     let heads: Vec<&StageSummary> = s.stages.iter().filter(|x| x.headline).collect();
     let pick = |st: &StageSummary, l: &str| {
-        st.percentile(l).map_or_else(
-            || "-".into(),
-            |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
-        )
+        st.counted(per_metric)
+            .1
+            .iter()
+            .find(|p| p.label == l)
+            .map_or_else(
+                || "-".into(),
+                |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
+            )
     };
     b.push(Block::Table(
         vec!["Stage".into(), "P50".into(), "P99".into(), "P99.99".into()],
@@ -238,8 +277,13 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             span_s(s.totals.duration_s)
         ),
         format!(
-            "Percentiles: Computed over the full {} window.",
-            span_s(s.totals.duration_s)
+            "Percentiles: Computed over the full {} window, {}.",
+            span_s(s.totals.duration_s),
+            if per_metric {
+                "per metric (every trace weighted by its metric count)"
+            } else {
+                "per message"
+            }
         ),
         format!("Clocking: {}", s.environment.clocking),
     ]));
@@ -326,6 +370,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             span_s(s.totals.duration_s),
             rate(s.totals.metrics_per_s)
         ),
+        counting(s),
         format!("Quantile rank: {}", s.method.rank),
         format!("Deltas: {}", s.method.signs),
         "Std Dev is the population standard deviation (divided by n).".into(),
@@ -337,7 +382,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         ));
         b.push(Block::Table(
             vec!["Stat".into(), "Value".into(), "Precision".into()],
-            stat_rows(st),
+            stat_rows(st, per_metric),
         ));
     }
 

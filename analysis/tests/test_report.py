@@ -136,6 +136,49 @@ def test_negative_deltas_count_in_every_figure_and_agree_with_duckdb(skewed):
     assert any(n.endswith(".negative.hlog") for n in hlogs), hlogs
 
 
+def test_batches_are_counted_per_metric_and_agree_with_duckdb(tmp_path):
+    """Messages carrying 10 metrics each: summary.json's per-metric figures (every trace
+    weighted by its metric_count) against DuckDB over each row repeated metric_count
+    times, `hdr_percentile(ns, q, metric_count)` in SQL giving the same, and the report
+    counting metrics and saying so. A run of one metric per message says it counts
+    messages."""
+    out = tmp_path / "runs"
+    hoptrace("roundtrip", "--messages", "20k", "--rate", "40k", "--streams", "20",
+             "--metrics-per-message", "10", "--out", out)
+    (run,) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    rep = tmp_path / "report"
+    hoptrace("report", run, "--out", rep)
+    summary = json.loads((rep / "summary.json").read_text())
+    assert summary["totals"]["metrics"] == 10 * summary["totals"]["messages"], summary["totals"]
+    con = duckdb.connect()
+    for st in summary["stages"]:
+        pm = st["per_metric"]
+        deltas = stage_deltas_sql(run, st).replace(" AS d ", " AS d, metric_count AS w ")
+        qs = [p["quantile"] for p in pm["percentiles"]]
+        n, disc = con.execute(
+            f"SELECT count(*), quantile_disc(d, {qs}) FROM ({deltas}), range(w)").fetchone()
+        name = st["name"]
+        assert pm["count"] == n == 10 * st["count"], (name, pm["count"], n)
+        for p, exact in zip(pm["percentiles"], disc):
+            assert abs(p["value_ns"] - exact) <= p["precision_ns"], (name, p, exact)
+        col = st["column"]
+        q = (f"SELECT hdr_percentile({col}, 0.99, metric_count) AS p99, "
+             f"hdr_count(hdr_histogram({col}, metric_count)) AS n FROM traces")
+        line = json.loads(hoptrace("sql", run, q, "--format", "json").stdout.splitlines()[0])
+        p99 = next(p for p in pm["percentiles"] if p["label"] == "P99")
+        assert line == {"p99": p99["value_ns"], "n": pm["count"]}, (name, line)
+    md = (rep / "report.md").read_text()
+    assert "Counted per metric" in md and "per metric (every trace weighted" in md
+    head = next(st for st in summary["stages"] if st["headline"])
+    assert f"| Count | {head['per_metric']['count']:,} | metrics ({head['count']:,} messages) |" in md
+
+
+def test_single_metric_messages_are_counted_per_message(report):
+    md = (report / "report.md").read_text()
+    assert "Counted per message: each message carried one metric" in md
+    assert "Counted per metric" not in md
+
+
 def test_counts_add_up_against_the_parquet(run, report):
     summary = json.loads((report / "summary.json").read_text())
     table = pq.read_table(str(run / "traces"))
