@@ -1,11 +1,12 @@
 //! Vega-Lite chart specs (v6) with their data inlined, built from the HDR histograms of a
 //! [`crate::summary::compute`]:
 //!
-//! - `latency-histograms`: share of each stage's messages per logarithmic latency bin;
-//! - `latency-cdf`: HDR percentile spectra, latency against `1/(1-p)` on a log axis, so
-//!   P50, P90 ... P99.999 are evenly spaced;
+//! - `latency-histograms`: one panel per stage (small multiples, each on its own
+//!   scales): the share of the stage's messages per logarithmic latency bin;
+//! - `latency-cdf`: HDR percentile spectra, latency (log axis) against `1/(1-p)` on a log
+//!   axis, so P50, P90 ... P99.999 are evenly spaced and every stage shows its shape;
 //! - `heatmap-<stage>`: time × latency, messages per cell, one per stage;
-//! - `throughput`: metrics per second over time.
+//! - `throughput`: metrics per second over time, a bar per time bucket.
 
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
@@ -79,39 +80,59 @@ pub(crate) fn merge(mut a: Value, b: Value) -> Value {
     a
 }
 
-/// Latency histograms of every stage, as step lines (share of the stage's messages).
+/// Height of one stage's panel in the small-multiple charts, pixels.
+pub const PANEL_HEIGHT: u32 = 110;
+
+/// Latency histograms, one panel per stage (small multiples): bars of the share of the
+/// stage's messages per logarithmic latency bin, each panel with its own latency range
+/// (log axis) and share axis from 0, so a 60 µs stage reads as well as a 24 ms one.
 #[must_use]
 pub fn histograms(hists: &[StageHistograms]) -> Chart {
+    let unit = "messages";
     let mut values = Vec::new();
     for h in hists {
         let total = h.whole.len().max(1) as f64;
         for (lo, hi, n) in log_bins(&h.whole) {
             values.push(json!({
                 "stage": h.name, "lo_us": us(lo), "hi_us": us(hi),
-                "share": n as f64 / total, "messages": n,
+                "share": n as f64 / total, "count": n,
             }));
         }
     }
-    let spec = merge(
-        base("Latency histograms"),
-        json!({
-            "data": {"values": values},
-            "mark": {"type": "bar", "opacity": 0.55},
+    let order: Vec<&str> = hists.iter().map(|h| h.name.as_str()).collect();
+    let spec = json!({
+        "$schema": SCHEMA,
+        "title": format!("Latency histograms, share of {unit} (one panel per stage, each on its own scale)"),
+        "config": {"font": "sans-serif", "view": {"stroke": "#ddd"}},
+        "data": {"values": values},
+        "facet": {"row": {"field": "stage", "type": "nominal", "sort": order,
+                          "title": null,
+                          "header": {"labelAngle": 0, "labelAlign": "left",
+                                     "labelAnchor": "start", "labelOrient": "top",
+                                     "labelFontWeight": "bold", "labelFontSize": 12}}},
+        "spec": {
+            "width": 640,
+            "height": PANEL_HEIGHT,
+            "mark": {"type": "rect", "color": "#4c78a8"},
             "encoding": {
-                "x": {"field": "lo_us", "type": "quantitative", "scale": {"type": "log"},
+                "x": {"field": "lo_us", "type": "quantitative",
+                      "scale": {"type": "log", "nice": false},
                       "title": "latency (µs, log scale)"},
                 "x2": {"field": "hi_us"},
-                "y": {"field": "share", "type": "quantitative", "stack": null,
-                      "title": "share of messages", "axis": {"format": ".0%"}},
-                "color": {"field": "stage", "type": "nominal", "title": "stage"},
+                "y": {"field": "share", "type": "quantitative",
+                      "scale": {"domainMin": 0, "nice": true, "zero": true},
+                      "title": format!("share of {unit}"), "axis": {"format": ".0%", "tickCount": 3}},
+                "y2": {"datum": 0},
                 "tooltip": [
                     {"field": "stage"}, {"field": "lo_us", "title": "from µs"},
-                    {"field": "hi_us", "title": "to µs"}, {"field": "messages"},
+                    {"field": "hi_us", "title": "to µs"}, {"field": "count", "title": unit},
                     {"field": "share", "format": ".3%"}
                 ]
             }
-        }),
-    );
+        },
+        "resolve": {"scale": {"x": "independent", "y": "independent"},
+                    "axis": {"x": "independent"}},
+    });
     Chart {
         stem: "latency-histograms".into(),
         title: "Latency histograms".into(),
@@ -119,10 +140,26 @@ pub fn histograms(hists: &[StageHistograms]) -> Chart {
     }
 }
 
-/// HDR percentile spectra of every stage.
+/// Tick positions of the percentile axis, as `1/(1-p)`: 0 %, 50 %, 90 %, 99 % ... up to
+/// the highest the data reaches.
+fn percentile_ticks(highest_inv: f64) -> Vec<u64> {
+    let mut ticks = vec![1, 2];
+    let mut t = 10_u64;
+    while t as f64 <= highest_inv * 1.0001 {
+        ticks.push(t);
+        t *= 10;
+    }
+    ticks
+}
+
+/// HDR percentile spectra of every stage on one panel, as HdrHistogram's plotter draws
+/// them: the percentile on a `1/(1-p)` log axis (P50, P90, P99, P99.9 ... evenly
+/// spaced) against the latency on a log axis, so stages microseconds and milliseconds
+/// apart all show their shape.
 #[must_use]
 pub fn cdf(hists: &[StageHistograms]) -> Chart {
     let mut values = Vec::new();
+    let mut highest: f64 = 10.0;
     for h in hists {
         if h.whole.is_empty() {
             continue;
@@ -132,16 +169,20 @@ pub fn cdf(hists: &[StageHistograms]) -> Chart {
             if p >= 1.0 {
                 break;
             }
+            let inv = 1.0 / (1.0 - p);
+            highest = highest.max(inv);
             values.push(json!({
                 "stage": h.name,
-                "inv": 1.0 / (1.0 - p),
+                "inv": inv,
                 "percentile": p * 100.0,
-                "latency_us": us(h.whole.median_equivalent(v.value_iterated_to()) as f64),
+                // A log axis has no 0: values below 1 ns sit at 1 ns.
+                "latency_us": us(h.whole.median_equivalent(v.value_iterated_to()).max(1) as f64),
             }));
         }
     }
+    let order: Vec<&str> = hists.iter().map(|h| h.name.as_str()).collect();
     let spec = merge(
-        base("Latency percentile spectrum (CDF)"),
+        base("Latency percentile spectrum (log latency)"),
         json!({
             "data": {"values": values},
             "mark": {"type": "line", "interpolate": "step-after"},
@@ -149,10 +190,13 @@ pub fn cdf(hists: &[StageHistograms]) -> Chart {
                 "x": {"field": "inv", "type": "quantitative",
                       "scale": {"type": "log", "domainMin": 1},
                       "title": "percentile",
-                      "axis": {"values": [1, 2, 10, 100, 1000, 10000, 100000, 1000000],
+                      "axis": {"values": percentile_ticks(highest),
                                "labelExpr": "format(100 - 100 / datum.value, '.4~f') + '%'"}},
-                "y": {"field": "latency_us", "type": "quantitative", "title": "latency (µs)"},
-                "color": {"field": "stage", "type": "nominal", "title": "stage"},
+                "y": {"field": "latency_us", "type": "quantitative",
+                      "scale": {"type": "log"},
+                      "title": "latency (µs, log scale)"},
+                "color": {"field": "stage", "type": "nominal", "title": "stage",
+                          "sort": order},
                 "tooltip": [{"field": "stage"}, {"field": "percentile", "format": ".4f"},
                             {"field": "latency_us", "title": "µs"}]
             }
@@ -169,12 +213,13 @@ pub fn cdf(hists: &[StageHistograms]) -> Chart {
 #[must_use]
 pub fn heatmap(summary: &Summary, h: &StageHistograms) -> Chart {
     let step = summary.throughput.bucket_s;
+    let unit = "messages";
     let mut values = Vec::new();
     for (b, hist) in h.by_time.iter().enumerate() {
         let t = b as f64 * step;
         for (lo, hi, n) in log_bins(hist) {
             values.push(json!({
-                "t_s": t, "t2_s": t + step, "lo_us": us(lo), "hi_us": us(hi), "messages": n,
+                "t_s": t, "t2_s": t + step, "lo_us": us(lo), "hi_us": us(hi), "count": n,
             }));
         }
     }
@@ -190,10 +235,10 @@ pub fn heatmap(summary: &Summary, h: &StageHistograms) -> Chart {
                 "y": {"field": "lo_us", "type": "quantitative", "scale": {"type": "log"},
                       "title": "latency (µs, log scale)"},
                 "y2": {"field": "hi_us"},
-                "color": {"field": "messages", "type": "quantitative",
-                          "scale": {"type": "log", "scheme": "viridis"}, "title": "messages"},
+                "color": {"field": "count", "type": "quantitative",
+                          "scale": {"type": "log", "scheme": "viridis"}, "title": unit},
                 "tooltip": [{"field": "t_s", "title": "s"}, {"field": "lo_us", "title": "from µs"},
-                            {"field": "hi_us", "title": "to µs"}, {"field": "messages"}]
+                            {"field": "hi_us", "title": "to µs"}, {"field": "count", "title": unit}]
             }
         }),
     );
@@ -207,20 +252,28 @@ pub fn heatmap(summary: &Summary, h: &StageHistograms) -> Chart {
 /// Metrics per second over time.
 #[must_use]
 pub fn throughput(summary: &Summary) -> Chart {
+    let step = summary.throughput.bucket_s;
     let values: Vec<Value> = summary
         .throughput
         .buckets
         .iter()
-        .map(|b| json!({"t_s": b.t_s, "metrics_per_s": b.metrics_per_s, "messages": b.messages}))
+        .map(|b| {
+            json!({"t_s": b.t_s, "t2_s": b.t_s + step, "metrics_per_s": b.metrics_per_s,
+                   "messages": b.messages})
+        })
         .collect();
+    // Each bucket a bar over its own interval: a run of one bucket shows, and so does the
+    // last bucket of any run (a step line ends where the last bucket begins).
     let spec = merge(
         base("Throughput over time"),
         json!({
             "data": {"values": values},
-            "mark": {"type": "line", "interpolate": "step-after", "point": false},
+            "mark": {"type": "rect", "color": "#4c78a8"},
             "encoding": {
                 "x": {"field": "t_s", "type": "quantitative", "title": "time (s from start)"},
+                "x2": {"field": "t2_s"},
                 "y": {"field": "metrics_per_s", "type": "quantitative", "title": "metrics/s"},
+                "y2": {"datum": 0},
                 "tooltip": [{"field": "t_s", "title": "s"}, {"field": "metrics_per_s", "format": ",.0f"},
                             {"field": "messages"}]
             }

@@ -2,10 +2,10 @@
 //!
 //! | function | returns |
 //! | --- | --- |
-//! | `hdr_histogram(ns)` | Binary: the values' histogram, serialized (see below) |
+//! | `hdr_histogram(ns [, weight])` | Binary: the values' histogram, serialized (see below) |
 //! | `hdr_merge(hist)` | Binary: the merge of serialized histograms (per run, per cell, ...) |
-//! | `hdr_percentile(ns, q)` | Int64: the value at quantile `q`, the middle of its bucket |
-//! | `hdr_precision(ns, q)` | Int64: half that bucket's width; the exact value is within ± this |
+//! | `hdr_percentile(ns, q [, weight])` | Int64: the value at quantile `q`, the middle of its bucket |
+//! | `hdr_precision(ns, q [, weight])` | Int64: half that bucket's width; the exact value is within ± this |
 //! | `hdr_value_at(hist, q)` / `hdr_precision_at(hist, q)` / `hdr_count(hist)` | the same, of a serialized histogram (scalar) |
 //!
 //! Every histogram has the layout of [`hoptrace_format::hist`]: 1 ns to 1 hour at 3
@@ -13,6 +13,13 @@
 //! hour, NULLs are ignored. **Negative values count**: a stage delta below zero (a later
 //! hop's clock behind an earlier one's) is a value like any other, so `hdr_count(hdr_histogram(d))`
 //! equals `count(d)` and the percentiles rank every value, as `quantile_disc` does.
+//!
+//! **Weighted.** With a `weight` (an integer column, e.g. `metric_count`), each value
+//! counts `weight` times, as if its row were repeated: `hdr_percentile(total_ingestion_ns,
+//! 0.99, metric_count)` is the P99 over metrics, every trace weighted by the metrics its
+//! message carried, and `hdr_count(hdr_histogram(d, metric_count))` is `sum(metric_count)`
+//! over the rows where `d` is not NULL. A row whose weight is NULL or 0 counts nothing; a
+//! negative weight is an error.
 //!
 //! The quantile of `n` values is the value of rank `max(1, ceil(q * n))` in ascending
 //! order (as HdrHistogram computes it, and as DuckDB's `quantile_disc` does), reported as
@@ -40,7 +47,7 @@ use datafusion::prelude::SessionContext;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Deserializer, Serializer as _, V2Serializer};
 pub use hoptrace_format::hist::{HDR_LEN, HdrCounts, hdr_index, hdr_value};
-use hoptrace_format::hist::{Percentile, new_histogram, signed_percentile};
+use hoptrace_format::hist::{MAX_TRACKABLE_NS, Percentile, new_histogram, signed_percentile};
 
 /// Registers every HDR function of this module in `ctx`.
 pub fn register(ctx: &SessionContext) {
@@ -147,6 +154,34 @@ fn record_all(pos: &mut HdrCounts, neg: &mut HdrCounts, values: &Int64Array) {
     }
 }
 
+/// As [`record_all`], each value counted `weights[i]` times; rows with a NULL value or
+/// weight are skipped.
+fn record_weighted(
+    pos: &mut HdrCounts,
+    neg: &mut HdrCounts,
+    values: &Int64Array,
+    weights: &Int64Array,
+) -> Result<()> {
+    for (v, w) in values.iter().zip(weights.iter()) {
+        let (Some(v), Some(w)) = (v, w) else {
+            continue;
+        };
+        let Ok(n) = u64::try_from(w) else {
+            return exec_err!("a weight must not be negative, got {w}");
+        };
+        if n == 0 {
+            continue;
+        }
+        let (counts, magnitude) = if v >= 0 {
+            (&mut *pos, v as u64)
+        } else {
+            (&mut *neg, v.unsigned_abs())
+        };
+        counts.add_at(hdr_index(magnitude.min(MAX_TRACKABLE_NS)), n);
+    }
+    Ok(())
+}
+
 fn merge_all(pos: &mut HdrCounts, neg: &mut HdrCounts, states: &BinaryArray) -> Result<()> {
     for bytes in states.iter().flatten() {
         let (p, n) = deserialize_signed(bytes)?;
@@ -197,6 +232,15 @@ pub(crate) fn coerce_ns(name: &str, t: &DataType) -> Result<DataType> {
             "{name} takes nanoseconds as an integer or a duration, not {other} \
              (subtract two `<hop>_ns` columns, or use a `<stage>_ns` column)"
         ),
+    }
+}
+
+/// Types a weight may have: integers, read as Int64.
+fn coerce_weight(name: &str, t: &DataType) -> Result<DataType> {
+    if t.is_integer() || *t == DataType::Null {
+        Ok(DataType::Int64)
+    } else {
+        plan_err!("{name}: the weight must be an integer (e.g. metric_count), not {t}")
     }
 }
 
@@ -251,6 +295,7 @@ impl AggregateUDFImpl for HdrAgg {
         let name = self.name();
         match (self.output, arg_types) {
             (Output::Histogram, [t]) => Ok(vec![coerce_ns(name, t)?]),
+            (Output::Histogram, [t, w]) => Ok(vec![coerce_ns(name, t)?, coerce_weight(name, w)?]),
             (Output::Merge, [DataType::Binary | DataType::LargeBinary | DataType::BinaryView]) => {
                 Ok(vec![DataType::Binary])
             }
@@ -258,10 +303,16 @@ impl AggregateUDFImpl for HdrAgg {
             (Output::Percentile | Output::Precision, [t, q]) => {
                 Ok(vec![coerce_ns(name, t)?, coerce_q(name, q)?])
             }
+            (Output::Percentile | Output::Precision, [t, q, w]) => Ok(vec![
+                coerce_ns(name, t)?,
+                coerce_q(name, q)?,
+                coerce_weight(name, w)?,
+            ]),
             (Output::Percentile | Output::Precision, _) => {
-                plan_err!("{name} takes two arguments: (ns, quantile)")
+                plan_err!("{name} takes (ns, quantile) or (ns, quantile, weight)")
             }
-            _ => plan_err!("{name} takes one argument"),
+            (Output::Histogram, _) => plan_err!("{name} takes (ns) or (ns, weight)"),
+            (Output::Merge, _) => plan_err!("{name} takes one argument"),
         }
     }
 
@@ -325,8 +376,25 @@ impl Accumulator for HdrAccumulator {
         if self.output == Output::Merge {
             return merge_all(&mut self.pos, &mut self.neg, v.as_binary::<i32>());
         }
-        record_all(&mut self.pos, &mut self.neg, v.as_primitive::<Int64Type>());
-        Ok(())
+        let ns = v.as_primitive::<Int64Type>();
+        // The weight, when given, is the last argument: after the value, or after the
+        // value and the quantile.
+        let weight_at = match self.output {
+            Output::Histogram => 1,
+            _ => 2,
+        };
+        match values.get(weight_at) {
+            Some(w) => record_weighted(
+                &mut self.pos,
+                &mut self.neg,
+                ns,
+                w.as_primitive::<Int64Type>(),
+            ),
+            None => {
+                record_all(&mut self.pos, &mut self.neg, ns);
+                Ok(())
+            }
+        }
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
@@ -486,7 +554,6 @@ pub fn from_scalar(v: &ScalarValue) -> Result<Histogram<u64>> {
 
 #[cfg(test)]
 mod tests {
-    use hoptrace_format::hist::MAX_TRACKABLE_NS;
     use proptest::prelude::*;
 
     use super::*;
@@ -556,6 +623,137 @@ mod tests {
         let mut batch = HdrCounts::new();
         batch.record_non_negative(&[i64::MAX, 7, MAX_TRACKABLE_NS as i64 + 1], i64::MAX);
         assert_eq!(batch, c);
+    }
+
+    /// Runs `sql` over `t(d Int64, w UInt32)` holding `rows` in two partitions, and over
+    /// `r(d)` holding each row's `d` repeated `w` times; the first row's columns.
+    fn weighted_and_repeated(rows: &[(Option<i64>, Option<u32>)], sql: &str) -> Vec<ScalarValue> {
+        use datafusion::arrow::array::{RecordBatch, UInt32Array};
+        use datafusion::arrow::datatypes::Schema;
+        use datafusion::datasource::MemTable;
+        use datafusion::prelude::SessionConfig;
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("d", DataType::Int64, true),
+            Field::new("w", DataType::UInt32, true),
+        ]));
+        let batch = |rows: &[(Option<i64>, Option<u32>)]| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.0))),
+                    Arc::new(UInt32Array::from_iter(rows.iter().map(|r| r.1))),
+                ],
+            )
+            .unwrap()
+        };
+        let (a, b) = rows.split_at(rows.len() / 2);
+        let t = MemTable::try_new(schema.clone(), vec![vec![batch(a)], vec![batch(b)]]).unwrap();
+        let repeated: Vec<Option<i64>> = rows
+            .iter()
+            .flat_map(|&(d, w)| std::iter::repeat_n(d, w.unwrap_or(0) as usize))
+            .collect();
+        let r_schema = Arc::new(Schema::new(vec![Field::new("d", DataType::Int64, true)]));
+        let r_batch = RecordBatch::try_new(
+            r_schema.clone(),
+            vec![Arc::new(Int64Array::from_iter(repeated))],
+        )
+        .unwrap();
+        let r = MemTable::try_new(r_schema, vec![vec![r_batch]]).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        ctx.register_table("t", Arc::new(t)).unwrap();
+        ctx.register_table("r", Arc::new(r)).unwrap();
+        register(&ctx);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let batches = rt
+            .block_on(async { ctx.sql(sql).await?.collect().await })
+            .unwrap();
+        let b = &batches[0];
+        (0..b.num_columns())
+            .map(|i| ScalarValue::try_from_array(b.column(i), 0).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_weighted_value_counts_as_that_many_rows() {
+        // Values of both signs and wide magnitudes, weights 0 to 100 and some NULLs.
+        let rows: Vec<(Option<i64>, Option<u32>)> = (0..3_000_i64)
+            .map(|i| {
+                let x = (i * 2_654_435_761) % 50_000_017;
+                let d = (i % 41 != 0).then_some(x - 1_000_000);
+                let w = (i % 53 != 0).then_some(((i * 7919) % 101) as u32);
+                (d, w)
+            })
+            .collect();
+        let mut q = String::from("SELECT ");
+        for (k, p) in [0.0, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0].iter().enumerate() {
+            q.push_str(&format!(
+                "(SELECT hdr_percentile(d, {p}, w) FROM t) AS w{k}, \
+                 (SELECT hdr_percentile(d, {p}) FROM r) AS r{k}, \
+                 (SELECT hdr_precision(d, {p}, w) FROM t) AS wp{k}, \
+                 (SELECT hdr_precision(d, {p}) FROM r) AS rp{k}, "
+            ));
+        }
+        q.push_str(
+            "(SELECT hdr_count(hdr_histogram(d, w)) FROM t) AS wn, \
+             (SELECT count(d) FROM r) AS rn, \
+             (SELECT CAST(sum(w) AS BIGINT) FROM t WHERE d IS NOT NULL) AS sw, \
+             (SELECT hdr_histogram(d, w) = (SELECT hdr_histogram(d) FROM r) FROM t) AS same",
+        );
+        let v = weighted_and_repeated(&rows, &q);
+        for pair in v[..28].chunks(2) {
+            assert!(matches!(pair[0], ScalarValue::Int64(Some(_))), "{pair:?}");
+            assert_eq!(pair[0], pair[1]);
+        }
+        assert_eq!(v[28], v[29]);
+        assert_eq!(v[28], v[30]);
+        assert_eq!(v[31], ScalarValue::Boolean(Some(true)));
+        // Weighting moves the percentiles: one heavy value outweighs many light ones.
+        let skewed = [
+            (Some(1_000), Some(1)),
+            (Some(2_000), Some(1)),
+            (Some(9_000_000), Some(98)),
+        ];
+        let v = weighted_and_repeated(
+            &skewed,
+            "SELECT hdr_percentile(d, 0.5, w), hdr_percentile(d, 0.5) FROM t",
+        );
+        assert_eq!(v[0], ScalarValue::Int64(Some(hdr_mid(9_000_000))));
+        assert_eq!(v[1], ScalarValue::Int64(Some(hdr_mid(2_000))));
+    }
+
+    fn hdr_mid(v: u64) -> i64 {
+        let h = new_histogram();
+        h.median_equivalent(v) as i64
+    }
+
+    #[test]
+    fn weights_must_be_integers_and_not_negative() {
+        let rows = [(Some(5), Some(1)), (Some(6), Some(2))];
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let err = |sql: &str| {
+            rt.block_on(async { ctx.sql(sql).await?.collect().await })
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("SELECT hdr_percentile(d, 0.5, w) FROM (VALUES (5, -1)) AS t(d, w)");
+        assert!(e.contains("must not be negative"), "{e}");
+        let e = err("SELECT hdr_histogram(d, w) FROM (VALUES (5, 1.5)) AS t(d, w)");
+        assert!(e.contains("must be an integer"), "{e}");
+        let e = err("SELECT hdr_percentile(d, 0.5, w, w) FROM (VALUES (5, 1)) AS t(d, w)");
+        assert!(e.contains("(ns, quantile, weight)"), "{e}");
+        // Unweighted and weighted by 1 agree.
+        let v = weighted_and_repeated(
+            &rows,
+            "SELECT hdr_percentile(d, 0.9, 1), hdr_percentile(d, 0.9) FROM t",
+        );
+        assert_eq!(v[0], v[1]);
     }
 
     proptest! {

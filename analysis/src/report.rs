@@ -72,10 +72,29 @@ pub struct Written {
     pub images: bool,
 }
 
-fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
+fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
     let exact = |v: Option<String>| vec![v.unwrap_or_else(|| "-".into()), "exact".into()];
+    let (n, percentiles) = s.counted(per_metric);
+    let exact_note = if per_metric {
+        "exact, per message"
+    } else {
+        "exact"
+    };
+    let exact = |v: Option<String>| {
+        let mut r = exact(v);
+        r[1] = exact_note.into();
+        r
+    };
     let mut rows = vec![
-        vec!["Count".into(), count(s.count), "—".into()],
+        vec![
+            "Count".into(),
+            count(n),
+            if per_metric {
+                format!("metrics ({} messages)", count(s.count))
+            } else {
+                "—".into()
+            },
+        ],
         [
             vec!["Min".to_owned()],
             exact(s.min_ns.map(|v| duration_f64(v as f64))),
@@ -93,7 +112,7 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
         ]
         .concat(),
     ];
-    for p in &s.percentiles {
+    for p in percentiles {
         rows.push(vec![
             p.label.clone(),
             signed_ns(p.value_ns),
@@ -151,6 +170,21 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
     rows
 }
 
+/// What the stage tables count, in a line the report prints.
+fn counting(s: &Summary) -> String {
+    if s.per_metric() {
+        format!(
+            "Counted per metric: every trace weighted by the metrics its message carried ({} metrics in {} messages), as `hdr_percentile(<stage>_ns, q, metric_count)` computes; Count and the percentiles are over metrics, Min, Max, Mean and Std Dev over messages; summary.json holds both (`percentiles` per message, `per_metric`); the charts count messages",
+            count(s.totals.metrics),
+            count(s.totals.messages)
+        )
+    } else if s.totals.metrics == s.totals.messages {
+        "Counted per message: each message carried one metric, so per message and per metric are the same".into()
+    } else {
+        "Counted per message: every trace once".into()
+    }
+}
+
 fn headline(s: &Summary) -> String {
     format!(
         "{} · {} metrics/second · {} total metrics",
@@ -184,12 +218,17 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     }
     b.push(Block::Heading(2, "Performance Highlights".into()));
     b.push(Block::Para(headline(s)));
+    let per_metric = s.per_metric();
     let heads: Vec<&StageSummary> = s.stages.iter().filter(|x| x.headline).collect();
     let pick = |st: &StageSummary, l: &str| {
-        st.percentile(l).map_or_else(
-            || "-".into(),
-            |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
-        )
+        st.counted(per_metric)
+            .1
+            .iter()
+            .find(|p| p.label == l)
+            .map_or_else(
+                || "-".into(),
+                |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
+            )
     };
     b.push(Block::Table(
         vec!["Stage".into(), "P50".into(), "P99".into(), "P99.99".into()],
@@ -238,8 +277,13 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             span_s(s.totals.duration_s)
         ),
         format!(
-            "Percentiles: Computed over the full {} window.",
-            span_s(s.totals.duration_s)
+            "Percentiles: Computed over the full {} window, {}.",
+            span_s(s.totals.duration_s),
+            if per_metric {
+                "per metric (every trace weighted by its metric count)"
+            } else {
+                "per message"
+            }
         ),
         format!("Clocking: {}", s.environment.clocking),
     ]));
@@ -326,6 +370,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             span_s(s.totals.duration_s),
             rate(s.totals.metrics_per_s)
         ),
+        counting(s),
         format!("Quantile rank: {}", s.method.rank),
         format!("Deltas: {}", s.method.signs),
         "Std Dev is the population standard deviation (divided by n).".into(),
@@ -337,7 +382,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         ));
         b.push(Block::Table(
             vec!["Stat".into(), "Value".into(), "Precision".into()],
-            stat_rows(st),
+            stat_rows(st, per_metric),
         ));
     }
 
@@ -491,6 +536,64 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     b
 }
 
+/// The anchor of a heading, as GitHub makes it: lower case, letters, digits, `-` and `_`
+/// kept, spaces turned into `-`, everything else dropped.
+#[must_use]
+pub fn slug(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The anchor of every heading of `blocks` (`None` for other blocks), unique within the
+/// page: a repeated one gets `-1`, `-2` ... as GitHub numbers them.
+#[must_use]
+pub fn anchors(blocks: &[Block]) -> Vec<Option<String>> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    blocks
+        .iter()
+        .map(|b| match b {
+            Block::Heading(_, t) => {
+                let base = slug(t);
+                let n = seen.entry(base.clone()).or_default();
+                let id = if *n == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}-{n}")
+                };
+                *n += 1;
+                Some(id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The table of contents: the headings of levels 2 and 3 after the first heading, as
+/// (level, text, anchor); empty when there are fewer than two of level 2.
+fn contents(blocks: &[Block]) -> Vec<(u8, String, String)> {
+    let entries: Vec<(u8, String, String)> = blocks
+        .iter()
+        .zip(anchors(blocks))
+        .skip(1)
+        .filter_map(|(b, a)| match (b, a) {
+            (Block::Heading(l @ 2..=3, t), Some(a)) => Some((*l, t.clone(), a)),
+            _ => None,
+        })
+        .collect();
+    if entries.iter().filter(|e| e.0 == 2).count() < 2 {
+        return Vec::new();
+    }
+    entries
+}
+
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
@@ -499,10 +602,23 @@ fn md_cell(s: &str) -> String {
 #[must_use]
 pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
     let mut out = String::new();
-    for b in blocks {
+    let toc = contents(blocks);
+    for (i, b) in blocks.iter().enumerate() {
         match b {
             Block::Heading(l, t) => {
                 let _ = writeln!(out, "{} {t}\n", "#".repeat(usize::from(*l)));
+                if i == 0 && !toc.is_empty() {
+                    out.push_str("**Contents**\n\n");
+                    for (level, text, anchor) in &toc {
+                        let indent = if *level == 3 { "  " } else { "" };
+                        let _ = writeln!(
+                            out,
+                            "{indent}- [{}](#{anchor})",
+                            text.replace('[', "\\[").replace(']', "\\]")
+                        );
+                    }
+                    out.push('\n');
+                }
             }
             Block::Para(t) => {
                 let _ = writeln!(out, "{t}\n");
@@ -552,10 +668,43 @@ fn esc(s: &str) -> String {
 #[must_use]
 pub fn html(blocks: &[Block], charts: &[Chart], title: &str, libs: &[String]) -> String {
     let mut body = String::new();
-    for b in blocks {
+    let toc = contents(blocks);
+    for (i, (b, anchor)) in blocks.iter().zip(anchors(blocks)).enumerate() {
         match b {
             Block::Heading(l, t) => {
-                let _ = writeln!(body, "<h{l}>{}</h{l}>", esc(t));
+                let id = anchor.unwrap_or_default();
+                let _ = writeln!(
+                    body,
+                    "<h{l} id=\"{}\"><a class=\"anchor\" href=\"#{}\">{}</a></h{l}>",
+                    esc(&id),
+                    esc(&id),
+                    esc(t)
+                );
+                if i == 0 && !toc.is_empty() {
+                    body.push_str("<nav id=\"toc\" aria-label=\"Contents\">\n<div class=\"toc-title\">Contents</div>\n<ul>\n");
+                    let mut in_sub = false;
+                    for (n, (level, text, anchor)) in toc.iter().enumerate() {
+                        let link = format!("<a href=\"#{}\">{}</a>", esc(anchor), esc(text));
+                        if *level == 2 {
+                            if in_sub {
+                                body.push_str("</ul>");
+                                in_sub = false;
+                            }
+                            if n > 0 {
+                                body.push_str("</li>\n");
+                            }
+                            let _ = write!(body, "<li>{link}");
+                        } else {
+                            if !in_sub {
+                                body.push_str("\n<ul>\n");
+                                in_sub = true;
+                            }
+                            let _ = writeln!(body, "<li>{link}</li>");
+                        }
+                    }
+                    body.push_str(if in_sub { "</ul></li>\n" } else { "</li>\n" });
+                    body.push_str("</ul>\n</nav>\n");
+                }
             }
             Block::Para(t) => {
                 let _ = writeln!(body, "<p>{}</p>", esc(t));
@@ -619,6 +768,10 @@ th {{ background: #f3f3f3; }}
 td:nth-child(2) {{ font-variant-numeric: tabular-nums; }}
 .chart {{ margin: 1em 0 2em; }}
 .chart-error {{ color: #b00; }}
+h1 a.anchor, h2 a.anchor, h3 a.anchor {{ color: inherit; text-decoration: none; }}
+#toc {{ border: 1px solid #ddd; background: #fafafa; padding: 0.5em 1.2em; margin: 1em 0 2em; }}
+#toc .toc-title {{ font-weight: bold; margin: 0.3em 0; }}
+#toc ul {{ margin: 0.2em 0; padding-left: 1.2em; }}
 </style>
 {scripts}</head>
 <body>
@@ -824,6 +977,67 @@ mod tests {
         let b = [Block::Table(vec!["a".into()], vec![vec!["x|y".into()]])];
         let md = markdown(&b, &[]);
         assert!(md.contains("x\\|y"), "{md}");
+    }
+
+    #[test]
+    fn anchors_are_githubs_and_unique() {
+        assert_eq!(
+            slug("Broker Time (flow_in − publish)"),
+            "broker-time-flow_in--publish"
+        );
+        assert_eq!(slug("1) Latency Histograms"), "1-latency-histograms");
+        let b = [
+            Block::Heading(1, "T".into()),
+            Block::Para("x".into()),
+            Block::Heading(2, "A b".into()),
+            Block::Heading(2, "A b".into()),
+        ];
+        assert_eq!(
+            anchors(&b),
+            [
+                Some("t".into()),
+                None,
+                Some("a-b".into()),
+                Some("a-b-1".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn contents_link_every_section_in_both_forms() {
+        let b = [
+            Block::Heading(1, "Report".into()),
+            Block::Heading(2, "One".into()),
+            Block::Heading(3, "Sub <1>".into()),
+            Block::Heading(3, "Sub 2".into()),
+            Block::Heading(2, "Two".into()),
+            Block::Heading(2, "One".into()),
+        ];
+        let md = markdown(&b, &[]);
+        for line in [
+            "- [One](#one)",
+            "  - [Sub <1>](#sub-1)",
+            "  - [Sub 2](#sub-2)",
+            "- [Two](#two)",
+            "- [One](#one-1)",
+        ] {
+            assert!(md.contains(&format!("{line}\n")), "{line}:\n{md}");
+        }
+        let page = html(&b, &[], "t", &[]);
+        for id in ["one", "sub-1", "sub-2", "two", "one-1"] {
+            assert!(page.contains(&format!("<a href=\"#{id}\">")), "{id}");
+            assert!(page.contains(&format!(" id=\"{id}\">")), "{id}");
+        }
+        assert!(page.contains("&lt;1&gt;"));
+        // Lists are balanced.
+        assert_eq!(page.matches("<ul>").count(), page.matches("</ul>").count());
+        assert_eq!(page.matches("<li>").count(), page.matches("</li>").count());
+        // A page with one section has none.
+        let short = [
+            Block::Heading(1, "R".into()),
+            Block::Heading(2, "Only".into()),
+        ];
+        assert!(!markdown(&short, &[]).contains("Contents"));
     }
 
     #[test]

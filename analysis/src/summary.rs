@@ -14,7 +14,10 @@ use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
-use hoptrace_format::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, SignedStats, new_histogram};
+use hoptrace_format::hist::{
+    HdrCounts, MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, SignedStats, new_histogram,
+    signed_percentile,
+};
 use hoptrace_format::run::HostInfo;
 use hoptrace_format::spec::StageSpec;
 use serde::{Deserialize, Serialize};
@@ -186,6 +189,62 @@ pub struct StageSummary {
     /// without a polled hop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_bracket: Option<PollBracket>,
+    /// The stage per metric: every trace weighted by the metrics its message carried
+    /// (`hdr_percentile(<stage>_ns, q, metric_count)`). Absent in summaries written before
+    /// it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_metric: Option<PerMetric>,
+}
+
+/// A stage's percentiles over metrics rather than messages: each trace's delta counted
+/// once per metric its message carried. Equal to the per-message figures when every
+/// message carries one metric.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PerMetric {
+    /// Metrics carried by the traces with both hops (the sum of their `metric_count`).
+    pub count: u64,
+    /// HDR percentiles over those metrics, at the quantiles of `percentiles`.
+    pub percentiles: Vec<PercentileValue>,
+}
+
+/// The weighted histograms of one stage: values `>= 0` and magnitudes of values `< 0`,
+/// each trace counted `metric_count` times.
+#[derive(Debug, Clone, Default)]
+struct Weighted {
+    pos: HdrCounts,
+    neg: HdrCounts,
+}
+
+impl Weighted {
+    fn decode(v: Option<&[u8]>) -> Result<Self, AnalysisError> {
+        let Some(bytes) = v else {
+            return Ok(Self::default());
+        };
+        let (pos, neg) = crate::hdr::deserialize_signed(bytes)
+            .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?;
+        Ok(Self { pos, neg })
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.pos.merge(&other.pos);
+        self.neg.merge(&other.neg);
+    }
+
+    fn summary(&self) -> PerMetric {
+        PerMetric {
+            count: self.pos.len() + self.neg.len(),
+            percentiles: QUANTILES
+                .iter()
+                .filter_map(|&q| signed_percentile(&self.pos, &self.neg, q))
+                .map(|p| PercentileValue {
+                    label: quantile_label(p.quantile),
+                    quantile: p.quantile,
+                    value_ns: p.value_ns,
+                    precision_ns: p.precision_ns,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A polled hop's poll brackets (previous poll's send → the response of the poll that
@@ -359,6 +418,27 @@ impl StageSummary {
         self.percentiles
             .iter()
             .find(|p| p.label.eq_ignore_ascii_case(label))
+    }
+
+    /// The count and percentiles per metric when `per_metric` and the stage has them,
+    /// else per message.
+    #[must_use]
+    pub fn counted(&self, per_metric: bool) -> (u64, &[PercentileValue]) {
+        match (&self.per_metric, per_metric) {
+            (Some(m), true) => (m.count, &m.percentiles),
+            _ => (self.count, &self.percentiles),
+        }
+    }
+}
+
+impl Summary {
+    /// Whether the report counts metrics rather than messages: when messages carried
+    /// batches (more metrics than messages) and every stage has its per-metric figures,
+    /// as a reference report whose Count is metrics does.
+    #[must_use]
+    pub fn per_metric(&self) -> bool {
+        self.totals.metrics > self.totals.messages
+            && self.stages.iter().all(|s| s.per_metric.is_some())
     }
 }
 
@@ -574,6 +654,8 @@ struct BucketScan {
     messages: u64,
     metrics: u64,
     stages: Vec<SignedStats>,
+    /// Every stage weighted by metrics.
+    weighted: Vec<Weighted>,
 }
 
 /// The one scan of the stage columns: per time bucket of `bucket_ns` from `t_min`, the
@@ -607,6 +689,9 @@ async fn scan_buckets(
         let stage_cols = (0..stages.len())
             .map(|i| Ok(column(&format!("s_{i}"))?.as_binary::<i32>()))
             .collect::<Result<Vec<_>, AnalysisError>>()?;
+        let weighted_cols = (0..stages.len())
+            .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
+            .collect::<Result<Vec<_>, AnalysisError>>()?;
         for r in 0..batch.num_rows() {
             let u = |a: &Int64Array| {
                 if a.is_valid(r) {
@@ -623,14 +708,18 @@ async fn scan_buckets(
                     .iter()
                     .map(|c| SignedStats::decode(c.value(r)))
                     .collect::<Result<_, _>>()?,
+                weighted: weighted_cols
+                    .iter()
+                    .map(|c| Weighted::decode(c.is_valid(r).then(|| c.value(r))))
+                    .collect::<Result<_, _>>()?,
             });
         }
     }
     Ok(out)
 }
 
-/// The aggregates every scan of the traces computes: `messages`, `metrics` and `s_<i>`,
-/// the [`SignedStats`] of stage `i`.
+/// The aggregates every scan of the traces computes: `messages`, `metrics`, `s_<i>`, the
+/// [`SignedStats`] of stage `i`, and `w_<i>`, its histogram weighted by `metric_count`.
 fn trace_aggregates(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
@@ -646,6 +735,13 @@ fn trace_aggregates(
             stage_stats
                 .call(vec![ident(stage_column(&st.name))])
                 .alias(format!("s_{i}")),
+        );
+        aggregates.push(
+            df.parse_sql_expr(&format!(
+                "hdr_histogram({}, metric_count)",
+                quote_ident(&stage_column(&st.name))
+            ))?
+            .alias(format!("w_{i}")),
         );
     }
     Ok(aggregates)
@@ -729,10 +825,14 @@ pub async fn compute(
         })
         .collect();
     let mut whole = vec![SignedStats::default(); pipeline.stages.len()];
+    let mut whole_weighted = vec![Weighted::default(); pipeline.stages.len()];
     let mut by_time: Vec<Vec<Option<&SignedStats>>> =
         vec![vec![None; nbuckets]; pipeline.stages.len()];
     for s in &scanned {
         for (w, st) in whole.iter_mut().zip(&s.stages) {
+            w.merge(st);
+        }
+        for (w, st) in whole_weighted.iter_mut().zip(&s.weighted) {
             w.merge(st);
         }
         let Some(b) = s.bucket.and_then(|b| usize::try_from(b).ok()) else {
@@ -772,9 +872,15 @@ pub async fn compute(
             r.summary.run_id
         )
     }));
-    for ((st, figures), cells) in pipeline.stages.iter().zip(&whole).zip(&by_time) {
+    for (((st, figures), weighted), cells) in pipeline
+        .stages
+        .iter()
+        .zip(&whole)
+        .zip(&whole_weighted)
+        .zip(&by_time)
+    {
         let hist = figures.pos.to_histogram();
-        let summary = stage_summary(st, figures, &env.hosts, &polled);
+        let summary = stage_summary(st, figures, weighted, &env.hosts, &polled);
         if let Some(b) = summary.poll_bracket.as_ref().filter(|b| b.warning) {
             warnings.push(format!(
                 "{}: the poll bracket of {} (P99 {}, mean {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
@@ -959,7 +1065,11 @@ pub async fn window(
                 .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?,
             _ => SignedStats::default(),
         };
-        stages.push(stage_summary(st, &figures, &env.hosts, &polled));
+        let weighted = match scalar(batch, &format!("w_{i}"))? {
+            ScalarValue::Binary(Some(b)) => Weighted::decode(Some(&b))?,
+            _ => Weighted::default(),
+        };
+        stages.push(stage_summary(st, &figures, &weighted, &env.hosts, &polled));
     }
     Ok(WindowSummary {
         from_unix_ns: from,
@@ -975,6 +1085,7 @@ pub async fn window(
 fn stage_summary(
     st: &StageSpec,
     figures: &SignedStats,
+    weighted: &Weighted,
     hosts: &[HostSummary],
     polled: &[PolledHop],
 ) -> StageSummary {
@@ -1014,6 +1125,7 @@ fn stage_summary(
         clock_note: note,
         clock_warning,
         poll_bracket: poll_bracket(polled, &st.from, &st.to, p50),
+        per_metric: Some(weighted.summary()),
     }
 }
 

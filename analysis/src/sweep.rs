@@ -665,6 +665,7 @@ mod tests {
             clock_note: String::new(),
             clock_warning: false,
             poll_bracket: None,
+            per_metric: None,
         };
         Cell {
             sweep: "s".into(),

@@ -136,6 +136,49 @@ def test_negative_deltas_count_in_every_figure_and_agree_with_duckdb(skewed):
     assert any(n.endswith(".negative.hlog") for n in hlogs), hlogs
 
 
+def test_batches_are_counted_per_metric_and_agree_with_duckdb(tmp_path):
+    """Messages carrying 10 metrics each: summary.json's per-metric figures (every trace
+    weighted by its metric_count) against DuckDB over each row repeated metric_count
+    times, `hdr_percentile(ns, q, metric_count)` in SQL giving the same, and the report
+    counting metrics and saying so. A run of one metric per message says it counts
+    messages."""
+    out = tmp_path / "runs"
+    hoptrace("roundtrip", "--messages", "20k", "--rate", "40k", "--streams", "20",
+             "--metrics-per-message", "10", "--out", out)
+    (run,) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    rep = tmp_path / "report"
+    hoptrace("report", run, "--out", rep)
+    summary = json.loads((rep / "summary.json").read_text())
+    assert summary["totals"]["metrics"] == 10 * summary["totals"]["messages"], summary["totals"]
+    con = duckdb.connect()
+    for st in summary["stages"]:
+        pm = st["per_metric"]
+        deltas = stage_deltas_sql(run, st).replace(" AS d ", " AS d, metric_count AS w ")
+        qs = [p["quantile"] for p in pm["percentiles"]]
+        n, disc = con.execute(
+            f"SELECT count(*), quantile_disc(d, {qs}) FROM ({deltas}), range(w)").fetchone()
+        name = st["name"]
+        assert pm["count"] == n == 10 * st["count"], (name, pm["count"], n)
+        for p, exact in zip(pm["percentiles"], disc):
+            assert abs(p["value_ns"] - exact) <= p["precision_ns"], (name, p, exact)
+        col = st["column"]
+        q = (f"SELECT hdr_percentile({col}, 0.99, metric_count) AS p99, "
+             f"hdr_count(hdr_histogram({col}, metric_count)) AS n FROM traces")
+        line = json.loads(hoptrace("sql", run, q, "--format", "json").stdout.splitlines()[0])
+        p99 = next(p for p in pm["percentiles"] if p["label"] == "P99")
+        assert line == {"p99": p99["value_ns"], "n": pm["count"]}, (name, line)
+    md = (rep / "report.md").read_text()
+    assert "Counted per metric" in md and "per metric (every trace weighted" in md
+    head = next(st for st in summary["stages"] if st["headline"])
+    assert f"| Count | {head['per_metric']['count']:,} | metrics ({head['count']:,} messages) |" in md
+
+
+def test_single_metric_messages_are_counted_per_message(report):
+    md = (report / "report.md").read_text()
+    assert "Counted per message: each message carried one metric" in md
+    assert "Counted per metric" not in md
+
+
 def test_counts_add_up_against_the_parquet(run, report):
     summary = json.loads((report / "summary.json").read_text())
     table = pq.read_table(str(run / "traces"))
@@ -222,29 +265,180 @@ def chromium():
     return path
 
 
-def test_report_html_renders_offline_in_chromium(report):
-    """report.html in headless Chromium with no network at all (a fresh network namespace):
-    every chart renders to SVG and the page logs no errors; a screenshot is kept."""
-    page = (report / "report.html").resolve().as_uri()
+class Node:
+    """An element of a page as Chromium serialized it (--dump-dom)."""
+
+    def __init__(self, tag, attrs, parent=None):
+        self.tag, self.attrs, self.parent = tag, dict(attrs), parent
+        self.children, self.text = [], ""
+
+    def classes(self):
+        return (self.attrs.get("class") or "").split()
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def find_all(self, pred):
+        return [n for n in self.walk() if pred(n)]
+
+    def all_text(self):
+        return self.text + "".join(c.all_text() for c in self.children)
+
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+
+def parse_dom(markup):
+    from html.parser import HTMLParser
+
+    class Builder(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.root = Node("#root", {})
+            self.cur = self.root
+
+        def handle_starttag(self, tag, attrs):
+            node = Node(tag, attrs, self.cur)
+            self.cur.children.append(node)
+            if tag not in VOID:
+                self.cur = node
+
+        def handle_startendtag(self, tag, attrs):
+            self.cur.children.append(Node(tag, attrs, self.cur))
+
+        def handle_endtag(self, tag):
+            n = self.cur
+            while n is not None and n.tag != tag:
+                n = n.parent
+            if n is not None and n.parent is not None:
+                self.cur = n.parent
+
+        def handle_data(self, data):
+            self.cur.text += data
+
+    b = Builder()
+    b.feed(markup)
+    return b.root
+
+
+def has_class(*names):
+    return lambda n: all(c in n.classes() for c in names)
+
+
+def drawn_marks(node):
+    """The mark items drawn under `node`: paths with a shape, or sized rects."""
+    items = []
+    for group in node.find_all(has_class("role-mark")):
+        for item in group.children:
+            if item.tag == "path" and item.attrs.get("d", "").strip():
+                items.append(item)
+            elif item.tag == "rect" and float(item.attrs.get("width") or 0) > 0:
+                items.append(item)
+    return items
+
+
+def axis_labels(node):
+    return [t.all_text().strip() for g in node.find_all(has_class("role-axis-label"))
+            for t in g.find_all(lambda n: n.tag == "text")]
+
+
+def chromium_base(user_dir, height):
     isolate = ["unshare", "--net"] if shutil.which("unshare") and os.geteuid() == 0 else []
-    base = [*isolate, chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-            "--no-first-run", "--disable-extensions", "--proxy-server=127.0.0.1:9",
+    return [*isolate, chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+            "--no-first-run", "--disable-extensions", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--proxy-server=127.0.0.1:9",
             "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000",
-            "--window-size=1100,5000", f"--user-data-dir={report / '.chromium'}"]
+            f"--window-size=1100,{height}", f"--user-data-dir={user_dir}"]
+
+
+def artifacts_dir(default: Path) -> Path:
+    out = Path(os.environ.get("HOPTRACE_ARTIFACTS", default))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_report_html_renders_offline_in_chromium(report):
+    """report.html in headless Chromium with no network at all (a fresh network namespace),
+    checked for what a reader sees: every chart drawn as SVG, with marks for every stage
+    (a panel per stage in the histograms, a line per stage in the spectrum, every
+    heatmap filled), tick labels on the axes, a table of contents whose links all land on
+    a heading, and no error logged. Screenshots are kept ($HOPTRACE_ARTIFACTS)."""
+    page = (report / "report.html").resolve().as_uri()
+    summary = json.loads((report / "summary.json").read_text())
+    stages = [st["name"] for st in summary["stages"] if st["count"] > 0]
+    assert len(stages) >= 2, stages
+    base = chromium_base(report / ".chromium", 14000)
     dom = subprocess.run([*base, "--dump-dom", page], capture_output=True, text=True, timeout=180)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    charts = re.findall(r'<div class="chart[^"]*" id="chart-\d+"[^>]*>', dom.stdout)
-    assert len(charts) >= 4, dom.stdout[-2000:]
-    assert all('data-rendered="true"' in c for c in charts), charts
-    assert 'data-charts="done"' in dom.stdout
-    assert not any("chart-error" in c for c in charts), charts
-    assert dom.stdout.count("<svg") >= len(charts)
     console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l]
     errors = [l for l in console if ":ERROR:" in l or "Uncaught" in l]
     assert not errors, errors
+    root = parse_dom(dom.stdout)
+    body = next(n for n in root.walk() if n.tag == "body")
+    assert body.attrs.get("data-charts") == "done", dom.stdout[-2000:]
 
-    artifacts = Path(os.environ.get("HOPTRACE_ARTIFACTS", report))
-    artifacts.mkdir(parents=True, exist_ok=True)
-    shot = artifacts / "report-html.png"
-    taken = subprocess.run([*base, f"--screenshot={shot}", page], capture_output=True, text=True, timeout=180)
-    assert taken.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000, taken.stderr[-2000:]
+    charts = root.find_all(lambda n: n.tag == "div" and "chart" in n.classes() and n.attrs.get("id", "").startswith("chart-"))
+    assert len(charts) >= 3 + len(stages), [c.attrs for c in charts]
+    by_stem = {}
+    for c in charts:
+        stem = c.attrs["data-stem"]
+        assert c.attrs.get("data-rendered") == "true" and "chart-error" not in c.classes(), (stem, c.attrs)
+        svgs = c.find_all(lambda n: n.tag == "svg")
+        assert svgs, f"{stem}: no SVG"
+        assert drawn_marks(svgs[0]), f"{stem}: nothing drawn"
+        labels = [l for l in axis_labels(svgs[0]) if l]
+        assert len(labels) >= 4, f"{stem}: axis tick labels {labels}"
+        by_stem[stem] = svgs[0]
+
+    # Histograms: one panel per stage, headed by its name, each with its own bars and
+    # its own axes (tick labels on both).
+    hist = by_stem["latency-histograms"]
+    (facets,) = hist.find_all(has_class("role-scope", "cell"))
+    panels = [g for g in facets.children if g.tag == "g"]
+    titles = [" ".join(t.all_text().strip() for g in p.find_all(has_class("role-title-text"))
+                       for t in g.find_all(lambda n: n.tag == "text")) for p in panels]
+    assert titles == stages, titles
+    for name, panel in zip(stages, panels):
+        assert len(drawn_marks(panel)) >= 3, f"histogram panel of {name} has hardly any bars"
+        labels = [l for l in axis_labels(panel) if l]
+        assert any(l.endswith("%") for l in labels), (name, labels)
+        assert sum(l[0].isdigit() and not l.endswith("%") for l in labels) >= 2, (name, labels)
+
+    # Percentile spectrum: a line per stage, a legend naming each, percentile ticks.
+    cdf = by_stem["latency-cdf"]
+    lines = [m for g in cdf.find_all(has_class("mark-line")) for m in g.children
+             if m.tag == "path" and m.attrs.get("d", "").strip()]
+    assert len(lines) == len(stages), len(lines)
+    legend = " ".join(t.all_text() for g in cdf.find_all(has_class("role-legend-label"))
+                      for t in g.find_all(lambda n: n.tag == "text"))
+    assert all(name in legend for name in stages), legend
+    ticks = axis_labels(cdf)
+    assert {"50%", "90%", "99%"} <= set(ticks), ticks
+
+    # Heatmaps: one per stage, each filled.
+    heatmaps = [s for s in by_stem if s.startswith("heatmap-")]
+    assert len(heatmaps) == len(stages), heatmaps
+    for s in heatmaps:
+        assert len(drawn_marks(by_stem[s])) >= 3, s
+
+    # Table of contents: links to every section heading, each landing on one.
+    nav = next(n for n in root.walk() if n.tag == "nav" and n.attrs.get("id") == "toc")
+    links = [a.attrs["href"] for a in nav.find_all(lambda n: n.tag == "a")]
+    ids = {n.attrs["id"] for n in root.walk() if "id" in n.attrs}
+    headings = [n for n in root.walk() if n.tag in ("h2", "h3")]
+    assert links and all(l.startswith("#") and l[1:] in ids for l in links), (links, sorted(ids))
+    assert {l[1:] for l in links} == {h.attrs.get("id") for h in headings}, links
+    md = (report / "report.md").read_text()
+    for l in links:
+        assert f"]({l})" in md, f"report.md has no contents link {l}"
+
+    artifacts = artifacts_dir(report)
+    shots = [("report-html.png", page, 14000), ("report-html-top.png", page, 1400)]
+    for name, url, height in shots:
+        shot = artifacts / name
+        taken = subprocess.run([*chromium_base(report / f".chromium-{height}", height),
+                                f"--screenshot={shot}", url],
+                               capture_output=True, text=True, timeout=180)
+        assert taken.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000, taken.stderr[-2000:]

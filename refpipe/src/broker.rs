@@ -168,3 +168,81 @@ fn wait_for(addr: SocketAddr) -> Result<(), RefpipeError> {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The port of a socket address `f` (getsockname or getpeername) fills in.
+    fn port_of(
+        fd: libc::c_int,
+        f: unsafe extern "C" fn(
+            libc::c_int,
+            *mut libc::sockaddr,
+            *mut libc::socklen_t,
+        ) -> libc::c_int,
+    ) -> Option<u16> {
+        // SAFETY: `addr` is a zeroed sockaddr_in of `len` bytes that `f` fills; a
+        // descriptor that is not an IPv4 socket makes it fail or gives another family.
+        unsafe {
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let ok = f(fd, (&raw mut addr).cast::<libc::sockaddr>(), &raw mut len) == 0;
+            (ok && libc::c_int::from(addr.sin_family) == libc::AF_INET)
+                .then(|| u16::from_be(addr.sin_port))
+        }
+    }
+
+    /// TCP_NODELAY of the socket of this process whose local port is `local` and whose
+    /// peer's port is `peer` (a connection the broker accepted), if there is one.
+    fn nodelay_of_accepted(local: u16, peer: u16) -> Option<bool> {
+        for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
+            let Ok(fd) = entry.file_name().to_string_lossy().parse::<libc::c_int>() else {
+                continue;
+            };
+            if port_of(fd, libc::getsockname) != Some(local)
+                || port_of(fd, libc::getpeername) != Some(peer)
+            {
+                continue;
+            }
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: a valid pointer to a c_int and its size, for a TCP socket option.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&raw mut v).cast::<libc::c_void>(),
+                    &raw mut len,
+                )
+            };
+            return (rc == 0).then_some(v != 0);
+        }
+        None
+    }
+
+    #[test]
+    fn connections_the_broker_accepts_have_tcp_nodelay() {
+        let b = EmbeddedBroker::start(1 << 16).unwrap();
+        for addr in [b.v5, b.v4] {
+            let client = TcpStream::connect(addr).unwrap();
+            let peer = client.local_addr().unwrap().port();
+            let started = Instant::now();
+            let nodelay = loop {
+                if let Some(v) = nodelay_of_accepted(addr.port(), peer) {
+                    break v;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "the broker did not accept the connection to {addr}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            assert!(
+                nodelay,
+                "a connection accepted on {addr} waits for Nagle's algorithm"
+            );
+        }
+    }
+}
