@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::charts::{self, Chart};
-use crate::summary::{StageHistograms, StageSummary, Summary};
+use crate::summary::{PollBracket, PolledEnd, StageHistograms, StageSummary, Summary};
 use crate::{AnalysisError, write_file};
 use hoptrace_format::units::{
     count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s,
@@ -115,26 +115,7 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
         ),
     ]);
     if let Some(b) = &s.poll_bracket {
-        rows.push(vec![
-            "Poll bracket".into(),
-            format!("+0/−{}", duration_ns(b.p99_ns)),
-            format!(
-                "{} is a store tap's poll: late by at most the bracket (previous poll's send → this response); mean {}, P99 {}, max {} over {} keys; poll interval {}, {} polls, {} failed{}",
-                b.hop,
-                duration_ns(b.mean_ns.round() as u64),
-                duration_ns(b.p99_ns),
-                duration_ns(b.max_ns),
-                count(b.keys),
-                duration_ns(b.poll_interval_ns),
-                count(b.polls),
-                count(b.poll_errors),
-                if b.warning {
-                    " — WARNING: not small against P50"
-                } else {
-                    ""
-                }
-            ),
-        ]);
+        rows.push(poll_bracket_row(b));
     }
     if s.negative > 0 || s.clamped > 0 {
         rows.push(vec![
@@ -149,6 +130,37 @@ fn stat_rows(s: &StageSummary) -> Vec<Vec<String>> {
         ]);
     }
     rows
+}
+
+/// The stage table's row for a polled hop at one end: the largest bracket is the bound
+/// (every stamp of the hop is late by at most its own bracket), signed by the end the hop
+/// is, with the distribution and the polls beside it.
+fn poll_bracket_row(b: &PollBracket) -> Vec<String> {
+    let (effect, end) = match b.end {
+        PolledEnd::To => ("measured long", "ends"),
+        PolledEnd::From => ("measured short", "starts"),
+    };
+    vec![
+        "Poll bracket".into(),
+        b.end.bound(&duration_ns(b.max_ns)),
+        format!(
+            "the stage {end} at {}, a store tap's poll: that stamp is late by at most its bracket (previous poll's send → this response), so the stage is {effect} by up to max {}; P50 {}, P99 {}, mean {} over {} keys; poll interval {}, {} polls, {} failed{}",
+            b.hop,
+            duration_ns(b.max_ns),
+            duration_ns(b.p50_ns),
+            duration_ns(b.p99_ns),
+            duration_ns(b.mean_ns.round() as u64),
+            count(b.keys),
+            duration_ns(b.poll_interval_ns),
+            count(b.polls),
+            count(b.poll_errors),
+            if b.warning {
+                " — WARNING: P99 not small against P50"
+            } else {
+                ""
+            }
+        ),
+    ]
 }
 
 fn headline(s: &Summary) -> String {
@@ -804,6 +816,45 @@ mod tests {
             "2026-04-14 00:00:00 UTC"
         );
         assert_eq!(date_of(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
+    }
+
+    fn bracket(end: PolledEnd, warning: bool) -> PollBracket {
+        PollBracket {
+            hop: "queryable".into(),
+            end,
+            keys: 60_000,
+            mean_ns: 13_500_000.0,
+            p50_ns: 10_000_000,
+            p99_ns: 51_500_000,
+            max_ns: 191_300_000,
+            poll_interval_ns: 10_000_000,
+            polls: 29_400,
+            poll_errors: 2,
+            warning,
+        }
+    }
+
+    #[test]
+    fn the_poll_bracket_row_bounds_by_the_max_signed_by_the_stage_end() {
+        let row = poll_bracket_row(&bracket(PolledEnd::To, true));
+        assert_eq!(row[0], "Poll bracket");
+        // The largest bracket bounds every stamp; a stage ending at the polled hop is long.
+        assert_eq!(row[1], "+0/−191.3ms");
+        for part in [
+            "ends at queryable",
+            "measured long by up to max 191.3ms",
+            "P50 10.0ms, P99 51.5ms, mean 13.5ms over 60,000 keys",
+            "29,400 polls, 2 failed",
+            "WARNING: P99 not small against P50",
+        ] {
+            assert!(row[2].contains(part), "{part:?} in {}", row[2]);
+        }
+        // A stage starting at the polled hop is measured short: the true value is larger.
+        let row = poll_bracket_row(&bracket(PolledEnd::From, false));
+        assert_eq!(row[1], "+191.3ms/−0");
+        assert!(row[2].contains("starts at queryable"), "{}", row[2]);
+        assert!(row[2].contains("measured short"), "{}", row[2]);
+        assert!(!row[2].contains("WARNING"), "{}", row[2]);
     }
 
     #[test]

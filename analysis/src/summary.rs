@@ -188,19 +188,50 @@ pub struct StageSummary {
     pub poll_bracket: Option<PollBracket>,
 }
 
+/// Which end of a stage a polled hop is, and so which way its late stamp moves the stage.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolledEnd {
+    /// The stage ends at the polled hop (`publish → queryable`): the stamp is late, so the
+    /// stage is measured long by up to the bracket: the true value is within `+0/−max`.
+    To,
+    /// The stage starts at the polled hop (`queryable → report_seen`): the stamp is late,
+    /// so the stage is measured short by up to the bracket: the true value is within
+    /// `+max/−0`.
+    From,
+}
+
+impl PolledEnd {
+    /// The bound on the true value against the measured one, for a bracket of `bound`:
+    /// `+0/−15.1ms` or `+15.1ms/−0`.
+    #[must_use]
+    pub fn bound(self, bound: &str) -> String {
+        match self {
+            Self::To => format!("+0/−{bound}"),
+            Self::From => format!("+{bound}/−0"),
+        }
+    }
+}
+
 /// A polled hop's poll brackets (previous poll's send → the response of the poll that
 /// first returned the data), from the store taps' counters (`docs/dataset.md`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PollBracket {
     /// The polled hop.
     pub hop: String,
+    /// Which end of the stage it is: the sign of the bound.
+    pub end: PolledEnd,
     /// Keys the taps found (brackets measured).
     pub keys: u64,
     /// Mean bracket, ns.
     pub mean_ns: f64,
+    /// P50 of the brackets (the largest of the taps' P50s when several taps polled), ns.
+    #[serde(default)]
+    pub p50_ns: u64,
     /// P99 of the brackets (the largest of the taps' P99s when several taps polled), ns.
     pub p99_ns: u64,
-    /// Largest bracket, ns.
+    /// Largest bracket, ns: the bound on every stamp of the hop, so on every figure of
+    /// the stage.
     pub max_ns: u64,
     /// The taps' poll interval (the largest), ns.
     pub poll_interval_ns: u64,
@@ -208,7 +239,7 @@ pub struct PollBracket {
     pub polls: u64,
     /// Polls that failed.
     pub poll_errors: u64,
-    /// The P99 is not small against the stage's P50 (above 10 %).
+    /// The brackets' P99 is not small against the stage's P50 (above 10 %).
     pub warning: bool,
 }
 
@@ -222,6 +253,7 @@ pub struct PolledHop {
     pub same_poll: Vec<String>,
     keys: u64,
     sum_ns: u64,
+    p50_ns: u64,
     p99_ns: u64,
     max_ns: u64,
     interval_ns: u64,
@@ -240,7 +272,7 @@ pub async fn polled_hops(
 ) -> Result<Vec<PolledHop>, AnalysisError> {
     let schema = ctx.table("probes").await?.schema().clone();
     let col = |id: u16| format!("counter_{id}");
-    let ids = [83u16, 66, 73, 74, 76, 82, 64, 65];
+    let ids = [83u16, 66, 73, 74, 75, 76, 82, 64, 65];
     if !ids
         .iter()
         .all(|id| schema.has_column_with_unqualified_name(&col(*id)))
@@ -307,6 +339,7 @@ pub async fn polled_hops(
             p.keys += get(&col(66), row);
             p.sum_ns = p.sum_ns.saturating_add(get(&col(73), row));
             p.max_ns = p.max_ns.max(get(&col(74), row));
+            p.p50_ns = p.p50_ns.max(get(&col(75), row));
             p.p99_ns = p.p99_ns.max(get(&col(76), row));
             p.interval_ns = p.interval_ns.max(get(&col(82), row));
             p.polls += get(&col(64), row);
@@ -317,7 +350,8 @@ pub async fn polled_hops(
 }
 
 /// The poll bracket of a stage from `from` to `to`: the polled hop at one end, unless one
-/// poll stamped both ends (`query_start → queryable`).
+/// poll stamped both ends (`query_start → queryable`). Its sign follows the end: a stage
+/// ending at the polled hop is measured long, one starting there short.
 #[must_use]
 pub fn poll_bracket(
     polled: &[PolledHop],
@@ -331,12 +365,18 @@ pub fn poll_bracket(
     })?;
     Some(PollBracket {
         hop: p.hop.clone(),
+        end: if p.hop == to {
+            PolledEnd::To
+        } else {
+            PolledEnd::From
+        },
         keys: p.keys,
         mean_ns: if p.keys == 0 {
             0.0
         } else {
             p.sum_ns as f64 / p.keys as f64
         },
+        p50_ns: p.p50_ns,
         p99_ns: p.p99_ns,
         max_ns: p.max_ns,
         poll_interval_ns: p.interval_ns,
@@ -767,11 +807,12 @@ pub async fn compute(
         let summary = stage_summary(st, figures, &env.hosts, &polled);
         if let Some(b) = summary.poll_bracket.as_ref().filter(|b| b.warning) {
             warnings.push(format!(
-                "{}: the poll bracket of {} (P99 {}, mean {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
+                "{}: the poll bracket of {} (P99 {}, mean {}, max {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
                 st.name,
                 b.hop,
                 hoptrace_format::units::duration_ns(b.p99_ns),
                 hoptrace_format::units::duration_ns(b.mean_ns.round() as u64),
+                hoptrace_format::units::duration_ns(b.max_ns),
                 summary
                     .percentiles
                     .first()
@@ -1353,6 +1394,7 @@ mod tests {
             same_poll: vec!["query_start".into(), "queryable".into()],
             keys: 4,
             sum_ns: 40_000_000,
+            p50_ns: 9_000_000,
             p99_ns: 12_000_000,
             max_ns: 15_000_000,
             interval_ns: 10_000_000,
@@ -1361,6 +1403,8 @@ mod tests {
         }];
         let b = poll_bracket(&polled, "publish", "queryable", Some(200_000_000)).unwrap();
         assert_eq!(b.hop, "queryable");
+        assert_eq!(b.end, PolledEnd::To, "a stage ending at the polled hop");
+        assert_eq!(b.p50_ns, 9_000_000);
         assert!((b.mean_ns - 10_000_000.0).abs() < 1e-6);
         assert_eq!(
             (b.p99_ns, b.max_ns, b.polls, b.poll_errors),
@@ -1373,6 +1417,11 @@ mod tests {
                 .warning
         );
         assert!(poll_bracket(&polled, "store_in", "queryable", None).is_some());
+        // A stage that starts at the polled hop is measured short, not long.
+        let from = poll_bracket(&polled, "queryable", "reader_seen", Some(1)).unwrap();
+        assert_eq!(from.end, PolledEnd::From);
+        assert_eq!(PolledEnd::From.bound("15ms"), "+15ms/−0");
+        assert_eq!(PolledEnd::To.bound("15ms"), "+0/−15ms");
         assert!(
             poll_bracket(&polled, "query_start", "queryable", Some(1)).is_none(),
             "one poll stamped both ends"
