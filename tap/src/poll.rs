@@ -81,6 +81,18 @@ pub mod counter_id {
     pub const KEYS_EVICTED_EARLY: u16 = 84;
     /// P99 of the polls' query time (response − send), ns.
     pub const QUERY_TIME_P99_NS: u16 = 85;
+    /// P50 of the polls' query time (HDR, 3 digits), ns.
+    pub const QUERY_TIME_P50_NS: u16 = 86;
+    /// Largest query time of a poll, ns.
+    pub const QUERY_TIME_MAX_NS: u16 = 87;
+    /// P50 of the query durations the store itself reported (HDR, 3 digits), ns.
+    pub const SERVER_ELAPSED_P50_NS: u16 = 88;
+    /// P99 of the query durations the store itself reported (HDR, 3 digits), ns.
+    pub const SERVER_ELAPSED_P99_NS: u16 = 89;
+    /// Largest query duration the store itself reported, ns.
+    pub const SERVER_ELAPSED_MAX_NS: u16 = 90;
+    /// Time since the tap began polling, ns (polls per second = polls / this).
+    pub const POLLING_NS: u16 = 91;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -108,6 +120,12 @@ pub mod counter_id {
             BRACKET_HOP => "bracket_hop",
             KEYS_EVICTED_EARLY => "keys_evicted_early",
             QUERY_TIME_P99_NS => "query_time_p99_ns",
+            QUERY_TIME_P50_NS => "query_time_p50_ns",
+            QUERY_TIME_MAX_NS => "query_time_max_ns",
+            SERVER_ELAPSED_P50_NS => "server_elapsed_p50_ns",
+            SERVER_ELAPSED_P99_NS => "server_elapsed_p99_ns",
+            SERVER_ELAPSED_MAX_NS => "server_elapsed_max_ns",
+            POLLING_NS => "polling_ns",
             _ => return None,
         })
     }
@@ -603,7 +621,12 @@ impl StoreTap {
             let now = Instant::now();
             if now >= next_counters {
                 next_counters = now + self.config.counters_interval;
-                self.send_counters(&c, &bracket, &query_time, seen.evicted_early);
+                self.send_counters(
+                    &c,
+                    &hists(&bracket, &query_time, &server_elapsed),
+                    seen.evicted_early,
+                    started,
+                );
             }
             if now < next_poll {
                 std::thread::sleep((next_poll - now).min(Duration::from_millis(50)));
@@ -736,7 +759,12 @@ impl StoreTap {
             baseline = false;
             prev_send = Some(send_ns);
         }
-        self.send_counters(&c, &bracket, &query_time, seen.evicted_early);
+        self.send_counters(
+            &c,
+            &hists(&bracket, &query_time, &server_elapsed),
+            seen.evicted_early,
+            started,
+        );
         let run_id = self.main.as_ref().and_then(Exporter::run_id);
         let mut exporters = Vec::new();
         self.queryable = None;
@@ -786,14 +814,16 @@ impl StoreTap {
         }
     }
 
-    fn send_counters(&self, c: &Tally, bracket: &Hist, query_time: &Hist, evicted: u64) {
+    fn send_counters(&self, c: &Tally, h: &Hists<'_>, evicted: u64, started: Instant) {
         use counter_id as id;
         let Some(e) = &self.main else {
             return;
         };
-        let b = bracket.spread();
-        let q = query_time.spread();
+        let b = h.bracket.spread();
+        let q = h.query_time.spread();
+        let server = h.server_elapsed.spread();
         let sum = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        let (bracket, query_time) = (h.bracket, h.query_time);
         let values = vec![
             (id::POLLS, c.polls),
             (id::POLL_ERRORS, c.poll_errors),
@@ -820,6 +850,15 @@ impl StoreTap {
             (id::BRACKET_HOP, u64::from(self.config.queryable_hop.0.0)),
             (id::KEYS_EVICTED_EARLY, evicted),
             (id::QUERY_TIME_P99_NS, q.p99_ns),
+            (id::QUERY_TIME_P50_NS, q.p50_ns),
+            (id::QUERY_TIME_MAX_NS, q.max_ns),
+            (id::SERVER_ELAPSED_P50_NS, server.p50_ns),
+            (id::SERVER_ELAPSED_P99_NS, server.p99_ns),
+            (id::SERVER_ELAPSED_MAX_NS, server.max_ns),
+            (
+                id::POLLING_NS,
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            ),
         ];
         if let Err(err) = e.send_frame(&Frame::Counters(CountersFrame {
             at_ns: realtime_ns(),
@@ -827,6 +866,21 @@ impl StoreTap {
         })) {
             tracing::warn!("cannot send the tap's counters: {err}");
         }
+    }
+}
+
+/// The loop's distributions, for the counters.
+struct Hists<'a> {
+    bracket: &'a Hist,
+    query_time: &'a Hist,
+    server_elapsed: &'a Hist,
+}
+
+fn hists<'a>(bracket: &'a Hist, query_time: &'a Hist, server_elapsed: &'a Hist) -> Hists<'a> {
+    Hists {
+        bracket,
+        query_time,
+        server_elapsed,
     }
 }
 
@@ -887,8 +941,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=85).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 22);
+        let names: FxHashSet<&str> = (64..=91).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 28);
+        assert_eq!(counter_id::name(92), None);
         assert_eq!(counter_id::name(63), None);
     }
 
