@@ -73,14 +73,15 @@ cargo test --profile quick --workspace --all-features --locked --no-fail-fast --
 if ((PIPESTATUS[0] != 0)); then rc=1; fi
 set -e
 
+step "the 3-node Kafka cluster"
+start_cluster || rc=1
+
 step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium"
 # The binary cargo test built (the quick profile, as the demo's): the runs these tests make
 # are small, and a release build of DataFusion would add a quarter of an hour on 2 cores.
 export HOPTRACE_BIN=$CARGO_TARGET_DIR/quick/hoptrace
 # Screenshots and other artifacts tests keep.
 export HOPTRACE_ARTIFACTS=${HOPTRACE_ARTIFACTS:-$LOG/artifacts}
-step "the 3-node Kafka cluster"
-start_cluster || rc=1
 set +e
 python3 -m pytest -q -p no:cacheprovider probe/testdata collector/tests analysis/tests 2>&1 | tee "$LOG/pytest.txt"
 pyrc=${PIPESTATUS[0]}

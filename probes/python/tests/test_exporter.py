@@ -31,9 +31,11 @@ def test_conversation_in_order():
     assert summary.clean and summary.run_id == "fake-run"
     assert summary.counters.by_name() == dict(
         reported=600, queue_full=0, sent=600, send_failed=0, reconnects=0, not_traced=0,
-        bad_context=0, stamps_full=0, bad_traceparent=0)
+        bad_context=0, stamps_full=0, bad_traceparent=0, resent=0, evicted=0, lost_unacked=0)
+    assert summary.unacknowledged == 0
     (c,) = fc.connections
-    assert c.hello.hops == [(1, "flow_in"), (2, "flow_out")] and c.hello.version == 1
+    assert c.hello.hops == [(1, "flow_in"), (2, "flow_out")] and c.hello.version == 2
+    assert c.seqs() == list(range(1, len(c.seqs()) + 1)), "numbered from 1, in order"
     assert c.hello.host == "test-host" and c.hello.process == "unit-test"
     assert c.hello.software.startswith("hoptrace-probe-python ")
     assert isinstance(c.frames[0], protocol.Clock) and c.frames[0].detail == "test"
