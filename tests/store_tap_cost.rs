@@ -97,10 +97,10 @@ fn serve(conn: TcpStream, rows: &Mutex<Vec<(String, i64)>>, polls: &AtomicU64) {
             if h.is_empty() {
                 break;
             }
-            if let Some((k, v)) = h.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap();
-                }
+            if let Some((k, v)) = h.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap();
             }
         }
         let mut body = vec![0; length];
