@@ -6,7 +6,8 @@
 //! Bad input against the real stores: a store down when the tap starts (it waits for it,
 //! or gives up saying so), a store stopped and started again mid-run (every key still
 //! found once, the failed polls counted), a table dropped mid-run and created again (the
-//! tap polls on, counts, and finds the new table's rows).
+//! tap polls on, counts, and finds the new table's rows), a query that fails mid-run (the
+//! time column's type changed under it: counted, polled on, found again once it is back).
 
 mod common;
 
@@ -606,6 +607,60 @@ fn postgres_table_dropped_mid_run_and_created_again() {
         last.contains("does not exist") && last.contains("42P01"),
         "{last}"
     );
+    c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_query_failing_mid_run() {
+    let _guard = store("postgres");
+    let t = format!("storetap_{}", unique());
+    let mut c = pg();
+    c.batch_execute(&format!(
+        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
+    let url =
+        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
+    let live = tap.live();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
+    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+
+    // The time column becomes text: the poll's `extract(epoch from ...)` fails (a query
+    // error, not a missing object); counted, and the tap goes on.
+    c.batch_execute(&format!("ALTER TABLE {t} ALTER COLUMN at TYPE text"))
+        .unwrap();
+    let errors = live.poll_errors.load(Relaxed);
+    wait_for("failed polls", 10, || {
+        live.poll_errors.load(Relaxed) >= errors + 2
+    });
+    assert!(!thread.is_finished(), "the tap polls on");
+    let failed = live.poll_errors.load(Relaxed);
+    // Back to a timestamp: polls answer again and the new rows are found.
+    c.batch_execute(&format!(
+        "ALTER TABLE {t} ALTER COLUMN at TYPE timestamptz USING at::timestamptz"
+    ))
+    .unwrap();
+    c.execute(&insert, &[&&all[N as usize..]]).unwrap();
+    wait_for("the rows after the error", 20, || {
+        live.keys_found.load(Relaxed) >= 2 * N
+    });
+    stop.store(true, Relaxed);
+    let s = thread.join().unwrap();
+    eprintln!("postgres query failing: {s:?}");
+    assert_eq!(s.keys_found, 2 * N, "every key, once");
+    assert!(s.poll_errors >= failed);
+    assert_eq!(s.bad_keys, 0);
+    assert!(s.polls > s.poll_errors, "{s:?}");
     c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
 }
 
