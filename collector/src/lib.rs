@@ -34,6 +34,7 @@
 //! ```
 
 mod accounting;
+mod checkpoint;
 pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]

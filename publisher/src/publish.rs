@@ -141,6 +141,11 @@ pub struct PublishConfig {
     pub publisher_id: u16,
     /// The collector, if stamps are to be reported.
     pub collector: Option<CollectorLink>,
+    /// Publish without tracing: no probe stamp, no trace context in the message, no
+    /// collector; the same client, settings, payloads, schedule (its clock read for the
+    /// lag included) and accounting. The baseline a traced publisher's speed is compared
+    /// with (`hoptrace bench publisher --bare`).
+    pub bare: bool,
     /// Replay a capture instead of generating load.
     pub replay: Option<ReplayConfig>,
     /// How long to wait at the end for the broker to confirm what was sent.
@@ -172,6 +177,7 @@ impl PublishConfig {
             context_in_payload: false,
             publisher_id: id,
             collector: None,
+            bare: false,
             replay: None,
             flush_timeout: Duration::from_secs(10),
             sent_interval: Duration::from_secs(1),
@@ -468,6 +474,11 @@ impl Publisher {
     /// [`PublishError`]: invalid options, unreachable broker or collector, refused
     /// credentials, missing topic, unreadable capture.
     pub fn new(config: PublishConfig) -> Result<Self, PublishError> {
+        if config.bare && (config.collector.is_some() || config.context_in_payload) {
+            return Err(PublishError::Config(
+                "a bare publisher traces nothing: it takes no collector and puts no context into payloads".into(),
+            ));
+        }
         let carrier = config.target.carrier(config.carrier)?;
         let prefix = match &config.target {
             Endpoint::Mqtt(m) => m.prefix.clone(),
@@ -706,6 +717,11 @@ impl Publisher {
             loop {
                 let mut ctx = TraceContext::new(key, metrics, intended_ns);
                 let stamp = match &self.probe {
+                    // Bare: the clock read the schedule lag needs, and nothing else.
+                    _ if self.config.bare => Stamp {
+                        hop: self.hop,
+                        ns: realtime_ns(),
+                    },
                     Some(p) => p.stamp(&mut ctx),
                     None => {
                         let s = Stamp {
@@ -723,7 +739,7 @@ impl Publisher {
                     stream: n.stream,
                     topic: &self.topics[n.stream as usize],
                     payload: &buf,
-                    context: &ctx,
+                    context: (!self.config.bare).then_some(&ctx),
                     headers: self.plan.headers(&n),
                 };
                 match self.target.try_send(&msg) {
