@@ -41,6 +41,11 @@ pub struct StoreTapArgs {
     /// Store taps: the hop of the row's own time.
     #[arg(long, default_value = "store_in")]
     pub store_in_hop: String,
+    /// Store taps: how long to wait for a store that does not answer at start (down, still
+    /// starting) before giving up (`30s`); by default the tap gives up at once. Once
+    /// started, a store that goes away is polled again with backoff, its errors counted.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub wait_for_store: Duration,
 }
 
 /// Whether `--from` names a store rather than a broker.
@@ -54,6 +59,7 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     let url = StoreUrl::parse(&args.from).context("--from")?;
     let mut c = StoreTapConfig::new(url);
     c.poll_interval = s.poll_interval;
+    c.wait_for_store = s.wait_for_store;
     c.store_host.clone_from(&s.store_host);
     c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
     c.duration = args.duration;
@@ -141,7 +147,7 @@ pub fn run(args: &TapArgs) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let tap = StoreTap::start(config(args)?).context("starting the store tap")?;
-    eprintln!("polling {} (SIGINT or SIGTERM stops)", tap.describe());
+    let describe = tap.describe();
     let live = tap.live();
     let worker = {
         let stop = Arc::clone(&stop);
@@ -150,6 +156,13 @@ pub fn run(args: &TapArgs) -> anyhow::Result<()> {
             .spawn(move || tap.run(&stop))
             .context("starting the store tap thread")?
     };
+    // Rows already in the store belong to no message of this run: "polling" once the
+    // first poll has taken them as the baseline, so that what is published after this
+    // line is reported.
+    while !live.baseline_taken.load(Relaxed) && !worker.is_finished() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    eprintln!("polling {describe} (SIGINT or SIGTERM stops)");
     let started = Instant::now();
     let mut line = LiveLine::with_plain_every(None);
     let mut last_polls = 0u64;

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::charts::{self, Chart};
-use crate::summary::{StageHistograms, StageSummary, Summary};
+use crate::summary::{
+    CostSpread, PollBracket, PolledEnd, StageHistograms, StageSummary, StoreTapCost, Summary,
+};
 use crate::{AnalysisError, write_file};
 use hoptrace_format::units::{
     count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s,
@@ -134,26 +136,7 @@ fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
         ),
     ]);
     if let Some(b) = &s.poll_bracket {
-        rows.push(vec![
-            "Poll bracket".into(),
-            format!("+0/−{}", duration_ns(b.p99_ns)),
-            format!(
-                "{} is a store tap's poll: late by at most the bracket (previous poll's send → this response); mean {}, P99 {}, max {} over {} keys; poll interval {}, {} polls, {} failed{}",
-                b.hop,
-                duration_ns(b.mean_ns.round() as u64),
-                duration_ns(b.p99_ns),
-                duration_ns(b.max_ns),
-                count(b.keys),
-                duration_ns(b.poll_interval_ns),
-                count(b.polls),
-                count(b.poll_errors),
-                if b.warning {
-                    " — WARNING: not small against P50"
-                } else {
-                    ""
-                }
-            ),
-        ]);
+        rows.push(poll_bracket_row(b));
     }
     if s.negative > 0 || s.clamped > 0 {
         rows.push(vec![
@@ -183,6 +166,107 @@ fn counting(s: &Summary) -> String {
     } else {
         "Counted per message: every trace once".into()
     }
+}
+
+/// The stage table's row for a polled hop at one end: the largest bracket is the bound
+/// (every stamp of the hop is late by at most its own bracket), signed by the end the hop
+/// is, with the distribution and the polls beside it.
+fn poll_bracket_row(b: &PollBracket) -> Vec<String> {
+    let (effect, end) = match b.end {
+        PolledEnd::To => ("measured long", "ends"),
+        PolledEnd::From => ("measured short", "starts"),
+    };
+    vec![
+        "Poll bracket".into(),
+        b.end.bound(&duration_ns(b.max_ns)),
+        format!(
+            "the stage {end} at {}, a store tap's poll: that stamp is late by at most its bracket (previous poll's send → this response), so the stage is {effect} by up to max {}; P50 {}, P99 {}, mean {} over {} keys; poll interval {}, {} polls, {} failed{}",
+            b.hop,
+            duration_ns(b.max_ns),
+            duration_ns(b.p50_ns),
+            duration_ns(b.p99_ns),
+            duration_ns(b.mean_ns.round() as u64),
+            count(b.keys),
+            duration_ns(b.poll_interval_ns),
+            count(b.polls),
+            count(b.poll_errors),
+            if b.warning {
+                " — WARNING: P99 not small against P50"
+            } else {
+                ""
+            }
+        ),
+    ]
+}
+
+/// `mean 2.3ms, P50 1.6ms, P99 10.7ms, max 151.6ms`, leaving out what a tap did not send.
+fn cost_spread(c: &CostSpread) -> String {
+    if c.count == 0 {
+        return "-".into();
+    }
+    let mut parts = Vec::new();
+    if let Some(m) = c.mean_ns {
+        parts.push(format!("mean {}", duration_ns(m.round() as u64)));
+    }
+    for (label, v) in [("P50", c.p50_ns), ("P99", c.p99_ns), ("max", c.max_ns)] {
+        if let Some(v) = v {
+            parts.push(format!("{label} {}", duration_ns(v)));
+        }
+    }
+    parts.join(", ")
+}
+
+/// The section on what the store taps cost: per tap, its polls, its query time as it saw
+/// it, and the store's own query duration where the store reports one.
+fn store_tap_blocks(taps: &[StoreTapCost]) -> Vec<Block> {
+    let rows = taps
+        .iter()
+        .map(|t| {
+            vec![
+                format!("{} on {} ({})", t.process, t.host, t.hop),
+                format!(
+                    "{} in {} ({}/s at a {} interval)",
+                    count(t.polls),
+                    t.polling_s.map_or_else(|| "-".into(), span_s),
+                    t.polls_per_s
+                        .map_or_else(|| "-".into(), |r| format!("{r:.1}")),
+                    duration_ns(t.poll_interval_ns)
+                ),
+                count(t.poll_errors),
+                cost_spread(&t.query_time),
+                t.server_elapsed.as_ref().map_or_else(
+                    || "not reported by the store".into(),
+                    |e| format!("{} over {} polls", cost_spread(e), count(e.count)),
+                ),
+                format!(
+                    "{} ({} re-read) for {} keys, found in {} polls",
+                    count(t.rows),
+                    count(t.rows_repeated),
+                    count(t.keys_found),
+                    count(t.polls_with_keys)
+                ),
+            ]
+        })
+        .collect();
+    vec![
+        Block::Heading(3, "Store taps: what polling cost".into()),
+        Block::Para(
+            "Each store tap queried the live store over and over; this is what that cost. Query time is send → response as the tap saw it (network and client included); the store's own duration is what the store reported for the query (ClickHouse's `statistics.elapsed`); rows read include the ones each poll's overlap reads again.".into(),
+        ),
+        Block::Table(
+            [
+                "Tap",
+                "Polls",
+                "Failed",
+                "Query time (tap)",
+                "Store's own query duration",
+                "Rows read",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            rows,
+        ),
+    ]
 }
 
 fn headline(s: &Summary) -> String {
@@ -384,6 +468,9 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             vec!["Stat".into(), "Value".into(), "Precision".into()],
             stat_rows(st, per_metric),
         ));
+    }
+    if !s.store_taps.is_empty() {
+        b.extend(store_tap_blocks(&s.store_taps));
     }
 
     b.push(Block::Heading(2, "Throughput".into()));
@@ -970,6 +1057,45 @@ mod tests {
             "2026-04-14 00:00:00 UTC"
         );
         assert_eq!(date_of(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
+    }
+
+    fn bracket(end: PolledEnd, warning: bool) -> PollBracket {
+        PollBracket {
+            hop: "queryable".into(),
+            end,
+            keys: 60_000,
+            mean_ns: 13_500_000.0,
+            p50_ns: 10_000_000,
+            p99_ns: 51_500_000,
+            max_ns: 191_300_000,
+            poll_interval_ns: 10_000_000,
+            polls: 29_400,
+            poll_errors: 2,
+            warning,
+        }
+    }
+
+    #[test]
+    fn the_poll_bracket_row_bounds_by_the_max_signed_by_the_stage_end() {
+        let row = poll_bracket_row(&bracket(PolledEnd::To, true));
+        assert_eq!(row[0], "Poll bracket");
+        // The largest bracket bounds every stamp; a stage ending at the polled hop is long.
+        assert_eq!(row[1], "+0/−191.3ms");
+        for part in [
+            "ends at queryable",
+            "measured long by up to max 191.3ms",
+            "P50 10.0ms, P99 51.5ms, mean 13.5ms over 60,000 keys",
+            "29,400 polls, 2 failed",
+            "WARNING: P99 not small against P50",
+        ] {
+            assert!(row[2].contains(part), "{part:?} in {}", row[2]);
+        }
+        // A stage starting at the polled hop is measured short: the true value is larger.
+        let row = poll_bracket_row(&bracket(PolledEnd::From, false));
+        assert_eq!(row[1], "+191.3ms/−0");
+        assert!(row[2].contains("starts at queryable"), "{}", row[2]);
+        assert!(row[2].contains("measured short"), "{}", row[2]);
+        assert!(!row[2].contains("WARNING"), "{}", row[2]);
     }
 
     #[test]

@@ -49,13 +49,14 @@ fn a_store_tap_whose_instance_id_is_above_i64_max_gets_its_poll_bracket() {
     assert_eq!(head[4], 0x81, "welcome");
     let mut rest = vec![0u8; u32::from_le_bytes(head[..4].try_into().unwrap()) as usize - 1];
     s.read_exact(&mut rest).unwrap();
-    // polls, poll_errors, keys_found, bracket sum, max, p99, poll interval, bracket hop.
+    // polls, poll_errors, keys_found, bracket sum, max, p50, p99, poll interval, bracket hop.
     let values = vec![
         (64, 500),
         (65, 2),
         (66, 100),
         (73, 100 * 6_000_000),
         (74, 12_000_000),
+        (75, 5_000_000),
         (76, 11_000_000),
         (82, 10_000_000),
         (83, u64::from(queryable)),

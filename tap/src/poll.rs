@@ -14,7 +14,13 @@
 //!   the data became visible within it, so `queryable` is late by at most that much.
 //!
 //! A store that is down or restarting is polled again with backoff; its errors are counted
-//! and logged once per kind, and polling resumes where it left off. A key that does not
+//! and logged once per kind, and polling resumes where it left off. A store that cannot be
+//! reached at start is waited for up to [`StoreTapConfig::wait_for_store`], then the tap
+//! does not start. A table or measurement that disappears mid-run (dropped) does not stop
+//! the tap either: rows written while it is gone cannot be found, so their traces end
+//! incomplete, missing `queryable`; the tap logs that as an error once, counts every
+//! failed poll and polls on, so a table created again is found again. (InfluxDB answers a
+//! dropped measurement like an empty one: there the tap cannot tell.) A key that does not
 //! decode is counted (`bad_keys`) and skipped. The counters below go to the collector in
 //! Counters frames of the first exporter (ids from 64, `docs/collector-protocol.md`).
 
@@ -81,6 +87,18 @@ pub mod counter_id {
     pub const KEYS_EVICTED_EARLY: u16 = 84;
     /// P99 of the polls' query time (response − send), ns.
     pub const QUERY_TIME_P99_NS: u16 = 85;
+    /// P50 of the polls' query time (HDR, 3 digits), ns.
+    pub const QUERY_TIME_P50_NS: u16 = 86;
+    /// Largest query time of a poll, ns.
+    pub const QUERY_TIME_MAX_NS: u16 = 87;
+    /// P50 of the query durations the store itself reported (HDR, 3 digits), ns.
+    pub const SERVER_ELAPSED_P50_NS: u16 = 88;
+    /// P99 of the query durations the store itself reported (HDR, 3 digits), ns.
+    pub const SERVER_ELAPSED_P99_NS: u16 = 89;
+    /// Largest query duration the store itself reported, ns.
+    pub const SERVER_ELAPSED_MAX_NS: u16 = 90;
+    /// Time since the tap began polling, ns (polls per second = polls / this).
+    pub const POLLING_NS: u16 = 91;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -108,6 +126,12 @@ pub mod counter_id {
             BRACKET_HOP => "bracket_hop",
             KEYS_EVICTED_EARLY => "keys_evicted_early",
             QUERY_TIME_P99_NS => "query_time_p99_ns",
+            QUERY_TIME_P50_NS => "query_time_p50_ns",
+            QUERY_TIME_MAX_NS => "query_time_max_ns",
+            SERVER_ELAPSED_P50_NS => "server_elapsed_p50_ns",
+            SERVER_ELAPSED_P99_NS => "server_elapsed_p99_ns",
+            SERVER_ELAPSED_MAX_NS => "server_elapsed_max_ns",
+            POLLING_NS => "polling_ns",
             _ => return None,
         })
     }
@@ -188,6 +212,9 @@ pub struct StoreTapConfig {
     pub counters_interval: Duration,
     /// Process name announced to the collector.
     pub process: String,
+    /// How long [`StoreTap::start`] waits for a store that cannot be reached (down, still
+    /// starting) before it gives up; zero: it gives up at once.
+    pub wait_for_store: Duration,
 }
 
 impl StoreTapConfig {
@@ -210,6 +237,7 @@ impl StoreTapConfig {
             dedup_capacity: 1 << 20,
             counters_interval: Duration::from_secs(1),
             process: "hoptrace-tap".into(),
+            wait_for_store: Duration::ZERO,
         }
     }
 }
@@ -220,10 +248,22 @@ pub enum StoreTapError {
     /// The address is wrong or incomplete.
     #[error(transparent)]
     Url(#[from] UrlError),
-    /// The store refused at start: a missing table, measurement or column, an unreachable
-    /// server, a failing query.
+    /// The store refused at start: a missing table, measurement or column, a failing
+    /// query.
     #[error("{0}")]
     Store(StoreError),
+    /// The store could not be reached at start, for as long as the tap was told to wait:
+    /// start it (or check the address), or wait longer (`--wait-for-store 30s`).
+    #[error(
+        "the store did not answer{}: {detail} (is it running at that address? `--wait-for-store 30s` waits for a store that is still starting)",
+        if *waited_ms > 0 { format!(" within {waited_ms} ms") } else { String::new() }
+    )]
+    StoreDown {
+        /// How long the tap waited, ms.
+        waited_ms: u64,
+        /// The last error.
+        detail: String,
+    },
     /// An exporter could not start.
     #[error("exporter: {0}")]
     Exporter(#[from] hoptrace_probe::ExporterError),
@@ -254,6 +294,9 @@ pub struct StoreTapLive {
     pub keys_found: AtomicU64,
     /// Keys that did not decode.
     pub bad_keys: AtomicU64,
+    /// The first successful poll has taken the baseline (the rows already in the store):
+    /// rows written from now on are reported.
+    pub baseline_taken: AtomicBool,
 }
 
 /// A distribution's summary, ns.
@@ -464,6 +507,45 @@ fn wait_welcome(e: &Exporter, target: &CollectorTarget, hops: &str) -> Result<()
     })
 }
 
+/// Opens the store, retrying an unreachable one for up to `wait` (backing off from 100 ms
+/// to 1 s) and saying once that it waits.
+fn open_waiting(store: &mut dyn Store, wait: Duration) -> Result<store::Opened, StoreTapError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    let mut said = false;
+    loop {
+        match store.open() {
+            Ok(o) => {
+                if said {
+                    tracing::info!(
+                        "the store answers after {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(o);
+            }
+            Err(StoreError::Unreachable(detail)) => {
+                let waited = started.elapsed();
+                if waited >= wait {
+                    return Err(StoreTapError::StoreDown {
+                        waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                        detail,
+                    });
+                }
+                if !said {
+                    tracing::warn!(
+                        "the store does not answer ({detail}); waiting up to {wait:?} for it (--wait-for-store)"
+                    );
+                    said = true;
+                }
+                std::thread::sleep(pause.min(wait - waited));
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(StoreTapError::Store(e)),
+        }
+    }
+}
+
 /// A clock status that says nothing: the store host's clock is read through its row times
 /// and its synchronisation is not known here.
 fn unknown_clock(host: &str) -> StaticClockStatus {
@@ -484,7 +566,7 @@ impl StoreTap {
     /// [`StoreTapError`] saying what to fix.
     pub fn start(config: StoreTapConfig) -> Result<Self, StoreTapError> {
         let mut store = store::connect(&config.url)?;
-        let opened = store.open().map_err(StoreTapError::Store)?;
+        let opened = open_waiting(store.as_mut(), config.wait_for_store)?;
         if let Some(n) = &opened.notice {
             tracing::warn!("{n}");
         }
@@ -595,6 +677,7 @@ impl StoreTap {
         let mut backoff = Duration::ZERO;
         let mut error_streak = 0u64;
         let mut last_error: Option<String> = None;
+        let mut sample_failed = false;
         let live = Arc::clone(&self.live);
         while !shutdown.load(Relaxed)
             && deadline.is_none_or(|d| Instant::now() < d)
@@ -603,7 +686,12 @@ impl StoreTap {
             let now = Instant::now();
             if now >= next_counters {
                 next_counters = now + self.config.counters_interval;
-                self.send_counters(&c, &bracket, &query_time, seen.evicted_early);
+                self.send_counters(
+                    &c,
+                    &hists(&bracket, &query_time, &server_elapsed),
+                    seen.evicted_early,
+                    started,
+                );
             }
             if now < next_poll {
                 std::thread::sleep((next_poll - now).min(Duration::from_millis(50)));
@@ -623,9 +711,18 @@ impl StoreTap {
                     error_streak += 1;
                     let msg = e.to_string();
                     if last_error.as_deref() != Some(msg.as_str()) {
-                        tracing::warn!(
-                            "poll failed: {msg} (polling on with backoff; errors are counted)"
-                        );
+                        if matches!(e, StoreError::Missing(_)) {
+                            // Data written while it is gone cannot be found: their traces
+                            // will miss this hop. A table created again is polled again.
+                            tracing::error!(
+                                "poll failed: {msg}: what the tap polls is gone, so rows written now are not found (their traces will miss {}); polling on with backoff in case it is created again, each failed poll counted",
+                                self.config.queryable_hop.1
+                            );
+                        } else {
+                            tracing::warn!(
+                                "poll failed: {msg} (polling on with backoff; errors are counted)"
+                            );
+                        }
                     }
                     last_error = Some(msg);
                     backoff = (backoff * 2).clamp(
@@ -733,10 +830,34 @@ impl StoreTap {
                     "keys already in the store at start: not reported"
                 );
             }
+            if baseline {
+                live.baseline_taken.store(true, Relaxed);
+            }
             baseline = false;
             prev_send = Some(send_ns);
+            match self.store.sample_own_duration() {
+                Ok(Some(ns)) => {
+                    server_elapsed.record(i64::try_from(ns).unwrap_or(i64::MAX));
+                    c.server_elapsed_sum = c.server_elapsed_sum.saturating_add(ns);
+                    c.server_elapsed_polls += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if !sample_failed {
+                        tracing::warn!(
+                            "sampling the store's own query duration failed: {e} (further failures are not logged)"
+                        );
+                        sample_failed = true;
+                    }
+                }
+            }
         }
-        self.send_counters(&c, &bracket, &query_time, seen.evicted_early);
+        self.send_counters(
+            &c,
+            &hists(&bracket, &query_time, &server_elapsed),
+            seen.evicted_early,
+            started,
+        );
         let run_id = self.main.as_ref().and_then(Exporter::run_id);
         let mut exporters = Vec::new();
         self.queryable = None;
@@ -786,14 +907,16 @@ impl StoreTap {
         }
     }
 
-    fn send_counters(&self, c: &Tally, bracket: &Hist, query_time: &Hist, evicted: u64) {
+    fn send_counters(&self, c: &Tally, h: &Hists<'_>, evicted: u64, started: Instant) {
         use counter_id as id;
         let Some(e) = &self.main else {
             return;
         };
-        let b = bracket.spread();
-        let q = query_time.spread();
+        let b = h.bracket.spread();
+        let q = h.query_time.spread();
+        let server = h.server_elapsed.spread();
         let sum = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        let (bracket, query_time) = (h.bracket, h.query_time);
         let values = vec![
             (id::POLLS, c.polls),
             (id::POLL_ERRORS, c.poll_errors),
@@ -820,6 +943,15 @@ impl StoreTap {
             (id::BRACKET_HOP, u64::from(self.config.queryable_hop.0.0)),
             (id::KEYS_EVICTED_EARLY, evicted),
             (id::QUERY_TIME_P99_NS, q.p99_ns),
+            (id::QUERY_TIME_P50_NS, q.p50_ns),
+            (id::QUERY_TIME_MAX_NS, q.max_ns),
+            (id::SERVER_ELAPSED_P50_NS, server.p50_ns),
+            (id::SERVER_ELAPSED_P99_NS, server.p99_ns),
+            (id::SERVER_ELAPSED_MAX_NS, server.max_ns),
+            (
+                id::POLLING_NS,
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            ),
         ];
         if let Err(err) = e.send_frame(&Frame::Counters(CountersFrame {
             at_ns: realtime_ns(),
@@ -827,6 +959,21 @@ impl StoreTap {
         })) {
             tracing::warn!("cannot send the tap's counters: {err}");
         }
+    }
+}
+
+/// The loop's distributions, for the counters.
+struct Hists<'a> {
+    bracket: &'a Hist,
+    query_time: &'a Hist,
+    server_elapsed: &'a Hist,
+}
+
+fn hists<'a>(bracket: &'a Hist, query_time: &'a Hist, server_elapsed: &'a Hist) -> Hists<'a> {
+    Hists {
+        bracket,
+        query_time,
+        server_elapsed,
     }
 }
 
@@ -887,8 +1034,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=85).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 22);
+        let names: FxHashSet<&str> = (64..=91).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 28);
+        assert_eq!(counter_id::name(92), None);
         assert_eq!(counter_id::name(63), None);
     }
 

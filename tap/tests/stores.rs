@@ -1,6 +1,13 @@
 //! Each store tap against its real store (`infra/stores`) and the real `hoptrace collect`:
 //! rows carrying trace contexts are written into the store directly, the tap reports each
-//! key once, with `queryable` after the write began, and the run's counts add up.
+//! key once, with `queryable` after the write began, and the run's counts add up; rows
+//! that never land leave their traces incomplete, missing `queryable`.
+//!
+//! Bad input against the real stores: a store down when the tap starts (it waits for it,
+//! or gives up saying so), a store stopped and started again mid-run (every key still
+//! found once, the failed polls counted), a table dropped mid-run and created again (the
+//! tap polls on, counts, and finds the new table's rows), a query that fails mid-run (the
+//! time column's type changed under it: counted, polled on, found again once it is back).
 
 mod common;
 
@@ -9,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use common::{Collector, sql, store, tempdir, unique, wait_for, write_spec};
+use common::{Collector, root, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
@@ -18,6 +25,9 @@ use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// Rows written per test, besides one row already there at start and one bad key.
 const N: u64 = 40;
+
+/// Tests that stop InfluxDB take it for themselves; the others share it.
+static INFLUXDB: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// One store under test: its address and how to write rows carrying `keys` (in one
 /// request or statement).
@@ -33,6 +43,9 @@ struct Case<'a> {
     /// Resolution of the store's row time: a store_in stamp truncated to it can fall
     /// before the publish stamp by up to this much (a negative delta, flagged).
     resolution_ns: i64,
+    /// Messages published and reported sent whose rows are never written: their traces
+    /// must end incomplete, missing the tap's hops.
+    never_land: u64,
 }
 
 fn http() -> ureq::Agent {
@@ -107,6 +120,18 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     .unwrap();
     let probe = exporter.probe(HopId(0)).unwrap();
     let mut began: BTreeMap<u64, i64> = BTreeMap::new();
+    let sent = N + case.never_land;
+    for seq in N..sent {
+        // Published and stamped, but its row never reaches the store.
+        let key = TraceKey {
+            publisher,
+            stream: 0,
+            sequence: seq,
+        };
+        probe
+            .record(&mut TraceContext::new(key, 1, realtime_ns()))
+            .unwrap();
+    }
     for seq in 0..N {
         let key = TraceKey {
             publisher,
@@ -132,10 +157,10 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
             publisher,
             entries: vec![SentEntry {
                 stream: 0,
-                messages: N,
-                metrics: N,
+                messages: sent,
+                metrics: sent,
                 first_sequence: 0,
-                last_sequence: N - 1,
+                last_sequence: sent - 1,
             }],
         }))
         .unwrap();
@@ -169,8 +194,15 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
         .iter()
         .find(|p| p["publisher"] == publisher)
         .unwrap();
-    assert_eq!(mine["sent"], N);
+    assert_eq!(mine["sent"], sent);
     assert_eq!(mine["complete"], N, "{a}");
+    // Rows that never land: incomplete, missing every hop the tap stamps, nothing else.
+    assert_eq!(mine["incomplete"], case.never_land, "{a}");
+    assert_eq!(mine["unseen"], 0, "{a}");
+    let missing = |hop: &str| a["missing_by_hop"][hop].as_u64().unwrap_or(0);
+    assert_eq!(missing("queryable"), case.never_land, "{a}");
+    assert_eq!(missing("query_start"), case.never_land, "{a}");
+    assert_eq!(missing("publish"), 0, "{a}");
     assert_eq!(
         a["records_by_hop"]["queryable"], N,
         "each key reported once"
@@ -182,10 +214,23 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     assert_eq!(a["late_records"], 0);
     assert_eq!(a["duplicate_traces"], 0);
 
+    let lost = sql(
+        &run_dir(&dir),
+        "SELECT sequence FROM traces WHERE status = 'incomplete' AND queryable_ns IS NULL AND publish_ns IS NOT NULL ORDER BY sequence",
+    );
+    let lost: Vec<u64> = lost
+        .iter()
+        .map(|r| r["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        lost,
+        (N..sent).collect::<Vec<_>>(),
+        "the rows that never landed"
+    );
     let rows = sql(
         &run_dir(&dir),
         &format!(
-            "SELECT sequence, CAST(publish_ns AS BIGINT) AS p, CAST(query_start_ns AS BIGINT) AS qs, CAST(queryable_ns AS BIGINT) AS q, {} AS s, flags FROM traces",
+            "SELECT sequence, CAST(publish_ns AS BIGINT) AS p, CAST(query_start_ns AS BIGINT) AS qs, CAST(queryable_ns AS BIGINT) AS q, {} AS s, flags FROM traces WHERE status = 'complete'",
             if case.store_in {
                 "CAST(store_in_ns AS BIGINT)"
             } else {
@@ -236,6 +281,9 @@ fn influx_q(q: &str) {
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb() {
     let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let m = format!("storetap_{}", unique());
     let base = "http://127.0.0.1:18086";
     let mut write = |keys: &[&str]| {
@@ -266,6 +314,7 @@ fn influxdb() {
         write: &mut write,
         visible: &mut visible,
         visibility_s: 5,
+        never_land: 0,
     });
     influx_q(&format!("DROP MEASUREMENT \"{m}\""));
 }
@@ -274,6 +323,9 @@ fn influxdb() {
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_refuses_a_missing_database_and_field_at_start() {
     let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let e = StoreTap::start(StoreTapConfig::new(
         StoreUrl::parse("influxdb://127.0.0.1:18086/no_such_db?measurement=m").unwrap(),
     ))
@@ -292,6 +344,144 @@ fn influxdb_refuses_a_missing_database_and_field_at_start() {
     ))
     .unwrap_err();
     assert!(e.to_string().contains("no field \"hoptrace\""), "{e}");
+    influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+}
+
+/// `infra/stores/influxdb.sh CMD`.
+fn influxd(cmd: &str) {
+    let out = std::process::Command::new(root().join("infra/stores/influxdb.sh"))
+        .arg(cmd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "influxdb.sh {cmd}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts InfluxDB again when dropped, whatever the test did to it.
+struct RunningAgain;
+
+impl Drop for RunningAgain {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(root().join("infra/stores/influxdb.sh"))
+            .arg("start")
+            .output();
+    }
+}
+
+/// Writes one point per key into measurement `m`.
+fn influx_write(m: &str, keys: &[String]) {
+    let lines: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{m} hoptrace=\"{k}\",value=1.5"))
+        .collect();
+    post(
+        "http://127.0.0.1:18086/write?db=hoptrace",
+        &lines.join("\n"),
+    );
+}
+
+/// Trace contexts of `seqs` of publisher 3.
+fn keys(seqs: std::ops::Range<u64>) -> Vec<String> {
+    seqs.map(|sequence| {
+        TraceContext::new(
+            TraceKey {
+                publisher: 3,
+                stream: 0,
+                sequence,
+            },
+            1,
+            realtime_ns(),
+        )
+        .to_text()
+    })
+    .collect()
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
+    let _guard = store("influxdb");
+    let _alone = INFLUXDB
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _again = RunningAgain;
+    let m = format!("storetap_{}", unique());
+    let url = StoreUrl::parse(&format!(
+        "influxdb://127.0.0.1:18086/hoptrace?measurement={m}"
+    ))
+    .unwrap();
+    influxd("stop");
+
+    // Down at start: without a wait the tap gives up at once, with one it gives up after
+    // it, saying how to wait.
+    let e = StoreTap::start(StoreTapConfig::new(url.clone())).unwrap_err();
+    assert!(
+        e.to_string().contains("did not answer") && e.to_string().contains("--wait-for-store"),
+        "{e}"
+    );
+    let mut c = StoreTapConfig::new(url.clone());
+    c.wait_for_store = Duration::from_secs(1);
+    let t0 = std::time::Instant::now();
+    let e = StoreTap::start(c).unwrap_err();
+    assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert!(e.to_string().contains("within 1"), "{e}");
+
+    // Down at start, waited for: the tap starts once the store answers.
+    let mut c = StoreTapConfig::new(url);
+    c.wait_for_store = Duration::from_secs(60);
+    let starting = std::thread::spawn(move || StoreTap::start(c));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!starting.is_finished(), "the tap waits for the store");
+    influxd("start");
+    let tap = starting.join().unwrap().unwrap();
+    let live = tap.live();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    for k in &all[..N as usize] {
+        influx_write(&m, std::slice::from_ref(k));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_for("the first half", 20, || live.keys_found.load(Relaxed) >= N);
+
+    // Stopped and started again mid-run: polls fail meanwhile, nothing is lost.
+    influxd("stop");
+    let errors = live.poll_errors.load(Relaxed);
+    wait_for("failed polls", 10, || {
+        live.poll_errors.load(Relaxed) > errors
+    });
+    influxd("start");
+    for k in &all[N as usize..] {
+        influx_write(&m, std::slice::from_ref(k));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_for("the second half", 30, || {
+        live.keys_found.load(Relaxed) >= 2 * N
+    });
+    let polls = live.polls.load(Relaxed);
+    wait_for("more polls", 10, || live.polls.load(Relaxed) >= polls + 20);
+    stop.store(true, Relaxed);
+    let s = thread.join().unwrap();
+    eprintln!("influxdb restarted: {s:?}");
+    assert_eq!(s.keys_found, 2 * N, "every key, once");
+    assert!(s.poll_errors > 0);
+    assert!(
+        s.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("unreachable"),
+        "{:?}",
+        s.last_error
+    );
+    assert_eq!(s.bracket.count, 2 * N);
     influx_q(&format!("DROP MEASUREMENT \"{m}\""));
 }
 
@@ -322,17 +512,28 @@ fn postgres() {
     let select = format!("SELECT count(*) FROM {t} WHERE hoptrace = $1");
     let mut reader = pg();
     let mut visible = |key: &str| reader.query_one(&select, &[&key]).unwrap().get::<_, i64>(0) > 0;
-    run_case(&mut Case {
+    // The store's own duration, sampled by EXPLAIN ANALYZE every 5th answered poll.
+    let s = run_case(&mut Case {
         store: "postgres",
         resolution_ns: 1000,
         url: format!(
-            "postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at"
+            "postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at&explain_every=5"
         ),
         store_in: true,
         write: &mut write,
         visible: &mut visible,
         visibility_s: 5,
+        never_land: 3,
     });
+    let e = s
+        .server_elapsed
+        .expect("EXPLAIN ANALYZE sampled the store's own duration");
+    assert_eq!(e.count, (s.polls - s.poll_errors) / 5, "{e:?}");
+    assert!(
+        e.max_ns > 0 && e.mean_ns < s.query_time.mean_ns,
+        "the store's execution time {e:?} within the round trip {:?}",
+        s.query_time
+    );
     c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
 }
 
@@ -355,6 +556,111 @@ fn postgres_refuses_a_missing_table_and_column_at_start() {
     ))
     .unwrap_err();
     assert!(e.to_string().contains("hoptrace"), "{e}");
+    c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_table_dropped_mid_run_and_created_again() {
+    let _guard = store("postgres");
+    let t = format!("storetap_{}", unique());
+    let create = format!(
+        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    );
+    let mut c = pg();
+    c.batch_execute(&create).unwrap();
+    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
+    let url =
+        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
+    let live = tap.live();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
+    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+
+    // Dropped: the polls fail (42P01), counted; the tap goes on.
+    c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+    let errors = live.poll_errors.load(Relaxed);
+    wait_for("failed polls", 10, || {
+        live.poll_errors.load(Relaxed) >= errors + 2
+    });
+    assert!(!thread.is_finished(), "the tap polls on");
+    // Created again: its rows are found.
+    c.batch_execute(&create).unwrap();
+    c.execute(&insert, &[&&all[N as usize..]]).unwrap();
+    wait_for("the new table's rows", 20, || {
+        live.keys_found.load(Relaxed) >= 2 * N
+    });
+    stop.store(true, Relaxed);
+    let s = thread.join().unwrap();
+    eprintln!("postgres table dropped: {s:?}");
+    assert_eq!(s.keys_found, 2 * N, "every key, once");
+    assert!(s.poll_errors >= 2);
+    let last = s.last_error.unwrap_or_default();
+    assert!(
+        last.contains("does not exist") && last.contains("42P01"),
+        "{last}"
+    );
+    c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_query_failing_mid_run() {
+    let _guard = store("postgres");
+    let t = format!("storetap_{}", unique());
+    let mut c = pg();
+    c.batch_execute(&format!(
+        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
+    let url =
+        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
+    let live = tap.live();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
+    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+
+    // The time column becomes text: the poll's `extract(epoch from ...)` fails (a query
+    // error, not a missing object); counted, and the tap goes on.
+    c.batch_execute(&format!("ALTER TABLE {t} ALTER COLUMN at TYPE text"))
+        .unwrap();
+    let errors = live.poll_errors.load(Relaxed);
+    wait_for("failed polls", 10, || {
+        live.poll_errors.load(Relaxed) >= errors + 2
+    });
+    assert!(!thread.is_finished(), "the tap polls on");
+    let failed = live.poll_errors.load(Relaxed);
+    // Back to a timestamp: polls answer again and the new rows are found.
+    c.batch_execute(&format!(
+        "ALTER TABLE {t} ALTER COLUMN at TYPE timestamptz USING at::timestamptz"
+    ))
+    .unwrap();
+    c.execute(&insert, &[&&all[N as usize..]]).unwrap();
+    wait_for("the rows after the error", 20, || {
+        live.keys_found.load(Relaxed) >= 2 * N
+    });
+    stop.store(true, Relaxed);
+    let s = thread.join().unwrap();
+    eprintln!("postgres query failing: {s:?}");
+    assert_eq!(s.keys_found, 2 * N, "every key, once");
+    assert!(s.poll_errors >= failed);
+    assert_eq!(s.bad_keys, 0);
+    assert!(s.polls > s.poll_errors, "{s:?}");
     c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
 }
 
@@ -392,6 +698,7 @@ fn clickhouse() {
         write: &mut write,
         visible: &mut visible,
         visibility_s: 5,
+        never_land: 0,
     });
     let e = s
         .server_elapsed
@@ -449,6 +756,7 @@ fn victoriametrics() {
         write: &mut write,
         visible: &mut visible,
         visibility_s: 30,
+        never_land: 0,
     });
     let _ = http()
         .post(&format!("{base}/api/v1/admin/tsdb/delete_series"))

@@ -434,6 +434,18 @@ pub trait Store: Send {
     /// Any [`StoreError`]; the poll loop counts it and retries.
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError>;
 
+    /// The store's own duration of the last poll's query, where the store reports it only
+    /// when asked separately (PostgreSQL's `EXPLAIN ANALYZE`, on sampled polls); called
+    /// after each answered poll has been stamped, so asking delays no stamp. `None`: not
+    /// sampled this time (stores that report it in the answer set
+    /// [`Batch::server_elapsed_ns`] instead).
+    ///
+    /// # Errors
+    /// Any [`StoreError`]; the poll loop logs it and goes on.
+    fn sample_own_duration(&mut self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
     /// The resolution of the row times, ns (1 for InfluxDB, 1000 for PostgreSQL, 10^6
     /// for VictoriaMetrics, 10^9 for ClickHouse's `DateTime`).
     fn time_resolution_ns(&self) -> u64;

@@ -8,8 +8,17 @@
 //! (a `timestamp` is read as UTC); with a default of `clock_timestamp()` it is the store's
 //! own time of the insert, µs: the `store_in` stamp (`now()` would be the transaction's
 //! start). A row becomes visible at its transaction's commit, which can be later than its
-//! time: `overlap` (default 1 s) covers transactions up to that long. PostgreSQL reports no
-//! query duration of its own on the wire; the tap's round trip is the query time.
+//! time: `overlap` (default 1 s) covers transactions up to that long.
+//!
+//! PostgreSQL reports no query duration of its own on the wire; the tap's round trip is
+//! the query time. With `explain_every=N` the tap also runs, after every N-th successful
+//! poll has been stamped and counted, `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON)` of the
+//! same statement with the same bound and reports its execution time as the store's own
+//! query duration (a sample: a second execution of the poll's query, right after it, not
+//! the poll's own; it costs the store that execution again, and delays no stamp).
+//!
+//! A table dropped mid-run fails the poll (`42P01`); the connection is opened and the
+//! statement prepared again at the next poll, so a table created again is polled again.
 
 use std::time::Duration;
 
@@ -23,6 +32,11 @@ pub struct Postgres {
     key: String,
     time: String,
     overlap: Duration,
+    /// Every how many successful polls the store's own duration is sampled (0: never).
+    explain_every: u64,
+    answered: u64,
+    /// The bound of the last answered poll whose own duration is still to be sampled.
+    to_sample: Option<i64>,
     client: Option<(postgres::Client, postgres::Statement)>,
 }
 
@@ -61,6 +75,11 @@ pub fn poll_query(table: &str, key: &str, time: &str) -> String {
     )
 }
 
+/// The bound of a poll that wants every row (an empty table at start): 2^53 µs before
+/// 1970, in 1684. PostgreSQL's `timestamptz` reaches back to 4713 BC, but `'epoch' + n *
+/// interval '1 microsecond'` fails with "timestamp out of range" long before `i64::MIN`.
+pub const ALL_ROWS_US: i64 = -(1 << 53);
+
 /// The check at start: the newest time (fails on a missing table or column).
 #[must_use]
 pub fn open_query(table: &str, key: &str, time: &str) -> String {
@@ -72,12 +91,49 @@ pub fn open_query(table: &str, key: &str, time: &str) -> String {
     )
 }
 
-/// Sorts an SQLSTATE into a store error: a missing object, or a failed query.
+/// The statement that samples the store's own duration of a poll from `since_us`: the
+/// poll's statement with its bound written in (an integer), under `EXPLAIN ANALYZE`.
+#[must_use]
+pub fn explain_query(table: &str, key: &str, time: &str, since_us: i64) -> String {
+    format!(
+        "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) {}",
+        poll_query(table, key, time).replace("$1::int8", &format!("({since_us})::int8"))
+    )
+}
+
+/// The execution time, ns, of an `EXPLAIN (ANALYZE, FORMAT JSON)` answer: the store's own
+/// duration of the query, without planning (a poll's prepared statement is planned once).
+///
+/// # Errors
+/// [`StoreError::Answer`] when the answer is not JSON or has no execution time.
+pub fn explain_elapsed_ns(answer: &str) -> Result<u64, StoreError> {
+    let v: serde_json::Value = serde_json::from_str(answer).map_err(|_| {
+        StoreError::Answer(format!(
+            "not an EXPLAIN answer: {}",
+            super::clip(answer, 200)
+        ))
+    })?;
+    v.get(0)
+        .and_then(|top| top.get("Execution Time"))
+        .and_then(serde_json::Value::as_f64)
+        .map(|ms| (ms * 1e6).round() as u64)
+        .ok_or_else(|| {
+            StoreError::Answer(format!(
+                "an EXPLAIN answer without an execution time: {}",
+                super::clip(answer, 200)
+            ))
+        })
+}
+
+/// Sorts an SQLSTATE into a store error: a missing object, a server that cannot take
+/// connections yet, or a failed query.
 #[must_use]
 pub fn classify(sqlstate: &str, message: String) -> StoreError {
     match sqlstate {
         // undefined_table, undefined_column, invalid_schema_name, invalid_catalog_name
         "42P01" | "42703" | "3F000" | "3D000" => StoreError::Missing(message),
+        // cannot_connect_now: starting up or shutting down
+        "57P03" => StoreError::Unreachable(message),
         _ => StoreError::Query(message),
     }
 }
@@ -98,12 +154,21 @@ fn error(e: &postgres::Error) -> StoreError {
 }
 
 impl Postgres {
-    /// A tap of `postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=[S.]T&time=C[&key=hoptrace]`.
+    /// A tap of `postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=[S.]T&time=C[&key=hoptrace][&explain_every=N]`.
     ///
     /// # Errors
-    /// [`UrlError`] for a missing database, table or time column, or an unknown parameter.
+    /// [`UrlError`] for a missing database, table or time column, an `explain_every` that
+    /// is not a count, or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["table", "key", "time"])?;
+        url.check_params(&["table", "key", "time", "explain_every"])?;
+        let explain_every = match url.param("explain_every") {
+            None => 0,
+            Some(v) => v.parse::<u64>().map_err(|_| {
+                url.error(format!(
+                    "explain_every={v:?} is not a count (every how many polls to sample the store's own duration; 0: never)"
+                ))
+            })?,
+        };
         if url.path.is_empty() {
             return Err(url.error("the path names the database: postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=T&time=C".into()));
         }
@@ -130,6 +195,9 @@ impl Postgres {
             key: url.param("key").unwrap_or("hoptrace").to_owned(),
             time: url.required("time", "time column")?.to_owned(),
             overlap: url.duration("overlap", Duration::from_secs(1))?,
+            explain_every,
+            answered: 0,
+            to_sample: None,
             client: None,
         })
     }
@@ -167,8 +235,21 @@ impl Store for Postgres {
 
     fn describe(&self) -> String {
         format!(
-            "PostgreSQL {}:{} database {}, table {}, key column {}, time column {}",
-            self.url.host, self.url.port, self.url.path, self.table, self.key, self.time
+            "PostgreSQL {}:{} database {}, table {}, key column {}, time column {}{}",
+            self.url.host,
+            self.url.port,
+            self.url.path,
+            self.table,
+            self.key,
+            self.time,
+            if self.explain_every > 0 {
+                format!(
+                    ", the store's own duration sampled by EXPLAIN ANALYZE every {} polls",
+                    self.explain_every
+                )
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -206,18 +287,24 @@ impl Store for Postgres {
     }
 
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
-        let since_us = since_ns.map_or(i64::MIN / 2, |n| n.div_euclid(1000));
+        let since_us = since_ns.map_or(ALL_ROWS_US, |n| n.div_euclid(1000));
         let (c, stmt) = self.client()?;
         let rows = match c.query(&*stmt, &[&since_us]) {
             Ok(r) => r,
             Err(e) => {
                 let err = error(&e);
-                if c.is_closed() {
+                // A closed connection, or a table dropped under the prepared statement:
+                // connect and prepare again at the next poll.
+                if c.is_closed() || matches!(err, StoreError::Missing(_)) {
                     self.client = None;
                 }
                 return Err(err);
             }
         };
+        self.answered += 1;
+        if self.explain_every > 0 && self.answered.is_multiple_of(self.explain_every) {
+            self.to_sample = Some(since_us);
+        }
         let mut batch = Batch::default();
         for r in rows {
             let key: Option<String> = r
@@ -235,6 +322,23 @@ impl Store for Postgres {
             }
         }
         Ok(batch)
+    }
+
+    fn sample_own_duration(&mut self) -> Result<Option<u64>, StoreError> {
+        let Some(since_us) = self.to_sample.take() else {
+            return Ok(None);
+        };
+        let sql = explain_query(&self.table, &self.key, &self.time, since_us);
+        let (c, _) = self.client()?;
+        let answer = c.simple_query(&sql).map_err(|e| error(&e))?;
+        let text = answer
+            .iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Answer("EXPLAIN returned no row".into()))?;
+        explain_elapsed_ns(&text).map(Some)
     }
 
     fn time_resolution_ns(&self) -> u64 {
@@ -270,6 +374,32 @@ mod tests {
     }
 
     #[test]
+    fn explain_answers() {
+        assert_eq!(
+            explain_query("t", "hoptrace", "at", -5),
+            r#"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT "hoptrace"::text, (extract(epoch from "at") * 1000000)::int8 FROM "t" WHERE "at" >= timestamptz 'epoch' + (-5)::int8 * interval '1 microsecond'"#
+        );
+        let answer = r#"[{"Plan": {"Node Type": "Seq Scan"}, "Planning Time": 0.071, "Triggers": [], "Execution Time": 0.024}]"#;
+        assert_eq!(explain_elapsed_ns(answer).unwrap(), 24_000);
+        assert!(explain_elapsed_ns(r#"[{"Plan": {}}]"#).is_err());
+        assert!(explain_elapsed_ns("nope").is_err());
+        let u = StoreUrl::parse("postgres://u@h/db?table=t&time=at&explain_every=x").unwrap();
+        assert!(
+            Postgres::new(&u)
+                .unwrap_err()
+                .reason
+                .contains("explain_every")
+        );
+        let u = StoreUrl::parse("postgres://u@h/db?table=t&time=at&explain_every=10").unwrap();
+        assert!(
+            Postgres::new(&u)
+                .unwrap()
+                .describe()
+                .contains("every 10 polls")
+        );
+    }
+
+    #[test]
     fn sqlstates() {
         assert!(matches!(
             classify("42P01", "x".into()),
@@ -282,6 +412,10 @@ mod tests {
         assert!(matches!(
             classify("57P01", "admin shutdown".into()),
             StoreError::Query(_)
+        ));
+        assert!(matches!(
+            classify("57P03", "the database system is starting up".into()),
+            StoreError::Unreachable(_)
         ));
     }
 

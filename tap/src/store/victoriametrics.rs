@@ -3,10 +3,17 @@
 //!
 //! VictoriaMetrics keeps numbers with labels, so the trace context is a label value: every
 //! message is a new series, and a new series becomes searchable only after VictoriaMetrics
-//! registers it, measured here at 3.9–9.7 s (`infra/stores/README.md`). The tap therefore
-//! looks back `lookback` (default 30 s) from now on every poll rather than from the newest
-//! sample seen (a late series carries an older timestamp), the time range changing with
-//! every poll, and asks for no cache (`nocache=1`). Errors are non-2xx answers (400 with
+//! registers it, measured here at 3.9–9.7 s with an unchanging selector
+//! (`infra/stores/README.md`). The tap therefore looks back `lookback` (default 30 s) from
+//! now on every poll rather than from the newest sample seen (a late series carries an
+//! older timestamp), the time range changing with every poll, and asks for no cache
+//! (`nocache=1`). `nocache=1` does not reach the store's cache of series searches, which is
+//! keyed by the selector: asked the same selector again, it answers with the series it
+//! knew. So every poll's selector differs from the one before by a matcher no key can fail
+//! (`hoptrace!="#<poll number>"`, [`selector_varied`]); `vary=off` polls one fixed
+//! selector. In one run of `tap/tests/stores.rs` here (40 new series written at once) the
+//! tap saw them 1.7 s after the write with the varied selector and 9.6 s after it with
+//! `vary=off`. Errors are non-2xx answers (400 with
 //! text for `/export`, 422 with JSON for `/query`). A sample's time is the writer's unless
 //! it sent none; so `store_in` is off by default.
 
@@ -25,6 +32,9 @@ pub struct VictoriaMetrics {
     metric: String,
     label: String,
     lookback: Duration,
+    /// Whether every poll's selector differs from the one before (see [`selector_varied`]).
+    vary: bool,
+    polls: u64,
 }
 
 /// A MetricsQL string literal.
@@ -50,6 +60,17 @@ pub fn quote_value(v: &str) -> String {
 #[must_use]
 pub fn selector(metric: &str, label: &str) -> String {
     format!("{{__name__={},{label}!=\"\"}}", quote_value(metric))
+}
+
+/// The series selector of poll number `n`: [`selector`] plus a matcher no key can fail
+/// (`label!="#<n>"`; keys start `ht1.`), so that every poll's selector is new to the
+/// store's caches of series searches.
+#[must_use]
+pub fn selector_varied(metric: &str, label: &str, n: u64) -> String {
+    format!(
+        "{{__name__={},{label}!=\"\",{label}!=\"#{n}\"}}",
+        quote_value(metric)
+    )
 }
 
 /// `start=` for `/api/v1/export`: Unix seconds with milliseconds.
@@ -112,7 +133,12 @@ impl VictoriaMetrics {
     /// [`UrlError`] for a missing metric, a label that is not a label name, or an unknown
     /// parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["metric", "label", "lookback"])?;
+        url.check_params(&["metric", "label", "lookback", "vary"])?;
+        let vary = match url.param("vary").unwrap_or("on") {
+            "on" | "1" | "true" => true,
+            "off" | "0" | "false" => false,
+            v => return Err(url.error(format!("vary={v:?}: on or off"))),
+        };
         let label = url.param("label").unwrap_or("hoptrace").to_owned();
         if !is_label_name(&label) {
             return Err(url.error(format!("label={label:?} is not a label name")));
@@ -127,6 +153,8 @@ impl VictoriaMetrics {
             metric: url.required("metric", "metric name")?.to_owned(),
             label,
             lookback,
+            vary,
+            polls: 0,
         })
     }
 }
@@ -146,7 +174,11 @@ impl Store for VictoriaMetrics {
     fn query_shape(&self) -> String {
         format!(
             "/api/v1/export?match[]={}&start=<now - {:?}>&nocache=1",
-            selector(&self.metric, &self.label),
+            if self.vary {
+                selector_varied(&self.metric, &self.label, 0).replace("#0", "#<poll number>")
+            } else {
+                selector(&self.metric, &self.label)
+            },
             self.lookback
         )
     }
@@ -179,7 +211,12 @@ impl Store for VictoriaMetrics {
     }
 
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
-        let sel = selector(&self.metric, &self.label);
+        self.polls += 1;
+        let sel = if self.vary {
+            selector_varied(&self.metric, &self.label, self.polls)
+        } else {
+            selector(&self.metric, &self.label)
+        };
         let start = since_ns.map(start_param);
         let mut q: Vec<(&str, &str)> = vec![("match[]", &sel), ("nocache", "1")];
         if let Some(s) = &start {
@@ -215,6 +252,10 @@ mod tests {
     #[test]
     fn queries() {
         assert_eq!(selector("m", "hoptrace"), r#"{__name__="m",hoptrace!=""}"#);
+        assert_eq!(
+            selector_varied("m", "hoptrace", 7),
+            r##"{__name__="m",hoptrace!="",hoptrace!="#7"}"##
+        );
         assert_eq!(quote_value(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(start_param(1_700_000_000_123_456_789), "1700000000.123");
         assert!(is_label_name("hoptrace"));
