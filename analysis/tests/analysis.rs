@@ -11,8 +11,8 @@ use hoptrace_analysis::{AnalysisError, RunSet, compare, report};
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap, StaticClockStatus};
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_protocol::{Frame, SentEntry, SentFrame};
 
 const TRACES: u64 = 20_000;
 /// A whole second shortly before the test started: stamps must be plausible for the run.

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use hoptrace_probe::protocol::SentEntry;
+use hoptrace_protocol::SentEntry;
 
 use crate::keys::WrittenKeys;
 pub(crate) use hoptrace_format::group::Rows;
@@ -100,7 +100,7 @@ pub(crate) fn publishers(
 
 #[cfg(test)]
 mod tests {
-    use hoptrace_probe::TraceKey;
+    use hoptrace_protocol::TraceKey;
 
     use super::*;
 

@@ -18,9 +18,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{
-    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION,
-    counter_id,
+use hoptrace_protocol::{
+    self as protocol, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_RECORDS_PER_FRAME,
+    PROTOCOL_VERSION, counter_id,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -535,7 +535,7 @@ struct Pump {
     control: String,
     partitions: i32,
     relay_id: String,
-    hops: Vec<(hoptrace_probe::HopId, String)>,
+    hops: Vec<(hoptrace_protocol::HopId, String)>,
     stats: Arc<Mutex<RelayStats>>,
     counters: Arc<ConnectionCounters>,
     records: u64,

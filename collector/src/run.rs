@@ -8,8 +8,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::ClockStatus;
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
+use hoptrace_protocol::ClockStatus;
+use hoptrace_protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 

@@ -14,8 +14,8 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{
-    self, Frame, Hello, MAX_FRAME_LEN, MAX_HELLO_LEN, MAX_STRING_LEN, PROTOCOL_VERSION,
+use hoptrace_protocol::{
+    self as protocol, Frame, Hello, MAX_FRAME_LEN, MAX_HELLO_LEN, MAX_STRING_LEN, PROTOCOL_VERSION,
     ProtocolError, reject_code,
 };
 

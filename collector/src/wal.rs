@@ -34,7 +34,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use hoptrace_probe::protocol::{Frame, Hello, MAX_FRAME_LEN};
+use hoptrace_protocol::{Frame, Hello, MAX_FRAME_LEN};
 
 /// The log's directory in a run directory.
 pub const WAL_DIR: &str = "wal";
@@ -603,8 +603,8 @@ fn decode(p: &[u8]) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
-    use hoptrace_probe::protocol::{PROTOCOL_VERSION, Record};
-    use hoptrace_probe::{HopId, TraceKey};
+    use hoptrace_protocol::{HopId, TraceKey};
+    use hoptrace_protocol::{PROTOCOL_VERSION, Record};
 
     use super::*;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_protocol::{Frame, SentEntry, SentFrame};
 
 const TRACES: u64 = 5_000;
 
@@ -349,8 +349,8 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
     let addr = collector.local_addr();
     // A valid hello, trickled a byte every 100 ms: each byte would reset a per-read
     // timeout, but the whole hello has one deadline.
-    let hello = hoptrace_probe::protocol::Frame::Hello(hoptrace_probe::protocol::Hello {
-        version: hoptrace_probe::protocol::PROTOCOL_VERSION,
+    let hello = hoptrace_protocol::Frame::Hello(hoptrace_protocol::Hello {
+        version: hoptrace_protocol::PROTOCOL_VERSION,
         instance_id: 7,
         host: "loris".into(),
         process: "slow".into(),

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::carrier::{CarrierError, Extracted};
-use crate::protocol::counter_id;
+use hoptrace_protocol::counter_id;
 
 /// Counters shared by every probe of one exporter.
 ///

@@ -16,11 +16,11 @@ use crate::clock::{Clock, ClockStatusSource, SystemClock, realtime_ns};
 use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
-use crate::protocol::{
-    self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
-    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
-};
 use crate::retention::{Retained, Retention};
+use hoptrace_protocol::{
+    self as protocol, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
+    MAX_RECORDS_PER_FRAME, MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
+};
 
 /// How an exporter reaches the collector and paces itself.
 #[derive(Debug, Clone)]

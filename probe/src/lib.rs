@@ -10,7 +10,8 @@
 //! - [`carrier`]: moving a context with a message: Kafka record headers (feature `kafka`),
 //!   MQTT v5 user properties (feature `mqtt`), or a payload envelope.
 //! - [`clock`]: CLOCK_REALTIME, injectable clocks for tests, the host's clock status.
-//! - [`protocol`]: the probe-to-collector frames (`docs/collector-protocol.md`).
+//! - the probe-to-collector frames are the `hoptrace-protocol` crate's
+//!   (`docs/collector-protocol.md`).
 //! - `tls` (feature `tls`): TLS to the collector with rustls; set
 //!   [`ExporterConfig::tls_ca`].
 //!
@@ -53,7 +54,6 @@ pub mod context;
 pub mod counters;
 pub mod exporter;
 pub mod probe;
-pub mod protocol;
 mod retention;
 pub mod sync;
 #[cfg(feature = "tls")]
@@ -66,4 +66,3 @@ pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey
 pub use counters::{CounterSnapshot, Counters};
 pub use exporter::{ExportSummary, Exporter, ExporterConfig, ExporterError};
 pub use probe::{Probe, ReportError};
-pub use protocol::{Frame, ProtocolError, Record};

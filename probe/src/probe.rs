@@ -14,7 +14,7 @@ use crate::carrier::CarrierError;
 use crate::clock::{Clock, SystemClock};
 use crate::context::{HopId, Stamp, TraceContext};
 use crate::counters::{AsExtracted, Counters};
-use crate::protocol::Record;
+use hoptrace_protocol::Record;
 
 /// State shared by an exporter and all its probes.
 #[derive(Debug)]
@@ -109,7 +109,15 @@ impl<C: Clock> Probe<C> {
     /// [`ReportError::QueueFull`], counted as `queue_full`.
     #[inline]
     pub fn report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) -> Result<(), ReportError> {
-        match self.shared.queue.push(Record::new(ctx, self.hop, stamp_ns)) {
+        let record = Record {
+            key: ctx.key,
+            hop: self.hop,
+            stamp_ns,
+            metric_count: ctx.metric_count,
+            intended_ns: ctx.intended_ns,
+            otel_trace_id: ctx.otel_trace_id,
+        };
+        match self.shared.queue.push(record) {
             Ok(()) => Ok(()),
             Err(_) => {
                 self.shared.counters.queue_full.0.fetch_add(1, Relaxed);

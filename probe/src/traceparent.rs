@@ -59,18 +59,6 @@ fn hex_lower(src: &[u8], out: &mut [u8]) -> Result<(), TraceparentError> {
     Ok(())
 }
 
-impl OtelTraceId {
-    /// The id as 32 lower-case hex digits, as OpenTelemetry prints it.
-    #[must_use]
-    pub fn to_hex(&self) -> String {
-        use std::fmt::Write as _;
-        self.0.iter().fold(String::with_capacity(32), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

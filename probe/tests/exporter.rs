@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use common::MiniCollector;
 use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
-use hoptrace_probe::protocol::{Frame, counter_id};
 use hoptrace_probe::{
     ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
     TraceContext, TraceKey,
 };
+use hoptrace_protocol::{Frame, counter_id};
 
 const HOPS: &[(HopId, &str)] = &[
     (HopId(0), "publish"),
@@ -39,7 +39,7 @@ fn ctx(seq: u64) -> TraceContext {
     )
 }
 
-fn last_counters(frames: &[(usize, Frame)]) -> hoptrace_probe::protocol::CountersFrame {
+fn last_counters(frames: &[(usize, Frame)]) -> hoptrace_protocol::CountersFrame {
     frames
         .iter()
         .rev()
@@ -463,7 +463,7 @@ fn an_absence_longer_than_the_retention_buffer_loses_exactly_what_it_evicted() {
 /// exporter queues nothing of it and goes on working for every later frame and record.
 #[test]
 fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
-    use hoptrace_probe::protocol::{EncodeError, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+    use hoptrace_protocol::{EncodeError, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
     let mc = MiniCollector::start(None);
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let entry = |stream| SentEntry {

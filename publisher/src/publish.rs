@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::clock::realtime_ns;
-use hoptrace_probe::protocol::Frame;
 use hoptrace_probe::{
     CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
     TraceKey,
 };
+use hoptrace_protocol::Frame;
 
 use crate::accounting::{LagHistogram, LagSummary, SentLedger};
 use crate::capture::{CaptureError, CapturedMessage};

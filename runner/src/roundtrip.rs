@@ -16,11 +16,11 @@ use anyhow::{Context as _, ensure};
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
 use hoptrace_probe::{
     CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext,
     TraceKey,
 };
+use hoptrace_protocol::{self as protocol, Frame, SentEntry, SentFrame};
 
 use crate::progress::LiveLine;
 

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use hoptrace_probe::clock::{ClockStatus, Leap, StaticClockStatus, realtime_ns};
-use hoptrace_probe::protocol::{CountersFrame, Frame};
 use hoptrace_probe::{
     CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
 };
+use hoptrace_protocol::{CountersFrame, Frame};
 use rustc_hash::FxHashSet;
 
 use crate::store::{self, Store, StoreError, StoreUrl, UrlError};

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{Collector, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+use hoptrace_protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_tap::poll::{CollectorTarget, StoreTapSummary};
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 

@@ -73,10 +73,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use hoptrace_probe::{
     Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
 };
+use hoptrace_protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use serde::Serialize;
 
 use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};

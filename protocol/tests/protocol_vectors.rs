@@ -1,4 +1,5 @@
-//! `testdata/protocol-vectors.json`: example frames of collector protocol versions 1 and
+//! `probe/testdata/protocol-vectors.json` (beside the trace context's vectors, where the
+//! probes in other languages read them): example frames of collector protocol versions 1 and
 //! 2 (`docs/collector-protocol.md`), each with its fields and its bytes, for other
 //! implementations of the protocol to test against. This test checks the file both ways:
 //! every frame encodes to exactly the bytes listed, and the bytes decode to the frame.
@@ -7,9 +8,10 @@
 
 use std::path::PathBuf;
 
-use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, Record, SentEntry, SentFrame};
-use hoptrace_probe::{HopId, OtelTraceId, TraceKey};
+use hoptrace_protocol::{
+    ClockSource, ClockStatus, CountersFrame, Frame, Hello, HopId, Leap, OtelTraceId, Record,
+    SentEntry, SentFrame, TraceKey,
+};
 use serde_json::{Value, json};
 
 fn record(sequence: u64, hop: u8, stamp_ns: i64, otel: bool) -> Record {
@@ -163,7 +165,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Frame, Value)> {
 }
 
 fn path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/protocol-vectors.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/testdata/protocol-vectors.json")
 }
 
 #[test]
@@ -185,7 +187,7 @@ fn every_example_frame_has_exactly_the_listed_bytes_and_decodes_back() {
         })
         .collect();
     let doc = json!({
-        "about": "Example frames of the hoptrace collector protocol (docs/collector-protocol.md), versions 1 and 2. hex is the whole frame: u32 little-endian length of type + body, the type byte, the body. Checked by probe/tests/protocol_vectors.rs.",
+        "about": "Example frames of the hoptrace collector protocol (docs/collector-protocol.md), versions 1 and 2. hex is the whole frame: u32 little-endian length of type + body, the type byte, the body. Checked by protocol/tests/protocol_vectors.rs.",
         "frames": made,
     });
     let text = serde_json::to_string_pretty(&doc).unwrap() + "\n";
