@@ -557,7 +557,7 @@ impl Pump {
         let me = Hello {
             version: PROTOCOL_VERSION,
             instance_id: random_u64(),
-            host: hoptrace_probe::exporter::hostname(),
+            host: hoptrace_clock::hostname(),
             process: "hoptrace relay".into(),
             software: concat!("hoptrace ", env!("CARGO_PKG_VERSION")).into(),
             token: String::new(),
@@ -615,7 +615,7 @@ impl Pump {
     fn relay_counters(&mut self) {
         let ctx = self.producer.context();
         let frame = Frame::Counters(CountersFrame {
-            at_ns: hoptrace_probe::clock::realtime_ns(),
+            at_ns: hoptrace_clock::realtime_ns(),
             values: vec![
                 (counter_id::REPORTED, self.records),
                 (counter_id::SENT, ctx.delivered.load(Relaxed)),
@@ -961,7 +961,7 @@ impl MemberState {
                 tracing::warn!("reading committed offsets failed: {e}");
                 tpl.clone()
             });
-        let now = hoptrace_probe::clock::realtime_ns();
+        let now = hoptrace_clock::realtime_ns();
         for e in committed.elements_for_topic(&self.cfg.target.topic) {
             let p = e.partition();
             let offset = match e.offset() {
@@ -1110,7 +1110,7 @@ pub fn run_member(
             cfg.member
         )));
     }
-    let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+    let started_unix_ns = hoptrace_clock::realtime_ns();
     let dir = cfg
         .out_dir
         .join(&cfg.run_id)
@@ -1362,7 +1362,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         run_id: s.cfg.run_id.clone(),
         pipeline: s.cfg.spec.clone(),
         started_unix_ns,
-        ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+        ended_unix_ns: hoptrace_clock::realtime_ns(),
         collector_host: host_info(),
         probes: control.probe_infos(None),
         clock: clock.to_vec(),

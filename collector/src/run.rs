@@ -185,7 +185,7 @@ impl Collector {
             cfg.tls_cert.as_deref(),
             cfg.tls_key.as_deref(),
         )?;
-        let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+        let started_unix_ns = hoptrace_clock::realtime_ns();
         let run_id = cfg
             .run_id
             .clone()
@@ -301,7 +301,7 @@ impl Collector {
                 state.open_log(replaying, &part_files(&run_dir.join("traces")), &hops)?;
             }
             continued = replaying.then(|| state.restarts.last().cloned()).flatten();
-            state.move_plausible_window(hoptrace_probe::clock::realtime_ns());
+            state.move_plausible_window(hoptrace_clock::realtime_ns());
             let server_cfg = ServerConfig {
                 token: cfg.token.clone(),
                 run_id: run_id.clone(),
@@ -395,7 +395,7 @@ pub fn host_info() -> HostInfo {
         .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024);
     HostInfo {
-        host: hoptrace_probe::exporter::hostname(),
+        host: hoptrace_clock::hostname(),
         cpu_model,
         cpus: std::thread::available_parallelism().map_or(1, usize::from),
         memory_bytes,
@@ -471,7 +471,7 @@ pub(crate) struct Control {
     clock_alerts: Vec<String>,
     clock_alert_kinds: Vec<(
         String,
-        std::mem::Discriminant<hoptrace_probe::sync::PreflightError>,
+        std::mem::Discriminant<hoptrace_clock::PreflightError>,
     )>,
 }
 
@@ -506,7 +506,7 @@ impl Control {
                     .unwrap_or_default();
                 let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
                 if let Some(max) = self.max_clock_error_ns
-                    && let Err(e) = hoptrace_probe::sync::preflight_host(&host, &c, max)
+                    && let Err(e) = hoptrace_clock::preflight_host(&host, &c, max)
                 {
                     let alert = e.to_string();
                     // One alert per host and reason; the bound in the text may vary.
@@ -754,7 +754,7 @@ impl JoinState {
         } else {
             crate::wal::Wal::create(&self.run_dir, kept, hops)?
         };
-        let now = hoptrace_probe::clock::realtime_ns();
+        let now = hoptrace_clock::realtime_ns();
         if replaying {
             wal.restarted(now, &replayed)?;
             self.restarts.push(hoptrace_format::run::Restart {
@@ -829,7 +829,7 @@ impl JoinState {
             }
             if last_expire.elapsed() >= Duration::from_millis(100) {
                 last_expire = Instant::now();
-                let (at, realtime_ns) = (self.now_ns(), hoptrace_probe::clock::realtime_ns());
+                let (at, realtime_ns) = (self.now_ns(), hoptrace_clock::realtime_ns());
                 if let Some(wal) = self.wal.as_mut() {
                     wal.tick(at, realtime_ns)?;
                 }
@@ -1008,12 +1008,13 @@ impl JoinState {
             .transpose()?
             .unwrap_or_default();
         let stages = match self.stages.take() {
-            Some(st) => st
-                .finish(hoptrace_probe::clock::realtime_ns())
-                .map_err(|source| CollectorError::Io {
-                    path: self.run_dir.join("hdr"),
-                    source,
-                })?,
+            Some(st) => {
+                st.finish(hoptrace_clock::realtime_ns())
+                    .map_err(|source| CollectorError::Io {
+                        path: self.run_dir.join("hdr"),
+                        source,
+                    })?
+            }
             None => Vec::new(),
         };
         self.publish_progress();
@@ -1057,7 +1058,7 @@ impl JoinState {
             run_id: self.run_id.clone(),
             pipeline: self.spec.spec().clone(),
             started_unix_ns: self.started_unix_ns,
-            ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+            ended_unix_ns: hoptrace_clock::realtime_ns(),
             collector_host: host_info(),
             probes,
             clock: self.control.clock().0.to_vec(),

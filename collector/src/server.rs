@@ -188,10 +188,9 @@ pub(crate) fn bind(
     tls_key: Option<&Path>,
 ) -> Result<(TcpListener, SocketAddr, Option<Arc<rustls::ServerConfig>>), CollectorError> {
     let tls = match (tls_cert, tls_key) {
-        (Some(cert), Some(key)) => Some(
-            hoptrace_probe::tls::server_config(cert, key)
-                .map_err(|e| CollectorError::Tls(e.to_string()))?,
-        ),
+        (Some(cert), Some(key)) => {
+            Some(crate::tls::server_config(cert, key).map_err(CollectorError::Tls)?)
+        }
         (None, None) => None,
         (Some(_), None) => {
             return Err(CollectorError::Tls(

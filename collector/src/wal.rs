@@ -612,7 +612,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "hoptrace-wal-{name}-{}-{}",
             std::process::id(),
-            hoptrace_probe::clock::realtime_ns()
+            hoptrace_clock::realtime_ns()
         ));
         std::fs::create_dir_all(&d).unwrap();
         d

@@ -76,7 +76,7 @@ impl ExporterConfig {
             token: None,
             tls_ca: None,
             tls_server_name: None,
-            host: hostname(),
+            host: hoptrace_clock::hostname(),
             process: process.into(),
             queue_capacity: 1 << 20,
             max_batch: 8192,
@@ -158,7 +158,7 @@ struct Status {
 
 impl Exporter {
     /// Starts an exporter announcing `hops`, reporting this host's clock status from
-    /// chronyd, ptp4l or the kernel ([`crate::sync::this_host`]).
+    /// chronyd, ptp4l or the kernel (`hoptrace_clock::this_host`).
     ///
     /// The connection is made in the background; `report()` works at once and queues
     /// until the collector is reachable.
@@ -166,7 +166,7 @@ impl Exporter {
     /// # Errors
     /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Spawn`].
     pub fn start(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
-        Self::start_with(config, hops, crate::sync::this_host())
+        Self::start_with(config, hops, hoptrace_clock::this_host())
     }
 
     /// As [`Exporter::start`], with a clock status source of the caller's.
@@ -898,14 +898,4 @@ fn fill(
 
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// This host's name, from the kernel.
-#[must_use]
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
 }

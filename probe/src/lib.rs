@@ -55,9 +55,8 @@ pub mod counters;
 pub mod exporter;
 pub mod probe;
 mod retention;
-pub mod sync;
 #[cfg(feature = "tls")]
-pub mod tls;
+mod tls;
 pub mod traceparent;
 
 pub use carrier::{CarrierError, Extracted};

@@ -217,7 +217,7 @@ fn start_parts(
     let mut store = StoreServerConfig::new("127.0.0.1:0");
     let mut store_link = link.clone();
     store_link.simulate = opts.store_clock_offset_ns.map(|offset| SimulatedHost {
-        name: format!("{}-store", hoptrace_probe::exporter::hostname()),
+        name: format!("{}-store", hoptrace_clock::hostname()),
         clock_offset_ns: offset,
         error_bound_ns: opts.store_clock_bound_ns,
     });

@@ -488,7 +488,7 @@ impl StoreTap {
         if let Some(n) = &opened.notice {
             tracing::warn!("{n}");
         }
-        let this_host = hoptrace_probe::exporter::hostname();
+        let this_host = hoptrace_clock::hostname();
         let store_host = match &config.store_host {
             Some(h) => h.clone(),
             None if config.url.is_loopback() => this_host.clone(),
