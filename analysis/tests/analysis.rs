@@ -10,7 +10,8 @@ use hoptrace_analysis::summary::{self, Summary};
 use hoptrace_analysis::{AnalysisError, RunSet, compare, report};
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap, StaticClockStatus};
+use hoptrace_probe::ClockReporting;
+use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
 use hoptrace_protocol::{Frame, SentEntry, SentFrame};
 
@@ -74,8 +75,8 @@ fn stamps(seq: u64) -> [Option<i64>; 6] {
     ]
 }
 
-fn status(bound: u64, leap: Leap) -> Box<StaticClockStatus> {
-    Box::new(StaticClockStatus(ClockStatus {
+fn status(bound: u64, leap: Leap) -> ClockReporting {
+    ClockReporting::Fixed(ClockStatus {
         at_ns: 0,
         source: ClockSource::Injected,
         synced: true,
@@ -83,7 +84,7 @@ fn status(bound: u64, leap: Leap) -> Box<StaticClockStatus> {
         offset_ns: 100,
         error_bound_ns: bound,
         detail: "test".into(),
-    }))
+    })
 }
 
 fn make_run(dir: &Path) {
@@ -101,7 +102,8 @@ fn make_run(dir: &Path) {
         let mut c = ExporterConfig::new(collector.local_addr().to_string(), "analysis-test");
         c.host = host.into();
         c.backoff_min = Duration::from_millis(5);
-        Exporter::start_with(c, hops, status(bound, leap)).unwrap()
+        c.clock = status(bound, leap);
+        Exporter::start(c, hops).unwrap()
     };
     let ea = exporter("host-a", &hops[..1], BOUND_A_NS, Leap::None);
     // Host B's clock announces a leap second: a field of clock.parquet and run.json, and

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-pub use hoptrace_clock::{ClockStatusSource, KernelClockStatus, StaticClockStatus, realtime_ns};
+pub use hoptrace_clock::realtime_ns;
 pub use hoptrace_protocol::{ClockSource, ClockStatus, Leap};
 
 /// A source of wall-clock timestamps: nanoseconds since the Unix epoch.

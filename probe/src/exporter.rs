@@ -1,6 +1,7 @@
 //! The exporter: one background thread per process that drains the probes' queue into
 //! Records frames over TCP to the collector (`docs/collector-protocol.md`), sends the
-//! host's clock status and the counters, reconnects with backoff, and flushes on shutdown.
+//! host's clock status (read on a thread of its own, [`ClockReporting`]) and the
+//! counters, reconnects with backoff, and flushes on shutdown.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
@@ -12,14 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, ClockStatusSource, SystemClock, realtime_ns};
+use crate::clock::{Clock, ClockStatus, SystemClock, realtime_ns};
+use crate::clock_feed::ClockFeed;
 use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
 use crate::retention::{Retained, Retention};
 use hoptrace_protocol::{
     self as protocol, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
-    MAX_RECORDS_PER_FRAME, MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
+    MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, reject_code,
 };
 
 /// How an exporter reaches the collector and paces itself.
@@ -39,13 +41,16 @@ pub struct ExporterConfig {
     pub host: String,
     /// Process or component name sent in Hello.
     pub process: String,
+    /// Which clock status is reported to the collector (default: the kernel's, see
+    /// [`ClockReporting`]).
+    pub clock: ClockReporting,
     /// Records the queue holds before `report()` starts dropping (and counting).
     pub queue_capacity: usize,
     /// Most records per Records frame.
     pub max_batch: usize,
     /// Sleep when the queue is empty.
     pub idle_wait: Duration,
-    /// How often the clock status is sent.
+    /// How often the clock status is read and sent.
     pub clock_interval: Duration,
     /// How often the counters are sent.
     pub counters_interval: Duration,
@@ -78,6 +83,7 @@ impl ExporterConfig {
             tls_server_name: None,
             host: hoptrace_clock::hostname(),
             process: process.into(),
+            clock: ClockReporting::default(),
             queue_capacity: 1 << 20,
             max_batch: 8192,
             idle_wait: Duration::from_millis(1),
@@ -90,6 +96,31 @@ impl ExporterConfig {
             retention_bytes: Self::DEFAULT_RETENTION_BYTES,
         }
     }
+}
+
+/// Which clock status an exporter reports to the collector, read on a thread of the
+/// exporter's own every [`ExporterConfig::clock_interval`] (never on the thread that
+/// drains the probes' queue). The collector prints it per host beside the stages it
+/// bounds, and warns where it is not small against them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClockReporting {
+    /// None: the collector shows this host's clock as unknown and cannot bound the clock
+    /// error of stages that cross it.
+    Off,
+    /// The kernel's NTP state (`ntp_adjtime`: one system call, no other program asked).
+    /// Its bound is the kernel's `maxerror`, which a sync daemon keeps current.
+    #[default]
+    Kernel,
+    /// The daemon that keeps this host's clock: chronyd if `chronyc` answers, else ptp4l
+    /// if `pmc` answers on its default socket, else the kernel. Found once per process;
+    /// every reading runs `chronyc` or `pmc` as a child process of the embedding
+    /// application (on the exporter's clock thread). The `hoptrace` command's own probes
+    /// report this.
+    Detect,
+    /// A status known from elsewhere (or a simulated host's), stamped with the time of
+    /// each reading.
+    Fixed(ClockStatus),
 }
 
 /// Why an exporter could not start.
@@ -109,7 +140,8 @@ pub enum ExporterError {
     /// 1024 bytes): shorten it.
     #[error("hello: {0}")]
     Hello(#[from] EncodeError),
-    /// The background thread could not be spawned.
+    /// A background thread (the exporter's, or its clock reader's) could not be spawned:
+    /// the process is out of threads or memory.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
 }
@@ -121,7 +153,7 @@ const ACK_READ_INTERVAL: Duration = Duration::from_millis(20);
 /// Locks `m`, also when a thread panicked while holding it: the data behind these locks
 /// (queued frame bytes, connection status) stays consistent at every step, so a panic
 /// elsewhere must not turn into a panic in the embedding application's threads.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -157,27 +189,16 @@ struct Status {
 }
 
 impl Exporter {
-    /// Starts an exporter announcing `hops`, reporting this host's clock status from
-    /// chronyd, ptp4l or the kernel (`hoptrace_clock::this_host`).
+    /// Starts an exporter announcing `hops`, reporting the clock status
+    /// [`ExporterConfig::clock`] names.
     ///
     /// The connection is made in the background; `report()` works at once and queues
     /// until the collector is reachable.
     ///
     /// # Errors
-    /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Spawn`].
+    /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Tls`],
+    /// [`ExporterError::Hello`], [`ExporterError::Spawn`].
     pub fn start(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
-        Self::start_with(config, hops, hoptrace_clock::this_host())
-    }
-
-    /// As [`Exporter::start`], with a clock status source of the caller's.
-    ///
-    /// # Errors
-    /// As [`Exporter::start`].
-    pub fn start_with(
-        config: ExporterConfig,
-        hops: &[(HopId, &str)],
-        clock_status: Box<dyn ClockStatusSource>,
-    ) -> Result<Self, ExporterError> {
         if hops.is_empty() || hops.len() > MAX_HOPS {
             return Err(ExporterError::Hops(format!(
                 "{} hops given, 1 to {MAX_HOPS} allowed",
@@ -208,6 +229,7 @@ impl Exporter {
             hops: hops.clone(),
         };
         Frame::Hello(hello.clone()).check()?;
+        let clock = ClockFeed::start(&config.clock, config.clock_interval)?;
         let mut worker = Worker {
             hello,
             retention: Retention::new(config.retention_bytes),
@@ -219,7 +241,7 @@ impl Exporter {
             shared: Arc::clone(&shared),
             control: Arc::clone(&control),
             status: Arc::clone(&status),
-            clock_status,
+            clock,
             shutdown_timeout_ns: Arc::clone(&shutdown_timeout_ns),
         };
         let thread = std::thread::Builder::new()
@@ -467,7 +489,8 @@ struct Worker {
     shared: Arc<Shared>,
     control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
-    clock_status: Box<dyn ClockStatusSource>,
+    /// The clock status readings, taken on their own thread.
+    clock: ClockFeed,
     shutdown_timeout_ns: Arc<AtomicU64>,
 }
 
@@ -480,7 +503,9 @@ impl Worker {
         let mut backoff = self.config.backoff_min;
         let mut next_attempt = Instant::now();
         let mut connected_once = false;
-        let mut last_clock: Option<Instant> = None;
+        // Clock readings sent on this connection: every new one, and the latest on each
+        // new connection.
+        let mut clock_seen = 0u64;
         let mut last_counters: Option<Instant> = None;
         let mut deadline: Option<Instant> = None;
         let mut last_ack_read = Instant::now();
@@ -507,7 +532,7 @@ impl Worker {
                             }
                             connected_once = true;
                             backoff = self.config.backoff_min;
-                            last_clock = None;
+                            clock_seen = 0;
                             last_counters = None;
                             conn = Some(s);
                             continue;
@@ -535,17 +560,10 @@ impl Worker {
             };
 
             buf.clear();
-            if last_clock.is_none_or(|t| now.duration_since(t) >= self.config.clock_interval) {
-                let mut status = self.clock_status.read();
-                let mut end = status.detail.len().min(MAX_STRING_LEN);
-                while !status.detail.is_char_boundary(end) {
-                    end -= 1;
-                }
-                status.detail.truncate(end);
+            if let Some(status) = self.clock.newer(&mut clock_seen) {
                 Frame::Clock(status)
                     .encode(&mut buf)
-                    .expect("a clock status with a short detail encodes");
-                last_clock = Some(now);
+                    .expect("the clock feed cuts the detail to the frame's limit");
             }
             buf.append(&mut lock(&self.control));
             let frame_at = buf.len();

@@ -50,6 +50,7 @@
 
 pub mod carrier;
 pub mod clock;
+mod clock_feed;
 pub mod context;
 pub mod counters;
 pub mod exporter;
@@ -63,5 +64,5 @@ pub use carrier::{CarrierError, Extracted};
 pub use clock::{Clock, ClockStatus, ManualClock, OffsetClock, SystemClock};
 pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey};
 pub use counters::{CounterSnapshot, Counters};
-pub use exporter::{ExportSummary, Exporter, ExporterConfig, ExporterError};
+pub use exporter::{ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError};
 pub use probe::{Probe, ReportError};

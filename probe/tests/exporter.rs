@@ -6,10 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::MiniCollector;
-use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
+use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::{
-    ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
-    TraceContext, TraceKey,
+    ClockReporting, ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock,
+    SystemClock, TraceContext, TraceKey,
 };
 use hoptrace_protocol::{Frame, counter_id};
 
@@ -60,8 +60,9 @@ fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
         detail: "test".into(),
         ..ClockStatus::default()
     };
-    let exp =
-        Exporter::start_with(config(mc.addr), HOPS, Box::new(StaticClockStatus(status))).unwrap();
+    let mut cfg = config(mc.addr);
+    cfg.clock = ClockReporting::Fixed(status);
+    let exp = Exporter::start(cfg, HOPS).unwrap();
     let probes: Vec<_> = HOPS.iter().map(|(h, _)| exp.probe(*h).unwrap()).collect();
     for seq in 0..30_000u64 {
         let mut c = ctx(seq);

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
-    TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp,
+    TraceContext, TraceKey,
 };
 use hoptrace_protocol::Frame;
 
@@ -104,6 +104,7 @@ impl CollectorLink {
         config.tls_ca.clone_from(&self.tls_ca);
         config.tls_server_name.clone_from(&self.tls_server_name);
         config.retention_bytes = self.retention_bytes;
+        config.clock = ClockReporting::Detect;
     }
 }
 

@@ -49,9 +49,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
+use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::{
-    ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
+    ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
 };
 
 pub mod broker;
@@ -202,21 +202,21 @@ impl ProbeLink {
         config.tls_ca.clone_from(&self.tls_ca);
         config.tls_server_name.clone_from(&self.tls_server_name);
         config.retention_bytes = self.retention_bytes;
-        let exporter = match &self.simulate {
-            None => Exporter::start(config, &hops)?,
+        config.clock = match &self.simulate {
+            None => ClockReporting::Detect,
             Some(sim) => {
                 config.host.clone_from(&sim.name);
-                let status = ClockStatus {
+                ClockReporting::Fixed(ClockStatus {
                     source: ClockSource::Injected,
                     synced: true,
                     offset_ns: sim.clock_offset_ns,
                     error_bound_ns: sim.error_bound_ns,
                     detail: format!("simulated host, clock off by {} ns", sim.clock_offset_ns),
                     ..ClockStatus::default()
-                };
-                Exporter::start_with(config, &hops, Box::new(StaticClockStatus(status)))?
+                })
             }
         };
+        let exporter = Exporter::start(config, &hops)?;
         let offset = self.simulate.as_ref().map_or(0, |s| s.clock_offset_ns);
         let probes = hops
             .iter()

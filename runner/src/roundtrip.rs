@@ -17,8 +17,8 @@ use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::carrier::envelope;
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext,
-    TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
+    TraceContext, TraceKey,
 };
 use hoptrace_protocol::{self as protocol, Frame, SentEntry, SentFrame};
 
@@ -96,11 +96,9 @@ pub fn run(args: &RoundtripOptions) -> anyhow::Result<RoundtripOutcome> {
         hoptrace_probe::clock::realtime_ns() / 1_000_000
     ));
     let collector = Collector::start(cfg).context("starting the collector")?;
-    let exporter = Exporter::start(
-        ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip"),
-        &hops,
-    )
-    .context("starting the exporter")?;
+    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip");
+    ecfg.clock = ClockReporting::Detect;
+    let exporter = Exporter::start(ecfg, &hops).context("starting the exporter")?;
     let started = Instant::now();
     let sent = drive(args, &exporter, &hops)?;
     let elapsed = started.elapsed();

@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use hoptrace_probe::clock::{ClockStatus, Leap, StaticClockStatus, realtime_ns};
+use hoptrace_probe::clock::{ClockStatus, Leap, realtime_ns};
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
 };
 use hoptrace_protocol::{CountersFrame, Frame};
 use rustc_hash::FxHashSet;
@@ -151,6 +151,7 @@ impl CollectorTarget {
         c.tls_ca.clone_from(&self.tls_ca);
         c.tls_server_name.clone_from(&self.tls_server_name);
         c.retention_bytes = self.retention_bytes;
+        c.clock = ClockReporting::Detect;
         c
     }
 }
@@ -466,8 +467,8 @@ fn wait_welcome(e: &Exporter, target: &CollectorTarget, hops: &str) -> Result<()
 
 /// A clock status that says nothing: the store host's clock is read through its row times
 /// and its synchronisation is not known here.
-fn unknown_clock(host: &str) -> StaticClockStatus {
-    StaticClockStatus(ClockStatus {
+fn unknown_clock(host: &str) -> ClockReporting {
+    ClockReporting::Fixed(ClockStatus {
         leap: Leap::Unsynchronised,
         detail: format!(
             "clock of {host}, read through the store's row times; its status is not known to the tap"
@@ -526,15 +527,10 @@ impl StoreTap {
         if let Some((h, n)) = tap.config.store_in_hop.clone() {
             let mut c = target.config(&format!("{} (store clock)", tap.config.process));
             c.host.clone_from(&tap.store_host);
-            let e = if tap.store_host == this_host {
-                Exporter::start(c, &[(h, n.as_str())])?
-            } else {
-                Exporter::start_with(
-                    c,
-                    &[(h, n.as_str())],
-                    Box::new(unknown_clock(&tap.store_host)),
-                )?
-            };
+            if tap.store_host != this_host {
+                c.clock = unknown_clock(&tap.store_host);
+            }
+            let e = Exporter::start(c, &[(h, n.as_str())])?;
             wait_welcome(&e, &target, &n)?;
             tap.store_in = Some(e.probe(h)?);
             tap.store_exporter = Some(e);

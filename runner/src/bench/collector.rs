@@ -74,7 +74,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::{
-    Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
+    ClockReporting, Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
 };
 use hoptrace_protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use serde::Serialize;
@@ -318,6 +318,7 @@ pub fn run(
         let mut ecfg = ExporterConfig::new(addr.clone(), format!("bench-probe-{e}"));
         ecfg.queue_capacity = PROBE_QUEUE_RECORDS;
         ecfg.backoff_min = Duration::from_millis(5);
+        ecfg.clock = ClockReporting::Detect;
         match Exporter::start(ecfg, &hops) {
             Ok(x) => exporters.push(x.with_shutdown_timeout(Duration::from_secs(60))),
             Err(err) => {
