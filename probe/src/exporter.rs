@@ -332,7 +332,8 @@ impl Exporter {
         lock(&self.status).last_error.clone()
     }
 
-    /// Sets how long [`Exporter::shutdown`] keeps trying to deliver what is queued.
+    /// Sets how long [`Exporter::shutdown`] (or the exporter's thread after a drop) keeps
+    /// trying to deliver what is queued (default: the connect timeout, at least 5 s).
     #[must_use]
     pub fn with_shutdown_timeout(self, timeout: Duration) -> Self {
         self.shutdown_timeout_ns
@@ -340,14 +341,12 @@ impl Exporter {
         self
     }
 
-    /// Flushes everything queued, sends the final counters and Goodbye, and stops.
-    /// Records that cannot be delivered within the shutdown timeout are counted as
+    /// Flushes everything queued, sends the final counters and Goodbye, stops, and
+    /// returns what happened to everything reported. Waits for the exporter's thread: up
+    /// to the shutdown timeout ([`Exporter::with_shutdown_timeout`]) when the collector
+    /// is slow or away. Records that cannot be delivered within it are counted as
     /// `send_failed` and logged at ERROR.
     pub fn shutdown(mut self) -> ExportSummary {
-        self.stop()
-    }
-
-    fn stop(&mut self) -> ExportSummary {
         self.shared.shutdown.store(true, Release);
         let (clean, unacknowledged) = self
             .thread
@@ -361,10 +360,15 @@ impl Exporter {
     }
 }
 
+/// Dropping an exporter without [`Exporter::shutdown`] never blocks: it tells the
+/// exporter's thread to stop and lets it go. The thread still flushes what is queued,
+/// sends the final counters and Goodbye, within the shutdown timeout, and then ends on
+/// its own (unless the process exits first). Call `shutdown` to wait for that and learn
+/// the outcome.
 impl Drop for Exporter {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            let _ = self.stop();
+        if self.thread.take().is_some() {
+            self.shared.shutdown.store(true, Release);
         }
     }
 }

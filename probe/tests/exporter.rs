@@ -509,3 +509,38 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
     assert_eq!(sent, [vec![entry(7)]], "only the valid Sent frame went out");
     assert_eq!(mc.records().len(), 1);
 }
+
+/// Dropping an exporter returns at once, also while its thread still has seconds of
+/// trying left (an unreachable collector); the thread goes on delivering in the
+/// background.
+#[test]
+fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let exp = Exporter::start(config(addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::from_secs(3));
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..100 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    let t = std::time::Instant::now();
+    drop(exp);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "drop waited {:?}",
+        t.elapsed()
+    );
+
+    // With a collector: everything recorded before the drop arrives, then Goodbye.
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let p = exp.probe(HopId(1)).unwrap();
+    for seq in 0..1_000 {
+        p.record(&mut ctx(seq)).unwrap();
+    }
+    drop(exp);
+    mc.wait_for_goodbye();
+    assert_eq!(mc.records().len(), 1_000);
+}
