@@ -131,12 +131,12 @@ fn make_run(dir: &Path) {
         );
         if let Some(p) = s[0] {
             ca.set(p);
-            pa.record(&mut ctx).unwrap();
+            pa.try_record(&mut ctx).unwrap();
         }
         for (i, p) in pb.iter().enumerate() {
             if let Some(ns) = s[i + 1] {
                 cb.set(ns);
-                p.record(&mut ctx).unwrap();
+                p.try_record(&mut ctx).unwrap();
             }
         }
     }

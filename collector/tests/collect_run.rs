@@ -74,7 +74,7 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
         );
         for i in hops_of(seq) {
             clock.set(stamp_ns(seq, i));
-            probes[i].record(&mut ctx).unwrap();
+            probes[i].try_record(&mut ctx).unwrap();
         }
     }
     for stream in 0..4u32 {
@@ -309,7 +309,7 @@ fn garbage_and_oversized_frames_close_only_their_connection() {
             1,
             0,
         );
-        p.record(&mut ctx).unwrap();
+        p.try_record(&mut ctx).unwrap();
     }
     let s = exporter.shutdown();
     assert!(s.clean);
@@ -399,7 +399,7 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
         1,
         0,
     );
-    p.record(&mut ctx).unwrap();
+    p.try_record(&mut ctx).unwrap();
     assert!(exporter.shutdown().clean);
     let summary = collector.stop().unwrap();
     assert_eq!(

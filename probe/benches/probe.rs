@@ -92,7 +92,7 @@ fn hot_path(c: &mut Criterion) {
                 if i.is_multiple_of(12) {
                     c = base;
                 }
-                let _ = black_box(p.record(black_box(&mut c)));
+                black_box(p.record(black_box(&mut c)));
             })
         });
     });

@@ -35,9 +35,9 @@
 //! // For each message taken from the broker:
 //! if let Ok((extracted, body)) = flow_in.counted(envelope::unwrap(&payload)) {
 //!     let mut ctx = extracted.context;
-//!     let _ = flow_in.record(&mut ctx); // stamp in-band + report out of band
+//!     flow_in.record(&mut ctx); // stamp in-band + report out of band
 //!     // ... process `body` ...
-//!     let _ = flow_out.record(&mut ctx);
+//!     flow_out.record(&mut ctx);
 //!     let forwarded = envelope::wrap(&ctx, body); // the next hop sees every stamp
 //!     # drop(forwarded);
 //! }

@@ -67,7 +67,7 @@ fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
     for seq in 0..30_000u64 {
         let mut c = ctx(seq);
         for p in &probes {
-            p.record(&mut c).unwrap();
+            p.try_record(&mut c).unwrap();
         }
         assert_eq!(c.stamps().len(), 3);
     }
@@ -130,7 +130,7 @@ fn records_queue_until_the_collector_comes_up() {
     let exp = Exporter::start(config(addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(50));
     assert!(!exp.is_connected());
@@ -151,7 +151,7 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
     let mut reported = 0u64;
     for round in 0..20 {
         for seq in 0..2000 {
-            if p.record(&mut ctx(round * 10_000 + seq)).is_ok() {
+            if p.try_record(&mut ctx(round * 10_000 + seq)).is_ok() {
                 reported += 1;
             }
         }
@@ -187,7 +187,7 @@ fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
         .with_shutdown_timeout(Duration::from_millis(200));
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..10 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
     std::thread::sleep(Duration::from_millis(50));
@@ -226,8 +226,8 @@ fn a_skewed_host_stamps_with_its_offset() {
         .probe_with_clock(HopId(1), OffsetClock::new(SystemClock, -5_000_000))
         .unwrap();
     let mut c = ctx(1);
-    let a = honest.record(&mut c).unwrap();
-    let b = skewed.record(&mut c).unwrap();
+    let a = honest.try_record(&mut c).unwrap();
+    let b = skewed.try_record(&mut c).unwrap();
     assert!(b.ns - a.ns < -4_000_000, "delta {}", b.ns - a.ns);
     assert!(exp.shutdown().clean);
     // The collector reads the connection's end after shutdown returns.
@@ -246,7 +246,7 @@ fn many_threads_report_and_exit_and_nothing_is_lost() {
             let p = exp.probe(HopId((t % 3) as u8)).unwrap();
             std::thread::spawn(move || {
                 for seq in 0..5_000 {
-                    p.record(&mut ctx(t * 100_000 + seq)).unwrap();
+                    p.try_record(&mut ctx(t * 100_000 + seq)).unwrap();
                 }
             })
         })
@@ -297,7 +297,7 @@ fn a_durable_collector_acknowledges_every_frame_and_nothing_is_left_over() {
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     let summary = exp.shutdown();
     assert!(summary.clean);
@@ -323,7 +323,7 @@ fn unacknowledged_frames_are_sent_again_after_a_reconnection() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     // Wait until all of them were written once.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -363,7 +363,7 @@ fn evicted_frames_the_collector_never_stored_are_counted_lost_exactly() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while mc.records().len() < 5_000 && std::time::Instant::now() < deadline {
@@ -398,7 +398,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     first.wait_for("1,000 records", Duration::from_secs(10), |f| {
         f.iter()
@@ -417,7 +417,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
         std::thread::sleep(Duration::from_millis(5));
     }
     for seq in 1_000..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
     let again = common::Durable::default();
@@ -494,7 +494,7 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
     });
     let p = exp.probe(HOPS[0].0).unwrap();
     let mut c = ctx(1);
-    p.record(&mut c).unwrap();
+    p.try_record(&mut c).unwrap();
     let summary = exp.shutdown();
     assert!(summary.clean, "{summary:?}");
     mc.wait_for_goodbye();
@@ -523,7 +523,7 @@ fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
         .with_shutdown_timeout(Duration::from_secs(3));
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..100 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     let t = std::time::Instant::now();
     drop(exp);
@@ -538,7 +538,7 @@ fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let p = exp.probe(HopId(1)).unwrap();
     for seq in 0..1_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     drop(exp);
     mc.wait_for_goodbye();

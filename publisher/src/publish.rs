@@ -732,7 +732,7 @@ impl Publisher {
                         if let Some(p) = &self.probe {
                             // A full exporter queue is counted by the probe (queue_full)
                             // and reported to the collector; nothing more to do here.
-                            let _ = p.report_stamp(&ctx, stamp.ns);
+                            p.report_stamp(&ctx, stamp.ns);
                         }
                         ledger.record(n.stream, n.sequence, metrics);
                         let l = stamp.ns - intended_ns;

@@ -314,7 +314,7 @@ impl Tap {
             };
             if let Some(p) = &self.probe {
                 // A full queue is counted by the probe and reported to the collector.
-                let _ = p.report_stamp(&ctx, stamp_ns);
+                p.report_stamp(&ctx, stamp_ns);
             }
             if let Some(s) = ctx.stamp_of(self.config.publish_hop) {
                 delivery.record(m.arrival_ns - s.ns);

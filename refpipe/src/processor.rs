@@ -339,7 +339,7 @@ impl Worker {
         let ctx = match (&self.flow_in, extracted) {
             (Some(p), e) => p.counted(e).ok().map(|e| {
                 let mut ctx = e.context;
-                let _ = p.record(&mut ctx);
+                p.record(&mut ctx);
                 ctx
             }),
             (None, e) => e.ok().map(|e| e.context),
@@ -385,7 +385,7 @@ impl Worker {
         if let Some(p) = &self.flow_out {
             let t = p.now_ns();
             for c in &mut self.contexts {
-                let _ = p.record_at(c, t);
+                p.record_at(c, t);
             }
         }
         let id = self.next_write;

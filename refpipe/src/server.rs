@@ -297,7 +297,7 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                 contexts.extend(ctxs);
                 if let (Some(p), Some(t)) = (probes, arrived_ns) {
                     for c in &mut contexts {
-                        let _ = p.store_in.record_at(c, t);
+                        p.store_in.record_at(c, t);
                     }
                 }
                 let inserted = store.insert(&rows);
@@ -309,8 +309,8 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                 if visible {
                     if let (Some(p), Some(t0), Some(t1)) = (probes, started_ns, done_ns) {
                         for c in &mut contexts {
-                            let _ = p.query_start.record_at(c, t0);
-                            let _ = p.queryable.record_at(c, t1);
+                            p.query_start.record_at(c, t0);
+                            p.queryable.record_at(c, t1);
                         }
                     }
                 } else {

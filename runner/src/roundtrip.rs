@@ -145,7 +145,7 @@ fn drive(
                     continue;
                 };
                 let mut ctx = extracted.context;
-                let _ = probe.record(&mut ctx);
+                probe.record(&mut ctx);
                 if let Some(next) = &next {
                     out.clear();
                     envelope::wrap_into(&ctx, payload, &mut out);
@@ -188,7 +188,7 @@ fn drive(
             args.metrics_per_message,
             intended,
         );
-        let _ = publish.record(&mut ctx);
+        publish.record(&mut ctx);
         first
             .send(envelope::wrap(&ctx, &payload))
             .context("the first hop stopped")?;

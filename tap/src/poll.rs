@@ -695,13 +695,13 @@ impl StoreTap {
                 }
                 // A full exporter queue is counted by the probe and reported.
                 if let Some(p) = &self.query_start {
-                    let _ = p.report_stamp(&ctx, send_ns);
+                    p.report_stamp(&ctx, send_ns);
                 }
                 if let Some(p) = &self.queryable {
-                    let _ = p.report_stamp(&ctx, resp_ns);
+                    p.report_stamp(&ctx, resp_ns);
                 }
                 if let Some(p) = &self.store_in {
-                    let _ = p.report_stamp(&ctx, row.time_ns);
+                    p.report_stamp(&ctx, row.time_ns);
                 }
                 if let Some(prev) = prev_send {
                     bracket.record(resp_ns - prev);

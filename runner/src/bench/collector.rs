@@ -662,7 +662,7 @@ fn emit(plan: &GenPlan, probes: &[Probe], t: u64) {
             stamp_ns += hop_delay_ns(t, h);
         }
         if h >= plan.hops.start {
-            let _ = probes[h - plan.hops.start].report_stamp(&ctx, stamp_ns);
+            probes[h - plan.hops.start].report_stamp(&ctx, stamp_ns);
         }
     }
 }
