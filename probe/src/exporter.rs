@@ -24,8 +24,21 @@ use hoptrace_protocol::{
     MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, reject_code,
 };
 
-/// How an exporter reaches the collector and paces itself.
+/// How an exporter reaches the collector and paces itself: the one configuration of a
+/// link to the collector. [`ExporterConfig::new`] gives every setting its default; set
+/// the fields that differ.
+///
+/// ```
+/// use std::time::Duration;
+/// use hoptrace_probe::{ClockReporting, ExporterConfig};
+///
+/// let mut config = ExporterConfig::new("collector.lab:7400", "my-processor");
+/// config.token = Some("s3cret".into());
+/// config.clock = ClockReporting::Detect; // ask chronyd or ptp4l
+/// config.welcome_timeout = Duration::from_secs(10);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ExporterConfig {
     /// Collector address, `host:port`.
     pub collector: String,
@@ -54,8 +67,11 @@ pub struct ExporterConfig {
     pub clock_interval: Duration,
     /// How often the counters are sent.
     pub counters_interval: Duration,
-    /// Timeout of one connection attempt (and of waiting for Welcome).
+    /// Timeout of one connection attempt (and of waiting for Welcome on it).
     pub connect_timeout: Duration,
+    /// How long [`Exporter::connect`] waits for the collector's Welcome, over as many
+    /// attempts as fit, before it gives up ([`Exporter::start`] does not wait).
+    pub welcome_timeout: Duration,
     /// A write blocked longer than this (collector stalled) drops the connection.
     pub write_timeout: Duration,
     /// First retry delay after a failed connection; doubles up to `backoff_max`.
@@ -90,6 +106,7 @@ impl ExporterConfig {
             clock_interval: Duration::from_secs(5),
             counters_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
+            welcome_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
@@ -144,6 +161,25 @@ pub enum ExporterError {
     /// the process is out of threads or memory.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
+    /// [`Exporter::connect`]: the collector did not welcome the exporter in time. Is
+    /// `hoptrace collect` running at that address, does its pipeline declare these hops
+    /// with these ids, does it want the same token (and TLS)? `detail` is the last
+    /// connection error.
+    #[error(
+        "collector {collector} did not accept {process} (hops {hops}) within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare these hops? same --token?)"
+    )]
+    NotWelcomed {
+        /// The collector's address.
+        collector: String,
+        /// The process name announced.
+        process: String,
+        /// The hops announced, by name.
+        hops: String,
+        /// How long it was waited for, ms.
+        waited_ms: u64,
+        /// The last connection error (`no answer` when there was none).
+        detail: String,
+    },
 }
 
 /// How often a busy exporter reads the collector's acknowledgements (an idle one reads
@@ -254,6 +290,38 @@ impl Exporter {
             status,
             shutdown_timeout_ns,
             thread: Some(thread),
+        })
+    }
+
+    /// Starts an exporter as [`Exporter::start`] does and waits until the collector
+    /// welcomes it, at most [`ExporterConfig::welcome_timeout`]: for a process that should
+    /// not run unmeasured. Reports made before the Welcome would have queued all the same.
+    ///
+    /// # Errors
+    /// As [`Exporter::start`], and [`ExporterError::NotWelcomed`] with the last connection
+    /// error when no Welcome came in time (the exporter is then stopped).
+    pub fn connect(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
+        let wait = config.welcome_timeout;
+        let (collector, process) = (config.collector.clone(), config.process.clone());
+        let exporter = Self::start(config, hops)?;
+        let started = Instant::now();
+        while !exporter.is_connected() && started.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if exporter.is_connected() {
+            return Ok(exporter);
+        }
+        let detail = exporter
+            .last_error()
+            .unwrap_or_else(|| "no answer".to_owned());
+        // Nothing was reported yet: let its thread go without trying any longer.
+        drop(exporter.with_shutdown_timeout(Duration::ZERO));
+        Err(ExporterError::NotWelcomed {
+            collector,
+            process,
+            hops: hops.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", "),
+            waited_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            detail,
         })
     }
 

@@ -544,3 +544,48 @@ fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
     mc.wait_for_goodbye();
     assert_eq!(mc.records().len(), 1_000);
 }
+
+#[test]
+fn connect_waits_for_the_welcome_or_says_why_none_came() {
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::connect(config(mc.addr), HOPS).unwrap();
+    assert!(exp.is_connected());
+    assert_eq!(exp.run_id().as_deref(), Some("test-run"));
+    assert!(exp.shutdown().clean);
+
+    // Nothing listens: the wait ends with the last connection error.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = listener.local_addr().unwrap();
+    drop(listener);
+    let mut cfg = config(closed);
+    cfg.welcome_timeout = Duration::from_millis(200);
+    let t = std::time::Instant::now();
+    let err = Exporter::connect(cfg, HOPS).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let hoptrace_probe::ExporterError::NotWelcomed {
+        collector,
+        hops,
+        waited_ms,
+        detail,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (collector.as_str(), hops.as_str(), *waited_ms),
+        (closed.to_string().as_str(), "publish, broker, flow_in", 200)
+    );
+    assert!(detail.contains("connect"), "{detail}");
+    assert!(
+        err.to_string().contains("is hoptrace collect running"),
+        "{err}"
+    );
+
+    // A collector that refuses: its reason comes through.
+    let refusing = MiniCollector::start(Some("bad token"));
+    let mut cfg = config(refusing.addr);
+    cfg.welcome_timeout = Duration::from_millis(200);
+    let err = Exporter::connect(cfg, HOPS).unwrap_err().to_string();
+    assert!(err.contains("bad token"), "{err}");
+}

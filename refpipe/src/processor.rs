@@ -25,7 +25,7 @@ use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use crate::decode::{RowBuilder, Transform};
 use crate::wire::{self, Frame, WireError};
-use crate::{HostClock, ProbeLink, RefpipeError};
+use crate::{HostClock, Probes, RefpipeError};
 
 /// How the processor runs.
 #[derive(Debug, Clone)]
@@ -44,8 +44,9 @@ pub struct ProcessorConfig {
     pub linger: Duration,
     /// Applied to every value.
     pub transform: Transform,
-    /// The collector, and the ids of hops `flow_in` and `flow_out`.
-    pub probes: Option<ProbeLink>,
+    /// The collector, and the ids of hops `flow_in` and `flow_out`; without it the
+    /// processor runs unmeasured.
+    pub probes: Option<Probes>,
 }
 
 impl ProcessorConfig {
@@ -171,7 +172,7 @@ impl Processor {
             None => (None, None, None),
             Some(link) => {
                 let (exporter, probes) =
-                    link.probes("refpipe-processor", &["flow_in", "flow_out"])?;
+                    link.connect("refpipe-processor", &["flow_in", "flow_out"])?;
                 let [i, o]: [Probe<HostClock>; 2] = probes.try_into().expect("two hops asked for");
                 (Some(exporter), Some(i), Some(o))
             }

@@ -113,56 +113,15 @@ pub mod counter_id {
     }
 }
 
-/// Where the collector is and how to reach it.
-#[derive(Debug, Clone)]
-pub struct CollectorTarget {
-    /// `host:port`.
-    pub addr: String,
-    /// Token, if the collector requires one.
-    pub token: Option<String>,
-    /// CA bundle for TLS to the collector.
-    pub tls_ca: Option<std::path::PathBuf>,
-    /// Name the collector's certificate must carry.
-    pub tls_server_name: Option<String>,
-    /// How long to wait for the collector's Welcome at start.
-    pub wait: Duration,
-    /// Bytes of records kept until the collector says they are durable
-    /// ([`ExporterConfig::retention_bytes`]).
-    pub retention_bytes: usize,
-}
-
-impl CollectorTarget {
-    /// A collector at `addr`, plain TCP, no token, waiting 5 s.
-    #[must_use]
-    pub fn new(addr: impl Into<String>) -> Self {
-        Self {
-            addr: addr.into(),
-            token: None,
-            tls_ca: None,
-            tls_server_name: None,
-            wait: Duration::from_secs(5),
-            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
-        }
-    }
-
-    fn config(&self, process: &str) -> ExporterConfig {
-        let mut c = ExporterConfig::new(&self.addr, process);
-        c.token.clone_from(&self.token);
-        c.tls_ca.clone_from(&self.tls_ca);
-        c.tls_server_name.clone_from(&self.tls_server_name);
-        c.retention_bytes = self.retention_bytes;
-        c.clock = ClockReporting::Detect;
-        c
-    }
-}
-
 /// What to poll, how often, and what to report.
 #[derive(Debug, Clone)]
 pub struct StoreTapConfig {
     /// The store.
     pub url: StoreUrl,
-    /// The collector; without it the tap only polls and counts.
-    pub collector: Option<CollectorTarget>,
+    /// The collector and how to reach it; without it the tap only polls and counts. The
+    /// tap connects at start and waits for the Welcome (up to its `welcome_timeout`); the
+    /// `store_in` exporter announces the same process name with ` (store clock)` added.
+    pub collector: Option<ExporterConfig>,
     /// The hop of the response stamp (default 5 `queryable`).
     pub queryable_hop: (HopId, String),
     /// The hop of the send stamp (default 4 `query_start`); `None`: not reported.
@@ -187,8 +146,6 @@ pub struct StoreTapConfig {
     pub dedup_capacity: usize,
     /// How often the counters go to the collector.
     pub counters_interval: Duration,
-    /// Process name announced to the collector.
-    pub process: String,
 }
 
 impl StoreTapConfig {
@@ -210,7 +167,6 @@ impl StoreTapConfig {
             max_keys: None,
             dedup_capacity: 1 << 20,
             counters_interval: Duration::from_secs(1),
-            process: "hoptrace-tap".into(),
         }
     }
 }
@@ -225,23 +181,11 @@ pub enum StoreTapError {
     /// server, a failing query.
     #[error("{0}")]
     Store(StoreError),
-    /// An exporter could not start.
+    /// An exporter could not start (fix a hop or the TLS setting), or the collector did not
+    /// welcome it (is `hoptrace collect` running there, with a pipeline that declares these
+    /// hops, and the same token?).
     #[error("exporter: {0}")]
     Exporter(#[from] hoptrace_probe::ExporterError),
-    /// The collector did not welcome the tap.
-    #[error(
-        "collector {addr} did not accept this tap within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare hops {hops}? same --token?)"
-    )]
-    Collector {
-        /// The collector.
-        addr: String,
-        /// The hops announced.
-        hops: String,
-        /// How long it waited.
-        waited_ms: u64,
-        /// The exporter's last error.
-        detail: String,
-    },
 }
 
 /// Live counts for a progress line.
@@ -449,22 +393,6 @@ impl std::fmt::Debug for StoreTap {
     }
 }
 
-fn wait_welcome(e: &Exporter, target: &CollectorTarget, hops: &str) -> Result<(), StoreTapError> {
-    let started = Instant::now();
-    while !e.is_connected() && started.elapsed() < target.wait {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if e.is_connected() {
-        return Ok(());
-    }
-    Err(StoreTapError::Collector {
-        addr: target.addr.clone(),
-        hops: hops.to_owned(),
-        waited_ms: target.wait.as_millis() as u64,
-        detail: e.last_error().unwrap_or_else(|| "no answer".into()),
-    })
-}
-
 /// A clock status that says nothing: the store host's clock is read through its row times
 /// and its synchronisation is not known here.
 fn unknown_clock(host: &str) -> ClockReporting {
@@ -508,7 +436,7 @@ impl StoreTap {
             live: Arc::new(StoreTapLive::default()),
             config,
         };
-        let Some(target) = tap.config.collector.clone() else {
+        let Some(exporter) = tap.config.collector.clone() else {
             return Ok(tap);
         };
         let mut hops: Vec<(HopId, &str)> = Vec::new();
@@ -516,22 +444,20 @@ impl StoreTap {
             hops.push((*h, n));
         }
         hops.push((tap.config.queryable_hop.0, &tap.config.queryable_hop.1));
-        let names = hops.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", ");
-        let main = Exporter::start(target.config(&tap.config.process), &hops)?;
-        wait_welcome(&main, &target, &names)?;
+        let main = Exporter::connect(exporter.clone(), &hops)?;
         tap.queryable = Some(main.probe(tap.config.queryable_hop.0)?);
         if let Some((h, _)) = &tap.config.query_start_hop {
             tap.query_start = Some(main.probe(*h)?);
         }
         tap.main = Some(main);
         if let Some((h, n)) = tap.config.store_in_hop.clone() {
-            let mut c = target.config(&format!("{} (store clock)", tap.config.process));
+            let mut c = exporter.clone();
+            c.process = format!("{} (store clock)", exporter.process);
             c.host.clone_from(&tap.store_host);
             if tap.store_host != this_host {
                 c.clock = unknown_clock(&tap.store_host);
             }
-            let e = Exporter::start(c, &[(h, n.as_str())])?;
-            wait_welcome(&e, &target, &n)?;
+            let e = Exporter::connect(c, &[(h, n.as_str())])?;
             tap.store_in = Some(e.probe(h)?);
             tap.store_exporter = Some(e);
         }

@@ -13,7 +13,7 @@ use common::{Collector, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{Frame, SentEntry, SentFrame};
-use hoptrace_tap::poll::{CollectorTarget, StoreTapSummary};
+use hoptrace_tap::poll::StoreTapSummary;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// Rows written per test, besides one row already there at start and one bad key.
@@ -87,7 +87,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     });
 
     let mut tc = StoreTapConfig::new(StoreUrl::parse(&case.url).unwrap());
-    tc.collector = Some(CollectorTarget::new(&collector.addr));
+    tc.collector = Some(ExporterConfig::new(&collector.addr, "store-tap-test"));
     tc.store_in_hop = case.store_in.then(|| (HopId(3), "store_in".to_owned()));
     let tap = StoreTap::start(tc).unwrap();
     let live = tap.live();
