@@ -13,7 +13,7 @@ use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::ClockReporting;
 use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
-use hoptrace_protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 20_000;
 /// A whole second shortly before the test started: stamps must be plausible for the run.
@@ -152,10 +152,10 @@ fn make_run(dir: &Path) {
             }
         })
         .collect();
-    ea.send_frame(&Frame::Sent(SentFrame {
+    ea.send_sent_frame(SentFrame {
         publisher: 9,
         entries,
-    }))
+    })
     .unwrap();
     assert!(ea.shutdown().clean);
     assert!(eb.shutdown().clean);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
-use hoptrace_protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 5_000;
 
@@ -92,7 +92,7 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
     }
     // Two messages that never reached anything: sent, but unseen.
     sent.entries[0].messages += 2;
-    exporter.send_frame(&Frame::Sent(sent)).unwrap();
+    exporter.send_sent_frame(sent).unwrap();
     let s = exporter.shutdown();
     assert!(s.clean && s.counters.lost() == 0, "{s:?}");
     collector.stop().unwrap()

@@ -21,7 +21,7 @@ use crate::probe::{Probe, Shared};
 use crate::retention::{Retained, Retention};
 use hoptrace_protocol::{
     self as protocol, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
-    MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, reject_code,
+    MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, SentFrame, reject_code,
 };
 
 /// How an exporter reaches the collector and paces itself: the one configuration of a
@@ -362,12 +362,29 @@ impl Exporter {
         Ok(Probe::new(hop, clock, Arc::clone(&self.shared)))
     }
 
-    /// Queues a frame other than records (a publisher's Sent frame) for the collector.
-    /// Frames queued before [`Exporter::shutdown`] are sent before Goodbye.
+    /// Queues a publisher's accounting (a Sent frame: what it sent, per stream,
+    /// cumulative) for the collector, which counts every message sent as complete,
+    /// incomplete or unseen. Frames queued before [`Exporter::shutdown`] are sent before
+    /// Goodbye.
     ///
     /// # Errors
-    /// A frame beyond the protocol's limits (see [`EncodeError`]); nothing is queued.
-    pub fn send_frame(&self, frame: &Frame) -> Result<(), EncodeError> {
+    /// More entries than a frame holds ([`EncodeError::TooManySentEntries`]): split them
+    /// over several frames; nothing is queued.
+    pub fn send_sent_frame(&self, sent: SentFrame) -> Result<(), EncodeError> {
+        self.send_control(&Frame::Sent(sent))
+    }
+
+    /// Queues counters of the caller's own (a tap's polls, for instance, with ids from 64
+    /// up: `docs/collector-protocol.md`) for the collector, in a Counters frame beside the
+    /// exporter's own.
+    ///
+    /// # Errors
+    /// More than 255 counters ([`EncodeError::TooManyCounters`]); nothing is queued.
+    pub fn send_counters_frame(&self, counters: CountersFrame) -> Result<(), EncodeError> {
+        self.send_control(&Frame::Counters(counters))
+    }
+
+    fn send_control(&self, frame: &Frame) -> Result<(), EncodeError> {
         let mut bytes = Vec::new();
         frame.encode(&mut bytes)?;
         lock(&self.control).extend_from_slice(&bytes);

@@ -474,21 +474,21 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
         first_sequence: 0,
         last_sequence: 0,
     };
-    let too_many = Frame::Sent(SentFrame {
+    let too_many = SentFrame {
         publisher: 1,
         entries: (0..=MAX_SENT_PER_FRAME as u32).map(entry).collect(),
-    });
+    };
     assert_eq!(
-        exp.send_frame(&too_many),
+        exp.send_sent_frame(too_many),
         Err(EncodeError::TooManySentEntries(MAX_SENT_PER_FRAME + 1))
     );
     // The same exporter, from another thread as well: nothing poisoned.
     std::thread::scope(|s| {
         s.spawn(|| {
-            exp.send_frame(&Frame::Sent(SentFrame {
+            exp.send_sent_frame(SentFrame {
                 publisher: 1,
                 entries: vec![entry(7)],
-            }))
+            })
             .unwrap();
         });
     });

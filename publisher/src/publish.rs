@@ -12,7 +12,6 @@ use hoptrace_probe::{
     CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
     TraceKey,
 };
-use hoptrace_protocol::Frame;
 
 use crate::accounting::{LagHistogram, LagSummary, SentLedger};
 use crate::capture::{CaptureError, CapturedMessage};
@@ -710,7 +709,7 @@ impl Publisher {
                 next_sent = now + self.config.sent_interval;
                 if let Some(e) = &self.exporter {
                     for f in ledger.frames() {
-                        e.send_frame(&Frame::Sent(f))
+                        e.send_sent_frame(f)
                             .expect("the ledger splits sent entries into frames that fit");
                     }
                 }
@@ -721,7 +720,7 @@ impl Publisher {
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
                 for f in ledger.frames() {
-                    e.send_frame(&Frame::Sent(f))
+                    e.send_sent_frame(f)
                         .expect("the ledger splits sent entries into frames that fit");
                 }
                 let run_id = e.run_id();

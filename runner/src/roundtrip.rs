@@ -20,7 +20,7 @@ use hoptrace_probe::{
     ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
     TraceContext, TraceKey,
 };
-use hoptrace_protocol::{self as protocol, Frame, SentEntry, SentFrame};
+use hoptrace_protocol::{self as protocol, SentEntry, SentFrame};
 
 use crate::progress::LiveLine;
 
@@ -219,10 +219,10 @@ fn drive(
     entries.sort_by_key(|e| e.stream);
     for chunk in entries.chunks(protocol::MAX_SENT_PER_FRAME) {
         exporter
-            .send_frame(&Frame::Sent(SentFrame {
+            .send_sent_frame(SentFrame {
                 publisher: 1,
                 entries: chunk.to_vec(),
-            }))
+            })
             .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     live.finish();

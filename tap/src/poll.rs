@@ -28,7 +28,7 @@ use hoptrace_probe::clock::{ClockStatus, Leap, realtime_ns};
 use hoptrace_probe::{
     ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
 };
-use hoptrace_protocol::{CountersFrame, Frame};
+use hoptrace_protocol::CountersFrame;
 use rustc_hash::FxHashSet;
 
 use crate::store::{self, Store, StoreError, StoreUrl, UrlError};
@@ -743,10 +743,10 @@ impl StoreTap {
             (id::KEYS_EVICTED_EARLY, evicted),
             (id::QUERY_TIME_P99_NS, q.p99_ns),
         ];
-        if let Err(err) = e.send_frame(&Frame::Counters(CountersFrame {
+        if let Err(err) = e.send_counters_frame(CountersFrame {
             at_ns: realtime_ns(),
             values,
-        })) {
+        }) {
             tracing::warn!("cannot send the tap's counters: {err}");
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{Collector, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
-use hoptrace_protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_protocol::{SentEntry, SentFrame};
 use hoptrace_tap::poll::StoreTapSummary;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
@@ -128,7 +128,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     // A key that is not a context.
     (case.write)(&["not-a-context"]);
     exporter
-        .send_frame(&Frame::Sent(SentFrame {
+        .send_sent_frame(SentFrame {
             publisher,
             entries: vec![SentEntry {
                 stream: 0,
@@ -137,7 +137,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
                 first_sequence: 0,
                 last_sequence: N - 1,
             }],
-        }))
+        })
         .unwrap();
     assert_eq!(exporter.shutdown().counters.lost(), 0);
 

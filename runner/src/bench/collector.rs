@@ -76,7 +76,7 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::{
     ClockReporting, Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
 };
-use hoptrace_protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
+use hoptrace_protocol::{MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use serde::Serialize;
 
 use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};
@@ -416,10 +416,10 @@ pub fn run(
     let entries = sent_entries(generated);
     for chunk in entries.chunks(MAX_SENT_PER_FRAME) {
         exporters[0]
-            .send_frame(&Frame::Sent(SentFrame {
+            .send_sent_frame(SentFrame {
                 publisher: PUBLISHER,
                 entries: chunk.to_vec(),
-            }))
+            })
             .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     // Let the exporters empty their queues, then shut them down.
