@@ -50,6 +50,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!(
     "hoptrace-clock reads the clock's state through Linux interfaces (ntp_adjtime, /proc, chronyc, pmc): Linux is the only supported platform"

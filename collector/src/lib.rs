@@ -34,6 +34,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod accounting;
 pub mod generate;
 pub mod join;

@@ -5,8 +5,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use hoptrace_probe::LocalQueue;
 use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::probe::LocalQueue;
 use hoptrace_probe::{HopId, Stamp, TraceContext, TraceKey};
 
 fn ctx() -> TraceContext {

@@ -140,8 +140,10 @@ pub enum ClockReporting {
     Fixed(ClockStatus),
 }
 
-/// Why an exporter could not start.
+/// Why an exporter could not start, or a probe could not be had from it. Each variant
+/// says what to fix.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExporterError {
     /// No hops, more than 16, or a hop id used twice: fix the hop list.
     #[error("invalid hop list: {0}")]
@@ -195,6 +197,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What happened to everything reported, after [`Exporter::shutdown`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExportSummary {
     /// Final counters.
     pub counters: CounterSnapshot,

@@ -38,6 +38,7 @@ impl Shared {
 
 /// Why a report did not reach the queue. Small and `Copy`: the hot path never allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReportError {
     /// The exporter's queue is full (the collector is slow or unreachable). The record is
     /// dropped and counted as `queue_full`; raise the queue capacity or the collector's

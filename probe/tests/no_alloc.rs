@@ -3,9 +3,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use hoptrace_probe::LocalQueue;
 use hoptrace_probe::carrier::envelope;
 use hoptrace_probe::context::MAX_TEXT_LEN;
-use hoptrace_probe::probe::LocalQueue;
 use hoptrace_probe::{HopId, TraceContext, TraceKey};
 
 struct Counting;

@@ -40,6 +40,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod clock;
 mod frame;
 mod ids;

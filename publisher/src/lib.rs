@@ -53,7 +53,7 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod accounting;
 pub mod capture;

@@ -16,6 +16,11 @@
 //! - [`broker`]: an in-process MQTT broker (rumqttd) for the demo's default;
 //! - [`wire`]: the store's protocol.
 //!
+//! It depends on the probe (embedded as a user would embed it) and on the publisher's
+//! broker clients; it must never depend on the collector, the analysis or the runner,
+//! and nothing of the measuring tool depends on it but the runner (which drives it in
+//! the demo and the soak) and the command.
+//!
 //! The stages of the reference report come out of these hops: Broker Time
 //! (`flow_in - publish`), Flow Internal (`flow_out - flow_in`), Transmission
 //! (`store_in - flow_out`), Total Ingestion (`queryable - publish`) and Query Duration
@@ -46,7 +51,7 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::{
