@@ -67,7 +67,7 @@ pub struct CounterSnapshot {
 impl CounterSnapshot {
     /// (id, value) pairs for a Counters frame.
     #[must_use]
-    pub(crate) fn to_wire(&self) -> Vec<(u16, u64)> {
+    pub(crate) fn to_wire(self) -> Vec<(u16, u64)> {
         vec![
             (counter_id::REPORTED, self.reported),
             (counter_id::QUEUE_FULL, self.queue_full),
