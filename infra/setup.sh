@@ -16,6 +16,8 @@
 #   --browser:       also Debian's chromium, for the report's headless browser test
 #   --demo:          only what `hoptrace demo` needs (infra/demo.sh): mold and the chart
 #                    libraries; no brokers, stores, Kafka jars or Node-RED
+#   --web:           only the chart libraries (npm; no root needed), for the fast tier of
+#                    the tests (infra/test-fast.sh)
 #
 # The packages' own system services are not wanted: the project runs its own broker instances
 # on its own ports (infra/mosquitto/mosquitto.sh). If an install started the stock mosquitto or
@@ -26,11 +28,13 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 PACKAGES=(mosquitto mosquitto-clients chrony linuxptp iproute2 util-linux openssl procps mold)
 DEMO=0
+WEB=0
 for arg in "$@"; do
     case $arg in
     --browser) PACKAGES+=(chromium) ;;
     --demo) DEMO=1 ;;
-    *) printf 'setup: unknown option %s (known: --browser, --demo)\n' "$arg" >&2; exit 2 ;;
+    --web) WEB=1 ;;
+    *) printf 'setup: unknown option %s (known: --browser, --demo, --web)\n' "$arg" >&2; exit 2 ;;
     esac
 done
 if ((DEMO)); then
@@ -116,6 +120,10 @@ install_web() {
         die "npm ci in $web failed"
 }
 
+if ((WEB)); then
+    install_web
+    exit 0
+fi
 install_packages
 install_web
 if ((DEMO)); then

@@ -16,13 +16,40 @@ LOG=$(mktemp -d /tmp/hoptrace-test.XXXXXX)
 infra/setup.sh --browser
 # Services already running (someone's shell, another run) are used and left running; the
 # ones this run starts, it stops.
+stop_at_exit=()
 if infra/services.sh status >/dev/null 2>&1; then
     infra/services.sh up
     echo "services were already running: they stay up after the tests"
 else
     infra/services.sh up
-    trap 'infra/services.sh down >/dev/null 2>&1 || true' EXIT
+    stop_at_exit+=("infra/services.sh down")
 fi
+# The 3-node Kafka cluster (the consumer-group tests, MirrorMaker 2) is started once, just
+# before the suites that need it, from fresh state when none of its nodes runs (test topics
+# of earlier runs would otherwise pile up and slow every start); the suites find it running
+# and leave it so. A cluster someone had running stays up.
+cluster_started=0
+start_cluster() {
+    ((cluster_started)) && return 0
+    cluster_started=1
+    if infra/kafka/kafka.sh status --nodes 3 >/dev/null 2>&1; then
+        echo "the 3-node Kafka cluster was already running: it stays up after the tests"
+        return 0
+    fi
+    if ! infra/kafka/kafka.sh status --nodes 3 2>/dev/null | grep -q ': running'; then
+        infra/kafka/kafka.sh wipe --nodes 3
+    fi
+    stop_at_exit+=("infra/kafka/kafka.sh stop --nodes 3")
+    infra/kafka/kafka.sh start --nodes 3
+}
+stop_services() {
+    local i
+    # In the reverse order of starting.
+    for ((i = ${#stop_at_exit[@]} - 1; i >= 0; i--)); do
+        ${stop_at_exit[i]} >/dev/null 2>&1 || true
+    done
+}
+trap stop_services EXIT
 # shellcheck source=env.sh
 source infra/env.sh
 
@@ -32,18 +59,22 @@ step "python test packages (independent Parquet readers)"
 python3 -c 'import pyarrow, duckdb, jsonschema' 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check pyarrow duckdb jsonschema
 
-step "format"
-cargo fmt --all -- --check
-
-step "rust: build, lint and test the workspace"
-cargo clippy --profile quick --workspace --all-targets --all-features --locked -- -D warnings
+step "rust: the fast tier (format, lints, docs, the tests that need no service)"
 set +e
-# Tests that need the brokers or the stores are #[ignore]d (a plain `cargo test` lists them
-# as ignored): here they run too; the long benchmark harness stays out.
-# The quick profile (Cargo.toml): the demo's build, reused; what hoptrace measures optimised.
-cargo test --profile quick --workspace --all-features --locked --no-fail-fast -- --include-ignored --skip bench_from_env 2>&1 | tee "$LOG/cargo.txt"
+infra/test-fast.sh 2>&1 | tee "$LOG/cargo-fast.txt"
 rc=${PIPESTATUS[0]}
 set -e
+
+step "rust: the tests that need the brokers, the stores or root"
+set +e
+# They are #[ignore]d (a plain `cargo test` lists them as ignored); here they run, with the
+# services up. The long benchmark harness stays out.
+cargo test --profile quick --workspace --all-features --locked --no-fail-fast -- --ignored --skip bench_from_env 2>&1 | tee "$LOG/cargo.txt"
+if ((PIPESTATUS[0] != 0)); then rc=1; fi
+set -e
+
+step "the 3-node Kafka cluster"
+start_cluster || rc=1
 
 step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium"
 # The binary cargo test built (the quick profile, as the demo's): the runs these tests make
@@ -102,7 +133,7 @@ while read -r p f; do
     passed=$((passed + p))
     failed=$((failed + f))
 done < <(
-    sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo.txt"
+    sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo-fast.txt" "$LOG/cargo.txt"
     # Each pytest log's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors
     # (a fixture that failed) count as failures.
     # Maven's last "Tests run: N, Failures: F, Errors: E, Skipped: S" line.

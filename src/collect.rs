@@ -136,6 +136,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let spec = load_spec(args.pipeline.as_deref())?;
     if let Some(from) = &args.from {
         refuse_listener_options(args)?;
+        if let Some(id) = &args.run_id {
+            hoptrace_runner::rundir::check_group(&args.runs.join(id), &spec)?;
+        }
         args.preflight.check()?;
         return crate::scaleout::collect_group(args, from, spec, &stop);
     }

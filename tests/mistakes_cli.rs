@@ -307,6 +307,90 @@ fn collect_never_overwrites_a_finished_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `collect --from kafka://...` is checked like `collect` before Kafka is asked anything:
+/// a single collector's run is never mixed with a group's files, and a group run of
+/// another pipeline is refused.
+#[test]
+fn collect_from_never_writes_into_another_run() {
+    let dir = scratch("keep-from");
+    let single = hoptrace_in(
+        &dir,
+        &[
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--run-id",
+            "keep",
+        ],
+    );
+    assert!(single.status.success(), "{}", text(&single));
+    let run_json = dir.join("runs/keep/run.json");
+    let written = std::fs::read(&run_json).unwrap();
+    let from = |id: &str| {
+        hoptrace_in(
+            &dir,
+            &[
+                "collect",
+                "--from",
+                "kafka://127.0.0.1:1/cli-keep",
+                "--run-id",
+                id,
+                "--duration",
+                "5s",
+            ],
+        )
+    };
+    let o = from("keep");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("single collector") && err.contains("--run-id"),
+        "{err}"
+    );
+    assert!(!err.contains("Kafka"), "checked before Kafka: {err}");
+    assert_eq!(
+        std::fs::read(&run_json).unwrap(),
+        written,
+        "run.json was replaced"
+    );
+    assert!(!dir.join("runs/keep/members").exists());
+
+    // A finished member of another pipeline's group run.
+    let other = dir.join("other.toml");
+    std::fs::write(
+        &other,
+        "name = \"other\"\n[[hops]]\nname = \"a\"\n[[hops]]\nname = \"b\"\n\
+         [[stages]]\nname = \"A to B\"\nfrom = \"a\"\nto = \"b\"\ndefinition = \"x\"\n",
+    )
+    .unwrap();
+    let theirs = hoptrace_in(
+        &dir,
+        &[
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--run-id",
+            "theirs",
+            "--pipeline",
+            other.to_str().unwrap(),
+        ],
+    );
+    assert!(theirs.status.success(), "{}", text(&theirs));
+    let member = dir.join("runs/group/members/m1");
+    std::fs::create_dir_all(&member).unwrap();
+    std::fs::copy(dir.join("runs/theirs/run.json"), member.join("run.json")).unwrap();
+    let o = from("group");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("not of this pipeline"), "{err}");
+    assert!(!err.contains("Kafka"), "checked before Kafka: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A run id must name a directory inside the runs folder.
 #[test]
 fn collect_checks_the_run_id() {

@@ -2,7 +2,7 @@
 //! environment, stage definitions, per-stage statistics with precision and clock
 //! uncertainty, throughput, accounting and charts.
 //!
-//! [`write`] produces, in one directory: `report.md` (tables and SVG chart images),
+//! [`write()`] produces, in one directory: `report.md` (tables and SVG chart images),
 //! `report.html` (self-contained and offline: vega, vega-lite and vega-embed inlined),
 //! `summary.json` and `charts/*.vl.json` (+ `charts/*.svg`).
 
@@ -57,7 +57,7 @@ const LIBS: [&str; 3] = [
     "node_modules/vega-embed/build/vega-embed.min.js",
 ];
 
-/// What [`write`] produced.
+/// What [`write()`] produced.
 #[derive(Debug, Clone)]
 pub struct Written {
     /// `report.md`.
@@ -693,10 +693,10 @@ pub fn write(
     write_with(dir, summary, hists, &[])
 }
 
-/// [`write`], with `sections` appended after the report's own.
+/// [`write()`], with `sections` appended after the report's own.
 ///
 /// # Errors
-/// As [`write`].
+/// As [`write()`].
 pub fn write_with(
     dir: &Path,
     summary: &Summary,

@@ -7,9 +7,10 @@
 //!   standard deviation) and their HDR histograms (one per sign); NULLs ignored. It aggregates per group
 //!   natively (DataFusion's `GroupsAccumulator`), and a batch whose rows belong to one
 //!   group (time buckets are contiguous in a run's files) is added in a few tight passes.
-//! - `trace_counts(stream, publisher, complete, flags, missing_mask)`
+//! - `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`
 //!   ([`trace_counts_udaf`]): rows, complete rows, the rows with each bit of `flags` and of
-//!   `missing_mask` set, and the distinct streams and publishers, as a [`TraceCounts`].
+//!   `missing_mask` set, the distinct streams and publishers, and the distinct trace keys
+//!   (publisher, stream, sequence) with the rows that repeat one, as a [`TraceCounts`].
 //!
 //! Both return `Binary`; [`SignedStats::decode`] and [`TraceCounts::decode`] read it. The
 //! encodings are this module's own and may change between versions: they are not for
@@ -453,6 +454,145 @@ impl IdSet {
     }
 }
 
+/// Sequences per block of a [`KeySet`].
+const KEY_BLOCK: u64 = 4096;
+/// A block's sequences are listed until they are this many, then a bitmap (512 bytes).
+const SPARSE_MAX: usize = 256;
+
+/// The sequences of one block of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Block {
+    /// Sorted offsets within the block.
+    Sparse(Vec<u16>),
+    /// One bit per offset.
+    Dense(Box<[u64; (KEY_BLOCK / 64) as usize]>),
+}
+
+impl Block {
+    /// Adds offset `o`; `false` when it was there.
+    fn insert(&mut self, o: u16) -> bool {
+        match self {
+            Self::Sparse(v) => match v.binary_search(&o) {
+                Ok(_) => false,
+                Err(at) => {
+                    v.insert(at, o);
+                    if v.len() > SPARSE_MAX {
+                        let mut bits = Box::new([0u64; (KEY_BLOCK / 64) as usize]);
+                        for &x in v.iter() {
+                            bits[usize::from(x >> 6)] |= 1 << (x & 63);
+                        }
+                        *self = Self::Dense(bits);
+                    }
+                    true
+                }
+            },
+            Self::Dense(bits) => {
+                let (w, b) = (usize::from(o >> 6), o & 63);
+                let new = bits[w] & (1 << b) == 0;
+                bits[w] |= 1 << b;
+                new
+            }
+        }
+    }
+
+    fn offsets(&self) -> Vec<u16> {
+        match self {
+            Self::Sparse(v) => v.clone(),
+            Self::Dense(bits) => (0..KEY_BLOCK as u16)
+                .filter(|o| bits[usize::from(o >> 6)] & (1 << (o & 63)) != 0)
+                .collect(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Sparse(v) => v.capacity() * 2,
+            Self::Dense(_) => (KEY_BLOCK / 8) as usize,
+        }
+    }
+}
+
+/// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
+/// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
+/// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
+/// per key, in any order of rows, files or partitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeySet {
+    blocks: std::collections::HashMap<(u64, u64, u64), Block>,
+    keys: u64,
+    repeated: u64,
+}
+
+impl KeySet {
+    #[inline]
+    fn insert(&mut self, publisher: u64, stream: u64, sequence: u64) {
+        let o = u16::try_from(sequence % KEY_BLOCK).expect("below the block size");
+        let fresh = self
+            .blocks
+            .entry((publisher, stream, sequence / KEY_BLOCK))
+            .or_insert_with(|| Block::Sparse(Vec::new()))
+            .insert(o);
+        if fresh {
+            self.keys += 1;
+        } else {
+            self.repeated += 1;
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.repeated += other.repeated;
+        for (&(p, st, b), block) in &other.blocks {
+            for o in block.offsets() {
+                self.insert(p, st, b * KEY_BLOCK + u64::from(o));
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.blocks.capacity() * 48 + self.blocks.values().map(Block::bytes).sum::<usize>()
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.repeated);
+        put_varint(out, self.blocks.len() as u64);
+        for (&(p, st, b), block) in &self.blocks {
+            for v in [p, st, b] {
+                put_varint(out, v);
+            }
+            let offsets = block.offsets();
+            put_varint(out, offsets.len() as u64);
+            let mut prev = 0;
+            for o in offsets {
+                put_varint(out, u64::from(o - prev));
+                prev = o;
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self> {
+        let repeated = r.varint()?;
+        let mut set = Self::default();
+        for _ in 0..r.varint()? {
+            let (p, st, b) = (r.varint()?, r.varint()?, r.varint()?);
+            let n = r.varint()?;
+            if n > KEY_BLOCK {
+                return Err(corrupt(r.what));
+            }
+            let mut o = 0u64;
+            for _ in 0..n {
+                o += r.varint()?;
+                if o >= KEY_BLOCK {
+                    return Err(corrupt(r.what));
+                }
+                let base = b.checked_mul(KEY_BLOCK).ok_or_else(|| corrupt(r.what))?;
+                set.insert(p, st, base + o);
+            }
+        }
+        set.repeated += repeated;
+        Ok(set)
+    }
+}
+
 /// Figures of a run's small columns, from `trace_counts`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TraceCounts {
@@ -466,6 +606,7 @@ pub struct TraceCounts {
     pub missing_bits: Vec<u64>,
     streams: IdSet,
     publishers: IdSet,
+    keys: KeySet,
 }
 
 /// An id, flag or mask of any integer type as a u64 (negative ones wrap around: they
@@ -560,6 +701,18 @@ impl TraceCounts {
         self.publishers.len()
     }
 
+    /// Distinct trace keys (publisher, stream, sequence).
+    #[must_use]
+    pub fn distinct_keys(&self) -> u64 {
+        self.keys.keys
+    }
+
+    /// Rows whose trace key an earlier row already had: `rows - distinct_keys`.
+    #[must_use]
+    pub fn repeated_keys(&self) -> u64 {
+        self.keys.repeated
+    }
+
     /// Rows with bit `bit` of `flags` set.
     #[must_use]
     pub fn flag(&self, bit: usize) -> u64 {
@@ -573,8 +726,8 @@ impl TraceCounts {
     }
 
     fn update(&mut self, cols: &[ArrayRef]) -> Result<()> {
-        let [stream, publisher, complete, flags, missing] = cols else {
-            return plan_err!("trace_counts takes five arguments");
+        let [stream, publisher, complete, flags, missing, sequence] = cols else {
+            return plan_err!("trace_counts takes six arguments");
         };
         self.rows += stream.len() as u64;
         let complete = complete.as_boolean();
@@ -586,6 +739,19 @@ impl TraceCounts {
         with_integers!(publisher, insert_ids, &mut self.publishers);
         with_integers!(flags, count_bits, &mut self.flag_bits);
         with_integers!(missing, count_bits, &mut self.missing_bits);
+        let [p, st, q] = [publisher, stream, sequence]
+            .map(|c| datafusion::arrow::compute::cast(c, &DataType::UInt64));
+        let (p, st, q) = (p?, st?, q?);
+        let (p, st, q) = (
+            p.as_primitive::<UInt64Type>(),
+            st.as_primitive::<UInt64Type>(),
+            q.as_primitive::<UInt64Type>(),
+        );
+        for i in 0..q.len() {
+            if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
+                self.keys.insert(p.value(i), st.value(i), q.value(i));
+            }
+        }
         Ok(())
     }
 
@@ -605,6 +771,7 @@ impl TraceCounts {
         }
         self.streams.merge(&other.streams);
         self.publishers.merge(&other.publishers);
+        self.keys.merge(&other.keys);
     }
 
     /// The binary form `trace_counts` returns.
@@ -619,6 +786,7 @@ impl TraceCounts {
         }
         self.streams.encode(&mut out);
         self.publishers.encode(&mut out);
+        self.keys.encode(&mut out);
         out
     }
 
@@ -647,6 +815,7 @@ impl TraceCounts {
         let missing_bits = bits()?;
         let streams = IdSet::decode(&mut r)?;
         let publishers = IdSet::decode(&mut r)?;
+        let keys = KeySet::decode(&mut r)?;
         r.finish()?;
         Ok(Self {
             rows,
@@ -655,11 +824,12 @@ impl TraceCounts {
             missing_bits,
             streams,
             publishers,
+            keys,
         })
     }
 }
 
-/// `trace_counts(stream, publisher, complete, flags, missing_mask)`.
+/// `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct TraceCountsAgg {
     signature: Signature,
@@ -694,7 +864,7 @@ impl AggregateUDFImpl for TraceCountsAgg {
             t => plan_err!("trace_counts: ids, flags and masks are integers, not {t}"),
         };
         match arg_types {
-            [stream, publisher, complete, flags, missing] => {
+            [stream, publisher, complete, flags, missing, sequence] => {
                 if !matches!(complete, DataType::Boolean | DataType::Null) {
                     return plan_err!("trace_counts: `complete` is a boolean, not {complete}");
                 }
@@ -704,9 +874,10 @@ impl AggregateUDFImpl for TraceCountsAgg {
                     DataType::Boolean,
                     int(flags)?,
                     int(missing)?,
+                    int(sequence)?,
                 ])
             }
-            _ => plan_err!("trace_counts takes five arguments"),
+            _ => plan_err!("trace_counts takes six arguments"),
         }
     }
 
@@ -746,7 +917,10 @@ impl Accumulator for TraceCountsAccumulator {
             IdSet::Bits(w) => w.capacity() * 8,
             IdSet::Hashed(h) => h.capacity() * 16,
         };
-        std::mem::size_of_val(self) + set(&self.counts.streams) + set(&self.counts.publishers)
+        std::mem::size_of_val(self)
+            + set(&self.counts.streams)
+            + set(&self.counts.publishers)
+            + self.counts.keys.bytes()
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
@@ -932,14 +1106,16 @@ mod tests {
                     any::<bool>(),
                     0_u64..4,
                     0_u64..64,
+                    prop_oneof![0_u64..30, 0_u64..u64::MAX],
                 ),
                 0..200,
             ),
             split in 0_usize..200,
         ) {
+            type Row = (u64, u64, bool, u64, u64, u64);
             let split = split.min(rows.len());
-            let batch = |rows: &[(u64, u64, bool, u64, u64)]| -> Vec<ArrayRef> {
-                let u = |f: fn(&(u64, u64, bool, u64, u64)) -> u64| -> ArrayRef {
+            let batch = |rows: &[Row]| -> Vec<ArrayRef> {
+                let u = |f: fn(&Row) -> u64| -> ArrayRef {
                     Arc::new(UInt64Array::from_iter_values(rows.iter().map(f)))
                 };
                 vec![
@@ -948,6 +1124,7 @@ mod tests {
                     Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.2)))),
                     u(|r| r.3),
                     u(|r| r.4),
+                    u(|r| r.5),
                 ]
             };
             let (mut a, mut b) = (TraceCounts::default(), TraceCounts::default());
@@ -955,10 +1132,10 @@ mod tests {
             b.update(&batch(&rows[split..])).unwrap();
             let mut c = TraceCounts::decode(&a.encode()).unwrap();
             c.merge(&TraceCounts::decode(&b.encode()).unwrap());
-            let distinct = |f: fn(&(u64, u64, bool, u64, u64)) -> u64| {
+            let distinct = |f: fn(&Row) -> u64| {
                 rows.iter().map(f).collect::<HashSet<u64>>().len() as u64
             };
-            let bit = |f: fn(&(u64, u64, bool, u64, u64)) -> u64, b: usize| {
+            let bit = |f: fn(&Row) -> u64, b: usize| {
                 rows.iter().filter(|r| f(r) & (1 << b) != 0).count() as u64
             };
             prop_assert_eq!(c.rows, rows.len() as u64);
@@ -969,6 +1146,13 @@ mod tests {
                 prop_assert_eq!(c.flag(b), bit(|r| r.3, b));
                 prop_assert_eq!(c.missing(b), bit(|r| r.4, b));
             }
+            let keys = rows
+                .iter()
+                .map(|r| (r.1, r.0, r.5))
+                .collect::<HashSet<_>>()
+                .len() as u64;
+            prop_assert_eq!(c.distinct_keys(), keys);
+            prop_assert_eq!(c.repeated_keys(), rows.len() as u64 - keys);
         }
     }
 
@@ -1001,6 +1185,7 @@ mod tests {
             Field::new("status", DataType::Utf8, false),
             Field::new("flags", DataType::UInt8, false),
             Field::new("missing_mask", DataType::UInt16, false),
+            Field::new("sequence", DataType::UInt64, false),
         ]));
         let part = |seed: u32| {
             let n = 3_000_u32;
@@ -1020,6 +1205,10 @@ mod tests {
                 Arc::new(UInt16Array::from_iter_values(
                     (0..n).map(|i| if i % 7 == 0 { 1 << (i % 6) } else { 0 }),
                 )),
+                // Rows 101 apart share their stream, and their sequence: keys repeat.
+                Arc::new(UInt64Array::from_iter_values(
+                    (0..n).map(|i| u64::from(i % 101)),
+                )),
             ];
             datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns).unwrap()
         };
@@ -1030,7 +1219,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let q = "SELECT trace_counts(stream, publisher, status = 'complete', flags, missing_mask), \
+        let q = "SELECT trace_counts(stream, publisher, status = 'complete', flags, missing_mask, sequence), \
                  count(*), count(DISTINCT stream), count(DISTINCT publisher), \
                  count(*) FILTER (WHERE status = 'complete'), \
                  count(*) FILTER (WHERE (flags & 1) <> 0), count(*) FILTER (WHERE (flags & 2) <> 0), \
@@ -1051,6 +1240,22 @@ mod tests {
             [n(5), n(6), n(7), n(8)]
         );
         assert!(c.missing(5) > 0 && c.flag(1) > 0 && c.streams() > 101);
+        let keys = rt
+            .block_on(async {
+                ctx.sql(
+                    "SELECT (SELECT count(*) FROM (SELECT DISTINCT publisher, stream, sequence \
+                     FROM t WHERE publisher IS NOT NULL)) AS keys, \
+                     (SELECT count(*) FROM t WHERE publisher IS NOT NULL) AS keyed",
+                )
+                .await?
+                .collect()
+                .await
+            })
+            .unwrap();
+        let n = |i: usize| keys[0].column(i).as_primitive::<Int64Type>().value(0) as u64;
+        assert_eq!(c.distinct_keys(), n(0));
+        assert_eq!(c.repeated_keys(), n(1) - n(0));
+        assert!(c.repeated_keys() > 0, "keys repeat");
     }
 
     /// Through DataFusion: grouped (partial and final aggregation over two partitions)

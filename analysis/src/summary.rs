@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
@@ -255,7 +255,7 @@ pub async fn polled_hops(
         )
     };
     let sql = format!(
-        "SELECT run_id, CAST(instance_id AS BIGINT) AS instance, {} FROM probes WHERE {} IS NOT NULL GROUP BY run_id, instance_id",
+        "SELECT run_id, instance_id AS instance, {} FROM probes WHERE {} IS NOT NULL GROUP BY run_id, instance_id",
         ids.iter().map(|i| last(*i)).collect::<Vec<_>>().join(", "),
         col(83)
     );
@@ -280,7 +280,12 @@ pub async fn polled_hops(
             else {
                 continue;
             };
-            let instance = get("instance", row);
+            // A u64 (random, half of them above i64::MAX): read as it is, never cast.
+            let instance = b
+                .column_by_name("instance")
+                .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+                .filter(|c| c.is_valid(row))
+                .map_or(0, |c| c.value(row));
             let announced: Vec<String> = runs
                 .runs
                 .iter()
@@ -652,6 +657,7 @@ async fn scan_counts(ctx: &SessionContext) -> Result<TraceCounts, AnalysisError>
             complete,
             ident("flags"),
             ident("missing_mask"),
+            ident("sequence"),
         ])
         .alias("c");
     let batches = df.aggregate(vec![], vec![counts])?.collect().await?;
@@ -1050,6 +1056,15 @@ fn accounting(
         .filter_map(|r| r.summary.recovered.as_ref())
         .map(|r| r.rows)
         .sum();
+    // A key with two rows is counted twice by every figure above: the rows are checked
+    // against the distinct keys of the files themselves.
+    if counts.repeated_keys() > 0 {
+        discrepancies.push(format!(
+            "the Parquet holds {rows} rows for {} distinct trace keys: {} rows repeat a key",
+            counts.distinct_keys(),
+            counts.repeated_keys()
+        ));
+    }
     if rows != run_complete + run_incomplete + recovered {
         discrepancies.push(format!(
             "the Parquet holds {rows} rows, the run's accounting {} (complete {run_complete} + incomplete {run_incomplete} + recovered {recovered})",

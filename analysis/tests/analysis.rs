@@ -572,3 +572,52 @@ fn report_files_and_compare_gates() {
     assert!(compare::table(&both).contains("| Total Ingestion | P99 |"));
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Files that hold a trace key twice never add up, whatever run.json says: here a part
+/// file is copied beside itself and run.json made to account for the copy's rows (as
+/// recovered ones), so every count of run.json agrees with the rows.
+#[test]
+fn files_holding_a_key_twice_do_not_add_up() {
+    let copy = std::env::temp_dir().join(format!("hoptrace-analysis-twice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&copy);
+    std::fs::create_dir_all(copy.join("traces")).unwrap();
+    let mut run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir().join("run.json")).unwrap()).unwrap();
+    let files = run["files"].as_array().unwrap().clone();
+    let mut rows = 0;
+    for f in &files {
+        let name = f["name"].as_str().unwrap();
+        std::fs::copy(
+            run_dir().join("traces").join(name),
+            copy.join("traces").join(name),
+        )
+        .unwrap();
+        rows += f["rows"].as_u64().unwrap();
+    }
+    let first = files[0]["name"].as_str().unwrap();
+    std::fs::copy(
+        run_dir().join("traces").join(first),
+        copy.join("traces/part-99999.parquet"),
+    )
+    .unwrap();
+    let mut twice = files[0].clone();
+    twice["name"] = "part-99999.parquet".into();
+    run["files"].as_array_mut().unwrap().push(twice);
+    let copied = files[0]["rows"].as_u64().unwrap();
+    run["recovered"] =
+        serde_json::json!({"files": 0, "rows": copied, "unfinished": [], "corrupt": []});
+    std::fs::write(copy.join("run.json"), serde_json::to_vec(&run).unwrap()).unwrap();
+    let (s, _) = summarise(&copy);
+    let a = &s.accounting;
+    assert_eq!(a.complete + a.incomplete, rows + copied);
+    assert!(!a.adds_up, "{a:?}");
+    assert!(
+        a.discrepancies.iter().any(|d| d.contains(&format!(
+            "{} rows for {rows} distinct trace keys",
+            rows + copied
+        ))),
+        "{:?}",
+        a.discrepancies
+    );
+    let _ = std::fs::remove_dir_all(&copy);
+}

@@ -3,9 +3,9 @@
 //! namespaces joined by a veth pair (`infra/clock/ptp-test.sh`). Neither touches the system
 //! clock: chronyd runs with `-x`, the ptp4l slave with `free_running 1`.
 //!
-//! When chrony, linuxptp or iproute2 is missing, or network namespaces cannot be created,
-//! the tests skip with a message; with `HOPTRACE_INTEGRATION=1` (set by `infra/test.sh`)
-//! they fail instead.
+//! The two daemon tests need chrony, linuxptp and iproute2 installed and root (network
+//! namespaces), so a plain `cargo test` lists them as ignored; `infra/test.sh` runs them, and
+//! there anything missing is a failure that says what to install.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -20,29 +20,22 @@ use hoptrace_clock::{
 /// Longest wait for a daemon to synchronise or measure.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Skips the test (returns `false`) with `why`, or fails it when integration tests are
-/// required.
-fn unavailable(why: &str) -> bool {
-    assert!(
-        std::env::var("HOPTRACE_INTEGRATION").as_deref() != Ok("1"),
-        "{why}, but HOPTRACE_INTEGRATION=1: run infra/setup.sh (as root)"
-    );
-    eprintln!("skipped: {why} (run infra/test.sh)");
-    false
+/// Fails the test with `why` and how to get what is missing.
+fn unavailable(why: &str) -> ! {
+    panic!("{why}: run infra/setup.sh (as root), or infra/test.sh, which runs this test");
 }
 
-/// Whether all `programs` are installed (on `PATH` or in the sbin directories).
-fn installed(programs: &[&str], package: &str) -> bool {
+/// Fails the test unless all `programs` are installed (on `PATH` or in the sbin directories).
+fn require(programs: &[&str], package: &str) {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let dirs: Vec<PathBuf> = std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .collect();
     for p in programs {
         if !dirs.iter().any(|d| d.join(p).is_file()) {
-            return unavailable(&format!("{p} is not installed (apt-get install {package})"));
+            unavailable(&format!("{p} is not installed (apt-get install {package})"));
         }
     }
-    true
 }
 
 fn script(name: &str) -> PathBuf {
@@ -121,10 +114,9 @@ fn free_udp_port() -> u16 {
 }
 
 #[test]
+#[ignore = "needs chrony and root: infra/test.sh runs it"]
 fn chronyd_pair_on_loopback_is_read_by_chrony_status() {
-    if !installed(&["chronyd", "chronyc"], "chrony") {
-        return;
-    }
+    require(&["chronyd", "chronyc"], "chrony");
     let dir = scratch_dir("chrony");
     let port = free_udp_port().to_string();
     let daemons = Daemons {
@@ -222,10 +214,9 @@ fn chronyd_pair_on_loopback_is_read_by_chrony_status() {
 }
 
 #[test]
+#[ignore = "needs linuxptp, iproute2 and root (network namespaces): infra/test.sh runs it"]
 fn ptp4l_in_two_namespaces_is_read_by_ptp_status() {
-    if !installed(&["ptp4l", "pmc", "ip"], "linuxptp iproute2") {
-        return;
-    }
+    require(&["ptp4l", "pmc", "ip"], "linuxptp iproute2");
     let dir = scratch_dir("ptp");
     let daemons = Daemons {
         script: "ptp-test.sh",
@@ -236,7 +227,6 @@ fn ptp4l_in_two_namespaces_is_read_by_ptp_status() {
         unavailable(&format!(
             "network namespaces or veth pairs cannot be created here (needs root / CAP_SYS_ADMIN):\n{out}"
         ));
-        return;
     }
     assert_eq!(code, Some(0), "ptp-test.sh start failed:\n{out}");
     let slave = PtpStatus::new().with_socket(dir.join("slave.sock"));

@@ -219,6 +219,7 @@ pub fn generate(
                 sent_metrics: opts.traces * u64::from(opts.metrics_per_message),
                 complete: opts.traces - incomplete,
                 incomplete,
+                recovered: 0,
                 unseen: 0,
                 not_sent: 0,
             }],
@@ -245,9 +246,10 @@ pub fn generate(
         interrupted: false,
         restarts: Vec::new(),
     };
-    let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
     let path = run_dir.join("run.json");
-    std::fs::write(&path, json).map_err(|source| WriteError::Io { path, source })?;
+    summary
+        .write(&path)
+        .map_err(|source| WriteError::Io { path, source })?;
     Ok(Generated {
         run_dir,
         traces: opts.traces,

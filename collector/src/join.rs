@@ -345,6 +345,12 @@ impl Joiner {
         }
     }
 
+    /// Takes `keys` as already written (the part files an earlier collector of the run
+    /// left): a record of one of them is late, never a second row.
+    pub fn set_written(&mut self, keys: WrittenKeys) {
+        self.written = keys;
+    }
+
     /// Stamps and intended times (`CLOCK_REALTIME` ns) outside `range` are implausible
     /// from now on: the collector moves the window with the run.
     pub fn set_plausible_window(&mut self, range: RangeInclusive<i64>) {
@@ -480,6 +486,16 @@ impl Joiner {
     #[must_use]
     pub fn stats(&self) -> JoinStats {
         self.stats
+    }
+
+    /// Whether `key` has a trace here: pending, or already emitted.
+    #[must_use]
+    pub fn knows(&self, key: &TraceKey) -> bool {
+        let slots = &self.slots;
+        self.table
+            .find(hash_key(key), |&i| slots[i as usize].key == *key)
+            .is_some()
+            || self.written.contains(key)
     }
 
     /// Every key emitted so far.

@@ -24,7 +24,7 @@ use hoptrace_protocol::{
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -45,6 +45,9 @@ const SOURCE_HEADER: &str = "hoptrace-source";
 const PEER_HEADER: &str = "hoptrace-peer";
 /// Header on goodbye messages: "1" when the probe said goodbye, "0" when it vanished.
 const CLEAN_HEADER: &str = "hoptrace-clean";
+/// Header ("1") on the relay's Counters frames that count, per hop wire id (the counter
+/// id), the records it forwarded from the connection named by the source header.
+const FORWARDED_HEADER: &str = "hoptrace-forwarded";
 
 /// A Kafka address `kafka://HOST:PORT[,HOST:PORT...]/TOPIC`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,7 +217,8 @@ pub const BROKER_WAIT: Duration = Duration::from_secs(6);
 
 /// Checks, before a consumer joins, that a broker at `brokers` answers and that every
 /// topic of `topics` exists: a consumer would otherwise wait forever, logging. Gives up
-/// after `within`, or as soon as `stop` is set.
+/// after `within`, or as soon as `stop` is set. Returns the partition count of the first
+/// topic.
 ///
 /// # Errors
 /// [`KafkaError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
@@ -224,7 +228,7 @@ pub fn check_topics(
     topics: &[&str],
     stop: &AtomicBool,
     within: Duration,
-) -> Result<(), KafkaError> {
+) -> Result<i32, KafkaError> {
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
@@ -266,7 +270,12 @@ pub fn check_topics(
             )));
         }
     }
-    Ok(())
+    Ok(topics
+        .first()
+        .and_then(|first| metadata.topics().iter().find(|t| t.name() == *first))
+        .map_or(1, |t| {
+            i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)
+        }))
 }
 
 /// Creates `topic` with `partitions` partitions and `replication` replicas unless it
@@ -485,6 +494,8 @@ impl Relay {
                 messages: 0,
                 by_partition: BTreeMap::new(),
                 batches: BTreeMap::new(),
+                forwarded: BTreeMap::new(),
+                forwarded_changed: std::collections::BTreeSet::new(),
             };
             server::Service::spawn(
                 ("relay", "pump"),
@@ -542,6 +553,10 @@ struct Pump {
     messages: u64,
     by_partition: BTreeMap<i32, u64>,
     batches: BTreeMap<i32, Vec<protocol::Record>>,
+    /// Records forwarded per connection, by hop wire id.
+    forwarded: BTreeMap<u64, BTreeMap<u8, u64>>,
+    /// Connections whose forwarded counts changed since they were last published.
+    forwarded_changed: std::collections::BTreeSet<u64>,
 }
 
 impl Pump {
@@ -564,7 +579,7 @@ impl Pump {
             // The relay carries every hop's records (a Hello names at least one hop).
             hops: self.hops.clone(),
         };
-        self.control_message(0, &Frame::Hello(me), Some("relay"), None);
+        self.control_message(0, &Frame::Hello(me), &[(PEER_HEADER, "relay")]);
         loop {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(ev) => self.event(ev, &mut open),
@@ -574,6 +589,7 @@ impl Pump {
             if last_stats.elapsed() >= Duration::from_millis(500) {
                 last_stats = Instant::now();
                 self.publish_stats(&open);
+                self.publish_forwarded();
                 self.relay_counters();
             }
             if draining.load(Relaxed) {
@@ -589,8 +605,9 @@ impl Pump {
         }
         self.producer.flush(Duration::from_secs(30))?;
         // The relay's final counters, after every delivery is known.
+        self.publish_forwarded();
         self.relay_counters();
-        self.control_message(0, &Frame::Goodbye, None, Some(true));
+        self.control_message(0, &Frame::Goodbye, &[(CLEAN_HEADER, "1")]);
         self.producer.flush(Duration::from_secs(30))?;
         self.publish_stats(&open);
         Ok(self.stats.lock().expect("stats poisoned").clone())
@@ -601,13 +618,24 @@ impl Pump {
         match ev {
             Event::Connected(id, peer, hello) => {
                 open.insert(id, true);
-                self.control_message(id, &Frame::Hello(hello), Some(&peer.to_string()), None);
+                let peer = peer.to_string();
+                self.control_message(id, &Frame::Hello(hello), &[(PEER_HEADER, &peer)]);
             }
-            Event::Frame(_, Frame::Records(recs)) => self.records(&recs),
-            Event::Frame(id, f) => self.control_message(id, &f, None, None),
+            Event::Frame(id, Frame::Records(recs)) => {
+                let by_hop = self.forwarded.entry(id).or_default();
+                for r in &recs {
+                    *by_hop.entry(r.hop.0).or_default() += 1;
+                }
+                self.forwarded_changed.insert(id);
+                self.records(&recs);
+            }
+            Event::Frame(id, f) => self.control_message(id, &f, &[]),
             Event::Closed(id, clean) => {
                 open.insert(id, false);
-                self.control_message(id, &Frame::Goodbye, None, Some(clean));
+                // The connection's last forwarded counts go before its goodbye.
+                self.publish_forwarded();
+                let clean = if clean { "1" } else { "0" };
+                self.control_message(id, &Frame::Goodbye, &[(CLEAN_HEADER, clean)]);
             }
         }
     }
@@ -620,9 +648,29 @@ impl Pump {
                 (counter_id::REPORTED, self.records),
                 (counter_id::SENT, ctx.delivered.load(Relaxed)),
                 (counter_id::SEND_FAILED, ctx.failed.load(Relaxed)),
+                (
+                    counter_id::UNANNOUNCED_HOP,
+                    self.counters.unannounced_hop_records.load(Relaxed),
+                ),
             ],
         });
-        self.control_message(0, &frame, None, None);
+        self.control_message(0, &frame, &[]);
+    }
+
+    /// Publishes, for each connection whose counts changed, the records forwarded from it
+    /// by hop: members tell from them which probes stamped (a probe that stamped nothing
+    /// is no host of any stage's clock uncertainty).
+    fn publish_forwarded(&mut self) {
+        for id in std::mem::take(&mut self.forwarded_changed) {
+            let Some(by_hop) = self.forwarded.get(&id) else {
+                continue;
+            };
+            let frame = Frame::Counters(CountersFrame {
+                at_ns: hoptrace_clock::realtime_ns(),
+                values: by_hop.iter().map(|(h, n)| (u16::from(*h), *n)).collect(),
+            });
+            self.control_message(id, &frame, &[(FORWARDED_HEADER, "1")]);
+        }
     }
 
     fn publish_stats(&self, open: &BTreeMap<u64, bool>) {
@@ -661,22 +709,16 @@ impl Pump {
         }
     }
 
-    fn control_message(&mut self, id: u64, f: &Frame, peer: Option<&str>, clean: Option<bool>) {
+    fn control_message(&mut self, id: u64, f: &Frame, extra: &[(&str, &str)]) {
         let source = format!("{}:{id}", self.relay_id);
         let mut headers = OwnedHeaders::new().insert(Header {
             key: SOURCE_HEADER,
             value: Some(source.as_bytes()),
         });
-        if let Some(peer) = peer {
+        for (key, value) in extra {
             headers = headers.insert(Header {
-                key: PEER_HEADER,
-                value: Some(peer.as_bytes()),
-            });
-        }
-        if let Some(clean) = clean {
-            headers = headers.insert(Header {
-                key: CLEAN_HEADER,
-                value: Some(if clean { "1" } else { "0" }.as_bytes()),
+                key,
+                value: Some(value.as_bytes()),
             });
         }
         // A frame a connection's reader decoded is within the limits, so it encodes again.
@@ -780,12 +822,16 @@ struct Owned {
 }
 
 /// A partition as assigned: where to read from and where its owner's stretch starts.
-#[derive(Clone, Copy)]
 struct Assigned {
-    /// The committed offset (the oldest record of an open bucket).
+    /// The offset reading starts at: the partition's origin (a replay of the previous
+    /// owner's stretch), the checkpoint's position (this member's own state, kept), or
+    /// the committed offset.
     resume: i64,
     /// The previous owner's checkpoint, if any.
     checkpoint: Option<Checkpoint>,
+    /// This member's own state of the partition, when it gets back a partition it just
+    /// had and nobody moved it on.
+    kept: Option<PartitionJoin>,
     /// The start logged in `ownership.jsonl`.
     start: i64,
 }
@@ -795,8 +841,12 @@ struct MemberState {
     spec: Arc<ResolvedSpec>,
     dir: PathBuf,
     partitions: BTreeMap<i32, Owned>,
+    /// Partitions of the records topic (the relay placed records by it).
+    partition_count: i32,
     /// Assigned partitions waiting for their first message.
     assigned: BTreeMap<i32, Assigned>,
+    /// The state of partitions revoked at the last rebalance, in case they come back.
+    parked: BTreeMap<i32, PartitionJoin>,
     segments: Vec<Segment>,
     owners: Vec<Ownership>,
     progress: MemberProgress,
@@ -814,9 +864,25 @@ impl MemberState {
             let a = self.assigned.remove(&p).unwrap_or(Assigned {
                 resume: offset,
                 checkpoint: None,
+                kept: None,
                 start: 0,
             });
-            let join = PartitionJoin::new(Arc::clone(&self.spec), offset, a.checkpoint);
+            let join = a.kept.unwrap_or_else(|| {
+                PartitionJoin::new(
+                    Arc::clone(&self.spec),
+                    p,
+                    self.partition_count,
+                    offset,
+                    a.checkpoint,
+                )
+            });
+            if join.replaying() {
+                tracing::info!(
+                    partition = p,
+                    from = join.start_offset(),
+                    "replaying the partition to the previous owner's checkpoint"
+                );
+            }
             self.partitions.insert(
                 p,
                 Owned {
@@ -829,14 +895,20 @@ impl MemberState {
         self.partitions.get_mut(&p).expect("inserted above")
     }
 
-    fn message(&mut self, p: i32, offset: i64, payload: Option<&[u8]>) -> Result<(), KafkaError> {
+    fn message(
+        &mut self,
+        p: i32,
+        offset: i64,
+        timestamp_ns: Option<i64>,
+        payload: Option<&[u8]>,
+    ) -> Result<(), KafkaError> {
         self.progress.messages += 1;
         let frame = payload.and_then(one_frame);
         let mut out = std::mem::take(&mut self.out);
         let owned = self.owned(p, offset);
         match frame {
             Some(Frame::Records(recs)) => {
-                owned.join.message(offset, &recs, &mut out);
+                owned.join.message(offset, timestamp_ns, &recs, &mut out);
                 self.progress.records += recs.len() as u64;
             }
             _ => {
@@ -930,13 +1002,10 @@ impl MemberState {
                 self.segments.push(seg);
                 owned.seg_from = to;
             }
-            tpl.add_partition_offset(
-                &self.cfg.target.topic,
-                *p,
-                Offset::Offset(owned.join.resume_offset()),
-            )?;
+            let cp = owned.join.checkpoint();
+            tpl.add_partition_offset(&self.cfg.target.topic, *p, Offset::Offset(cp.position))?;
             if let Some(mut e) = tpl.find_partition(&self.cfg.target.topic, *p) {
-                e.set_metadata(owned.join.checkpoint().to_metadata());
+                e.set_metadata(cp.to_metadata());
             }
         }
         if tpl.count() == 0 {
@@ -954,25 +1023,45 @@ impl MemberState {
         Ok(())
     }
 
-    fn assigned(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
+    /// Logs the ownership of each newly assigned partition and decides where its reading
+    /// starts; returns the assignment with those offsets.
+    fn assigned(
+        &mut self,
+        consumer: &BaseConsumer<MemberContext>,
+        tpl: &TopicPartitionList,
+    ) -> TopicPartitionList {
         let committed = consumer
             .committed_offsets(tpl.clone(), Duration::from_secs(10))
             .unwrap_or_else(|e| {
                 tracing::warn!("reading committed offsets failed: {e}");
                 tpl.clone()
             });
+        let mut parked = std::mem::take(&mut self.parked);
+        let mut out = tpl.clone();
         let now = hoptrace_clock::realtime_ns();
         for e in committed.elements_for_topic(&self.cfg.target.topic) {
             let p = e.partition();
-            let offset = match e.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            };
             let cp = Checkpoint::from_metadata(e.metadata());
+            // Our own state, when the partition comes back as we left it.
+            let kept = parked
+                .remove(&p)
+                .filter(|j| cp.as_ref() == Some(&j.checkpoint()));
+            let resume = match (&kept, &cp, e.offset()) {
+                (Some(j), _, _) => Some(j.start_offset()),
+                (None, Some(c), _) => Some(c.origin),
+                (None, None, Offset::Offset(o)) => Some(o),
+                (None, None, _) => None,
+            };
+            if let Some(o) = resume
+                && let Err(err) =
+                    out.set_partition_offset(&self.cfg.target.topic, p, Offset::Offset(o))
+            {
+                self.error.get_or_insert(err.into());
+            }
             let own = Ownership {
                 member: self.cfg.member.clone(),
                 partition: p,
-                start: cp.map_or(0, |c| c.position),
+                start: cp.as_ref().map_or(0, |c| c.position),
                 assigned_unix_ns: now,
             };
             let log = self.dir.join(group::OWNERSHIP_FILE);
@@ -981,20 +1070,23 @@ impl MemberState {
             }
             tracing::info!(
                 partition = p,
-                resume = offset,
+                resume,
                 start = own.start,
+                kept = kept.is_some(),
                 "assigned a partition"
             );
             self.assigned.insert(
                 p,
                 Assigned {
-                    resume: offset,
+                    resume: resume.unwrap_or(0),
                     checkpoint: cp,
+                    kept,
                     start: own.start,
                 },
             );
             self.owners.push(own);
         }
+        out
     }
 
     fn revoked(&mut self, consumer: &BaseConsumer<MemberContext>, tpl: &TopicPartitionList) {
@@ -1007,7 +1099,9 @@ impl MemberState {
             self.error.get_or_insert(e);
         }
         for p in &ps {
-            self.partitions.remove(p);
+            if let Some(o) = self.partitions.remove(p) {
+                self.parked.insert(*p, o.join);
+            }
             self.assigned.remove(p);
             tracing::info!(partition = p, "revoked a partition");
         }
@@ -1029,20 +1123,45 @@ impl ClientContext for MemberContext {
 }
 
 impl ConsumerContext for MemberContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        use rdkafka::types::RDKafkaRespErr as E;
         let mut s = self.state.lock().expect("member state poisoned");
         s.progress.rebalances += 1;
-        if let Rebalance::Revoke(tpl) = rebalance {
-            s.revoked(consumer, tpl);
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            self.state
-                .lock()
-                .expect("member state poisoned")
-                .assigned(consumer, tpl);
+        match err {
+            E::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                // Each partition starts where its state is rebuilt from: the origin for a
+                // replay, the position for a state this member kept.
+                let assignment = s.assigned(consumer, tpl);
+                drop(s);
+                if let Err(e) = consumer.assign(&assignment) {
+                    quiet().log(
+                        tracing::Level::ERROR,
+                        &format!("kafka: assigning partitions: {e}"),
+                    );
+                }
+            }
+            E::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                s.revoked(consumer, tpl);
+                drop(s);
+                if let Err(e) = consumer.unassign() {
+                    quiet().log(
+                        tracing::Level::ERROR,
+                        &format!("kafka: revoking partitions: {e}"),
+                    );
+                }
+            }
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                quiet().log(
+                    tracing::Level::ERROR,
+                    &format!("kafka: rebalance failed: {code}"),
+                );
+            }
         }
     }
 }
@@ -1076,10 +1195,30 @@ fn one_frame(payload: &[u8]) -> Option<Frame> {
         .flatten()
 }
 
-/// Turns a control message into the event a TCP collector would have seen.
-fn control_event(m: &BorrowedMessage<'_>) -> Option<Event> {
+/// What a control message says.
+enum ControlMessage {
+    /// What a TCP collector would have seen from a probe.
+    Event(Event),
+    /// The relay's count of the records it forwarded from a connection, by hop wire id.
+    Forwarded(u64, CountersFrame),
+}
+
+/// Reads a control message.
+fn control_message(m: &BorrowedMessage<'_>) -> Option<ControlMessage> {
     let id = source_id(header(m, SOURCE_HEADER)?);
-    match one_frame(m.payload()?)? {
+    let frame = one_frame(m.payload()?)?;
+    if header(m, FORWARDED_HEADER) == Some("1") {
+        return match frame {
+            Frame::Counters(c) => Some(ControlMessage::Forwarded(id, c)),
+            _ => None,
+        };
+    }
+    control_event(id, m, frame).map(ControlMessage::Event)
+}
+
+/// Turns a control frame into the event a TCP collector would have seen.
+fn control_event(id: u64, m: &BorrowedMessage<'_>, frame: Frame) -> Option<Event> {
+    match frame {
         Frame::Hello(h) => {
             let peer = header(m, PEER_HEADER)
                 .and_then(|p| p.parse().ok())
@@ -1123,7 +1262,7 @@ pub fn run_member(
         )));
     }
     let control_topic = cfg.target.control_topic();
-    check_topics(
+    let partition_count = check_topics(
         &cfg.target.brokers,
         &[&cfg.target.topic, &control_topic],
         stop,
@@ -1135,7 +1274,9 @@ pub fn run_member(
         spec: Arc::clone(&spec),
         dir: dir.clone(),
         partitions: BTreeMap::new(),
+        partition_count,
         assigned: BTreeMap::new(),
+        parked: BTreeMap::new(),
         segments: Vec::new(),
         owners: Vec::new(),
         progress: MemberProgress::default(),
@@ -1185,7 +1326,13 @@ pub fn run_member(
                 return Err(e);
             }
             match polled {
-                Some(Ok(m)) => s.message(m.partition(), m.offset(), m.payload())?,
+                Some(Ok(m)) => {
+                    let ts = m
+                        .timestamp()
+                        .to_millis()
+                        .map(|ms| ms.saturating_mul(1_000_000));
+                    s.message(m.partition(), m.offset(), ts, m.payload())?;
+                }
                 Some(Err(e)) => {
                     quiet().log(tracing::Level::WARN, &format!("kafka: {e}"));
                 }
@@ -1212,8 +1359,9 @@ pub fn run_member(
             match r {
                 Ok(m) => {
                     control_position = m.offset() + 1;
-                    match control_event(&m) {
-                        Some(ev) => control.handle(ev),
+                    match control_message(&m) {
+                        Some(ControlMessage::Event(ev)) => control.handle(ev),
+                        Some(ControlMessage::Forwarded(id, c)) => control.forwarded(id, &c, &spec),
                         None => {
                             state
                                 .lock()
@@ -1284,8 +1432,7 @@ pub fn run_member(
     let summary = member_summary(&s, &control, started_unix_ns);
     control.write_tables(&dir)?;
     let path = dir.join("run.json");
-    let json = serde_json::to_vec_pretty(&summary).expect("a run summary serialises");
-    std::fs::write(&path, json).map_err(io_err(&path))?;
+    summary.write(&path).map_err(io_err(&path))?;
     progress(&s.progress);
     drop(s);
     consumer.unsubscribe();
@@ -1335,21 +1482,8 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         total.add(&seg.tally);
         files.extend(seg.files.iter().cloned());
     }
-    let rows = total
-        .publishers
-        .iter()
-        .map(|(p, (c, i))| {
-            (
-                *p,
-                group::Rows {
-                    complete: *c,
-                    incomplete: *i,
-                },
-            )
-        })
-        .collect();
     let (publishers, discrepancies) =
-        group::publishers_by_rows(&control.sent_by_publisher(), &rows);
+        group::publishers_by_keys(&control.sent_by_publisher(), &total.rows(), &total.keys);
     let (clock, alerts) = control.clock();
     let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     for o in &s.owners {
@@ -1364,7 +1498,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_clock::realtime_ns(),
         collector_host: host_info(),
-        probes: control.probe_infos(None),
+        probes: control.probe_infos(Some(s.spec.hop_names())),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,
@@ -1374,6 +1508,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             s.spec.hop_names(),
             publishers,
             control.records_lost(),
+            control.latest_counter_sum(counter_id::UNANNOUNCED_HOP),
             discrepancies,
         ),
         connections: BTreeMap::new(),

@@ -236,6 +236,103 @@ impl WrittenKeys {
     }
 }
 
+/// The keys one partition of a collector group's topic has written.
+///
+/// A partition holds the keys that Kafka's partitioner puts there
+/// ([`crate::partition::partition_of`]): about one sequence in `partitions` of each stream.
+/// Kept as they are, every key would be a range of its own. The sequences just below a
+/// key that belong to *other* partitions are added with it ("filled"): no key of this
+/// partition is among them, so [`Self::contains`] stays exact for this partition's keys,
+/// and the keys of a stream written in order stay one range. A run of other partitions'
+/// sequences longer than `32 × partitions` (never, in practice) is left as a gap.
+#[derive(Debug, Clone)]
+pub struct PartitionKeys {
+    keys: WrittenKeys,
+    partition: i32,
+    partitions: i32,
+    len: u64,
+}
+
+impl PartitionKeys {
+    /// No keys of `partition` of `partitions`.
+    #[must_use]
+    pub fn new(partition: i32, partitions: i32) -> Self {
+        Self {
+            keys: WrittenKeys::new(),
+            partition,
+            partitions: partitions.max(1),
+            len: 0,
+        }
+    }
+
+    /// Whether `key` belongs to this partition.
+    #[inline]
+    #[must_use]
+    pub fn belongs(&self, key: &TraceKey) -> bool {
+        self.partitions == 1
+            || crate::partition::partition_of(key, self.partitions) == self.partition
+    }
+
+    /// Whether `key`, a key of this partition, was written.
+    #[inline]
+    #[must_use]
+    pub fn contains(&self, key: &TraceKey) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Records `key`, a key of this partition, as written; `false` when it already was.
+    pub fn insert(&mut self, key: &TraceKey) -> bool {
+        debug_assert!(self.belongs(key), "{key:?} is not a key of this partition");
+        if self.keys.contains(key) {
+            return false;
+        }
+        let most = u64::try_from(self.partitions)
+            .unwrap_or(1)
+            .saturating_mul(32);
+        let mut below = *key;
+        let mut first = key.sequence;
+        while first > 0 && key.sequence - first < most {
+            below.sequence = first - 1;
+            if self.belongs(&below) {
+                break;
+            }
+            first -= 1;
+        }
+        if key.sequence - first < most {
+            for sequence in first..key.sequence {
+                self.keys.insert(&TraceKey { sequence, ..*key });
+            }
+        }
+        self.keys.insert(key);
+        self.len += 1;
+        true
+    }
+
+    /// Keys of this partition written.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Nothing written.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Disjoint ranges held, over every stream.
+    #[must_use]
+    pub fn ranges(&self) -> usize {
+        self.keys.streams().map(|(_, s)| s.ranges()).sum()
+    }
+
+    /// Bytes held, roughly.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.keys.memory_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -317,5 +414,75 @@ mod tests {
         assert!(w.contains(&k(1, 2, 3)) && !w.contains(&k(2, 2, 3)));
         assert_eq!(w.len(), 2);
         assert_eq!(w.stream(1, 2).map(SeqSet::len), Some(1));
+    }
+}
+
+#[cfg(test)]
+mod partition_tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key(stream: u32, sequence: u64) -> TraceKey {
+        TraceKey {
+            publisher: 2,
+            stream,
+            sequence,
+        }
+    }
+
+    #[test]
+    fn a_partitions_keys_written_in_order_stay_one_range_per_stream() {
+        let partitions = 6;
+        for p in 0..partitions {
+            let mut w = PartitionKeys::new(p, partitions);
+            let mut n = 0;
+            for stream in 0..4 {
+                for s in 0..20_000 {
+                    let k = key(stream, s);
+                    if w.belongs(&k) {
+                        assert!(w.insert(&k));
+                        assert!(!w.insert(&k));
+                        n += 1;
+                    }
+                }
+            }
+            assert_eq!(w.len(), n);
+            assert_eq!(w.ranges(), 4, "partition {p}");
+            // Every key of the partition is in the set (the others are filled in, and
+            // never asked about).
+            for s in 0..20_000 {
+                let k = key(1, s);
+                if w.belongs(&k) {
+                    assert!(w.contains(&k), "{s}");
+                }
+            }
+            assert!(!w.contains(&key(1, 20_000 + 6 * 40)), "beyond the last key");
+        }
+    }
+
+    proptest! {
+        /// Against a plain set of the partition's keys, in any order, with gaps.
+        #[test]
+        fn matches_a_plain_set(seqs in prop::collection::vec(0_u64..3_000, 0..1_500), p in 0_i32..4) {
+            let mut w = PartitionKeys::new(p, 4);
+            let mut oracle = BTreeSet::new();
+            for s in seqs {
+                let k = key(1, s);
+                if !w.belongs(&k) {
+                    continue;
+                }
+                prop_assert_eq!(w.insert(&k), oracle.insert(s));
+            }
+            prop_assert_eq!(w.len(), oracle.len() as u64);
+            for s in 0..3_100 {
+                let k = key(1, s);
+                if w.belongs(&k) {
+                    prop_assert_eq!(w.contains(&k), oracle.contains(&s), "{}", s);
+                }
+            }
+        }
     }
 }

@@ -241,6 +241,9 @@ impl Collector {
                 r.unfinished.len()
             );
         }
+        // Keys in the part files kept from an earlier collector of this run are written
+        // already: a late record for one of them must not make a second row.
+        let kept = crate::writer::kept_keys(&run_dir.join("traces"))?;
         let out = &cfg.spec.output;
         let writer = TraceWriter::new(TraceWriterConfig {
             dir: run_dir.join("traces"),
@@ -257,8 +260,11 @@ impl Collector {
         let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
         let continued;
         let service = {
+            let mut joiner = Joiner::new(&spec);
+            joiner.set_written(kept.clone());
             let mut state = JoinState {
-                joiner: Joiner::new(&spec),
+                joiner,
+                kept,
                 spec: Arc::clone(&spec),
                 writer: Some(writer),
                 stages: Some(
@@ -415,6 +421,8 @@ struct ProbeConn {
 
 struct JoinState {
     joiner: Joiner,
+    /// Keys of the part files kept from an earlier collector of this run.
+    kept: crate::keys::WrittenKeys,
     spec: Arc<ResolvedSpec>,
     writer: Option<TraceWriter>,
     stages: Option<StageRecorder>,
@@ -587,8 +595,41 @@ impl Control {
         out
     }
 
-    /// Every probe connection, for `run.json`; with the pipeline's hop names when this
-    /// collector joined the records itself (their stamps per hop are then known).
+    /// The records a relay forwarded from connection `id`, by hop wire id (counter id):
+    /// the group member's count of that probe's stamps, by hop index.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn forwarded(&mut self, id: u64, c: &CountersFrame, spec: &ResolvedSpec) {
+        let Some(p) = self.probes.get_mut(&id) else {
+            return;
+        };
+        p.stamps = [0; MAX_HOPS];
+        for (hop, n) in &c.values {
+            let index = u8::try_from(*hop)
+                .ok()
+                .and_then(|h| spec.hop_index(hoptrace_protocol::HopId(h)));
+            if let Some(i) = index {
+                p.stamps[i] = *n;
+            }
+        }
+    }
+
+    /// Counter `id` summed over exporter instances, each at its latest Counters frame.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn latest_counter_sum(&self, id: u16) -> u64 {
+        let mut last: BTreeMap<u64, &CountersFrame> = BTreeMap::new();
+        for p in self.probes.values() {
+            if let Some(c) = &p.counters {
+                let e = last.entry(p.hello.instance_id).or_insert(c);
+                if c.at_ns >= e.at_ns {
+                    *e = c;
+                }
+            }
+        }
+        last.values().map(|c| c.get(id)).sum()
+    }
+
+    /// Every probe connection, for `run.json`; with the pipeline's hop names when its
+    /// stamps per hop are known (this collector joined them, or a relay counted them).
     pub(crate) fn probe_infos(&self, hop_names: Option<&[String]>) -> Vec<ProbeInfo> {
         self.probes
             .values()
@@ -1021,10 +1062,8 @@ impl JoinState {
         self.control.write_tables(&self.run_dir)?;
         let summary = self.summary(files, stages);
         let path = self.run_dir.join("run.json");
-        let json = serde_json::to_vec_pretty(&summary).expect("run summary serialises");
-        let tmp = self.run_dir.join("run.json.tmp");
-        std::fs::write(&tmp, json)
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        summary
+            .write(&path)
             .map_err(|source| CollectorError::Io { path, source })?;
         // The run's files hold everything now: once the disk has them, the log goes.
         if let Some(wal) = self.wal.take() {
@@ -1038,8 +1077,12 @@ impl JoinState {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
         let rows: BTreeMap<u16, Rows> = self.tallies.iter().map(|(p, r)| (*p, *r)).collect();
-        let (publishers, mut discrepancies) =
-            accounting::publishers(self.control.sent(), &rows, self.joiner.written());
+        let (publishers, mut discrepancies) = accounting::publishers(
+            self.control.sent(),
+            &rows,
+            self.joiner.written(),
+            &self.kept,
+        );
         if self.joiner.pending() > 0 {
             discrepancies.push(format!(
                 "{} traces still in the join when the run ended",

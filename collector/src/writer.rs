@@ -419,6 +419,84 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
     Ok((!empty).then_some(r))
 }
 
+/// The trace keys of every complete part file (`part-*.parquet`) in `dir`: what a
+/// collector continuing this run must never write again. Reads only the three key
+/// columns.
+///
+/// # Errors
+/// A file that cannot be read, or lacks the key columns.
+pub fn kept_keys(dir: &Path) -> Result<crate::keys::WrittenKeys, WriteError> {
+    use arrow::array::{Array as _, AsArray as _};
+    use arrow::datatypes::{UInt16Type, UInt32Type, UInt64Type};
+    use parquet::arrow::ProjectionMask;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let mut keys = crate::keys::WrittenKeys::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(keys);
+    };
+    let mut names: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("part-") && n.ends_with(".parquet"))
+        })
+        .collect();
+    names.sort();
+    for path in names {
+        let parquet = |source| WriteError::Parquet {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(|source| WriteError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet)?;
+        let schema = builder.parquet_schema();
+        let column = |name: &str| {
+            schema
+                .columns()
+                .iter()
+                .position(|c| c.name() == name)
+                .ok_or_else(|| {
+                    parquet(parquet::errors::ParquetError::General(format!(
+                        "no column {name}: not a traces part file"
+                    )))
+                })
+        };
+        let mask = ProjectionMask::leaves(
+            schema,
+            [column("publisher")?, column("stream")?, column("sequence")?],
+        );
+        for batch in builder.with_projection(mask).build().map_err(parquet)? {
+            let batch = batch?;
+            let col = |name: &str| {
+                batch.column_by_name(name).ok_or_else(|| {
+                    parquet(parquet::errors::ParquetError::General(format!(
+                        "no column {name}"
+                    )))
+                })
+            };
+            let publisher = col("publisher")?.as_primitive::<UInt16Type>().clone();
+            let stream = col("stream")?.as_primitive::<UInt32Type>().clone();
+            let sequence = col("sequence")?.as_primitive::<UInt64Type>().clone();
+            for i in 0..batch.num_rows() {
+                if publisher.is_valid(i) && stream.is_valid(i) && sequence.is_valid(i) {
+                    keys.insert(&hoptrace_protocol::TraceKey {
+                        publisher: publisher.value(i),
+                        stream: stream.value(i),
+                        sequence: sequence.value(i),
+                    });
+                }
+            }
+        }
+    }
+    Ok(keys)
+}
+
 /// The index after the highest `part-NNNNN.parquet*` already in `dir`, so a restarted
 /// collector never overwrites a file.
 fn next_part_index(dir: &Path) -> u32 {

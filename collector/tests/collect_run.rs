@@ -199,33 +199,31 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
         }
     }
 
-    // And with pyarrow, which knows nothing of this crate.
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The same run read with pyarrow, which knows nothing of this crate: every row and stamp
+/// as written. Needs python3 with pyarrow (`infra/test.sh` installs it).
+#[test]
+#[ignore = "needs python3 with pyarrow: infra/test.sh runs it"]
+fn a_run_reads_the_same_with_pyarrow() {
+    let tmp = tempdir();
+    run_once(&tmp);
+    let run_dir = tmp.join("test-run");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/check_run.py");
     let out = std::process::Command::new("python3")
         .arg(script)
         .arg(&run_dir)
         .arg(TRACES.to_string())
         .arg(base_ns().to_string())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            let stderr = String::from_utf8_lossy(&o.stderr);
-            if stderr.contains("No module named 'pyarrow'")
-                && std::env::var("HOPTRACE_INTEGRATION").as_deref() != Ok("1")
-            {
-                eprintln!(
-                    "skipped the pyarrow check: pyarrow not installed (infra/test.sh installs it)"
-                );
-            } else {
-                panic!(
-                    "check_run.py failed:\n{}\n{stderr}",
-                    String::from_utf8_lossy(&o.stdout)
-                );
-            }
-        }
-        Err(e) => panic!("cannot run python3: {e}"),
-    }
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
+    assert!(
+        out.status.success(),
+        "check_run.py failed (pyarrow missing? infra/test.sh installs it):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
@@ -330,13 +328,7 @@ fn garbage_and_oversized_frames_close_only_their_connection() {
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hoptrace-collect-{}-{}",
-        std::process::id(),
-        hoptrace_probe::clock::realtime_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hoptrace_testkit::tempdir("collect")
 }
 
 #[test]

@@ -41,13 +41,7 @@ fn spec() -> PipelineSpec {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hoptrace-hostile-{name}-{}-{}",
-        std::process::id(),
-        hoptrace_probe::clock::realtime_ns()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hoptrace_testkit::tempdir(&format!("hostile-{name}"))
 }
 
 fn now_ns() -> i64 {

@@ -38,10 +38,7 @@ fn make_pki(dir: &Path, prefix: &str, names: &[&str]) -> (PathBuf, PathBuf, Path
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hoptrace-tls-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hoptrace_testkit::tempdir(&format!("tls-{name}"))
 }
 
 fn exporter(addr: &str, token: &str, ca: Option<&Path>, name: Option<&str>) -> Exporter {

@@ -54,8 +54,22 @@ pub struct Tally {
     pub duplicate_traces: u64,
     /// Traces with a negative stage delta.
     pub negative_delta_traces: u64,
-    /// (complete, incomplete) traces by publisher.
+    /// (complete, incomplete) traces by publisher: the rows written.
     pub publishers: BTreeMap<u16, (u64, u64)>,
+    /// Distinct keys written by publisher, counted apart from the rows: a key the
+    /// partition had already written is not counted again, so a key with two rows makes
+    /// the rows exceed the keys.
+    #[serde(default)]
+    pub keys: BTreeMap<u16, u64>,
+    /// Records in a partition their trace key does not map to (the topic's partition
+    /// count changed, or another producer wrote to it): counted, not joined.
+    #[serde(default)]
+    pub misplaced: u64,
+    /// Partitions taken over whose replay from the partition's first offset did not
+    /// reach the previous owner's checkpoint (records deleted from Kafka since, or another
+    /// log): what the previous owner wrote may be written again.
+    #[serde(default)]
+    pub replay_mismatches: u64,
 }
 
 impl Tally {
@@ -75,6 +89,28 @@ impl Tally {
             e.0 += c;
             e.1 += i;
         }
+        for (p, k) in &other.keys {
+            *self.keys.entry(*p).or_default() += k;
+        }
+        self.misplaced += other.misplaced;
+        self.replay_mismatches += other.replay_mismatches;
+    }
+
+    /// The rows written per publisher.
+    #[must_use]
+    pub fn rows(&self) -> BTreeMap<u16, Rows> {
+        self.publishers
+            .iter()
+            .map(|(p, (c, i))| {
+                (
+                    *p,
+                    Rows {
+                        complete: *c,
+                        incomplete: *i,
+                    },
+                )
+            })
+            .collect()
     }
 
     /// The run accounting this tally makes, with hop names for its per-hop counts.
@@ -84,8 +120,21 @@ impl Tally {
         hops: &[String],
         publishers: Vec<PublisherAccount>,
         records_lost_by_probes: u64,
-        discrepancies: Vec<String>,
+        unannounced_hop_records: u64,
+        mut discrepancies: Vec<String>,
     ) -> Accounting {
+        if self.misplaced > 0 {
+            discrepancies.push(format!(
+                "{} records arrived in a Kafka partition their trace key does not map to (the topic's partition count changed while the relay ran, or another producer wrote to it): counted, not joined",
+                self.misplaced
+            ));
+        }
+        if self.replay_mismatches > 0 {
+            discrepancies.push(format!(
+                "{} partition takeovers did not replay to the previous owner's checkpoint (records deleted from Kafka since?): keys it wrote may have been written again",
+                self.replay_mismatches
+            ));
+        }
         let named = |counts: &[u64]| -> BTreeMap<String, u64> {
             hops.iter()
                 .cloned()
@@ -104,7 +153,7 @@ impl Tally {
             negative_delta_traces: self.negative_delta_traces,
             late_records: self.late,
             unknown_hop_records: self.unknown_hop,
-            unannounced_hop_records: 0,
+            unannounced_hop_records,
             implausible_records: self.implausible,
             implausible_traces: self.implausible_traces,
             in_flight: 0,
@@ -118,7 +167,7 @@ impl Tally {
     /// Whether nothing was counted.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.records == 0 && self.publishers.is_empty()
+        self.records == 0 && self.publishers.is_empty() && self.replay_mismatches == 0
     }
 }
 
@@ -407,20 +456,7 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
             }
         }
     }
-    let rows: BTreeMap<u16, Rows> = total
-        .publishers
-        .iter()
-        .map(|(p, (c, i))| {
-            (
-                *p,
-                Rows {
-                    complete: *c,
-                    incomplete: *i,
-                },
-            )
-        })
-        .collect();
-    let (publishers, mut discrepancies) = publishers_by_rows(&sent, &rows);
+    let (publishers, mut discrepancies) = publishers_by_keys(&sent, &total.rows(), &total.keys);
     if unfinished_owner {
         discrepancies.push(
             "a partition's last owner did not finish: traces it held were never written".into(),
@@ -434,10 +470,17 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
         .unwrap_or(summary.started_unix_ns);
     summary.files = files;
     summary.stages = Vec::new();
+    // Every member read the relay's counters from the control topic.
+    let unannounced = finished
+        .iter()
+        .map(|(_, s)| s.accounting.unannounced_hop_records)
+        .max()
+        .unwrap_or(0);
     summary.accounting = total.accounting(
         &hops,
         publishers,
         summary.accounting.records_lost_by_probes,
+        unannounced,
         discrepancies,
     );
     summary.group = Some(info);
@@ -450,16 +493,20 @@ pub fn open_group(dir: &Path) -> Result<GroupRun, GroupError> {
 }
 
 /// The accounting of a run whose keys are not kept in one place (a consumer group: each
-/// member joins its own partitions, and keys are de-duplicated per partition): rows
-/// against what each publisher says it sent, `sent` given per publisher as (messages,
-/// metrics). `unseen` = sent − rows, and a publisher with more rows than messages sent,
-/// or with rows and no report, does not add up.
-pub fn publishers_by_rows(
+/// partition's keys are written once by whoever joins it), from counts that do not
+/// depend on each other: `sent` per publisher as (messages, metrics) from its Sent
+/// reports, `rows` as written, and `keys`, the distinct keys written (a key written a
+/// second time is not counted again). `unseen` = sent − keys. A publisher adds up when
+/// its rows equal its keys (no key has two rows), its keys do not exceed what it sent,
+/// and it reported what it sent; every failure is named.
+#[must_use]
+pub fn publishers_by_keys(
     sent: &BTreeMap<u16, (u64, u64)>,
     rows: &BTreeMap<u16, Rows>,
+    keys: &BTreeMap<u16, u64>,
 ) -> (Vec<PublisherAccount>, Vec<String>) {
     let mut accounts: BTreeMap<u16, PublisherAccount> = BTreeMap::new();
-    for p in sent.keys().chain(rows.keys()) {
+    for p in sent.keys().chain(rows.keys()).chain(keys.keys()) {
         let (messages, metrics) = sent.get(p).copied().unwrap_or_default();
         let r = rows.get(p).copied().unwrap_or_default();
         accounts.insert(
@@ -476,19 +523,31 @@ pub fn publishers_by_rows(
     }
     let mut discrepancies = Vec::new();
     for a in accounts.values_mut() {
+        let p = a.publisher;
         let rows = a.complete + a.incomplete;
-        if !sent.contains_key(&a.publisher) {
+        let distinct = keys.get(&p).copied().unwrap_or(0);
+        if rows != distinct {
             discrepancies.push(format!(
-                "publisher {}: {rows} traces written but the publisher never reported what it sent",
-                a.publisher
+                "publisher {p}: {rows} rows written for {distinct} distinct keys"
             ));
         }
-        match a.sent.checked_sub(rows) {
+        if !sent.contains_key(&p) && rows > 0 {
+            discrepancies.push(format!(
+                "publisher {p}: {rows} traces written but the publisher never reported what it sent"
+            ));
+        }
+        match a.sent.checked_sub(distinct) {
             Some(unseen) => a.unseen = unseen,
             None => discrepancies.push(format!(
-                "publisher {}: {rows} traces written, more than the {} messages it says it sent",
-                a.publisher, a.sent
+                "publisher {p}: {distinct} distinct keys written, more than the {} messages it says it sent",
+                a.sent
             )),
+        }
+        if a.sent != rows + a.unseen {
+            discrepancies.push(format!(
+                "publisher {p}: sent {} != complete {} + incomplete {} + unseen {}",
+                a.sent, a.complete, a.incomplete, a.unseen
+            ));
         }
     }
     (accounts.into_values().collect(), discrepancies)
@@ -516,6 +575,66 @@ mod tests {
             start,
             assigned_unix_ns: at,
         }
+    }
+
+    fn rows(complete: u64, incomplete: u64) -> BTreeMap<u16, Rows> {
+        BTreeMap::from([(
+            1,
+            Rows {
+                complete,
+                incomplete,
+            },
+        )])
+    }
+
+    #[test]
+    fn adds_up_when_rows_keys_and_sent_agree() {
+        let sent = BTreeMap::from([(1, (10, 100))]);
+        let (a, d) = publishers_by_keys(&sent, &rows(6, 2), &BTreeMap::from([(1, 8)]));
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(
+            (a[0].sent, a[0].complete, a[0].incomplete, a[0].unseen),
+            (10, 6, 2, 2)
+        );
+    }
+
+    #[test]
+    fn a_key_with_two_rows_does_not_add_up_behind_an_unseen_message() {
+        // 9 rows for 8 keys of 10 sent: sent − rows = 1 would hide the second row
+        // behind the one message nobody saw.
+        let sent = BTreeMap::from([(1, (10, 100))]);
+        let (a, d) = publishers_by_keys(&sent, &rows(6, 3), &BTreeMap::from([(1, 8)]));
+        assert_eq!(a[0].unseen, 2);
+        assert!(
+            d.iter()
+                .any(|x| x.contains("9 rows written for 8 distinct keys")),
+            "{d:?}"
+        );
+        assert!(
+            d.iter().any(|x| x.contains("sent 10 != complete 6")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn more_keys_than_sent_or_no_report_does_not_add_up() {
+        let sent = BTreeMap::from([(1, (3, 30))]);
+        let (_, d) = publishers_by_keys(&sent, &rows(5, 0), &BTreeMap::from([(1, 5)]));
+        assert!(d.iter().any(|x| x.contains("more than the 3")), "{d:?}");
+        let (_, d) = publishers_by_keys(&BTreeMap::new(), &rows(1, 0), &BTreeMap::from([(1, 1)]));
+        assert!(d.iter().any(|x| x.contains("never reported")), "{d:?}");
+    }
+
+    #[test]
+    fn misplaced_records_and_failed_replays_are_named() {
+        let t = Tally {
+            misplaced: 3,
+            replay_mismatches: 1,
+            ..Tally::default()
+        };
+        let a = t.accounting(&[], Vec::new(), 0, 0, Vec::new());
+        assert!(!a.adds_up);
+        assert_eq!(a.discrepancies.len(), 2, "{:?}", a.discrepancies);
     }
 
     #[test]

@@ -53,6 +53,35 @@ pub struct RunSummary {
     pub restarts: Vec<Restart>,
 }
 
+impl RunSummary {
+    /// Writes this summary as `path` (a `run.json`) whole or not at all: into a temporary
+    /// file beside it, synced, then renamed over it, so a reader or a crash never sees a
+    /// half-written file and a failure leaves the previous one as it was. Every writer of
+    /// `run.json` goes through here.
+    ///
+    /// # Errors
+    /// When the temporary file cannot be written or synced, or the rename fails.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let mut tmp_name = path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp_name);
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(&json)?;
+            f.sync_all()
+        });
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Some(dir) = path.parent().and_then(|d| std::fs::File::open(d).ok()) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
 /// A collector started again on an unfinished run: it replayed the run's log and went on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restart {
@@ -114,8 +143,13 @@ pub struct PublisherAccount {
     pub complete: u64,
     /// Traces missing at least one expected hop.
     pub incomplete: u64,
+    /// Messages whose keys are in part files an earlier collector of this run left (a
+    /// continued run): seen and written before, not by this collector, so neither in
+    /// `complete` nor in `incomplete`.
+    #[serde(default)]
+    pub recovered: u64,
     /// Messages of which no stamp at all reached the collector: `sent` less the distinct
-    /// keys written within the sequences the publisher reported.
+    /// keys written within the sequences the publisher reported (kept ones included).
     pub unseen: u64,
     /// Traces written whose keys lie outside the sequences the publisher reported sending.
     #[serde(default)]
@@ -162,9 +196,9 @@ pub struct Accounting {
     /// Times the join filled up (`join.max_pending`) and the collector pushed back on
     /// probes through TCP.
     pub backpressure_episodes: u64,
-    /// `sent = complete + incomplete + unseen` for every publisher, each figure counted
-    /// independently (rows as written, unseen from the distinct keys written), no key
-    /// written twice or outside what was sent, and nothing in flight.
+    /// `sent = complete + incomplete + recovered + unseen` for every publisher, each figure
+    /// counted independently (rows as written, unseen from the distinct keys written), no
+    /// key written twice or outside what was sent, and nothing in flight.
     pub adds_up: bool,
     /// Why the counts do not add up, one line per finding (empty when they do).
     #[serde(default)]

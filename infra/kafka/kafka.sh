@@ -35,7 +35,10 @@ KAFKA_HOME=$CACHE/kafka-$KAFKA_VERSION
 LIB=$KAFKA_HOME/lib
 MARKER=$KAFKA_HOME/.fetched
 RUN=${HOPTRACE_RUN:-/tmp/hoptrace-infra}
-READY_TIMEOUT=${HOPTRACE_KAFKA_READY_TIMEOUT:-90}
+# Seconds a start may take: three brokers' JVMs starting at once on two busy cores need
+# more than one does.
+SINGLE_READY_TIMEOUT=${HOPTRACE_KAFKA_READY_TIMEOUT:-90}
+CLUSTER_READY_TIMEOUT=${HOPTRACE_KAFKA_READY_TIMEOUT:-240}
 STOP_TIMEOUT=${HOPTRACE_KAFKA_STOP_TIMEOUT:-60}
 
 HOST=127.0.0.1
@@ -269,7 +272,7 @@ launch_node() {
     setsid java "-Xms$heap" "-Xmx$heap" "${BROKER_JVM_OPTS[@]}" \
         "-Dkafka.logs.dir=$dir/logs" "-Dlog4j.configuration=file:$HERE/log4j.properties" \
         -cp "$LIB/*" kafka.Kafka "$dir/server.properties" \
-        </dev/null >>"$dir/stdout.log" 2>&1 &
+        </dev/null >>"$dir/stdout.log" 2>&1 9>&- &
     local pid=$! deadline=$((SECONDS + 10)) found
     # setsid forks when it starts as a process group leader (a shell with job control):
     # then $! is a parent that exits at once. Record the broker's own pid.
@@ -307,11 +310,33 @@ node_started() {
     log=$dir/logs/server.log
     port_open "$(client_port "$1" "$2")" && [[ -f $log ]] || return 1
     [[ -f $dir/log.offset ]] && offset=$(<"$dir/log.offset")
-    # The log may have been rotated since; then look at all of it.
-    (($(stat -c %s "$log") >= offset)) || offset=0
     # grep -c reads to the end: with grep -q, tail would die of SIGPIPE once more than a pipe
     # buffer of log follows the line, and under pipefail the check would fail forever.
-    tail -c "+$((offset + 1))" "$log" | grep -c 'Kafka Server started' >/dev/null
+    if (($(stat -c %s "$log") >= offset)); then
+        tail -c "+$((offset + 1))" "$log" | grep -c 'Kafka Server started' >/dev/null
+    else
+        # Rolled over since the launch (log4j.properties: 32 MB): the launch's part is now
+        # server.log.1 from the offset on, and the rest is the new server.log.
+        { [[ -f $log.1 ]] && tail -c "+$((offset + 1))" "$log.1"; cat "$log"; } |
+            grep -c 'Kafka Server started' >/dev/null
+    fi
+}
+
+# brokers_registered DEPLOYMENT: every node of the deployment answers requests and is in
+# the cluster's metadata (unfenced), seen through the admin API rather than the logs.
+brokers_registered() {
+    local d=$1 out id
+    out=$(timeout 60 java "${TOOL_JVM_OPTS[@]}" -cp "$LIB/*" kafka.admin.BrokerApiVersionsCommand \
+        --command-config "$HERE/admin.properties" --bootstrap-server "$(bootstrap_of "$d")" 2>&1) || {
+        printf '%s' "$out"
+        return 1
+    }
+    for id in $(node_ids "$d"); do
+        grep -q "(id: $id rack" <<<"$out" || {
+            printf 'node %s is not in the metadata yet' "$id"
+            return 1
+        }
+    done
 }
 
 # fail_start DEPLOYMENT MESSAGE: show the logs, stop what was started, and exit.
@@ -322,8 +347,9 @@ fail_start() {
 }
 
 wait_ready() {
-    local d=$1 deadline id all pending
-    deadline=$((SECONDS + READY_TIMEOUT))
+    local d=$1 deadline id all pending timeout=$SINGLE_READY_TIMEOUT
+    [[ $d == single ]] || timeout=$CLUSTER_READY_TIMEOUT
+    deadline=$((SECONDS + timeout))
     while :; do
         all=1
         pending=""
@@ -335,16 +361,15 @@ wait_ready() {
         done
         ((all)) && break
         if ((SECONDS >= deadline)); then
-            fail_start "$d" "$d Kafka not ready after ${READY_TIMEOUT}s (waiting for node(s)$pending; logs above)"
+            fail_start "$d" "$d Kafka not ready after ${timeout}s (waiting for node(s)$pending; logs above)"
         fi
         sleep 1
     done
-    # Final check through the admin API: metadata must answer on every client listener.
+    # Final check through the admin API: every node answers and is registered.
     local out
-    while ! out=$(timeout 60 java "${TOOL_JVM_OPTS[@]}" -cp "$LIB/*" org.apache.kafka.tools.TopicCommand \
-        --command-config "$HERE/admin.properties" --bootstrap-server "$(bootstrap_of "$d")" --list 2>&1); do
+    while ! out=$(brokers_registered "$d"); do
         if ((SECONDS >= deadline)); then
-            fail_start "$d" "$d Kafka is up but TopicCommand --list failed after ${READY_TIMEOUT}s: $(tail -n 3 <<<"$out")"
+            fail_start "$d" "$d Kafka is up but not every broker is registered after ${timeout}s: $(tail -n 3 <<<"$out")"
         fi
         sleep 1
     done
@@ -552,10 +577,19 @@ cmd_wipe() {
     done
 }
 
+# lock: one start, stop or wipe at a time (two test suites starting the cluster at once
+# would otherwise both launch its nodes). The brokers themselves do not hold the lock.
+lock() {
+    mkdir -p "$RUN"
+    exec 9>"$RUN/kafka.lock"
+    flock 9
+}
+
 main() {
     (($#)) || usage
     local cmd=$1
     shift
+    case $cmd in start | stop | wipe) lock ;; esac
     case $cmd in
     fetch) cmd_fetch "$@" ;;
     start) cmd_start "$@" ;;

@@ -24,15 +24,32 @@
 #   HOPTRACE_NR_INFLUXDB     InfluxDB HOST:PORT (default 127.0.0.1:18086)
 #   HOPTRACE_NR_INFLUX_DB    database (default hoptrace; created if missing)
 #   HOPTRACE_NR_MEASUREMENT  measurement (default nodered)
+#   HOPTRACE_NR_FLOW         plain (default): flows.json, no hoptrace code; or probed:
+#                            flows-probed.json, the same flow with the two hoptrace nodes of
+#                            probes/node-red, that package installed into the userDir with
+#                            `npm install <folder>` as a Node-RED user installs a local node.
+#                            The probed flow is a second instance beside the plain one: state
+#                            in nodered-probed/, port 11881, defaults topic
+#                            hoptrace/nrp/in/#, measurement nodered_probed
+#   HOPTRACE_NR_COLLECTOR    (probed) the hoptrace collector the nodes report to
+#                            (default 127.0.0.1:7400)
 #
 # Packages live in ${HOPTRACE_CACHE:-$HOME/.cache/hoptrace}/nodered, never in the work tree.
-# Files under ${HOPTRACE_RUN:-/tmp/hoptrace-infra}/nodered/: userdir/ (Node-RED's userDir with
-# copies of flows.json and settings.js), nodered.log (Node-RED's output), nodered.env (the settings above as
-# started), nodered.pid.
+# Files under ${HOPTRACE_RUN:-/tmp/hoptrace-infra}/nodered/ (nodered-probed/ for the probed
+# flow): userdir/ (Node-RED's userDir with copies of the flow and settings.js), nodered.log
+# (Node-RED's output), nodered.env (the settings above as started), nodered.pid.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-NAME=nodered
+FLOW=${HOPTRACE_NR_FLOW:-plain}
+case $FLOW in
+plain) NAME=nodered ;;
+probed) NAME=nodered-probed ;;
+*)
+    echo "nodered: error: HOPTRACE_NR_FLOW must be plain or probed, not '$FLOW'" >&2
+    exit 2
+    ;;
+esac
 # shellcheck source-path=SCRIPTDIR source=../stores/common.sh
 source "$HERE/../stores/common.sh"
 
@@ -43,24 +60,37 @@ USER_DIR=$RUN_DIR/userdir
 LOG_FILE=$RUN_DIR/nodered.log
 ENV_FILE=$RUN_DIR/nodered.env
 READY_TIMEOUT=${HOPTRACE_NODERED_READY_TIMEOUT:-60}
-PORT=11880
-URL=http://$HOST:$PORT
 # Node-RED's heap: the flow is small; the default would let V8 grow to a quarter of RAM.
 HEAP_MB=256
+# The hoptrace node package (probed flow only).
+PROBE_PKG=$(cd "$HERE/../../probes/node-red" && pwd)
 
-export HOPTRACE_NR_TOPIC=${HOPTRACE_NR_TOPIC:-hoptrace/nr/in/#}
+if [[ $FLOW == probed ]]; then
+    FLOW_FILE=flows-probed.json
+    PORT=11881
+    export HOPTRACE_NR_TOPIC=${HOPTRACE_NR_TOPIC:-hoptrace/nrp/in/#}
+    export HOPTRACE_NR_MEASUREMENT=${HOPTRACE_NR_MEASUREMENT:-nodered_probed}
+    export HOPTRACE_NR_COLLECTOR=${HOPTRACE_NR_COLLECTOR:-127.0.0.1:7400}
+else
+    FLOW_FILE=flows.json
+    PORT=11880
+    export HOPTRACE_NR_TOPIC=${HOPTRACE_NR_TOPIC:-hoptrace/nr/in/#}
+    export HOPTRACE_NR_MEASUREMENT=${HOPTRACE_NR_MEASUREMENT:-nodered}
+fi
+# settings.js reads the port from here.
+export HOPTRACE_NR_PORT=$PORT
+URL=http://$HOST:$PORT
 export HOPTRACE_NR_QOS=${HOPTRACE_NR_QOS:-0}
 HOPTRACE_NR_MQTT=${HOPTRACE_NR_MQTT:-${HOPTRACE_MQTT:-127.0.0.1:11883}}
 HOPTRACE_NR_INFLUXDB=${HOPTRACE_NR_INFLUXDB:-127.0.0.1:18086}
 export HOPTRACE_NR_INFLUX_DB=${HOPTRACE_NR_INFLUX_DB:-hoptrace}
-export HOPTRACE_NR_MEASUREMENT=${HOPTRACE_NR_MEASUREMENT:-nodered}
 # The flow reads host and port separately.
 export HOPTRACE_NR_MQTT_HOST=${HOPTRACE_NR_MQTT%:*} HOPTRACE_NR_MQTT_PORT=${HOPTRACE_NR_MQTT##*:}
 export HOPTRACE_NR_INFLUX_HOST=${HOPTRACE_NR_INFLUXDB%:*} HOPTRACE_NR_INFLUX_PORT=${HOPTRACE_NR_INFLUXDB##*:}
 INFLUX_URL=http://$HOPTRACE_NR_INFLUXDB
 
 # Node-RED replaces its command line with its --title, so that is what identifies it.
-TITLE=hoptrace-nodered
+TITLE=hoptrace-$NAME
 server_pid() { pid_from "$PID_FILE" "$TITLE"; }
 
 lock_digest() { sha256sum "$HERE/package-lock.json" | cut -d' ' -f1; }
@@ -101,6 +131,23 @@ settings_line() {
     printf 'topic=%s qos=%s mqtt=%s influxdb=%s database=%s measurement=%s' \
         "$HOPTRACE_NR_TOPIC" "$HOPTRACE_NR_QOS" "$HOPTRACE_NR_MQTT" "$HOPTRACE_NR_INFLUXDB" \
         "$HOPTRACE_NR_INFLUX_DB" "$HOPTRACE_NR_MEASUREMENT"
+    if [[ $FLOW == probed ]]; then
+        printf ' collector=%s' "$HOPTRACE_NR_COLLECTOR"
+    fi
+}
+
+# install_probe: the hoptrace node package into the userDir, as a Node-RED user installs a
+# local node (`cd ~/.node-red && npm install /path/to/folder`: npm links the folder into
+# node_modules and records it in the userDir's package.json). It has no dependencies, so npm
+# needs no registry (--offline).
+install_probe() {
+    local out
+    [[ -f $USER_DIR/package.json ]] ||
+        printf '{\n  "name": "hoptrace-nodered-probed-userdir",\n  "private": true\n}\n' >"$USER_DIR/package.json"
+    out=$(cd "$USER_DIR" && npm install --offline --no-audit --no-fund --loglevel=error "$PROBE_PKG" 2>&1) ||
+        die "npm install $PROBE_PKG into $USER_DIR failed: $out"
+    [[ -f $USER_DIR/node_modules/node-red-contrib-hoptrace/package.json ]] ||
+        die "npm install finished but $USER_DIR/node_modules/node-red-contrib-hoptrace is missing"
 }
 
 check_settings() {
@@ -111,6 +158,10 @@ check_settings() {
         die "HOPTRACE_NR_MEASUREMENT must be an identifier, not '$HOPTRACE_NR_MEASUREMENT'"
     [[ $HOPTRACE_NR_INFLUX_DB =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] ||
         die "HOPTRACE_NR_INFLUX_DB must be an identifier, not '$HOPTRACE_NR_INFLUX_DB'"
+    if [[ $FLOW == probed ]]; then
+        [[ $HOPTRACE_NR_COLLECTOR =~ ^[^:[:space:]]+:[0-9]+$ ]] ||
+            die "HOPTRACE_NR_COLLECTOR must be HOST:PORT, not '$HOPTRACE_NR_COLLECTOR'"
+    fi
 }
 
 # influx_query STATEMENT: InfluxQL against the flow's database; fails on an error, including
@@ -169,6 +220,9 @@ wait_ready() {
     # The editor and admin API answer, with our flow deployed.
     until out=$(curl -sS --max-time 2 "$URL/flows" 2>/dev/null) && [[ $out == *'"nr-influx-out"'* ]]; do
         server_pid >/dev/null || fail "Node-RED exited during startup (log above)"
+        # A node type it cannot load (the hoptrace package not installed) stops the flow.
+        tail -c "+$((offset + 1))" "$LOG_FILE" | grep -q 'Waiting for missing types' &&
+            fail "Node-RED is missing node types of $FLOW_FILE (log above)"
         ((SECONDS < deadline)) || fail "Node-RED admin API $URL/flows did not return the flow within ${READY_TIMEOUT}s"
         sleep 0.2
     done
@@ -221,8 +275,13 @@ cmd_start() {
     check_services
     mkdir -p "$USER_DIR"
     # Both into the userDir, so that everything Node-RED writes (it resolves the flow file
-    # relative to the settings file) stays out of the work tree.
-    cp "$HERE/flows.json" "$HERE/settings.js" "$USER_DIR/"
+    # relative to the settings file) stays out of the work tree. The flow is always named
+    # flows.json there (settings.js says so).
+    cp "$HERE/$FLOW_FILE" "$USER_DIR/flows.json"
+    cp "$HERE/settings.js" "$USER_DIR/"
+    if [[ $FLOW == probed ]]; then
+        install_probe
+    fi
     settings_line >"$ENV_FILE"
     touch "$LOG_FILE"
     local offset

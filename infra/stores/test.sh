@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Integration tests of the private stores (infra/stores/test_stores.py) and of the Node-RED
-# reference pipeline (infra/nodered/test_nodered.py), in one command:
+# Integration tests of the private stores (infra/stores/test_stores.py), of the Node-RED
+# reference pipeline (infra/nodered/test_nodered.py) and of the same pipeline with the
+# hoptrace Node-RED nodes in its flow, measured end to end by the real collector and taps
+# (infra/nodered/test_nodered_probed.py; needs HOPTRACE_BIN), in one command:
 #
 #   infra/stores/test.sh [PYTEST ARGS...]
 #
@@ -51,7 +53,8 @@ if ! "$ROOT/infra/nodered/nodered.sh" status >/dev/null 2>&1; then
 fi
 
 set +e
-python3 -m pytest -q -p no:cacheprovider "$HERE/test_stores.py" "$ROOT/infra/nodered/test_nodered.py" "$@"
+python3 -m pytest -q -p no:cacheprovider "$HERE/test_stores.py" "$ROOT/infra/nodered/test_nodered.py" \
+    "$ROOT/infra/nodered/test_nodered_probed.py" "$@"
 rc=$?
 set -e
 # Stopped in reverse order: Node-RED before the InfluxDB it writes to.

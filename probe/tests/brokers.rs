@@ -10,19 +10,10 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::carrier::{envelope, kafka_header, mqtt_property};
 use hoptrace_probe::traceparent::TRACEPARENT;
 use hoptrace_probe::{HopId, Stamp, TraceContext, TraceKey};
+use hoptrace_testkit::broker_host_port as broker;
 
 const TRACEPARENT_VALUE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const MESSAGES: u64 = 200;
-
-/// `host:port` of a broker from the environment; `None` skips the test unless
-/// integration tests are required.
-fn broker(var: &str) -> (String, u16) {
-    let v = std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: this test needs the brokers (infra/services.sh up; source infra/env.sh), as infra/test.sh does")
-    });
-    let (h, p) = v.rsplit_once(':').expect("host:port");
-    (h.to_owned(), p.parse().expect("port"))
-}
 
 /// A publisher id unlikely to collide with earlier runs on the same topics.
 fn unique_publisher() -> u16 {

@@ -24,7 +24,7 @@ pub const SENT_ENTRY_LEN: usize = 36;
 /// byte, the publisher and the count (29,126).
 pub const MAX_SENT_PER_FRAME: usize = (MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN;
 /// Largest Hello frame (type byte and body): magic, version, instance id, four strings
-/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,568 bytes). A
+/// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,556 bytes). A
 /// collector reads a connection's first frame with this limit, so an unauthenticated
 /// peer cannot make it buffer more.
 pub const MAX_HELLO_LEN: usize =
@@ -121,6 +121,9 @@ pub mod counter_id {
     /// Of `evicted`, the records the collector turned out not to have when the exporter
     /// reconnected: lost, counted (version 2).
     pub const LOST_UNACKED: u16 = 12;
+    /// Records a relay dropped because their hop was not announced by their connection
+    /// (a relay's own counter, on a collector group's control topic).
+    pub const UNANNOUNCED_HOP: u16 = 96;
 
     /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
     #[must_use]
@@ -138,6 +141,7 @@ pub mod counter_id {
             RESENT => "resent",
             EVICTED => "evicted",
             LOST_UNACKED => "lost_unacked",
+            UNANNOUNCED_HOP => "unannounced_hop",
             _ => return None,
         })
     }

@@ -125,6 +125,15 @@ fn vectors() -> Vec<(&'static str, &'static str, Frame, Value)> {
             json!({"publisher": 7, "entries": [{"stream": 42, "messages": 1002,
                    "metrics": 50100, "first_sequence": 0, "last_sequence": 1001}]}),
         ),
+        (
+            "sent, no entries (valid: a publisher that has sent nothing yet; changes nothing)",
+            "1, 2",
+            Frame::Sent(SentFrame {
+                publisher: 7,
+                entries: Vec::new(),
+            }),
+            json!({"publisher": 7, "entries": []}),
+        ),
         ("goodbye", "1, 2", Frame::Goodbye, json!({})),
         (
             "welcome, version 1",
@@ -210,4 +219,44 @@ fn every_example_frame_has_exactly_the_listed_bytes_and_decodes_back() {
             new["name"]
         );
     }
+}
+
+/// The number that follows `before` in `text`, thousands separators allowed.
+fn number_after(text: &str, before: &str) -> Option<usize> {
+    let at = text.find(before)? + before.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+#[test]
+fn the_protocol_document_states_the_limits_the_code_applies() {
+    use hoptrace_protocol::{MAX_HELLO_LEN, MAX_SENT_PER_FRAME};
+    let doc_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/collector-protocol.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    assert_eq!(
+        number_after(&doc, "the largest possible Hello ("),
+        Some(MAX_HELLO_LEN),
+        "{}: the largest Hello",
+        doc_path.display()
+    );
+    assert_eq!(
+        number_after(&doc, "| count S | u32, 0 to "),
+        Some(MAX_SENT_PER_FRAME),
+        "{}: the entries of a Sent frame (0 allowed: the decoder accepts an empty one)",
+        doc_path.display()
+    );
+    // The decoder accepts a Sent frame without entries, as the document says.
+    let empty = Frame::Sent(SentFrame {
+        publisher: 3,
+        entries: Vec::new(),
+    });
+    let bytes = empty.to_bytes().unwrap();
+    assert_eq!(
+        hoptrace_protocol::read_frame(&mut &bytes[..], MAX_HELLO_LEN).unwrap(),
+        empty
+    );
 }

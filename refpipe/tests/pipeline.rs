@@ -19,12 +19,7 @@ use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
-/// `host:port` from the environment; a failure when integration tests are required.
-fn broker(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: this test needs the brokers (infra/services.sh up; source infra/env.sh), as infra/test.sh does")
-    })
-}
+use hoptrace_testkit::broker;
 
 struct Outcome {
     published: u64,

@@ -126,10 +126,7 @@ pub fn measure(opts: &DemoOptions, stop: &AtomicBool) -> anyhow::Result<DemoMeas
     let parts = start_parts(opts, collector, external, &run_id)?;
     let m = pipeline::measure(parts, stop, window)?;
     let (processor, store, run) = m.stopped;
-    if m.interrupted {
-        crate::rundir::mark_interrupted(&run_dir.join("run.json"))?;
-    }
-    unfinished.keep();
+    keep_run(unfinished, &run_dir.join("run.json"), m.interrupted)?;
     Ok(DemoMeasured {
         run_dir,
         published: m.published,
@@ -153,6 +150,20 @@ fn parse_broker(url: &str) -> anyhow::Result<Endpoint> {
         );
     }
     Ok(e)
+}
+
+/// Keeps the run the collector wrote whole, then marks it interrupted when it was: a
+/// failure to mark it must not cost the run itself.
+fn keep_run(
+    unfinished: RemoveUnlessKept,
+    run_json: &Path,
+    interrupted: bool,
+) -> anyhow::Result<()> {
+    unfinished.keep();
+    if interrupted {
+        crate::rundir::mark_interrupted(run_json)?;
+    }
+    Ok(())
 }
 
 /// Removes a directory when dropped, unless [`RemoveUnlessKept::keep`] was called.
@@ -354,4 +365,30 @@ pub fn report(m: &DemoMeasured, out: &Path) -> anyhow::Result<DemoReport> {
         summary,
         markdown: written.markdown,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_cannot_be_marked_interrupted_is_kept() {
+        let dir = std::env::temp_dir().join(format!("hoptrace-demo-keep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A run.json that does not read: marking it fails.
+        std::fs::write(dir.join("run.json"), b"{ not json").unwrap();
+        let unfinished = RemoveUnlessKept(Some(dir.clone()));
+        let e = keep_run(unfinished, &dir.join("run.json"), true).unwrap_err();
+        assert!(format!("{e:#}").contains("run.json"), "{e:#}");
+        assert!(dir.join("run.json").is_file(), "the run was removed");
+        // Not interrupted: nothing to mark, the run is kept.
+        keep_run(
+            RemoveUnlessKept(Some(dir.clone())),
+            &dir.join("run.json"),
+            false,
+        )
+        .unwrap();
+        assert!(dir.is_dir());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -94,6 +94,97 @@ pub fn check(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Res
     Ok(())
 }
 
+/// Refuses to let a member of a collector group (`collect --from kafka://...`) write into
+/// `dir` when it holds a single collector's run (the group's files beside its `run.json`
+/// would never be read) or a group run of another pipeline (a finished member's
+/// `run.json`, or a member's part files, name other hops). A group run of the same
+/// pipeline is where every member of the group writes: it is not refused.
+///
+/// # Errors
+/// What `dir` holds, and what to do instead.
+pub fn check_group(dir: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
+    if dir.join("run.json").exists() {
+        // Another pipeline's run is named as such; a run of this pipeline is refused too.
+        check(dir, spec, true)?;
+        bail!(
+            "{} holds a run of a single collector (its run.json): a consumer group's members cannot add to it; choose another --run-id",
+            dir.display()
+        );
+    }
+    let ours = hop_ids(spec);
+    let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
+    let members = dir.join(hoptrace_format::group::MEMBERS_DIR);
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&members)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    for m in &names {
+        let run_json = m.join("run.json");
+        if run_json.exists() {
+            let text = std::fs::read_to_string(&run_json)
+                .with_context(|| format!("reading {}", run_json.display()))?;
+            let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} does not read ({e}): choose another --run-id",
+                    run_json.display()
+                )
+            })?;
+            if hop_ids(&prev.pipeline) != ours {
+                bail!(
+                    "{} holds group run {:?} of pipeline {:?} (member {}, hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+                    dir.display(),
+                    prev.run_id,
+                    prev.pipeline.name,
+                    m.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                    hop_list(
+                        &prev
+                            .pipeline
+                            .hops
+                            .iter()
+                            .map(|h| h.name.clone())
+                            .collect::<Vec<_>>()
+                    ),
+                    spec.name,
+                    hop_list(&our_names)
+                );
+            }
+            continue;
+        }
+        // A member that did not finish: its part files name their hops.
+        let traces = m.join("traces");
+        let mut parts: Vec<PathBuf> = std::fs::read_dir(&traces)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .flat_map(|p| std::fs::read_dir(p).into_iter().flatten().flatten())
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        parts.sort();
+        if let Some(theirs) = parts.iter().find_map(|p| part_hops(p))
+            && theirs != our_names
+        {
+            bail!(
+                "{} holds the files of another pipeline's group run (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
+                dir.display(),
+                hop_list(&theirs),
+                spec.name,
+                hop_list(&our_names)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The hops a traces part file has columns for (`<hop>_ns`), or `None` when it does not
 /// read.
 fn part_hops(path: &Path) -> Option<Vec<String>> {
@@ -125,7 +216,7 @@ pub fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
     let mut run: RunSummary =
         serde_json::from_slice(&text).with_context(|| format!("reading {}", run_json.display()))?;
     run.interrupted = true;
-    std::fs::write(run_json, serde_json::to_vec_pretty(&run)?)
+    run.write(run_json)
         .with_context(|| format!("writing {}", run_json.display()))
 }
 
@@ -159,6 +250,15 @@ mod tests {
         let back: RunSummary =
             serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
         assert!(back.interrupted);
+        // run.json is replaced whole or not at all: when the new content cannot be
+        // written (here its temporary file cannot be created), the old file is intact.
+        let before = std::fs::read(dir.join("run.json")).unwrap();
+        std::fs::create_dir(dir.join("run.json.tmp")).unwrap();
+        assert!(mark_interrupted(&dir.join("run.json")).is_err());
+        assert_eq!(std::fs::read(dir.join("run.json")).unwrap(), before);
+        std::fs::remove_dir(dir.join("run.json.tmp")).unwrap();
+        mark_interrupted(&dir.join("run.json")).unwrap();
+        assert!(!dir.join("run.json.tmp").exists());
         let _ = std::fs::remove_dir_all(&runs);
     }
 }

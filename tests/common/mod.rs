@@ -5,12 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `host:port` from the environment; a failure when integration tests are required.
-pub fn broker(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: this test needs the brokers (infra/services.sh up; source infra/env.sh), as infra/test.sh does")
-    })
-}
+#[allow(unused_imports)] // not every test file uses it
+pub use hoptrace_testkit::broker;
 
 /// The binary under test.
 pub fn bin() -> &'static str {

@@ -90,10 +90,9 @@ fi
 
 # --- Brokers ------------------------------------------------------------------------------
 listening "$SOURCE" || die "Kafka is not listening on $SOURCE: run infra/services.sh up"
-if ! listening 127.0.0.1:29092; then
-    log "starting the 3-node Kafka cluster"
-    "$KAFKA_SH" start --nodes 3 >&2
-fi
+# Starts what is missing of the 3-node cluster (all of it, or a node that died); a no-op
+# when it runs (infra/test.sh starts it once for every suite that needs it).
+"$KAFKA_SH" start --nodes 3 >&2 || die "starting the 3-node Kafka cluster failed"
 
 run_id=mm2-$mode-$(date -u +%Y%m%dT%H%M%SZ)-$$
 topic=jvm-probe-$run_id

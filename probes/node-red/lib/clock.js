@@ -200,45 +200,279 @@ function parseChronyTracking(output) {
   };
 }
 
+// ---------------------------------------------------------------------------------------
+// ptp4l through pmc (as the Rust probe's PtpStatus)
+
+const PMC_REQUESTS = ['GET TIME_STATUS_NP', 'GET PORT_DATA_SET', 'GET CURRENT_DATA_SET', 'GET TIME_PROPERTIES_DATA_SET'];
+const PORT_STATES = new Set(['INITIALIZING', 'FAULTY', 'DISABLED', 'LISTENING', 'PRE_MASTER', 'MASTER',
+  'PASSIVE', 'UNCALIBRATED', 'SLAVE', 'GRAND_MASTER']);
+
+/** Everything pmc printed, as answers { id, kind, fields: Map }; throws on a malformed line. */
+function parsePmcAnswers(output) {
+  const answers = [];
+  for (const raw of String(output).split('\n')) {
+    if (!raw.trim()) continue;
+    if (raw.startsWith('\t\t')) {
+      if (!answers.length) throw new Error(`pmc: field before any answer: ${JSON.stringify(raw)}`);
+      const m = /^(\S+)\s*(.*)$/.exec(raw.trim());
+      answers[answers.length - 1].fields.push([m[1], m[2].trim()]);
+    } else if (raw.startsWith('\t')) {
+      const t = raw.trim().split(/\s+/);
+      if (t.length < 5 || t[1] !== 'seq' || !/^\d+$/.test(t[2])) throw new Error(`pmc: cannot read line ${JSON.stringify(raw)}`);
+      answers.push({ port: t[0], action: t[3], kind: t[4], id: t[5] || '', fields: [] });
+    }
+    // Anything else is pmc talking about what it sends.
+  }
+  return answers;
+}
+
+function field(a, name) {
+  const f = a.fields.find(([n]) => n === name);
+  if (!f) throw new Error(`pmc: ${a.id} has no field ${name}`);
+  return f[1];
+}
+
+function intField(a, name) {
+  const v = field(a, name);
+  if (!/^[-+]?\d+$/.test(v)) throw new Error(`pmc: field ${name} is ${JSON.stringify(v)}, expected an integer`);
+  return BigInt(v);
+}
+
+function flagField(a, name) {
+  const v = field(a, name);
+  if (v !== '0' && v !== '1') throw new Error(`pmc: field ${name} is ${JSON.stringify(v)}, expected 0 or 1`);
+  return v === '1';
+}
+
 /**
- * Reads the host's clock status: chronyd through `chronyc -c tracking` when it answers,
- * else "unknown". The anchor's error is added to the bound either way.
+ * Parses what pmc printed for the four requests into a clock status (without atNs), as
+ * the Rust probe does: offset from the grandmaster; bound |master_offset| + mean path
+ * delay; synchronised when a grandmaster is present and a port is SLAVE (gmPresent alone
+ * when no port answered). Throws when there is no TIME_STATUS_NP answer (`noAnswer` set:
+ * ptp4l is not there) or a field is malformed.
  */
-class ClockStatusReader {
-  constructor(clock, opts = {}) {
-    this.clock = clock;
-    this.chronyc = opts.chronyc ?? 'chronyc';
-    this.timeoutMs = opts.timeoutMs ?? 1000;
-    this.chronyMissing = false;
+function parsePmcReading(output) {
+  const answers = parsePmcAnswers(output).filter((a) => a.kind === 'MANAGEMENT');
+  const ts = answers.find((a) => a.id === 'TIME_STATUS_NP');
+  if (!ts) {
+    const e = new Error('pmc printed no TIME_STATUS_NP answer (is ptp4l running on that socket and domain?)');
+    e.noAnswer = true;
+    throw e;
+  }
+  const masterOffset = intField(ts, 'master_offset');
+  const gm = field(ts, 'gmPresent');
+  if (gm !== 'true' && gm !== 'false') throw new Error(`pmc: field gmPresent is ${JSON.stringify(gm)}, expected true or false`);
+  const gmPresent = gm === 'true';
+  const gmIdentity = field(ts, 'gmIdentity');
+  const ports = answers.filter((a) => a.id === 'PORT_DATA_SET').map((a) => {
+    const state = field(a, 'portState');
+    if (!PORT_STATES.has(state)) throw new Error(`pmc: field portState is ${JSON.stringify(state)}, expected a port state such as SLAVE`);
+    return { state, peerDelay: intField(a, 'peerMeanPathDelay') };
+  });
+  const cur = answers.find((a) => a.id === 'CURRENT_DATA_SET');
+  let meanPathDelay = null;
+  let stepsRemoved = null;
+  if (cur) {
+    const v = field(cur, 'meanPathDelay');
+    const m = /^([-+]?\d+)(?:\.\d*)?$/.exec(v);
+    if (!m) throw new Error(`pmc: field meanPathDelay is ${JSON.stringify(v)}, expected nanoseconds`);
+    meanPathDelay = BigInt(m[1]);
+    stepsRemoved = intField(cur, 'stepsRemoved');
+  }
+  const tp = answers.find((a) => a.id === 'TIME_PROPERTIES_DATA_SET');
+  let leap61 = false;
+  let leap59 = false;
+  let timeSource = null;
+  let traceable = null;
+  if (tp) {
+    leap61 = flagField(tp, 'leap61');
+    leap59 = flagField(tp, 'leap59');
+    traceable = flagField(tp, 'timeTraceable');
+    const src = field(tp, 'timeSource');
+    if (!/^0x[0-9a-fA-F]{1,2}$/.test(src)) throw new Error(`pmc: field timeSource is ${JSON.stringify(src)}, expected a hex byte such as 0xa0`);
+    timeSource = parseInt(src.slice(2), 16);
+  }
+  let delay = meanPathDelay !== null && meanPathDelay !== 0n ? meanPathDelay : null;
+  if (delay === null) {
+    const slave = ports.find((p) => p.state === 'SLAVE' && p.peerDelay !== 0n);
+    if (slave) delay = slave.peerDelay;
+  }
+  const portState = (ports.find((p) => p.state === 'SLAVE' || p.state === 'UNCALIBRATED') || ports[0] || {}).state || null;
+  const synced = gmPresent && (ports.length === 0 || ports.some((p) => p.state === 'SLAVE'));
+  const leap = !synced ? LEAP.unsynchronised : leap61 ? LEAP.insert : leap59 ? LEAP.delete : LEAP.none;
+  let detail = `gm=${gmIdentity} gm_present=${gmPresent} port=${portState || 'unknown'} master_offset_ns=${masterOffset}` +
+    ` mean_path_delay_ns=${delay === null ? 'unknown' : delay}`;
+  if (stepsRemoved !== null) detail += ` steps_removed=${stepsRemoved}`;
+  if (timeSource !== null) detail += ` time_source=0x${timeSource.toString(16).padStart(2, '0')} traceable=${traceable}`;
+  if (!gmPresent && portState === 'MASTER') detail += ' (this host is the grandmaster)';
+  return {
+    source: CLOCK_SOURCE.ptp,
+    synced,
+    leap,
+    offsetNs: masterOffset,
+    errorBoundNs: abs(masterOffset) + (delay === null ? 0n : abs(delay)),
+    detail,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Detection: chronyd, else ptp4l, else unknown (the kernel needs native code)
+
+const EXTRA_DIRS = ['/usr/sbin', '/sbin', '/usr/local/sbin'];
+
+/** `name` on PATH or in the sbin directories (as the Rust probe looks); `name` when not found. */
+function findProgram(name) {
+  const fs = require('node:fs');
+  const path = require('node:path');
+  const dirs = (process.env.PATH || '').split(path.delimiter).filter(Boolean).concat(EXTRA_DIRS);
+  for (const d of dirs) {
+    const p = path.join(d, name);
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      if (fs.statSync(p).isFile()) return p;
+    } catch (_) {
+      // not here
+    }
+  }
+  return name;
+}
+
+/** Runs a program; resolves { out } on exit 0, else { why }. */
+function runProgram(file, args, timeoutMs) {
+  return new Promise((resolve) => {
+    execFile(file, args, { timeout: timeoutMs }, (err, stdout, stderr) => {
+      if (!err) {
+        resolve({ out: stdout });
+        return;
+      }
+      let why;
+      if (err.code === 'ENOENT') why = `not installed (${file})`;
+      else if (err.killed) why = `no answer within ${timeoutMs} ms`;
+      else why = `exit ${err.code}: ${String(stderr || stdout || err.message).trim().split('\n')[0]}`;
+      resolve({ why });
+    });
+  });
+}
+
+let pmcQueries = 0;
+
+/** The sources a host may have, each read(): { status } or { why }. */
+class Sources {
+  constructor(opts = {}) {
+    this.chronyc = opts.chronyc ?? findProgram('chronyc');
+    this.pmc = opts.pmc ?? findProgram('pmc');
+    this.ptpSocket = opts.ptpSocket ?? '/var/run/ptp4l';
+    this.ptpDomain = opts.ptpDomain ?? 0;
+    this.timeoutMs = opts.timeoutMs ?? 2000;
   }
 
-  _chrony() {
-    if (this.chronyMissing) return Promise.resolve({ status: null, why: 'chronyc not installed' });
-    return new Promise((resolve) => {
-      execFile(this.chronyc, ['-c', 'tracking'], { timeout: this.timeoutMs }, (err, stdout, stderr) => {
-        if (err) {
-          if (err.code === 'ENOENT') this.chronyMissing = true;
-          resolve({ status: null, why: `chronyc: ${String(stderr || err.message).trim().split('\n')[0]}` });
-          return;
-        }
-        const status = parseChronyTracking(stdout);
-        resolve({ status, why: status ? '' : 'chronyc printed an unreadable line' });
-      });
-    });
+  async chrony() {
+    const r = await runProgram(this.chronyc, ['-n', '-c', 'tracking'], this.timeoutMs);
+    if (r.why) return { why: `chronyc -c tracking: ${r.why}` };
+    const status = parseChronyTracking(r.out);
+    return status ? { status } : { why: 'chronyc -c tracking: an unreadable line' };
+  }
+
+  async ptp() {
+    const os = require('node:os');
+    const path = require('node:path');
+    const fs = require('node:fs');
+    const client = path.join(os.tmpdir(), `hoptrace-pmc.${process.pid}.${pmcQueries++}`);
+    const r = await runProgram(this.pmc, ['-u', '-b', '0', '-d', String(this.ptpDomain), '-s', this.ptpSocket,
+      '-i', client, ...PMC_REQUESTS], this.timeoutMs);
+    // pmc removes its socket on exit; not when killed on a timeout.
+    fs.rm(client, { force: true }, () => {});
+    const where = `uds=${this.ptpSocket} domain=${this.ptpDomain}`;
+    if (r.why) return { why: `pmc: ${r.why} (${where})` };
+    try {
+      const status = parsePmcReading(r.out);
+      status.detail += ` ${where}`;
+      return { status };
+    } catch (e) {
+      return { why: `pmc: ${e.message} (${where})` };
+    }
+  }
+}
+
+const KERNEL_WHY = 'kernel: adjtimex needs native code (a C addon), which this package does not use';
+
+/**
+ * Finds what keeps this host's clock, in the Rust probe's order: chronyd if chronyc
+ * answers, else ptp4l if pmc gets an answer on its default socket, else nothing this
+ * package can read (the kernel's adjtimex is not reachable from JavaScript without a
+ * native addon).
+ * @returns {Promise<{ name: string, passedOver: object }>} name: chrony, ptp or unknown
+ */
+async function detect(sources) {
+  const passedOver = {};
+  const c = await sources.chrony();
+  if (c.status) return { name: 'chrony', passedOver };
+  passedOver.chrony = c.why;
+  const p = await sources.ptp();
+  if (p.status) return { name: 'ptp', passedOver };
+  passedOver.ptp = p.why;
+  passedOver.kernel = KERNEL_WHY;
+  return { name: 'unknown', passedOver };
+}
+
+let detectedOnce = null;
+
+/**
+ * Reads the host's clock status from the source detect() found (once per process, on the
+ * first read); the anchor's error is added to the bound either way. A source that stops
+ * answering later is reported as that source, not synchronised, with the error.
+ */
+class ClockStatusReader {
+  /**
+   * @param {object} clock a RealtimeClock
+   * @param {object} [opts] chronyc, pmc (program paths), ptpSocket, ptpDomain, timeoutMs;
+   *   with any of them set, detection is this reader's own instead of the process's
+   */
+  constructor(clock, opts = {}) {
+    this.clock = clock;
+    this.sources = new Sources(opts);
+    this.own = Object.keys(opts).length > 0;
+    this.detected = null;
+  }
+
+  /** The detection result (runs it on first use). */
+  async detection() {
+    if (!this.detected) {
+      if (this.own) {
+        this.detected = detect(this.sources);
+      } else {
+        if (!detectedOnce) detectedOnce = detect(this.sources);
+        this.detected = detectedOnce;
+      }
+    }
+    return this.detected;
   }
 
   /** The status now, as a Clock frame's fields. */
   async read() {
-    const { status, why } = await this._chrony();
+    const d = await this.detection();
+    let s;
+    if (d.name === 'unknown') {
+      s = {
+        source: CLOCK_SOURCE.unknown,
+        synced: false,
+        leap: LEAP.unsynchronised,
+        offsetNs: 0n,
+        errorBoundNs: 0n,
+        detail: `no clock status source: ${Object.values(d.passedOver).join('; ')}; the bound covers the anchor only`,
+      };
+    } else {
+      const r = d.name === 'chrony' ? await this.sources.chrony() : await this.sources.ptp();
+      s = r.status || {
+        source: d.name === 'chrony' ? CLOCK_SOURCE.chrony : CLOCK_SOURCE.ptp,
+        synced: false,
+        leap: LEAP.unsynchronised,
+        offsetNs: 0n,
+        errorBoundNs: 0n,
+        detail: r.why,
+      };
+    }
     const anchor = this.clock.anchorErrorNs();
-    const s = status || {
-      source: CLOCK_SOURCE.unknown,
-      synced: false,
-      leap: LEAP.none,
-      offsetNs: 0n,
-      errorBoundNs: 0n,
-      detail: `no sync daemon answered (${why}); the bound covers the anchor only`,
-    };
     return {
       atNs: this.clock.nowNs(),
       source: s.source,
@@ -246,9 +480,12 @@ class ClockStatusReader {
       leap: s.leap,
       offsetNs: s.offsetNs,
       errorBoundNs: s.errorBoundNs + anchor,
-      detail: `${s.detail}; ${this.clock.describe()}`,
+      detail: `${s.detail}; ${this.clock.describe()}`.slice(0, 1000),
     };
   }
 }
 
-module.exports = { RealtimeClock, sharedClock, ClockStatusReader, parseChronyTracking, secondsToNs };
+module.exports = {
+  RealtimeClock, sharedClock, ClockStatusReader, Sources, detect, findProgram, parseChronyTracking,
+  parsePmcReading, secondsToNs, KERNEL_WHY,
+};

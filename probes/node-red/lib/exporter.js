@@ -12,15 +12,20 @@
 // Counters are plain numbers (exact to 2^53, centuries of records at any rate); they are
 // written as u64 on the wire.
 //
+// Protocol version 2 (a collector with its log, the default): records frames are numbered
+// (SeqRecords, from 1 per exporter, across reconnections) and kept in a retention buffer
+// (lib/retention.js, 64 MiB by default) until the collector acknowledges them as durable;
+// a frame counts as `sent` when handed to the socket. After a reconnection (a collector
+// killed and started again with the same run id) Welcome's `resume_seq` says what it
+// holds: the rest is sent again, in order, before anything new (`resent`). While no
+// collector is reachable the ring's records go on into numbered frames in the buffer;
+// when it is full the oldest go (`evicted`), and those the collector never stored are
+// `lost_unacked`. A collector that speaks only version 1 refuses the version 2 Hello
+// (Reject code 1): the exporter says Hello again in version 1.
+//
 // Protocol version 1 has no acknowledgement: a Records frame counts as `sent` once the
 // socket has taken it (its write callback), and its ring slots are released then; a frame
-// the socket had not taken when the connection failed is `send_failed`. Each frame of a
-// connection is numbered (`inflight[].seq`), and the ring keeps records until they are
-// released, so a later version in which the collector acknowledges the sequence of its
-// last durable frame fits without reshaping: release in an Ack handler instead of in
-// _written(), and in _lost() rewind the ring to its oldest unreleased record (to send it
-// again after the next Hello) instead of counting the in-flight frames as lost. The ring's
-// capacity then bounds unacknowledged records as well, and `queue_full` keeps its meaning.
+// the socket had not taken when the connection failed is `send_failed`.
 
 const net = require('node:net');
 const tls = require('node:tls');
@@ -30,6 +35,7 @@ const { EventEmitter } = require('node:events');
 
 const protocol = require('./protocol');
 const { RecordRing } = require('./ring');
+const { Retention } = require('./retention');
 
 const COUNTER_NAMES = Object.keys(protocol.COUNTER_ID);
 const SOFTWARE = `node-red-contrib-hoptrace ${require('../package.json').version}`;
@@ -55,6 +61,8 @@ const DEFAULTS = {
   backoffMinMs: 50,
   backoffMaxMs: 5000,
   tickMs: 50,
+  retentionBytes: 64 << 20,
+  protocolVersion: protocol.PROTOCOL_VERSION,
 };
 
 class Exporter extends EventEmitter {
@@ -79,6 +87,15 @@ class Exporter extends EventEmitter {
     this.instanceId = this.opts.instanceId ?? crypto.randomBytes(8).readBigUInt64LE(0);
     this.host = this.opts.host || os.hostname();
     this.ring = new RecordRing(this.opts.queueCapacity);
+    if (!protocol.VERSIONS.includes(this.opts.protocolVersion)) {
+      throw new RangeError(`protocolVersion ${this.opts.protocolVersion}: 1 or 2`);
+    }
+    this.helloVersion = this.opts.protocolVersion;
+    this.durable = false; // the current (or last) connection speaks version 2
+    this.nextSeq = 1; // the next SeqRecords number
+    this.resumeSeq = 0;
+    this.retention = new Retention(this.opts.retentionBytes);
+    this.unacknowledged = 0;
     this.counters = Object.fromEntries(COUNTER_NAMES.map((n) => [n, 0]));
     this.hops = new Map(); // id -> name
     this.announced = null; // Map id -> name of the current connection's Hello
@@ -102,6 +119,9 @@ class Exporter extends EventEmitter {
     this.goodbyeWritten = false;
     this.runId = null;
     this.lastError = null;
+    this.rejected = 0; // Hellos the collector refused (any code); not sent anywhere: no collector accepted us
+    this.rejections = {}; // by Reject code
+    this.rejectReasons = new Set();
     this.timer = null;
     this.flush = () => {
       this.flushScheduled = false;
@@ -209,9 +229,11 @@ class Exporter extends EventEmitter {
     return { ...this.counters };
   }
 
-  /** A short status for people: state, run id, last error. */
+  /** A short status for people: state, run id, last error, refused Hellos. */
   status() {
-    return { state: this.state, runId: this.runId, lastError: this.lastError, queued: this.ring.queued };
+    return {
+      state: this.state, runId: this.runId, lastError: this.lastError, queued: this.ring.queued, rejected: this.rejected,
+    };
   }
 
   /**
@@ -220,7 +242,9 @@ class Exporter extends EventEmitter {
    * @returns {Promise<{clean: boolean, counters: object}>}
    */
   shutdown(timeoutMs = 5000) {
-    if (this.state === 'stopped') return Promise.resolve({ clean: this.clean === true, counters: this.snapshot() });
+    if (this.state === 'stopped') {
+      return Promise.resolve({ clean: this.clean === true, counters: this.snapshot(), unacknowledged: this.unacknowledged });
+    }
     if (this.stopping) return this.stopping.promise;
     let resolve;
     const promise = new Promise((r) => { resolve = r; });
@@ -243,6 +267,9 @@ class Exporter extends EventEmitter {
       return;
     }
     if (this.state === 'idle') {
+      // Away from the collector (version 2): the ring's records wait, numbered, in the
+      // retention buffer, whose bound drops the oldest first.
+      if (this.durable) this._retainQueued();
       if (this.hops.size === 0) {
         if (this.stopping) this._finish(this.ring.held === 0 && this.control.length === 0);
         return;
@@ -296,6 +323,7 @@ class Exporter extends EventEmitter {
       if (this.sock !== sock) return;
       this.state = 'handshake';
       sock.write(protocol.encodeHello({
+        version: this.helloVersion,
         instanceId: this.instanceId,
         host: this.host,
         process: this.opts.process,
@@ -326,10 +354,18 @@ class Exporter extends EventEmitter {
         return;
       }
       if (!f) return;
-      if (f.type === 'welcome' && this.state === 'handshake') {
+      if (f.type === 'ack') {
+        this.retention.ack(Number(f.seq));
+      } else if (f.type === 'welcome' && this.state === 'handshake') {
+        if (f.version > this.helloVersion) {
+          this._drop(new Error(`the collector welcomed a version ${this.helloVersion} hello in version ${f.version}`));
+          return;
+        }
         sock.setTimeout(0);
         this.state = 'connected';
         this.runId = f.runId;
+        this.durable = f.version >= 2;
+        if (this.durable) this._resume(sock, Number(f.resumeSeq));
         this.lastError = null;
         this.frameSeq = 0;
         if (this.connectedOnce) this.counters.reconnects += 1;
@@ -343,13 +379,93 @@ class Exporter extends EventEmitter {
         this.emit('connected', f.runId);
         this._pump();
       } else if (f.type === 'reject') {
-        this._drop(new Error(`the collector rejected this probe (code ${f.code}): ${f.reason}`));
+        const e = new Error(`the collector rejected this probe (code ${f.code}): ${f.reason}`);
+        if (this.state === 'handshake' && f.code === protocol.REJECT_CODE.version && this.helloVersion > 1) {
+          // A collector that speaks only version 1: say Hello again in version 1, at once.
+          this.log.warn(`the collector ${this.opts.collector} speaks only protocol version 1 (${f.reason}): ` +
+            'connecting again without durable acknowledgements');
+          this.helloVersion = 1;
+          this.durable = false;
+          this.sock = null;
+          sock.destroy();
+          this.state = 'idle';
+          this.nextAttempt = 0;
+          this._tick();
+          return;
+        }
+        if (this.state === 'handshake') this._countReject(f.code, e.message);
+        this._drop(e);
         return;
       } else {
         this._drop(new Error(`unexpected ${f.type} frame from the collector`));
         return;
       }
     }
+  }
+
+  /**
+   * Counts a refused Hello. The first refusal of each reason is an error in the log: until
+   * it is fixed nothing reaches the collector, so no Counters frame can tell it.
+   */
+  _countReject(code, message) {
+    this.rejected += 1;
+    this.rejections[code] = (this.rejections[code] || 0) + 1;
+    if (!this.rejectReasons.has(message)) {
+      this.rejectReasons.add(message);
+      const hint = code === protocol.REJECT_CODE.token ? ' (set the collector node\'s Token to the collector\'s --token)'
+        : code === protocol.REJECT_CODE.unknown_hop ? ' (the collector\'s pipeline spec must declare every hop with the same id and name)' : '';
+      this.log.error(`${message}${hint}; nothing is delivered until the collector accepts this probe: records wait in ` +
+        'the queue, beyond it they are counted as queue_full, and at shutdown as send_failed; retrying with backoff');
+    }
+  }
+
+  /**
+   * On a version 2 connection: forgets what the collector holds, counts what it lost of
+   * the evicted frames, and sends the kept frames again, in order, before anything new.
+   */
+  _resume(sock, resumeSeq) {
+    const lost = this.retention.resume(resumeSeq);
+    if (lost > 0) {
+      this.counters.lost_unacked += lost;
+      this.log.error(`${lost} records evicted before the collector acknowledged them were not stored by it: ` +
+        'lost, counted as lost_unacked');
+    }
+    let resent = 0;
+    for (const f of this.retention.kept()) {
+      this._write(f.data);
+      if (f.written) {
+        resent += f.records;
+      } else {
+        this.counters.sent += f.records;
+        f.written = true;
+      }
+    }
+    if (resent > 0) {
+      this.counters.resent += resent;
+      this.log.info(`sent ${resent} records the collector had not acknowledged again`);
+    }
+  }
+
+  /** Moves what the ring holds into numbered frames in the retention buffer, unwritten. */
+  _retainQueued() {
+    const max = Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME);
+    for (;;) {
+      const seq = this.nextSeq;
+      const f = this.ring.takeFrame(max, seq);
+      if (!f) return;
+      this.nextSeq += 1;
+      this.ring.release(f.end);
+      this._countEvicted(this.retention.push({ seq, records: f.count, data: f.frame, written: false }));
+    }
+  }
+
+  _countEvicted(n) {
+    if (n === 0) return;
+    if (this.counters.evicted === 0) {
+      this.log.warn(`the retention buffer (${this.opts.retentionBytes} bytes) is full: dropped the oldest unacknowledged ` +
+        'records (counted as evicted; lost if the collector never stored them)');
+    }
+    this.counters.evicted += n;
   }
 
   /** Closes the connection after an error; lost() does the accounting. */
@@ -451,8 +567,22 @@ class Exporter extends EventEmitter {
       }
       while (this.control.length && !this.blocked) this._write(this.control.shift());
       // At most a few frames per turn of the event loop, unless flushing for good.
+      const max = Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME);
       for (let i = 0; (finishing || i < 4) && !this.blocked; i++) {
-        const f = this.ring.takeFrame(Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME));
+        if (this.durable) {
+          // Version 2: numbered, kept until acknowledged; the ring's slots are free at once.
+          const seq = this.nextSeq;
+          const f = this.ring.takeFrame(max, seq);
+          if (!f) break;
+          this.nextSeq += 1;
+          this.ring.release(f.end);
+          this._countEvicted(this.retention.push({ seq, records: f.count, data: f.frame, written: false }));
+          this._write(f.frame);
+          this.retention.markWritten(seq);
+          this.counters.sent += f.count;
+          continue;
+        }
+        const f = this.ring.takeFrame(max);
         if (!f) break;
         const entry = { seq: this.frameSeq + 1, end: f.end, count: f.count, done: false };
         this.inflight.push(entry);
@@ -508,12 +638,21 @@ class Exporter extends EventEmitter {
 
   _finish(clean) {
     if (this.state === 'stopped') return;
-    const leftover = this.ring.queued + this.inflight.filter((f) => !f.done).reduce((a, f) => a + f.count, 0);
+    // Version 2: frames numbered while away and never handed to a connection are
+    // undelivered too; evicted ones never written are lost.
+    const unwritten = this.retention.unwrittenRecords();
+    const leftover = this.ring.queued + this.inflight.filter((f) => !f.done).reduce((a, f) => a + f.count, 0) + unwritten;
     this.inflight = [];
     this.ring.clear();
     if (leftover > 0) {
       this.counters.send_failed += leftover;
       this.log.error(`stopped with ${leftover} undelivered records; counted as send_failed`);
+    }
+    const [evictedWritten, evictedUnwritten] = this.retention.evictedUnresolved();
+    this.counters.lost_unacked += evictedUnwritten;
+    this.unacknowledged = this.retention.unackedRecords() - unwritten + evictedWritten;
+    if (this.unacknowledged > 0) {
+      this.log.warn(`stopped with ${this.unacknowledged} records the collector had not acknowledged as durable`);
     }
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
@@ -526,7 +665,7 @@ class Exporter extends EventEmitter {
     this.clean = clean;
     const stopping = this.stopping;
     this.emit('stopped', clean);
-    if (stopping) stopping.resolve({ clean, counters: this.snapshot() });
+    if (stopping) stopping.resolve({ clean, counters: this.snapshot(), unacknowledged: this.unacknowledged });
   }
 }
 

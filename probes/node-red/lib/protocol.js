@@ -1,15 +1,19 @@
 'use strict';
-// The collector protocol, version 1 (docs/collector-protocol.md): length-prefixed frames
+// The collector protocol, versions 1 and 2 (docs/collector-protocol.md): length-prefixed frames
 // between a probe and the collector. Encoders build whole frames (length prefix
 // included); decodeFrame() reads one frame body; FrameReader cuts a byte stream into
 // frames. Errors carry the document's names in `code`.
 
-const PROTOCOL_VERSION = 1;
+const PROTOCOL_VERSION = 2; // the highest spoken; a version 1 peer is spoken to in version 1
+const VERSIONS = Object.freeze([1, 2]);
 const MAX_FRAME_LEN = 1 << 20; // type byte and body
 const HELLO_MAGIC = Buffer.from('HOPTRACE', 'ascii');
 const MAX_STRING_LEN = 1024;
 const MAX_RECORDS_PER_FRAME = 20000;
-const MAX_SENT_PER_FRAME = 40000;
+const SENT_ENTRY_LEN = 36;
+// As many entries as fit in MAX_FRAME_LEN after the type byte, the publisher and the count
+// (29,126).
+const MAX_SENT_PER_FRAME = Math.floor((MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN);
 const MAX_HOPS = 16;
 const RECORD_LEN = 36;
 const RECORD_LEN_WITH_ID = 52;
@@ -21,8 +25,10 @@ const TYPE = Object.freeze({
   COUNTERS: 0x04,
   SENT: 0x05,
   GOODBYE: 0x06,
+  SEQ_RECORDS: 0x07,
   WELCOME: 0x81,
   REJECT: 0x82,
+  ACK: 0x83,
 });
 
 /** Counter ids of the Counters frame, by name. */
@@ -36,6 +42,9 @@ const COUNTER_ID = Object.freeze({
   bad_context: 7,
   stamps_full: 8,
   bad_traceparent: 9,
+  resent: 10,
+  evicted: 11,
+  lost_unacked: 12,
 });
 
 const CLOCK_SOURCE = Object.freeze({ unknown: 0, kernel: 1, chrony: 2, ptp: 3, injected: 4 });
@@ -167,19 +176,21 @@ function writeRecordFromBinary(out, at, bin, hop, stampNs) {
 }
 
 /**
- * Records frame of [{ context, hop, stampNs }].
+ * Records frame of [{ context, hop, stampNs }]; with `seq` a SeqRecords frame (version 2).
  */
-function encodeRecords(records) {
+function encodeRecords(records, seq = null) {
   if (records.length < 1 || records.length > MAX_RECORDS_PER_FRAME) {
     throw new RangeError(`a records frame holds 1 to ${MAX_RECORDS_PER_FRAME} records`);
   }
-  let size = 9;
+  const head = seq === null ? 9 : 17;
+  let size = head;
   for (const r of records) size += r.context.otelTraceId ? RECORD_LEN_WITH_ID : RECORD_LEN;
   const out = Buffer.allocUnsafe(size);
   out.writeUInt32LE(size - 4, 0);
-  out[4] = TYPE.RECORDS;
-  out.writeUInt32LE(records.length, 5);
-  let p = 9;
+  out[4] = seq === null ? TYPE.RECORDS : TYPE.SEQ_RECORDS;
+  if (seq !== null) out.writeBigUInt64LE(BigInt(seq), 5);
+  out.writeUInt32LE(records.length, head - 4);
+  let p = head;
   for (const r of records) p += writeRecord(out, p, r.context, r.hop, r.stampNs);
   return out;
 }
@@ -223,7 +234,7 @@ function encodeCounters(c) {
  */
 function encodeSent(s) {
   if (s.entries.length > MAX_SENT_PER_FRAME) throw new RangeError(`at most ${MAX_SENT_PER_FRAME} entries`);
-  const w = new Writer(11 + 36 * s.entries.length);
+  const w = new Writer(11 + SENT_ENTRY_LEN * s.entries.length);
   const at = w.begin(TYPE.SENT);
   w.u16(s.publisher);
   w.u32(s.entries.length);
@@ -242,11 +253,22 @@ function encodeGoodbye() {
   return Buffer.from([1, 0, 0, 0, TYPE.GOODBYE]);
 }
 
-function encodeWelcome(version, runId) {
-  const w = new Writer(32);
+/** Welcome; in version 2 with `resumeSeq` (bigint or number), the highest frame held. */
+function encodeWelcome(version, runId, resumeSeq = 0n) {
+  const w = new Writer(40);
   const at = w.begin(TYPE.WELCOME);
   w.u16(version);
   w.str(runId);
+  if (version >= 2) w.u64(resumeSeq);
+  w.end(at);
+  return w.result();
+}
+
+/** Ack (version 2): every SeqRecords frame up to `seq` (bigint or number) is durable. */
+function encodeAck(seq) {
+  const w = new Writer(16);
+  const at = w.begin(TYPE.ACK);
+  w.u64(seq);
   w.end(at);
   return w.result();
 }
@@ -325,7 +347,7 @@ function decodeFrame(type, body) {
       }
       if (!magic.equals(HELLO_MAGIC)) throw new ProtocolError('bad_magic');
       const version = c.u16();
-      if (version !== PROTOCOL_VERSION) throw new ProtocolError('unsupported_version', `${version}`);
+      if (!VERSIONS.includes(version)) throw new ProtocolError('unsupported_version', `${version}`);
       const instanceId = c.u64();
       const host = c.str();
       const process = c.str();
@@ -338,12 +360,14 @@ function decodeFrame(type, body) {
       f = { type: 'hello', version, instanceId, host, process, software, token, hops };
       break;
     }
-    case TYPE.RECORDS: {
+    case TYPE.RECORDS:
+    case TYPE.SEQ_RECORDS: {
+      const seq = type === TYPE.SEQ_RECORDS ? c.u64() : null;
       const n = c.u32();
       if (n < 1 || n > MAX_RECORDS_PER_FRAME) throw new ProtocolError('bad_count', `${n} records`);
       const records = [];
       for (let i = 0; i < n; i++) records.push(decodeRecord(c));
-      f = { type: 'records', records };
+      f = seq === null ? { type: 'records', records } : { type: 'seq_records', seq, records };
       break;
     }
     case TYPE.CLOCK:
@@ -369,7 +393,7 @@ function decodeFrame(type, body) {
     case TYPE.SENT: {
       const publisher = c.u16();
       const n = c.u32();
-      if (n > MAX_SENT_PER_FRAME) throw new ProtocolError('bad_count', `${n} entries`);
+      if (n > MAX_SENT_PER_FRAME) throw new ProtocolError('bad_count', `${n} entries`); // 0 is valid
       const entries = [];
       for (let i = 0; i < n; i++) {
         entries.push({
@@ -388,10 +412,14 @@ function decodeFrame(type, body) {
       break;
     case TYPE.WELCOME: {
       const version = c.u16();
-      if (version !== PROTOCOL_VERSION) throw new ProtocolError('unsupported_version', `${version}`);
-      f = { type: 'welcome', version, runId: c.str() };
+      if (!VERSIONS.includes(version)) throw new ProtocolError('unsupported_version', `${version}`);
+      const runId = c.str();
+      f = { type: 'welcome', version, runId, resumeSeq: version >= 2 ? c.u64() : 0n };
       break;
     }
+    case TYPE.ACK:
+      f = { type: 'ack', seq: c.u64() };
+      break;
     case TYPE.REJECT:
       f = { type: 'reject', code: c.u16(), reason: c.str() };
       break;
@@ -435,11 +463,13 @@ class FrameReader {
 
 module.exports = {
   PROTOCOL_VERSION,
+  VERSIONS,
   MAX_FRAME_LEN,
   HELLO_MAGIC,
   MAX_STRING_LEN,
   MAX_RECORDS_PER_FRAME,
   MAX_SENT_PER_FRAME,
+  SENT_ENTRY_LEN,
   MAX_HOPS,
   RECORD_LEN,
   RECORD_LEN_WITH_ID,
@@ -459,6 +489,7 @@ module.exports = {
   encodeSent,
   encodeGoodbye,
   encodeWelcome,
+  encodeAck,
   encodeReject,
   decodeFrame,
   FrameReader,

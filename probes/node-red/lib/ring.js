@@ -10,11 +10,11 @@
 //   | not released | sent yet      |
 //
 // A record is released (its slot reused) when the protocol no longer needs it. Protocol
-// version 1 releases a frame's records once the socket has taken them; a version with
-// durable acks would release them when the collector acks the frame, and rewind()
-// sendPos to head after a reconnect to send the unacked ones again. The capacity bounds
-// held and queued records together, so the memory bound and the `queue_full` count keep
-// their meaning in both.
+// version 1 releases a frame's records once the socket has taken them. Version 2 releases
+// them as soon as the frame is built: the frame's bytes then live in the retention buffer
+// (lib/retention.js) until the collector acknowledges them, bounded on its own, oldest
+// dropped first, as the protocol requires. The capacity bounds held and queued records
+// together, so the memory bound and the `queue_full` count keep their meaning in both.
 
 const { writeRecord, writeRecordFromBinary, TYPE, RECORD_LEN_WITH_ID } = require('./protocol');
 
@@ -63,19 +63,23 @@ class RecordRing {
   }
 
   /**
-   * A Records frame of up to `max` queued records, from sendPos on; advances sendPos.
+   * A Records frame of up to `max` queued records, from sendPos on (a copy: the slots can
+   * be released at once); advances sendPos. With `seq` (version 2) a SeqRecords frame of
+   * that number.
    * @returns {{frame: Buffer, count: number, end: number} | null}
    */
-  takeFrame(max) {
+  takeFrame(max, seq = null) {
     const count = Math.min(max, this.queued);
     if (count === 0) return null;
-    let size = 9;
+    const head = seq === null ? 9 : 17;
+    let size = head;
     for (let p = this.sendPos; p < this.sendPos + count; p++) size += this.lens[p % this.capacity];
     const frame = Buffer.allocUnsafe(size);
     frame.writeUInt32LE(size - 4, 0);
-    frame[4] = TYPE.RECORDS;
-    frame.writeUInt32LE(count, 5);
-    let o = 9;
+    frame[4] = seq === null ? TYPE.RECORDS : TYPE.SEQ_RECORDS;
+    if (seq !== null) frame.writeBigUInt64LE(BigInt(seq), 5);
+    frame.writeUInt32LE(count, head - 4);
+    let o = head;
     for (let p = this.sendPos; p < this.sendPos + count; p++) {
       const i = p % this.capacity;
       const len = this.lens[i];

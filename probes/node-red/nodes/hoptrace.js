@@ -114,7 +114,7 @@ module.exports = function register(RED) {
       const ex = collector.entry.exporter;
       const s = ex.status();
       const c = ex.counters;
-      const lost = c.queue_full + c.send_failed;
+      const lost = c.queue_full + c.send_failed + c.lost_unacked;
       let status;
       if (failures > 0) {
         status = { fill: 'red', shape: 'dot', text: `${hopName}: ${failures} messages not stamped (see the log)` };

@@ -7,7 +7,9 @@ const fs = require('node:fs');
 const path = require('node:path');
 const os = require('node:os');
 
-const { RealtimeClock, ClockStatusReader, parseChronyTracking, secondsToNs } = require('../lib/clock');
+const {
+  RealtimeClock, ClockStatusReader, findProgram, parseChronyTracking, parsePmcReading, secondsToNs,
+} = require('../lib/clock');
 const { findEdge, measureAnchor } = require('../lib/anchor');
 const { CLOCK_SOURCE, LEAP } = require('../lib/protocol');
 
@@ -100,20 +102,157 @@ test('seconds with 9 decimals convert exactly', () => {
   assert.equal(secondsToNs('1e3'), null);
 });
 
-test('the status adds the anchor error to the bound; unknown without a daemon', async () => {
+// ---------------------------------------------------------------------------------------
+// Detection, with stub chronyc and pmc programs
+
+function stubs() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hoptrace-clock-'));
+  const make = (name, body) => {
+    const p = path.join(dir, name);
+    fs.writeFileSync(p, `#!/bin/sh\n${body}`, { mode: 0o755 });
+    return p;
+  };
+  return { dir, make };
+}
+const CHRONY_DOWN = 'echo "506 Cannot talk to daemon" >&2; exit 1\n';
+const PMC_NOBODY = 'for r in "$@"; do case $r in GET*) echo "sending: $r";; esac; done\n';
+const catFile = (name) => `cat '${path.join(TESTDATA, name)}'\n`;
+
+test('pmc output of a free-running slave and of a grandmaster, as captured from ptp4l', () => {
+  const slave = fs.readFileSync(path.join(TESTDATA, 'pmc-slave-free-running.txt'), 'utf8');
+  const s = parsePmcReading(slave);
+  assert.equal(s.source, CLOCK_SOURCE.ptp);
+  assert.equal(s.synced, false, 'free_running: measured, never locked');
+  assert.equal(s.leap, LEAP.unsynchronised);
+  assert.equal(s.offsetNs, -105n);
+  assert.equal(s.errorBoundNs, 105n + 2899n);
+  assert.match(s.detail, /gm=02c9c1\.fffe\.736ac7 gm_present=true port=UNCALIBRATED/);
+  const locked = parsePmcReading(slave.replace('UNCALIBRATED', 'SLAVE').replace('leap61                0', 'leap61                1'));
+  assert.equal(locked.synced, true);
+  assert.equal(locked.leap, LEAP.insert);
+  const gm = parsePmcReading(fs.readFileSync(path.join(TESTDATA, 'pmc-grandmaster.txt'), 'utf8'));
+  assert.equal(gm.synced, false);
+  assert.match(gm.detail, /this host is the grandmaster/);
+  assert.throws(() => parsePmcReading(fs.readFileSync(path.join(TESTDATA, 'pmc-no-answer.txt'), 'utf8')),
+    (e) => e.noAnswer === true);
+  assert.throws(() => parsePmcReading(slave.replace('UNCALIBRATED', 'DAYDREAMING')), /portState/);
+  assert.throws(() => parsePmcReading('\t\tmaster_offset -105\n'), /before any answer/);
+});
+
+test('detection prefers chronyd; the status adds the anchor error to the bound', async () => {
+  const { dir, make } = stubs();
+  try {
+    const clock = new RealtimeClock();
+    const r = new ClockStatusReader(clock, { chronyc: make('chronyc', catFile('chronyc-tracking-synced.csv')),
+      pmc: make('pmc', catFile('pmc-slave-free-running.txt')) });
+    assert.deepEqual(await r.detection(), { name: 'chrony', passedOver: {} });
+    const s = await r.read();
+    assert.equal(s.source, CLOCK_SOURCE.chrony);
+    assert.equal(s.errorBoundNs, 2004n + 1670n + 3244n + clock.anchorErrorNs());
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('detection falls back to ptp4l, asked as the Rust probe asks it', async () => {
+  const { dir, make } = stubs();
+  try {
+    const clock = new RealtimeClock();
+    const argv = path.join(dir, 'argv');
+    const r = new ClockStatusReader(clock, { chronyc: make('chronyc', CHRONY_DOWN),
+      pmc: make('pmc', `printf '%s\\n' "$@" > '${argv}'\n${catFile('pmc-slave-free-running.txt')}`) });
+    const d = await r.detection();
+    assert.equal(d.name, 'ptp');
+    assert.deepEqual(d.passedOver, { chrony: 'chronyc -c tracking: exit 1: 506 Cannot talk to daemon' });
+    const s = await r.read();
+    assert.equal(s.source, CLOCK_SOURCE.ptp);
+    assert.equal(s.offsetNs, -105n);
+    assert.equal(s.errorBoundNs, 3004n + clock.anchorErrorNs());
+    assert.match(s.detail, /uds=\/var\/run\/ptp4l domain=0;/);
+    const args = fs.readFileSync(argv, 'utf8').trim().split('\n');
+    assert.deepEqual(args.slice(0, 7), ['-u', '-b', '0', '-d', '0', '-s', '/var/run/ptp4l']);
+    assert.equal(args[7], '-i');
+    assert.deepEqual(args.slice(9), ['GET TIME_STATUS_NP', 'GET PORT_DATA_SET', 'GET CURRENT_DATA_SET',
+      'GET TIME_PROPERTIES_DATA_SET']);
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('without chronyd or ptp4l the source is unknown, naming every reason, the kernel\'s included', async () => {
+  const { dir, make } = stubs();
+  try {
+    const clock = new RealtimeClock();
+    const r = new ClockStatusReader(clock, { chronyc: make('chronyc', CHRONY_DOWN), pmc: make('pmc', PMC_NOBODY) });
+    const s = await r.read();
+    assert.equal(s.source, CLOCK_SOURCE.unknown);
+    assert.equal(s.synced, false);
+    assert.equal(s.leap, LEAP.unsynchronised);
+    assert.equal(s.errorBoundNs, clock.anchorErrorNs(), 'the bound covers the anchor only');
+    assert.match(s.detail, /Cannot talk to daemon/);
+    assert.match(s.detail, /no TIME_STATUS_NP answer/);
+    assert.match(s.detail, /adjtimex needs native code/);
+    assert.match(s.detail, /anchor ±\d+ ns/);
+    const missing = await new ClockStatusReader(clock, { chronyc: path.join(dir, 'none'), pmc: path.join(dir, 'none') }).read();
+    assert.match(missing.detail, /chronyc -c tracking: not installed/);
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('a chronyd that stops after detection is reported as chrony, not synchronised', async () => {
+  const { dir, make } = stubs();
+  try {
+    const chronyc = make('chronyc', catFile('chronyc-tracking-synced.csv'));
+    const r = new ClockStatusReader(new RealtimeClock(), { chronyc, pmc: make('pmc', PMC_NOBODY) });
+    assert.equal((await r.read()).synced, true);
+    fs.writeFileSync(chronyc, `#!/bin/sh\n${CHRONY_DOWN}`);
+    const s = await r.read();
+    assert.equal(s.source, CLOCK_SOURCE.chrony);
+    assert.equal(s.synced, false);
+    assert.match(s.detail, /Cannot talk to daemon/);
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('programs are found on PATH, then in the sbin directories', () => {
+  const { dir, make } = stubs();
+  const saved = process.env.PATH;
+  try {
+    const p = make('chronyc', 'exit 0\n');
+    process.env.PATH = `${dir}:/usr/bin`;
+    assert.equal(findProgram('chronyc'), p);
+    process.env.PATH = '/nonexistent';
+    assert.equal(findProgram('no-such-program-here'), 'no-such-program-here');
+  } finally {
+    process.env.PATH = saved;
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('this host, as documented: chronyd if chronyc answers, else ptp4l if pmc does, else unknown', async () => {
+  const chronyc = findProgram('chronyc');
+  assert.ok(path.isAbsolute(chronyc), 'chronyc is not installed (infra/setup.sh installs chrony)');
+  const { spawnSync } = require('node:child_process');
+  const answered = spawnSync(chronyc, ['-n', '-c', 'tracking'], { timeout: 5000 }).status === 0;
   const clock = new RealtimeClock();
-  const none = new ClockStatusReader(clock, { chronyc: path.join(os.tmpdir(), 'no-such-chronyc') });
-  const s = await none.read();
+  const r = new ClockStatusReader(clock, { timeoutMs: 2000 });
+  const d = await r.detection();
+  if (answered) {
+    assert.equal(d.name, 'chrony', JSON.stringify(d.passedOver));
+    return;
+  }
+  assert.ok(d.passedOver.chrony, 'why chronyd was not used');
+  const pmc = findProgram('pmc');
+  const pmcOut = path.isAbsolute(pmc)
+    ? String(spawnSync(pmc, ['-u', '-b', '0', 'GET TIME_STATUS_NP'], { timeout: 5000 }).stdout) : '';
+  if (/RESPONSE MANAGEMENT TIME_STATUS_NP/.test(pmcOut)) {
+    assert.equal(d.name, 'ptp', JSON.stringify(d.passedOver));
+    return;
+  }
+  assert.equal(d.name, 'unknown', JSON.stringify(d.passedOver));
+  const s = await r.read();
   assert.equal(s.source, CLOCK_SOURCE.unknown);
-  assert.equal(s.synced, false);
-  assert.equal(s.errorBoundNs, clock.anchorErrorNs());
-  assert.match(s.detail, /anchor ±\d+ ns/);
-  // A chronyc that answers (a script printing a captured report).
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hoptrace-chronyc-'));
-  const fake = path.join(dir, 'chronyc');
-  fs.writeFileSync(fake, `#!/bin/sh\ncat '${path.join(TESTDATA, 'chronyc-tracking-synced.csv')}'\n`, { mode: 0o755 });
-  const chrony = await new ClockStatusReader(clock, { chronyc: fake }).read();
-  assert.equal(chrony.source, CLOCK_SOURCE.chrony);
-  assert.equal(chrony.errorBoundNs, 2004n + 1670n + 3244n + clock.anchorErrorNs());
-  fs.rmSync(dir, { recursive: true });
+  assert.match(s.detail, /adjtimex needs native code/);
 });

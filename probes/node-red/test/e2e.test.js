@@ -386,3 +386,200 @@ test('the exporter speaks TLS to the real collector (hoptrace collect --tls-cert
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+test('the collector node\'s Token against the real collector (hoptrace collect --token): right delivers, wrong or missing is refused and counted',
+  { skip: !INTEGRATION && 'set HOPTRACE_INTEGRATION=1 (needs HOPTRACE_BIN)', timeout: 90000 },
+  async () => {
+    const bin = process.env.HOPTRACE_BIN;
+    need(bin, 'HOPTRACE_BIN is not set');
+    need(fs.existsSync(bin), `HOPTRACE_BIN ${bin} does not exist`);
+    need(fs.existsSync(NODE_RED), `Node-RED is not installed at ${NODE_RED} (npm ci in probes/node-red)`);
+    const helper = require('node-red-node-test-helper');
+    const hoptraceNode = require('../nodes/hoptrace.js');
+    helper.init(require.resolve('node-red'));
+    await new Promise((resolve) => helper.startServer(resolve));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hoptrace-nodered-token-'));
+    let collector;
+    try {
+      fs.writeFileSync(path.join(dir, 'pipeline.toml'), PIPELINE);
+      collector = run('collector', bin, ['collect', '--listen', '127.0.0.1:0', '--pipeline', 'pipeline.toml',
+        '--out', 'runs', '--run-id', 'token', '--token', 's3cret-token'], dir);
+      const address = (await waitFor(collector, /collecting on (\S+)/, 30000))[1];
+      // Three collector config nodes, three processes: the right token, a wrong one, none.
+      const nodes = [];
+      const creds = {};
+      for (const [name, token] of [['good', 's3cret-token'], ['wrong', 'guess'], ['missing', '']]) {
+        nodes.push({ id: `c_${name}`, type: 'hoptrace-collector', collector: address, process: `nr-token-${name}`, queueCapacity: 1000 });
+        nodes.push({ id: `n_${name}`, type: 'hoptrace', collector: `c_${name}`, hop: 'flow_in', hopId: 1, mode: 'in', carrier: 'property', wires: [[]] });
+        creds[`c_${name}`] = { token };
+      }
+      await helper.load([hoptraceNode], nodes, creds);
+      const N = 50;
+      for (const name of ['good', 'wrong', 'missing']) {
+        for (let i = 0; i < N; i++) {
+          const c = { publisher: 5, stream: 0, sequence: BigInt(i), metricCount: 1, intendedNs: 1n, otelTraceId: null, stamps: [] };
+          helper.getNode(`n_${name}`).receive({ payload: i, userProperties: { hoptrace: ctxmod.encodeText(c) } });
+        }
+      }
+      const ex = (name) => helper.getNode(`c_${name}`).entry.exporter;
+      const end = Date.now() + 20000;
+      while ((ex('good').counters.sent < N || ex('wrong').rejected < 2 || ex('missing').rejected < 2) && Date.now() < end) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(ex('good').counters.sent, N, `right token: ${ex('good').status().lastError}`);
+      assert.equal(ex('good').rejected, 0);
+      for (const name of ['wrong', 'missing']) {
+        const s = ex(name).status();
+        assert.notEqual(s.state, 'connected');
+        assert.ok(s.rejected >= 2, `${name}: refusals counted (${s.rejected})`);
+        assert.deepEqual(Object.keys(ex(name).rejections), ['2']);
+        assert.match(s.lastError, /rejected this probe \(code 2\).*token/);
+      }
+      const wrongEx = ex('wrong');
+      const missingEx = ex('missing');
+      await helper.unload();
+      for (const e of [wrongEx, missingEx]) {
+        assert.equal(e.counters.reported, N);
+        assert.equal(e.counters.sent, 0);
+        assert.equal(e.counters.send_failed, N, 'what a refused probe held is send_failed at shutdown');
+      }
+      await stop(collector, 30000);
+      assert.equal(collector.exited.code, 0, collector.text.slice(-2000));
+      const summary = parseExact(fs.readFileSync(path.join(dir, 'runs', 'token', 'run.json'), 'utf8'));
+      assert.deepEqual(summary.probes.map((p) => p.process), ['nr-token-good']);
+      assert.equal(summary.probes[0].clean_close, true);
+      assert.ok(summary.connections.bad_token >= 4n, JSON.stringify(summary.connections, (k, v) => (typeof v === 'bigint' ? Number(v) : v)));
+      assert.equal(summary.accounting.records_by_hop.flow_in, BigInt(N));
+    } finally {
+      await helper.unload().catch(() => {});
+      await new Promise((resolve) => helper.stopServer(resolve));
+      await stop(collector, 10000);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+const PIPELINE_DURABLE = `
+name = "node-red-durable"
+
+[[hops]]
+name = "publish"
+id = 0
+description = "The test's publisher."
+
+[[hops]]
+name = "flow_in"
+id = 1
+description = "The first hop of the test's processor."
+
+[[hops]]
+name = "flow_out"
+id = 2
+description = "The second hop of the test's processor."
+
+[[stages]]
+name = "Flow"
+from = "flow_in"
+to = "flow_out"
+definition = "Inside the processor."
+
+[join]
+window_ms = 60000
+`;
+
+test('protocol version 2: the real collector killed and restarted twice mid-run, every record stored once',
+  { skip: !INTEGRATION && 'set HOPTRACE_INTEGRATION=1 (needs HOPTRACE_BIN)', timeout: 180000 },
+  async () => {
+    const bin = process.env.HOPTRACE_BIN;
+    need(bin, 'HOPTRACE_BIN is not set');
+    need(fs.existsSync(bin), `HOPTRACE_BIN ${bin} does not exist`);
+    const { Exporter } = require('../lib/exporter');
+    const protocol = require('../lib/protocol');
+    const { RealtimeClock, ClockStatusReader } = require('../lib/clock');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hoptrace-nodered-durable-'));
+    fs.writeFileSync(path.join(dir, 'pipeline.toml'), PIPELINE_DURABLE);
+    const port = await freePortInRange([20000, 40000]);
+    const address = `127.0.0.1:${port}`;
+    const args = ['collect', '--listen', address, '--pipeline', 'pipeline.toml', '--out', 'runs', '--run-id', 'durable'];
+    let starts = 0;
+    let collector;
+    const startCollector = async () => {
+      starts += 1;
+      collector = run(`collector-${starts}`, bin, args, dir);
+      await waitFor(collector, /collecting on (\S+)/, 30000);
+    };
+    const kill = async () => {
+      process.kill(-collector.child.pid, 'SIGKILL');
+      await collector.done;
+    };
+    const alive = setInterval(() => {}, 1000);
+    try {
+      await startCollector();
+      const clock = new RealtimeClock();
+      const opts = { collector: address, clock, clockStatus: new ClockStatusReader(clock), backoffMinMs: 20, backoffMaxMs: 200 };
+      const pub = new Exporter({ ...opts, process: 'durable-publisher' });
+      pub.setHops([[0, 'publish']]);
+      pub.start();
+      const proc = new Exporter({ ...opts, process: 'durable-processor' });
+      proc.setHops([[1, 'flow_in'], [2, 'flow_out']]);
+      proc.start();
+      const N = 4000;
+      const STREAMS = 4;
+      const killsAt = new Set([1200, 2600]);
+      const one = (i) => {
+        const c = { publisher: 33, stream: i % STREAMS, sequence: BigInt(Math.floor(i / STREAMS)), metricCount: 1,
+          intendedNs: clock.nowNs(), otelTraceId: null, stamps: [] };
+        pub.report(c, 0, clock.nowNs());
+        proc.report(c, 1, clock.nowNs());
+        proc.report(c, 2, clock.nowNs());
+      };
+      const tick = () => new Promise((r) => setImmediate(r));
+      for (let i = 0; i < N;) {
+        if (killsAt.has(i)) {
+          await kill();
+          // Away for a while: the exporters retain what they stamp meanwhile.
+          for (let j = 0; j < 200; j++, i++) {
+            one(i);
+            if (j % 20 === 0) await new Promise((r) => setTimeout(r, 5));
+          }
+          await startCollector();
+          continue;
+        }
+        one(i);
+        i += 1;
+        if (i % 50 === 0) await tick();
+      }
+      // What the publisher sent, per stream (a snapshot), before Goodbye.
+      pub.sendFrame(protocol.encodeSent({
+        publisher: 33,
+        entries: Array.from({ length: STREAMS }, (_, s) => ({
+          stream: s, messages: BigInt(N / STREAMS), metrics: BigInt(N / STREAMS), firstSequence: 0n, lastSequence: BigInt(N / STREAMS - 1),
+        })),
+      }));
+      const [ps, qs] = [await pub.shutdown(15000), await proc.shutdown(15000)];
+      for (const [s, n] of [[ps, N], [qs, 2 * N]]) {
+        assert.equal(s.clean, true);
+        assert.equal(s.unacknowledged, 0);
+        const c = s.counters;
+        assert.deepEqual([c.reported, c.sent, c.queue_full, c.send_failed, c.evicted, c.lost_unacked, c.reconnects],
+          [n, n, 0, 0, 0, 0, 2], JSON.stringify(c));
+      }
+      await stop(collector, 60000);
+      assert.equal(collector.exited.code, 0, collector.text.slice(-3000));
+      const summary = parseExact(fs.readFileSync(path.join(dir, 'runs', 'durable', 'run.json'), 'utf8'));
+      const acc = summary.accounting;
+      const show = JSON.stringify(acc, (k, v) => (typeof v === 'bigint' ? Number(v) : v));
+      assert.equal(acc.adds_up, true, show);
+      const p = acc.publishers[0];
+      assert.deepEqual([p.sent, p.complete, p.incomplete, p.unseen], [BigInt(N), BigInt(N), 0n, 0n], show);
+      assert.deepEqual(acc.records_by_hop, { publish: BigInt(N), flow_in: BigInt(N), flow_out: BigInt(N) }, show);
+      assert.deepEqual([acc.duplicate_traces, acc.late_records, acc.records_lost_by_probes], [0n, 0n, 0n], show);
+      assert.equal(summary.restarts.length, 2);
+      const csv = execFileSync(bin, ['sql', path.join(dir, 'runs', 'durable'),
+        'SELECT count(*) AS n, count(DISTINCT stream * 100000 + sequence) AS keys FROM traces', '--format', 'csv'], { encoding: 'utf8' });
+      assert.deepEqual(csv.trim().split('\n')[1].split(','), [String(N), String(N)], 'every message once');
+    } finally {
+      clearInterval(alive);
+      if (collector) await stop(collector, 10000);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });

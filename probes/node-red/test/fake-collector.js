@@ -2,6 +2,12 @@
 // An in-process stand-in for the collector, for unit tests of the exporter and the node:
 // it answers Hello with Welcome (or Reject), keeps every frame per connection, and can
 // stop reading to stall a probe. End-to-end tests use the real `hoptrace collect`.
+//
+// `version` is the highest protocol version it speaks (default 2): a version 2 Hello gets
+// a version 2 Welcome whose resume_seq is `held` of that instance (the highest SeqRecords
+// number it received, unless a test sets it), and every SeqRecords frame is acknowledged
+// at once unless `ack` is false; with version 1 a version 2 Hello is refused (Reject
+// code 1), as a collector knowing only version 1 does.
 
 const net = require('node:net');
 const tls = require('node:tls');
@@ -16,6 +22,9 @@ class FakeCollector {
   constructor(opts = {}) {
     this.runId = opts.runId || 'test-run';
     this.reject = opts.reject || null; // { code, reason } to reject every Hello
+    this.version = opts.version ?? 2;
+    this.ack = opts.ack ?? true;
+    this.held = new Map(); // instance id -> highest SeqRecords number received (bigint)
     this.connections = [];
     this.server = opts.tls
       ? tls.createServer({ key: opts.tls.key, cert: opts.tls.cert }, (sock) => this._accept(sock))
@@ -44,12 +53,21 @@ class FakeCollector {
             conn.hello = f;
             if (this.reject) {
               sock.end(protocol.encodeReject(this.reject.code, this.reject.reason));
+            } else if (f.version > this.version) {
+              sock.end(protocol.encodeReject(protocol.REJECT_CODE.version, `unsupported version ${f.version}`));
             } else {
-              sock.write(protocol.encodeWelcome(1, this.runId));
+              conn.version = Math.min(f.version, this.version);
+              sock.write(protocol.encodeWelcome(conn.version, this.runId, this.held.get(f.instanceId) || 0n));
             }
+          } else if (f.type === 'seq_records') {
+            const id = conn.hello.instanceId;
+            if (!this.held.has(id) || this.held.get(id) < f.seq) this.held.set(id, f.seq);
+            if (this.ack) sock.write(protocol.encodeAck(this.held.get(id)));
           } else if (f.type === 'goodbye') {
-            // As the collector does: Goodbye ends the conversation.
+            // As the collector does: Goodbye ends the conversation (version 2: after a
+            // last Ack).
             conn.goodbye = true;
+            if (conn.version >= 2 && this.ack) sock.write(protocol.encodeAck(this.held.get(conn.hello.instanceId) || 0n));
             sock.end();
           }
         }
@@ -68,7 +86,13 @@ class FakeCollector {
   }
 
   records() {
-    return this.frames('records').flatMap((f) => f.records);
+    return this.connections.flatMap((c) => c.frames.filter((f) => f.type === 'records' || f.type === 'seq_records'))
+      .flatMap((f) => f.records);
+  }
+
+  /** The SeqRecords numbers a connection received, in order (numbers). */
+  seqs(conn = this.connections.at(-1)) {
+    return conn.frames.filter((f) => f.type === 'seq_records').map((f) => Number(f.seq));
   }
 
   /** The last Counters frame of a connection, as { name: bigint }. */

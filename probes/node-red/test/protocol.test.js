@@ -5,6 +5,8 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 
 const p = require('../lib/protocol');
 const { RecordRing } = require('../lib/ring');
@@ -65,10 +67,14 @@ test('Hello', () => {
     instanceId: 0x0102030405060708n, host: 'h1', process: 'node-red', software: 'sw 1', token: '',
     hops: [[1, 'flow_in'], [2, 'flow_out']],
   };
-  const b = p.encodeHello(hello);
+  const b = p.encodeHello({ version: 1, ...hello });
   assert.equal(b.toString('hex'), HELLO_HEX);
   const f = p.decodeFrame(b[4], b.subarray(5));
   assert.deepEqual(f, { type: 'hello', version: 1, ...hello });
+  // Version 2 (the default) differs in the version field only.
+  const b2 = p.encodeHello(hello);
+  assert.equal(b2.toString('hex'), HELLO_HEX.replace('484f505452414345' + '0100', '484f505452414345' + '0200'));
+  assert.equal(p.decodeFrame(b2[4], b2.subarray(5)).version, 2);
   assert.throws(() => p.encodeHello({ ...hello, hops: [] }), RangeError);
   assert.throws(() => p.encodeHello({ ...hello, hops: Array.from({ length: 17 }, (_, i) => [i, `h${i}`]) }), RangeError);
 });
@@ -85,6 +91,17 @@ test('Records: 36 bytes a record, 52 with a trace id', () => {
   assert.equal(f.records[0].context.sequence, 18446744073709551615n);
   assert.deepEqual(f.records[1].context.otelTraceId, CTX2.otelTraceId);
   assert.equal(f.records[1].stampNs, -1n);
+  // Version 2: SeqRecords, the same records after the frame's number.
+  const seqHex = '65000000' + '07' + '0300000000000000' + RECORDS_HEX.slice(10);
+  const s = p.encodeRecords([
+    { context: CTX1, hop: 1, stampNs: 1700000000000001000n },
+    { context: CTX2, hop: 2, stampNs: -1n },
+  ], 3);
+  assert.equal(s.toString('hex'), seqHex);
+  const g = p.decodeFrame(s[4], s.subarray(5));
+  assert.equal(g.type, 'seq_records');
+  assert.equal(g.seq, 3n);
+  assert.deepEqual(g.records, f.records);
 });
 
 test('the record ring lays records out exactly as the Records frame', () => {
@@ -95,6 +112,12 @@ test('the record ring lays records out exactly as the Records frame', () => {
   assert.equal(f.count, 2);
   assert.equal(f.frame.toString('hex'), RECORDS_HEX);
   assert.equal(ring.takeFrame(100), null);
+  ring.rewind();
+  const s = ring.takeFrame(100, 3);
+  assert.equal(s.frame.toString('hex'), p.encodeRecords([
+    { context: CTX1, hop: 1, stampNs: 1700000000000001000n },
+    { context: CTX2, hop: 2, stampNs: -1n },
+  ], 3).toString('hex'));
 });
 
 test('a record copied from a binary context equals one written from the decoded context', () => {
@@ -150,7 +173,7 @@ test('Clock', () => {
 test('Counters: ids of the table, u64 values', () => {
   assert.deepEqual(p.COUNTER_ID, {
     reported: 1, queue_full: 2, sent: 3, send_failed: 4, reconnects: 5,
-    not_traced: 6, bad_context: 7, stamps_full: 8, bad_traceparent: 9,
+    not_traced: 6, bad_context: 7, stamps_full: 8, bad_traceparent: 9, resent: 10, evicted: 11, lost_unacked: 12,
   });
   const c = { atNs: 1700000000000000000n, values: [[1, 10n], [2, 18446744073709551615n]] };
   const b = p.encodeCounters(c);
@@ -163,6 +186,36 @@ test('Sent', () => {
   const b = p.encodeSent(s);
   assert.equal(b.toString('hex'), SENT_HEX);
   assert.deepEqual(p.decodeFrame(b[4], b.subarray(5)), { type: 'sent', ...s });
+  // 0 to 29,126 entries: as many as fit in a 1 MiB frame; an empty one changes nothing.
+  const entry = s.entries[0];
+  const none = p.encodeSent({ publisher: 7, entries: [] });
+  assert.deepEqual(p.decodeFrame(none[4], none.subarray(5)), { type: 'sent', publisher: 7, entries: [] });
+  const full = p.encodeSent({ publisher: 7, entries: Array(p.MAX_SENT_PER_FRAME).fill(entry) });
+  assert.ok(full.length - 4 <= p.MAX_FRAME_LEN);
+  assert.throws(() => p.encodeSent({ publisher: 7, entries: Array(p.MAX_SENT_PER_FRAME + 1).fill(entry) }), RangeError);
+  const empty = Buffer.from('0700' + '00000000', 'hex');
+  assert.deepEqual(p.decodeFrame(p.TYPE.SENT, empty), { type: 'sent', publisher: 7, entries: [] });
+  const over = Buffer.alloc(6);
+  over.writeUInt16LE(7, 0);
+  over.writeUInt32LE(p.MAX_SENT_PER_FRAME + 1, 2);
+  assert.throws(() => p.decodeFrame(p.TYPE.SENT, over), /bad_count/);
+});
+
+test('the fullest Sent frame is within the frame limit the collector applies', () => {
+  // The count the protocol document gives for a Sent frame is the one encoded here.
+  const doc = fs.readFileSync(path.join(__dirname, '..', '..', '..', 'docs', 'collector-protocol.md'), 'utf8');
+  const stated = /\| count S \| u32, \d+ to ([\d,]+) /.exec(doc);
+  assert.ok(stated, 'docs/collector-protocol.md states the entries of a Sent frame');
+  assert.equal(p.MAX_SENT_PER_FRAME, Number(stated[1].replace(/,/g, '')));
+  const entry = { stream: 1, messages: 1n, metrics: 1n, firstSequence: 0n, lastSequence: 0n };
+  const entries = Array.from({ length: p.MAX_SENT_PER_FRAME }, (_, i) => ({ ...entry, stream: i }));
+  const b = p.encodeSent({ publisher: 1, entries });
+  assert.ok(b.length - 4 <= p.MAX_FRAME_LEN, `${b.length - 4} bytes`);
+  assert.ok(b.length - 4 + p.SENT_ENTRY_LEN > p.MAX_FRAME_LEN, 'one entry more would not fit');
+  const r = new p.FrameReader();
+  r.push(b);
+  assert.equal(r.next().entries.length, p.MAX_SENT_PER_FRAME);
+  assert.throws(() => p.encodeSent({ publisher: 1, entries: [...entries, entry] }), RangeError);
 });
 
 test('Goodbye, Welcome, Reject', () => {
@@ -172,9 +225,16 @@ test('Goodbye, Welcome, Reject', () => {
     '10000000' + '82' + '0300' + '0b00' + Buffer.from('unknown hop').toString('hex'));
   const r = new p.FrameReader();
   r.push(Buffer.from('0a000000810100050072756e2d31100000008203000b00756e6b6e6f776e20686f70', 'hex'));
-  assert.deepEqual(r.next(), { type: 'welcome', version: 1, runId: 'run-1' });
+  assert.deepEqual(r.next(), { type: 'welcome', version: 1, runId: 'run-1', resumeSeq: 0n });
   assert.deepEqual(r.next(), { type: 'reject', code: 3, reason: 'unknown hop' });
   assert.equal(r.next(), null);
+  // Version 2: Welcome carries resume_seq; Ack its u64.
+  const w2 = p.encodeWelcome(2, 'run-1', 7n);
+  assert.equal(w2.toString('hex'), '12000000' + '81' + '0200' + '0500' + '72756e2d31' + '0700000000000000');
+  assert.deepEqual(p.decodeFrame(w2[4], w2.subarray(5)), { type: 'welcome', version: 2, runId: 'run-1', resumeSeq: 7n });
+  const ack = p.encodeAck(18446744073709551615n);
+  assert.equal(ack.toString('hex'), '09000000' + '83' + 'ffffffffffffffff');
+  assert.deepEqual(p.decodeFrame(ack[4], ack.subarray(5)), { type: 'ack', seq: 18446744073709551615n });
 });
 
 test('strings longer than 1024 bytes are cut at a character boundary', () => {
@@ -214,13 +274,16 @@ test('decoder errors carry the names of the document', () => {
   const code = (c) => (e) => e instanceof p.ProtocolError && e.code === c;
   assert.throws(dec('00000000'), code('empty_frame'));
   assert.throws(dec('01001000' + '02'), code('frame_too_large'));
-  assert.throws(dec('0100000007'), code('unknown_type'));
+  assert.throws(dec('010000007f'), code('unknown_type'));
   assert.throws(dec('020000000600'), code('trailing_bytes'));
   assert.throws(dec('0300000081' + '0100'), code('truncated'));
   assert.throws(dec('0500000081' + '0100' + '0104'), code('bad_string'));
   assert.throws(dec('0500000081' + '0100' + '0100'), code('truncated'));
   assert.throws(dec('0600000081' + '0100' + '0100' + 'ff'), code('bad_string'));
-  assert.throws(dec('0500000081' + '0200' + '0000'), code('unsupported_version'));
+  assert.throws(dec('0500000081' + '0300' + '0000'), code('unsupported_version'));
+  assert.throws(dec('0500000081' + '0200' + '0000'), code('truncated')); // version 2 without resume_seq
+  assert.throws(dec('0a00000083' + '010000000000000000'), code('trailing_bytes'));
+  assert.throws(dec('0d00000007' + '0100000000000000' + '00000000'), code('bad_count'));
   assert.throws(dec('0900000001' + '484f5054524143 46'.replace(' ', '')), code('bad_magic'));
   assert.throws(dec('0500000002' + '00000000'), code('bad_count'));
   assert.throws(dec('0500000002' + '214e0000'), code('bad_count'));

@@ -37,6 +37,14 @@ class CounterSnapshot(NamedTuple):
     """Stamps not appended in-band because the context held 16."""
     bad_traceparent: int = 0
     """``traceparent`` values ignored."""
+    resent: int = 0
+    """Records sent again after a reconnection because no Ack had covered them (version 2)."""
+    evicted: int = 0
+    """Records dropped from the retention buffer (full) before an Ack covered them
+    (version 2)."""
+    lost_unacked: int = 0
+    """Of ``evicted``, the records the collector did not hold when the exporter reconnected,
+    or that were never written: lost, counted (version 2)."""
 
     def to_wire(self) -> List[Tuple[int, int]]:
         """``(id, value)`` pairs for a Counters frame."""
@@ -45,15 +53,18 @@ class CounterSnapshot(NamedTuple):
                 (CounterId.RECONNECTS, self.reconnects), (CounterId.NOT_TRACED, self.not_traced),
                 (CounterId.BAD_CONTEXT, self.bad_context),
                 (CounterId.STAMPS_FULL, self.stamps_full),
-                (CounterId.BAD_TRACEPARENT, self.bad_traceparent)]
+                (CounterId.BAD_TRACEPARENT, self.bad_traceparent),
+                (CounterId.RESENT, self.resent), (CounterId.EVICTED, self.evicted),
+                (CounterId.LOST_UNACKED, self.lost_unacked)]
 
     def by_name(self) -> Dict[str, int]:
         """The counters by their names in the document."""
         return {COUNTER_NAMES[i]: v for i, v in self.to_wire()}
 
     def lost(self) -> int:
-        """Records lost by this exporter (could not be queued or sent)."""
-        return self.queue_full + self.send_failed
+        """Records lost by this exporter (could not be queued or sent, or evicted unstored),
+        as the collector adds them up in ``records_lost_by_probes``."""
+        return self.queue_full + self.send_failed + self.lost_unacked
 
 
 class _Cell:
@@ -81,6 +92,9 @@ class Counters:
         self.sent = 0
         self.send_failed = 0
         self.reconnects = 0
+        self.resent = 0
+        self.evicted = 0
+        self.lost_unacked = 0
 
     def cell(self) -> _Cell:
         """This thread's cell (made and registered on the thread's first count)."""
@@ -122,4 +136,7 @@ class Counters:
             bad_context=sum(c.bad_context for c in cells),
             stamps_full=sum(c.stamps_full for c in cells),
             bad_traceparent=sum(c.bad_traceparent for c in cells),
+            resent=self.resent,
+            evicted=self.evicted,
+            lost_unacked=self.lost_unacked,
         )

@@ -1,7 +1,16 @@
 """The :class:`Exporter`: one background thread per process that drains the probes' queue
-into Records frames over TCP to the collector (``docs/collector-protocol.md``), sends the
+into records frames over TCP to the collector (``docs/collector-protocol.md``), sends the
 host's clock status, the counters and what publishers sent, reconnects with backoff, and
 flushes on :meth:`Exporter.shutdown`.
+
+With a version 2 collector (``hoptrace collect`` with its log, the default) records frames
+are numbered (SeqRecords) and kept in a bounded retention buffer until the collector
+acknowledges them as durable; after a reconnection (a collector killed and restarted with
+the same ``--run-id``) the exporter re-sends what the collector does not hold, so a
+collector restart loses nothing. While no collector is reachable the records go on into
+the buffer; beyond its bound the oldest are dropped and counted (``evicted``, and
+``lost_unacked`` for those the collector never stored). With a version 1 collector
+(``--no-log``) it speaks version 1: nothing is kept once written.
 """
 
 from __future__ import annotations
@@ -16,17 +25,21 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import protocol
-from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named
+from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named, this_host
 from .counters import CounterSnapshot
 from .probe import Probe, Shared
 from .protocol import Frame
+from .retention import Retained, Retention
 
 __version__ = "0.1.0"
 
 log = logging.getLogger("hoptrace_probe")
+
+# Version 2: how often, at most, the exporter reads the collector's Acks while busy.
+_ACK_READ_INTERVAL_S = 0.05
 
 
 @dataclass
@@ -65,10 +78,20 @@ class ExporterConfig:
     backoff_max_s: float = 5.0
     """Longest retry delay."""
     shutdown_timeout_s: float = 5.0
-    """How long :meth:`Exporter.shutdown` keeps trying to deliver what is queued."""
+    """How long :meth:`Exporter.shutdown` keeps trying to deliver what is queued (and to
+    have it acknowledged, in version 2)."""
+    retention_bytes: int = 64 << 20
+    """Version 2: bytes of records frames kept until the collector acknowledges them; when
+    full the oldest are dropped and counted as ``evicted`` (64 MiB, as the Rust probe:
+    about 18 s of 100,000 records/s while the collector is away)."""
+    protocol_version: int = protocol.PROTOCOL_VERSION
+    """The highest collector protocol version to offer: 2 (a version 1 collector is then
+    spoken to in version 1), or 1."""
     clock_status: Union[str, ClockStatusSource, None] = None
-    """``"unknown"`` (default), ``"chrony"`` (runs ``chronyc -c tracking``), or a callable
-    returning a :class:`~hoptrace_probe.protocol.Clock`."""
+    """``"auto"`` (the default, also ``None``): chronyd, else ptp4l, else the kernel, found
+    once per process (:func:`hoptrace_probe.clock.this_host`); or one source by name,
+    ``"chrony"``, ``"ptp"``, ``"kernel"``, ``"unknown"``; or a callable returning a
+    :class:`~hoptrace_probe.protocol.Clock`."""
 
 
 class ExportSummary(NamedTuple):
@@ -80,38 +103,19 @@ class ExportSummary(NamedTuple):
     """Whether the collector received the final Counters and Goodbye."""
     run_id: Optional[str]
     """The run id the collector announced, if it was ever reached."""
-
-
-class _Outbox:
-    """What the exporter keeps of the Records frames it has written.
-
-    Protocol version 1 has no acknowledgements: a frame is done once written, so nothing
-    is kept. A later version whose collector acknowledges the sequence of the last
-    durable frame keeps each written frame's records here (bounded, counting what it
-    must drop), releases them on :meth:`acked`, and hands the rest back from
-    :meth:`unacked` for re-sending after a reconnect. Only this class and the frame
-    handling of the exporter thread change for it; the public API does not.
-    """
-
-    def __init__(self) -> None:
-        self.next_sequence = 0
-
-    def written(self, records: Sequence[tuple]) -> int:
-        """Notes a Records frame written to the socket; returns its sequence."""
-        seq = self.next_sequence
-        self.next_sequence += 1
-        return seq
-
-    def acked(self, sequence: int) -> None:
-        """The collector made every frame up to ``sequence`` durable (not in version 1)."""
-
-    def unacked(self) -> List[Sequence[tuple]]:
-        """Batches to send again on a new connection, oldest first (none in version 1)."""
-        return []
+    rejected: int = 0
+    """Connections the collector refused with a Reject (a wrong or missing token, a hop
+    its pipeline does not declare, ...): counted here, since no Counters frame reaches a
+    collector that refuses the probe."""
+    unacknowledged: int = 0
+    """Version 2: records written that the collector had not acknowledged as durable when
+    the exporter stopped (it may hold them; 0 after a clean shutdown)."""
 
 
 class _ConnectError(Exception):
-    pass
+    def __init__(self, message: str, reject_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.reject_code = reject_code
 
 
 def _split_address(address: str) -> Tuple[str, int]:
@@ -149,13 +153,24 @@ class Exporter:
             self._tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self.config = config
         self.hops: List[Tuple[int, str]] = hops
-        self._clock_status: ClockStatusSource = (
+        # "auto" is resolved on the exporter thread, at the first Clock frame: detection
+        # runs chronyc and pmc, which must not hold up the constructor.
+        self._clock_status: Optional[ClockStatusSource] = (
             config.clock_status if callable(config.clock_status)
+            else None if config.clock_status in (None, "", "auto")
             else source_named(config.clock_status))
         self._shared = Shared(config.queue_capacity)
         self._control: Deque[Frame] = deque()
         self._frame_sources: List[Callable[[], List[Frame]]] = []
-        self._outbox = _Outbox()
+        # Version 2: numbered records frames kept until acknowledged.
+        self._retention = Retention(config.retention_bytes)
+        self._durable = False
+        self._next_seq = 1
+        self._resume_seq = 0
+        self._inbox = b""
+        self._unacknowledged = 0
+        if config.protocol_version not in protocol.VERSIONS:
+            raise ValueError(f"protocol_version {config.protocol_version}: 1 or 2")
         self._hello = protocol.Hello(
             instance_id=int.from_bytes(os.urandom(8), "little"),
             host=config.host,
@@ -163,8 +178,11 @@ class Exporter:
             software=f"hoptrace-probe-python {__version__}",
             token=config.token or "",
             hops=hops,
+            version=config.protocol_version,
         )
         self._connected = False
+        self._rejects: Dict[int, int] = {}
+        self._reject_reasons: set = set()
         self._run_id: Optional[str] = None
         self._last_error: Optional[str] = None
         self._clean = False
@@ -238,7 +256,8 @@ class Exporter:
                 self._shared.stopping = True
                 self._thread.join()
                 atexit.unregister(self._at_exit)
-                self._summary = ExportSummary(self.counters(), self._clean, self._run_id)
+                self._summary = ExportSummary(self.counters(), self._clean, self._run_id,
+                                              self.rejected, self._unacknowledged)
             return self._summary
 
     def __enter__(self) -> "Exporter":
@@ -261,12 +280,12 @@ class Exporter:
         queue = self._shared.queue
         max_batch = min(max(1, cfg.max_batch), protocol.MAX_RECORDS_PER_FRAME)
         conn: Optional[socket.socket] = None
-        inbox = b""
         backoff = cfg.backoff_min_s
         next_attempt = time.monotonic()
         connected_once = False
         last_clock: Optional[float] = None
         last_counters: Optional[float] = None
+        last_ack_read = time.monotonic()
         deadline: Optional[float] = None
         clean = False
         while True:
@@ -281,10 +300,17 @@ class Exporter:
                 if now >= next_attempt:
                     try:
                         conn = self._connect()
+                        self._resume(conn)
                     except _ConnectError as e:
+                        if conn is not None:
+                            self._drop(conn, None)
+                            conn = None
                         self._connected, self._last_error = False, str(e)
-                        log.warning("cannot reach the collector %s: %s; retrying in %.2fs",
-                                    cfg.collector, e, backoff)
+                        if e.reject_code is not None:
+                            self._count_reject(e)
+                        else:
+                            log.warning("cannot reach the collector %s: %s; retrying in %.2fs",
+                                        cfg.collector, e, backoff)
                         next_attempt = now + backoff
                         backoff = min(backoff * 2, cfg.backoff_max_s)
                     else:
@@ -293,18 +319,13 @@ class Exporter:
                         connected_once = True
                         backoff = cfg.backoff_min_s
                         last_clock = last_counters = None
-                        inbox = b""
                         continue
+                if self._durable:
+                    # The collector is away: the records wait in the retention buffer,
+                    # numbered, for the next connection (the queue stays free for the
+                    # probes); beyond its bound the oldest go, counted.
+                    self._retain_queued(max_batch)
                 time.sleep(max(0.0, min(next_attempt - time.monotonic(), 0.01)))
-                continue
-
-            # What the collector says after Welcome: nothing in version 1, except a Reject
-            # before it closes (and, later, acknowledgements).
-            try:
-                inbox = self._read_incoming(conn, inbox)
-            except (OSError, EOFError, protocol.ProtocolError) as e:
-                self._drop(conn, f"collector connection ended: {e}")
-                conn, next_attempt = None, time.monotonic()
                 continue
 
             parts: List[bytes] = []
@@ -317,8 +338,17 @@ class Exporter:
             pop = queue.popleft
             batch = [pop() for _ in range(min(len(queue), max_batch))]
             n = len(batch)
+            seq = None
             if n:
-                parts.append(protocol.encode_records(batch))
+                if self._durable:
+                    seq = self._next_seq
+                    self._next_seq += 1
+                    data = protocol.encode_records(batch, seq)
+                    # Kept before it is written: a write that fails leaves it to send again.
+                    self._count_evicted(self._retention.push(Retained(seq, n, data)))
+                else:
+                    data = protocol.encode_records(batch)
+                parts.append(data)
                 counters.dequeued += n
             finishing = stopping and n == 0 and not queue and not self._control
             if finishing or last_counters is None or now - last_counters >= cfg.counters_interval_s:
@@ -335,17 +365,39 @@ class Exporter:
                 try:
                     conn.sendall(b"".join(parts))
                 except OSError as e:
-                    counters.send_failed += n
-                    if n:
-                        log.error("lost a records frame of %d records: write to the collector "
-                                  "failed: %s", n, e)
+                    if not self._durable:
+                        counters.send_failed += n
+                        if n:
+                            log.error("lost a records frame of %d records: write to the collector "
+                                      "failed: %s", n, e)
                     self._drop(conn, f"write failed: {e}")
                     conn, next_attempt = None, time.monotonic()
                     continue
                 counters.sent += n
-                if n:
-                    self._outbox.written(batch)
+                if seq is not None:
+                    self._retention.mark_written(seq)
+            # What the collector says after Welcome: Acks (version 2), or a Reject before
+            # it closes.
+            if not self._durable or finishing or n == 0 or now - last_ack_read >= _ACK_READ_INTERVAL_S:
+                last_ack_read = now
+                try:
+                    self._read_incoming(conn)
+                except (OSError, EOFError, protocol.ProtocolError) as e:
+                    # After Goodbye the collector closes: that is the end, not a failure.
+                    if not finishing:
+                        self._drop(conn, f"collector connection ended: {e}")
+                        conn, next_attempt = None, time.monotonic()
+                        continue
             if finishing:
+                # The collector acknowledges once more after Goodbye: wait for it (up to the
+                # deadline) so that what it holds is known.
+                while (self._durable and self._retention.unacked_records() > 0
+                       and deadline is not None and time.monotonic() < deadline):
+                    try:
+                        self._read_incoming(conn)
+                    except (OSError, EOFError, protocol.ProtocolError):
+                        break
+                    time.sleep(0.005)
                 self._finish(conn)
                 conn, clean = None, True
                 break
@@ -368,17 +420,120 @@ class Exporter:
             counters.send_failed += left
             log.error("exporter stopped with %d undelivered records (collector %s); they are "
                       "counted as send_failed", left, cfg.collector)
+        # Frames numbered while the collector was away and never written: undelivered.
+        unwritten = self._retention.unwritten_records()
+        if unwritten:
+            counters.send_failed += unwritten
+            log.error("exporter stopped with %d records it could never send (collector %s); they "
+                      "are counted as send_failed", unwritten, cfg.collector)
+        evicted_written, evicted_unwritten = self._retention.evicted_unresolved()
+        counters.lost_unacked += evicted_unwritten
+        self._unacknowledged = self._retention.unacked_records() - unwritten + evicted_written
+        if self._unacknowledged:
+            log.warning("exporter stopped with %d records the collector %s had not acknowledged "
+                        "as durable", self._unacknowledged, cfg.collector)
         self._connected = False
         self._clean = clean
 
+    def _count_evicted(self, evicted: int) -> None:
+        if evicted:
+            first = self._shared.counters.evicted == 0
+            self._shared.counters.evicted += evicted
+            if first:
+                log.warning("the retention buffer (%d bytes) is full: dropped the oldest "
+                            "unacknowledged records (counted as evicted; lost if the collector "
+                            "never stored them)", self.config.retention_bytes)
+
+    def _retain_queued(self, max_batch: int) -> None:
+        """Moves what is queued into numbered frames in the retention buffer, unwritten."""
+        queue = self._shared.queue
+        while queue:
+            batch = [queue.popleft() for _ in range(min(len(queue), max_batch))]
+            seq = self._next_seq
+            self._next_seq += 1
+            self._count_evicted(self._retention.push(
+                Retained(seq, len(batch), protocol.encode_records(batch, seq))))
+            self._shared.counters.dequeued += len(batch)
+
+    def _resume(self, conn: socket.socket) -> None:
+        """On a version 2 connection: forgets what the collector holds, counts what it lost
+        of the evicted frames, and sends the kept frames again, in order."""
+        if not self._durable:
+            return
+        counters = self._shared.counters
+        lost = self._retention.resume(self._resume_seq)
+        if lost:
+            counters.lost_unacked += lost
+            log.error("%d records evicted before the collector acknowledged them were not stored "
+                      "by it: lost, counted as lost_unacked", lost)
+        resent = first = 0
+        try:
+            for f in self._retention.frames():
+                conn.sendall(f.data)
+                if f.written:
+                    resent += f.records
+                else:
+                    first += f.records
+                    f.written = True
+        except OSError as e:
+            raise _ConnectError(f"sending unacknowledged records again: {e}") from None
+        finally:
+            counters.sent += first
+            counters.resent += resent
+        if resent:
+            log.info("sent %d records the collector had not acknowledged again", resent)
+
+    def _count_reject(self, e: _ConnectError) -> None:
+        """Counts a Reject; the first of each reason is an error in the log: until the
+        cause is fixed nothing reaches the collector, and what is queued is lost."""
+        code = e.reject_code
+        first = str(e) not in self._reject_reasons
+        self._reject_reasons.add(str(e))
+        self._rejects[code] = self._rejects.get(code, 0) + 1
+        if first:
+            hint = {protocol.RejectCode.TOKEN: " (set ExporterConfig(token=...) to the collector's "
+                                               "--token)",
+                    protocol.RejectCode.UNKNOWN_HOP: " (the collector's pipeline spec must declare "
+                                                     "every hop with the same id and name)"}
+            log.error("%s%s; nothing is delivered until it accepts this probe: records wait in "
+                      "the queue, beyond it they are counted as queue_full, and at shutdown as "
+                      "send_failed; retrying with backoff", e, hint.get(code, ""))
+
+    @property
+    def rejected(self) -> int:
+        """Connections the collector refused with a Reject, any code."""
+        return sum(self._rejects.values())
+
+    def rejections(self) -> Dict[int, int]:
+        """Connections the collector refused, by Reject code (2: wrong or missing token)."""
+        return dict(self._rejects)
+
     def _clock_frame(self) -> protocol.Clock:
         try:
+            if self._clock_status is None:
+                self._clock_status = this_host().source
             return self._clock_status()
         except Exception as e:  # a broken custom source must not stop the exporter
             return UnknownClockStatus(f"clock status source failed: {e}"[:1024])()
 
     def _connect(self) -> socket.socket:
+        """Connects and says Hello; on Welcome, the connection (``self._durable`` and
+        ``self._resume_seq`` set from it). A version 1 collector, refusing a version 2
+        Hello, is asked again in version 1."""
+        try:
+            return self._connect_once()
+        except _ConnectError as e:
+            if e.reject_code != protocol.RejectCode.VERSION or self._hello.version <= 1:
+                raise
+            log.warning("the collector %s speaks only protocol version 1 (%s): connecting again "
+                        "without durable acknowledgements", self.config.collector, e)
+            self._hello.version = 1
+            self._durable = False
+            return self._connect_once()
+
+    def _connect_once(self) -> socket.socket:
         cfg = self.config
+        self._inbox = b""
         try:
             sock = socket.create_connection(self._address, timeout=cfg.connect_timeout_s)
         except OSError as e:
@@ -399,34 +554,40 @@ class Exporter:
         if isinstance(frame, protocol.Reject):
             sock.close()
             raise _ConnectError(f"collector {cfg.collector} rejected this probe "
-                                f"(code {frame.code}): {frame.reason}")
-        if not isinstance(frame, protocol.Welcome):
+                                f"(code {frame.code}): {frame.reason}", frame.code)
+        if not isinstance(frame, protocol.Welcome) or frame.version > self._hello.version:
             sock.close()
             raise _ConnectError(f"collector {cfg.collector} answered hello with {frame!r}")
         sock.settimeout(cfg.write_timeout_s)
+        self._durable = frame.version >= 2
+        self._resume_seq = frame.resume_seq
         self._connected, self._run_id = True, frame.run_id
-        log.info("connected to the collector %s, run %s", cfg.collector, frame.run_id)
+        log.info("connected to the collector %s, run %s, protocol version %d", cfg.collector,
+                 frame.run_id, frame.version)
         return sock
 
-    def _read_incoming(self, conn: socket.socket, inbox: bytes) -> bytes:
-        """Reads what the collector sent, if anything, and acts on complete frames."""
+    def _read_incoming(self, conn: socket.socket) -> None:
+        """Reads what the collector sent, if anything, and acts on complete frames: Acks
+        release retained frames; a Reject ends the connection."""
         while (isinstance(conn, ssl.SSLSocket) and conn.pending()) or \
                 select.select([conn], [], [], 0)[0]:
             chunk = conn.recv(65536)
             if not chunk:
                 raise EOFError("the collector closed the connection")
-            inbox += chunk
+            self._inbox += chunk
             while True:
-                got = protocol.split_frame(inbox)
+                got = protocol.split_frame(self._inbox)
                 if got is None:
                     break
                 ty, body, used = got
-                inbox = inbox[used:]
+                self._inbox = self._inbox[used:]
                 frame = protocol.decode(ty, body)
-                if isinstance(frame, protocol.Reject):
+                if isinstance(frame, protocol.Ack):
+                    self._retention.ack(frame.seq)
+                elif isinstance(frame, protocol.Reject):
                     raise EOFError(f"rejected (code {frame.code}): {frame.reason}")
-                log.warning("unexpected frame from the collector: %r", frame)
-        return inbox
+                else:
+                    log.warning("unexpected frame from the collector: %r", frame)
 
     def _finish(self, conn: socket.socket) -> None:
         """Closes the write side after Goodbye and waits briefly for the collector to close."""

@@ -1,6 +1,10 @@
-"""Collector protocol version 1: length-prefixed frames between probes and the collector.
+"""Collector protocol versions 1 and 2: length-prefixed frames between probes and the
+collector.
 
-The byte layout is ``docs/collector-protocol.md``. Every frame is ``len`` (u32 LE, type
+The byte layout is ``docs/collector-protocol.md``; ``probe/testdata/protocol-vectors.json``
+holds example frames of both versions, which the tests check byte for byte. Version 2
+adds numbered records frames (SeqRecords), the collector's Ack and Welcome's
+``resume_seq``. Every frame is ``len`` (u32 LE, type
 byte included), ``type`` (u8), body. :func:`encode` turns a frame object into bytes;
 :func:`decode` and :func:`split_frame` read them back, raising :class:`ProtocolError`
 whose ``name`` is the error name of the document.
@@ -12,8 +16,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-PROTOCOL_VERSION = 1
-"""Protocol version spoken here."""
+PROTOCOL_VERSION = 2
+"""Highest protocol version spoken here (a version 1 peer is spoken to in version 1)."""
+VERSIONS = (1, 2)
+"""Protocol versions this implementation reads and writes."""
 MAX_FRAME_LEN = 1 << 20
 """Largest ``len`` either side sends or accepts (1 MiB)."""
 HELLO_MAGIC = b"HOPTRACE"
@@ -22,15 +28,18 @@ MAX_STRING_LEN = 1024
 """Longest string field, in bytes of UTF-8."""
 MAX_RECORDS_PER_FRAME = 20_000
 """Most records in one Records frame."""
-MAX_SENT_PER_FRAME = 40_000
-"""Most entries in one Sent frame."""
+SENT_ENTRY_LEN = 36
+"""Bytes of one Sent entry on the wire."""
+MAX_SENT_PER_FRAME = (MAX_FRAME_LEN - 7) // SENT_ENTRY_LEN
+"""Most entries in one Sent frame: as many as fit in :data:`MAX_FRAME_LEN` after the type
+byte, the publisher and the count (29,126)."""
 MAX_HOPS = 16
 """Most hops one exporter announces."""
 RECORD_LEN = 36
 """Bytes of a record without a trace id (52 with one)."""
 
-HELLO, RECORDS, CLOCK, COUNTERS, SENT, GOODBYE = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
-WELCOME, REJECT = 0x81, 0x82
+HELLO, RECORDS, CLOCK, COUNTERS, SENT, GOODBYE, SEQ_RECORDS = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
+WELCOME, REJECT, ACK = 0x81, 0x82, 0x83
 
 
 class CounterId:
@@ -45,10 +54,14 @@ class CounterId:
     BAD_CONTEXT = 7
     STAMPS_FULL = 8
     BAD_TRACEPARENT = 9
+    RESENT = 10
+    EVICTED = 11
+    LOST_UNACKED = 12
 
 
 COUNTER_NAMES = {1: "reported", 2: "queue_full", 3: "sent", 4: "send_failed", 5: "reconnects",
-                 6: "not_traced", 7: "bad_context", 8: "stamps_full", 9: "bad_traceparent"}
+                 6: "not_traced", 7: "bad_context", 8: "stamps_full", 9: "bad_traceparent",
+                 10: "resent", 11: "evicted", 12: "lost_unacked"}
 """Counter id to its name in the document."""
 
 
@@ -109,6 +122,15 @@ class Records:
 
 
 @dataclass
+class SeqRecords:
+    """0x07 (version 2): a numbered batch of records (numbers from 1, per exporter
+    instance, across reconnections)."""
+
+    seq: int
+    records: Sequence[Record]
+
+
+@dataclass
 class Clock:
     """0x03: the host's clock status (see :mod:`hoptrace_probe.clock` for the codes)."""
 
@@ -145,7 +167,7 @@ class SentEntry(NamedTuple):
 
 @dataclass
 class Sent:
-    """0x05: a publisher's accounting, per stream (at most 40,000 entries)."""
+    """0x05: a publisher's accounting, per stream (at most :data:`MAX_SENT_PER_FRAME` entries)."""
 
     publisher: int
     entries: List[SentEntry] = field(default_factory=list)
@@ -158,10 +180,21 @@ class Goodbye:
 
 @dataclass
 class Welcome:
-    """0x81: the collector accepts the probe."""
+    """0x81: the collector accepts the probe; ``version`` is the connection's, and in
+    version 2 ``resume_seq`` the highest SeqRecords number of this instance the collector
+    holds durably."""
 
     run_id: str
     version: int = PROTOCOL_VERSION
+    resume_seq: int = 0
+
+
+@dataclass
+class Ack:
+    """0x83 (version 2): every SeqRecords frame of the instance numbered up to ``seq`` is
+    durable at the collector."""
+
+    seq: int
 
 
 @dataclass
@@ -172,7 +205,7 @@ class Reject:
     reason: str
 
 
-Frame = Union[Hello, Records, Clock, Counters, Sent, Goodbye, Welcome, Reject]
+Frame = Union[Hello, Records, SeqRecords, Clock, Counters, Sent, Goodbye, Welcome, Reject, Ack]
 
 # ---------------------------------------------------------------------------------------
 # Encoding
@@ -189,6 +222,7 @@ _SENT_ENTRY = struct.Struct("<IQQQQ")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 assert _RECORD.size == RECORD_LEN
+assert _SENT_ENTRY.size == SENT_ENTRY_LEN
 
 
 def _string(s: str) -> bytes:
@@ -216,13 +250,14 @@ def from_queued(q: Sequence) -> Record:
     return Record(q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8] if q[0] else None)
 
 
-def encode_records(queued_records: Sequence[Sequence]) -> bytes:
-    """A Records frame of records as the probes queue them (see :func:`queued`)."""
+def encode_records(queued_records: Sequence[Sequence], seq: Optional[int] = None) -> bytes:
+    """A Records frame of records as the probes queue them (see :func:`queued`), or with
+    ``seq`` a SeqRecords frame of that number (version 2)."""
     n = len(queued_records)
     if not 1 <= n <= MAX_RECORDS_PER_FRAME:
         raise ValueError(f"a Records frame holds 1 to {MAX_RECORDS_PER_FRAME} records, got {n}")
     pack = _RECORD.pack
-    parts = [b"", _U32.pack(n)]
+    parts = [b"", _U32.pack(n) if seq is None else _U64.pack(seq) + _U32.pack(n)]
     with_id = 0
     for r in queued_records:
         if r[0]:
@@ -231,7 +266,9 @@ def encode_records(queued_records: Sequence[Sequence]) -> bytes:
             with_id += 1
         else:
             parts.append(pack(*r))
-    parts[0] = _LEN_TYPE.pack(1 + 4 + RECORD_LEN * n + 16 * with_id, RECORDS)
+    head = 4 if seq is None else 12
+    parts[0] = _LEN_TYPE.pack(1 + head + RECORD_LEN * n + 16 * with_id,
+                              RECORDS if seq is None else SEQ_RECORDS)
     return b"".join(parts)
 
 
@@ -242,6 +279,8 @@ def encode(frame: Frame) -> bytes:
     """
     if isinstance(frame, Records):
         return encode_records([queued(r) for r in frame.records])
+    if isinstance(frame, SeqRecords):
+        return encode_records([queued(r) for r in frame.records], frame.seq)
     if isinstance(frame, Hello):
         if not 1 <= len(frame.hops) <= MAX_HOPS:
             raise ValueError(f"Hello announces 1 to {MAX_HOPS} hops, got {len(frame.hops)}")
@@ -262,13 +301,19 @@ def encode(frame: Frame) -> bytes:
                       + b"".join(_COUNTER.pack(i, v) for i, v in frame.values))
     if isinstance(frame, Sent):
         if len(frame.entries) > MAX_SENT_PER_FRAME:
-            raise ValueError(f"at most {MAX_SENT_PER_FRAME} entries in one Sent frame")
+            raise ValueError(f"a Sent frame holds at most {MAX_SENT_PER_FRAME} entries, got "
+                             f"{len(frame.entries)}")
         return _frame(SENT, _U16.pack(frame.publisher) + _U32.pack(len(frame.entries))
                       + b"".join(_SENT_ENTRY.pack(*e) for e in frame.entries))
     if isinstance(frame, Goodbye):
         return _frame(GOODBYE, b"")
     if isinstance(frame, Welcome):
-        return _frame(WELCOME, _U16.pack(frame.version) + _string(frame.run_id))
+        body = _U16.pack(frame.version) + _string(frame.run_id)
+        if frame.version >= 2:
+            body += _U64.pack(frame.resume_seq)
+        return _frame(WELCOME, body)
+    if isinstance(frame, Ack):
+        return _frame(ACK, _U64.pack(frame.seq))
     if isinstance(frame, Reject):
         return _frame(REJECT, _U16.pack(frame.code) + _string(frame.reason))
     raise TypeError(f"not a frame: {frame!r}")
@@ -326,7 +371,7 @@ def decode(ty: int, body: bytes) -> Frame:
         if len(c.b) < 8 or c.take(8) != HELLO_MAGIC:
             raise ProtocolError("bad_magic")
         version = c.u16()
-        if version != PROTOCOL_VERSION:
+        if version not in VERSIONS:
             raise ProtocolError("unsupported_version", str(version))
         instance_id = c.unpack(_U64)[0]
         host, process, software, token = c.string(), c.string(), c.string(), c.string()
@@ -335,7 +380,8 @@ def decode(ty: int, body: bytes) -> Frame:
             raise ProtocolError("bad_count", f"{n} hops")
         hops = [(c.u8(), c.string()) for _ in range(n)]
         frame = Hello(instance_id, host, process, software, token, hops, version)
-    elif ty == RECORDS:
+    elif ty in (RECORDS, SEQ_RECORDS):
+        seq = c.unpack(_U64)[0] if ty == SEQ_RECORDS else None
         n = c.u32()
         if not 1 <= n <= MAX_RECORDS_PER_FRAME:
             raise ProtocolError("bad_count", f"{n} records")
@@ -346,7 +392,7 @@ def decode(ty: int, body: bytes) -> Frame:
                 raise ProtocolError("reserved_bits", f"flags {flags:#04x}")
             tid = c.take(16) if flags & 1 else None
             records.append(Record(hop, p, s, q, t, m, i, tid))
-        frame = Records(records)
+        frame = Records(records) if seq is None else SeqRecords(seq, records)
     elif ty == CLOCK:
         at_ns, source, synced, leap, offset_ns, bound = c.unpack(_CLOCK_HEAD)
         frame = Clock(at_ns, source, synced != 0, leap, offset_ns, bound, c.string())
@@ -356,16 +402,19 @@ def decode(ty: int, body: bytes) -> Frame:
     elif ty == SENT:
         publisher = c.u16()
         n = c.u32()
-        if n > MAX_SENT_PER_FRAME:
+        if n > MAX_SENT_PER_FRAME:  # 0 entries is valid and changes nothing
             raise ProtocolError("bad_count", f"{n} entries")
         frame = Sent(publisher, [SentEntry(*c.unpack(_SENT_ENTRY)) for _ in range(n)])
     elif ty == GOODBYE:
         frame = Goodbye()
     elif ty == WELCOME:
         version = c.u16()
-        if version != PROTOCOL_VERSION:
+        if version not in VERSIONS:
             raise ProtocolError("unsupported_version", str(version))
-        frame = Welcome(c.string(), version)
+        run_id = c.string()
+        frame = Welcome(run_id, version, c.unpack(_U64)[0] if version >= 2 else 0)
+    elif ty == ACK:
+        frame = Ack(c.unpack(_U64)[0])
     elif ty == REJECT:
         code = c.u16()
         frame = Reject(code, c.string())

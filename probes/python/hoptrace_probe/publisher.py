@@ -57,7 +57,8 @@ class Publisher:
                                       min(first, ctx.sequence), max(last, ctx.sequence))
 
     def sent_frames(self) -> List[Frame]:
-        """The cumulative Sent frames (split at 40,000 streams)."""
+        """The cumulative Sent frames, split at :data:`~hoptrace_probe.protocol.MAX_SENT_PER_FRAME`
+        streams so that each fits in one frame."""
         entries = [SentEntry(s, *e) for s, e in sorted(list(self._sent.items()))]
         return [Sent(self.publisher, entries[i:i + MAX_SENT_PER_FRAME])
                 for i in range(0, len(entries), MAX_SENT_PER_FRAME)]

@@ -134,14 +134,30 @@ class Collector:
         self.out = tmp / "runs"
         self.run_dir = self.out / run_id
         self.pipeline = pipeline
-        self.log = tmp / f"collector-{run_id}.log"
-        self.proc = start([self.bin, "collect", "--listen", f"127.0.0.1:{port}",
-                           "--pipeline", pipeline, "--out", self.out, "--run-id", run_id,
-                           *(extra or [])],
-                          self.log)
+        self.command = [self.bin, "collect", "--listen", f"127.0.0.1:{port}",
+                        "--pipeline", pipeline, "--out", self.out, "--run-id", run_id,
+                        *(extra or [])]
+        self.starts = 0
+        self.stdout: Optional[str] = None
+        self._start()
+
+    def _start(self) -> None:
+        self.starts += 1
+        self.log = self.out.parent / f"collector-{self.run_dir.name}-{self.starts}.log"
+        self.proc = start(self.command, self.log)
         m = wait_for_line(self.log, r"collecting on (\S+)", self.proc)
         self.address = m.group(1)
-        self.stdout: Optional[str] = None
+
+    def kill(self) -> None:
+        """SIGKILL: the collector dies without flushing or writing anything."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        """Starts the same command again (same --listen, same --run-id): it replays its
+        log and continues the run."""
+        assert self.proc.poll() is not None, "the collector still runs"
+        self._start()
 
     def stop(self) -> dict:
         """Stops the collector; returns run.json."""

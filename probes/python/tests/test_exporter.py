@@ -31,9 +31,11 @@ def test_conversation_in_order():
     assert summary.clean and summary.run_id == "fake-run"
     assert summary.counters.by_name() == dict(
         reported=600, queue_full=0, sent=600, send_failed=0, reconnects=0, not_traced=0,
-        bad_context=0, stamps_full=0, bad_traceparent=0)
+        bad_context=0, stamps_full=0, bad_traceparent=0, resent=0, evicted=0, lost_unacked=0)
+    assert summary.unacknowledged == 0
     (c,) = fc.connections
-    assert c.hello.hops == [(1, "flow_in"), (2, "flow_out")] and c.hello.version == 1
+    assert c.hello.hops == [(1, "flow_in"), (2, "flow_out")] and c.hello.version == 2
+    assert c.seqs() == list(range(1, len(c.seqs()) + 1)), "numbered from 1, in order"
     assert c.hello.host == "test-host" and c.hello.process == "unit-test"
     assert c.hello.software.startswith("hoptrace-probe-python ")
     assert isinstance(c.frames[0], protocol.Clock) and c.frames[0].detail == "test"
@@ -66,6 +68,24 @@ def test_publisher_sends_cumulative_sent_frames_before_goodbye():
                                          protocol.SentEntry(4, 5, 50, 0, 4)])
     assert conn.frames.index(sent[-1]) < len(conn.frames) - 1
     assert len(conn.records()) == 10
+    fc.close()
+
+
+def test_sent_frames_of_many_streams_each_fit_a_frame_the_collector_reads():
+    fc = FakeCollector()
+    ex = Exporter(config(fc.address), [(0, "publish")])
+    pub = Publisher(ex, publisher=3)
+    streams = protocol.MAX_SENT_PER_FRAME + 1
+    for stream in range(streams):
+        pub.count_sent(TraceContext(3, stream, 0, 1, 0))
+    frames = pub.sent_frames()
+    assert len(frames) == 2
+    got = []
+    for f in frames:
+        ty, body, n = protocol.split_frame(protocol.encode(f))
+        got += protocol.decode(ty, body).entries
+    assert sorted(e.stream for e in got) == list(range(streams))
+    ex.shutdown(timeout_s=0.5)
     fc.close()
 
 

@@ -3,6 +3,8 @@ docs/collector-protocol.md (expected bytes are written out field by field here),
 decoder's named errors."""
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +34,7 @@ def frame(ty: int, body_hex: str) -> bytes:
 def test_hello():
     hello = p.Hello(instance_id=0x1122334455667788, host="h1", process="proc",
                     software="hoptrace-probe-python 0.1.0", token="", hops=[(1, "flow_in"), (2, "flow_out")])
-    body = ("|".join([b"HOPTRACE".hex(), "0100", "8877665544332211", string("h1"), string("proc"),
+    body = ("|".join([b"HOPTRACE".hex(), "0200", "8877665544332211", string("h1"), string("proc"),
                       string("hoptrace-probe-python 0.1.0"), "0000", "02",
                       "01", string("flow_in"), "02", string("flow_out")]))
     assert p.encode(hello) == frame(0x01, body)
@@ -53,6 +55,11 @@ def test_records_without_and_with_trace_id():
     assert p.encode_records([p.queued(r1), p.queued(r2)]) == want
     assert p.from_queued(p.queued(r2)) == r2
     assert p.decode(0x02, want[5:]) == p.Records([r1, r2])
+    # Version 2: the same records after the frame's number.
+    numbered = frame(0x07, le(3, 8) + "02000000" + rec1 + rec2)
+    assert p.encode(p.SeqRecords(3, [r1, r2])) == numbered
+    assert p.encode_records([p.queued(r1), p.queued(r2)], 3) == numbered
+    assert p.decode(0x07, numbered[5:]) == p.SeqRecords(3, [r1, r2])
 
 
 def test_clock():
@@ -78,13 +85,24 @@ def test_sent():
     body = "|".join(["0700", "01000000", "03000000", le(100, 8), le(5000, 8), le(0, 8), le(99, 8)])
     assert p.encode(s) == frame(0x05, body)
     assert p.decode(0x05, h(body)) == s
-    assert p.encode(p.Sent(7, [])) == frame(0x05, "0700 00000000")
+    # 0 to 29,126 entries; an empty Sent frame is valid and changes nothing.
+    assert p.encode(p.Sent(7, [])) == frame(0x05, "0700|00000000")
+    assert p.decode(0x05, h("0700|00000000")) == p.Sent(7, [])
+    entries = [p.SentEntry(i, 1, 1, 0, 0) for i in range(p.MAX_SENT_PER_FRAME)]
+    assert len(p.encode(p.Sent(7, entries))) - 4 <= p.MAX_FRAME_LEN
+    with pytest.raises(ValueError):
+        p.encode(p.Sent(7, entries + entries[:1]))
 
 
 def test_goodbye_welcome_reject():
     assert p.encode(p.Goodbye()) == h("01000000 06")
-    assert p.encode(p.Welcome("run-1")) == frame(0x81, "0100" + string("run-1"))
-    assert p.decode(0x81, h("0100" + string("run-1"))) == p.Welcome("run-1")
+    assert p.encode(p.Welcome("run-1", 1)) == frame(0x81, "0100" + string("run-1"))
+    assert p.decode(0x81, h("0100" + string("run-1"))) == p.Welcome("run-1", 1)
+    v2 = "0200" + string("run-1") + le(7, 8)
+    assert p.encode(p.Welcome("run-1", 2, 7)) == frame(0x81, v2)
+    assert p.decode(0x81, h(v2)) == p.Welcome("run-1", 2, 7)
+    assert p.encode(p.Ack(2**64 - 1)) == frame(0x83, "ff" * 8)
+    assert p.decode(0x83, h(le(5, 8))) == p.Ack(5)
     assert p.encode(p.Reject(3, "unknown hop")) == frame(0x82, "0300" + string("unknown hop"))
     assert p.decode(0x82, h("0300" + string("unknown hop"))) == p.Reject(3, "unknown hop")
 
@@ -92,7 +110,8 @@ def test_goodbye_welcome_reject():
 def test_counter_ids_are_the_documented_ones():
     assert p.COUNTER_NAMES == {1: "reported", 2: "queue_full", 3: "sent", 4: "send_failed",
                                5: "reconnects", 6: "not_traced", 7: "bad_context",
-                               8: "stamps_full", 9: "bad_traceparent"}
+                               8: "stamps_full", 9: "bad_traceparent", 10: "resent",
+                               11: "evicted", 12: "lost_unacked"}
 
 
 def test_long_strings_are_cut_at_a_character_boundary():
@@ -105,7 +124,8 @@ def test_long_strings_are_cut_at_a_character_boundary():
 @pytest.mark.parametrize("ty,body,name", [
     (0x01, b"HOPTRACX" + bytes(20), "bad_magic"),
     (0x01, b"HOPT", "bad_magic"),
-    (0x01, b"HOPTRACE" + h("0200") + bytes(8), "unsupported_version"),
+    (0x01, b"HOPTRACE" + h("0300") + bytes(8), "unsupported_version"),
+    (0x01, b"HOPTRACE" + h("0000") + bytes(8), "unsupported_version"),
     (0x01, b"HOPTRACE" + h("0100") + bytes(8) + h("0000" * 4) + b"\x00", "bad_count"),
     (0x01, b"HOPTRACE" + h("0100") + bytes(8) + h("0000" * 4) + b"\x11", "bad_count"),
     (0x01, b"HOPTRACE" + h("0100") + bytes(8) + h("0104") + bytes(10), "bad_string"),
@@ -117,9 +137,13 @@ def test_long_strings_are_cut_at_a_character_boundary():
     (0x02, h("01000000") + bytes(37), "trailing_bytes"),
     (0x03, bytes(10), "truncated"),
     (0x04, bytes(8) + b"\x01" + bytes(9), "truncated"),
-    (0x05, h("0000") + h(le(40_001, 4)), "bad_count"),
+    (0x05, h("0000") + h(le(29_127, 4)), "bad_count"),
+    (0x07, h(le(1, 8)) + h("00000000"), "bad_count"),
+    (0x07, h(le(1, 8)) + h("010000"), "truncated"),
+    (0x83, h(le(1, 8)) + b"\x00", "trailing_bytes"),
+    (0x81, h("0200") + h(string("r")), "truncated"),
     (0x06, b"\x00", "trailing_bytes"),
-    (0x81, h("0200") + h(string("r")), "unsupported_version"),
+    (0x81, h("0300") + h(string("r")), "unsupported_version"),
     (0x7F, b"", "unknown_type"),
 ])
 def test_decoder_names_its_errors(ty, body, name):
@@ -170,3 +194,20 @@ def test_records_frame_limits():
         p.encode_records([r] * 20_001)
     full = p.encode_records([(1, 0, 0, 0, 0, 0, 0, 0, bytes(range(16)))] * 20_000)
     assert len(full) - 4 <= p.MAX_FRAME_LEN
+
+
+def test_the_fullest_sent_frame_is_within_the_frame_limit():
+    # The count the protocol document gives for a Sent frame is the one encoded here.
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "collector-protocol.md").read_text()
+    stated = re.search(r"\| count S \| u32, \d+ to ([\d,]+) ", doc)
+    assert stated, "docs/collector-protocol.md states the entries of a Sent frame"
+    assert p.MAX_SENT_PER_FRAME == int(stated.group(1).replace(",", ""))
+    entries = [p.SentEntry(i, 1, 1, 0, 0) for i in range(p.MAX_SENT_PER_FRAME)]
+    full = p.encode(p.Sent(1, entries))
+    # The collector reads it (split_frame applies the collector's frame limit) ...
+    ty, body, n = p.split_frame(full)
+    assert n == len(full) and p.decode(ty, body) == p.Sent(1, entries)
+    # ... and one entry more would not fit in a frame.
+    assert len(full) - 4 + p.SENT_ENTRY_LEN > p.MAX_FRAME_LEN
+    with pytest.raises(ValueError, match="entries"):
+        p.encode(p.Sent(1, entries + [p.SentEntry(0, 1, 1, 0, 0)]))

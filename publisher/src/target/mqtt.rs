@@ -10,7 +10,7 @@
 //! not acknowledged) and the requests still queued, but drops all of them when the broker
 //! answers the reconnection with a new session, which it always does for a clean session
 //! and after a restart without persistence. The publishing thread therefore takes them
-//! out at the break ([`Keeper`]) and hands them back after the reconnection, one at a time
+//! out at the break (`Keeper`) and hands them back after the reconnection, one at a time
 //! and within the in-flight window: every message is written again until the broker
 //! acknowledges it or the target closes, and the counts say which were retransmitted,
 //! which requeued, and which were abandoned at close and why.

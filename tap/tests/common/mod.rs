@@ -46,20 +46,12 @@ pub fn bin() -> PathBuf {
     p
 }
 
-/// A fresh directory under the system's temporary directory.
-pub fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hoptrace-storetap-{tag}-{}", unique()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+#[allow(unused_imports)] // not every test file uses it
+pub use hoptrace_testkit::tempdir;
 
 /// A short random hex id.
 pub fn unique() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    format!(
-        "{:012x}",
-        std::hash::RandomState::new().build_hasher().finish() & 0xffff_ffff_ffff
-    )
+    format!("{:012x}", hoptrace_testkit::unique() & 0xffff_ffff_ffff)
 }
 
 /// A free TCP port on 127.0.0.1.

@@ -11,28 +11,119 @@ import java.util.Locale;
 import java.util.concurrent.TimeUnit;
 
 /**
- * This host's clock status for the Clock frame: chronyd's tracking report read with
- * {@code chronyc -n -c tracking} when chronyc answers, else source {@code unknown}.
+ * This host's clock status for the Clock frame, found as the Rust probe finds it
+ * ({@code hoptrace_clock::this_host}): chronyd if {@code chronyc -n -c tracking}
+ * answers, else ptp4l if {@code pmc} gets an answer on its default socket, else nothing the
+ * JVM can read: the Rust probe's last resort, the kernel's NTP state ({@code adjtimex}),
+ * needs native code (JNI, or the foreign function API that is not final in Java 17), which
+ * this library does not use; the source is then {@code unknown}, its detail naming why each
+ * candidate was not used.
  *
- * <p>As the Rust probe does: offset is the negation of chronyc's "System time" (positive
- * when the clock is ahead), the error bound is {@code |system time| + root dispersion +
- * root delay / 2}, and the clock counts as synchronised when the leap status is not "Not
- * synchronised", the stratum is below 16 and a reference is selected.
+ * <p>As the Rust probe does: chrony's offset is the negation of chronyc's "System time"
+ * (positive when the clock is ahead), its error bound {@code |system time| + root
+ * dispersion + root delay / 2}, and the clock counts as synchronised when the leap status
+ * is not "Not synchronised", the stratum is below 16 and a reference is selected. ptp4l's
+ * offset is {@code master_offset}, its bound {@code |master_offset| + mean path delay}, and
+ * it is synchronised when a grandmaster is present and a port is {@code SLAVE}.
  */
 public interface ClockStatusSource {
     /** The status now. */
     Protocol.ClockStatus read();
 
-    /** chronyc if it answers once now, else a source that always says {@code unknown}. */
+    /** Why the kernel is not a source here. */
+    String KERNEL_WHY = "kernel: adjtimex needs native code, which this library does not use";
+
+    /** What {@link #detect(String, String)} found once for this process. */
     static ClockStatusSource detect() {
-        Chrony chrony = new Chrony(Chrony.findChronyc());
+        return Detected.THIS_HOST;
+    }
+
+    /**
+     * Asks chronyc, then pmc (each once); the first that answers is the source. Without
+     * either, a source that always says {@code unknown}, naming every reason.
+     */
+    static ClockStatusSource detect(String chronyc, String pmc) {
+        List<String> why = new ArrayList<>();
+        Chrony chrony = new Chrony(chronyc);
         try {
             chrony.query();
             return chrony;
         } catch (IOException e) {
-            String why = "chronyc -c tracking: " + e.getMessage();
-            return () -> new Protocol.ClockStatus(Clocks.realtimeNs(), Protocol.ClockStatus.UNKNOWN, false,
-                    Protocol.ClockStatus.LEAP_UNSYNCHRONISED, 0, 0, "no clock status source: " + why);
+            why.add("chronyc -c tracking: " + e.getMessage());
+        }
+        Ptp ptp = new Ptp(pmc, "/var/run/ptp4l", 0);
+        try {
+            ptp.query();
+            return ptp;
+        } catch (IOException e) {
+            why.add("pmc: " + e.getMessage());
+        }
+        why.add(KERNEL_WHY);
+        String detail = "no clock status source: " + String.join("; ", why);
+        return new Unknown(detail);
+    }
+
+    /** The process's detection, done once. */
+    final class Detected {
+        private Detected() {}
+
+        static final ClockStatusSource THIS_HOST = detect(findProgram("chronyc"), findProgram("pmc"));
+    }
+
+    /** Nothing known; {@code detail} says why. */
+    record Unknown(String detail) implements ClockStatusSource {
+        @Override
+        public Protocol.ClockStatus read() {
+            return new Protocol.ClockStatus(Clocks.realtimeNs(), Protocol.ClockStatus.UNKNOWN, false,
+                    Protocol.ClockStatus.LEAP_UNSYNCHRONISED, 0, 0, detail);
+        }
+    }
+
+    /** {@code name} on PATH or in the sbin directories; {@code name} itself when not found. */
+    static String findProgram(String name) {
+        List<String> dirs = new ArrayList<>();
+        String path = System.getenv("PATH");
+        if (path != null) {
+            dirs.addAll(List.of(path.split(File.pathSeparator)));
+        }
+        dirs.addAll(List.of("/usr/sbin", "/sbin", "/usr/local/sbin"));
+        for (String d : dirs) {
+            if (d.isEmpty()) {
+                continue;
+            }
+            File f = new File(d, name);
+            if (f.isFile() && f.canExecute()) {
+                return f.getPath();
+            }
+        }
+        return name;
+    }
+
+    /** Runs a program for at most 2 s; its output on exit 0, else an IOException saying why. */
+    static String run(List<String> command) throws IOException {
+        Process p;
+        try {
+            p = new ProcessBuilder(command).redirectErrorStream(true).start();
+        } catch (IOException e) {
+            throw new IOException("not installed (" + command.get(0) + ")");
+        }
+        try (InputStream in = p.getInputStream()) {
+            p.getOutputStream().close();
+            byte[] out = in.readNBytes(256 * 1024);
+            if (!p.waitFor(2, TimeUnit.SECONDS)) {
+                p.destroyForcibly();
+                throw new IOException("no answer within 2 s");
+            }
+            String text = new String(out, StandardCharsets.UTF_8);
+            if (p.exitValue() != 0) {
+                String first = text.strip().lines().findFirst().orElse("no output");
+                throw new IOException("exit " + p.exitValue() + ": " + first);
+            }
+            return text;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            p.destroyForcibly();
+            throw new IOException("interrupted");
         }
     }
 
@@ -44,42 +135,9 @@ public interface ClockStatusSource {
             this.chronyc = chronyc;
         }
 
-        static String findChronyc() {
-            List<String> dirs = new ArrayList<>();
-            String path = System.getenv("PATH");
-            if (path != null) {
-                dirs.addAll(List.of(path.split(File.pathSeparator)));
-            }
-            dirs.addAll(List.of("/usr/bin", "/usr/sbin", "/sbin", "/usr/local/sbin"));
-            for (String d : dirs) {
-                File f = new File(d, "chronyc");
-                if (f.canExecute()) {
-                    return f.getPath();
-                }
-            }
-            return "chronyc";
-        }
-
         /** One tracking report. */
         Tracking query() throws IOException {
-            Process p = new ProcessBuilder(chronyc, "-n", "-c", "tracking")
-                    .redirectErrorStream(true).start();
-            try (InputStream in = p.getInputStream()) {
-                byte[] out = in.readNBytes(64 * 1024);
-                if (!p.waitFor(2, TimeUnit.SECONDS)) {
-                    p.destroyForcibly();
-                    throw new IOException("no answer within 2 s");
-                }
-                String text = new String(out, StandardCharsets.UTF_8);
-                if (p.exitValue() != 0) {
-                    throw new IOException("exit " + p.exitValue() + ": " + text.trim());
-                }
-                return Tracking.parse(text);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                p.destroyForcibly();
-                throw new IOException("interrupted");
-            }
+            return Tracking.parse(ClockStatusSource.run(List.of(chronyc, "-n", "-c", "tracking")));
         }
 
         @Override
@@ -90,6 +148,217 @@ public interface ClockStatusSource {
                 return new Protocol.ClockStatus(Clocks.realtimeNs(), Protocol.ClockStatus.CHRONY, false,
                         Protocol.ClockStatus.LEAP_UNSYNCHRONISED, 0, 0, "chronyc -c tracking: " + e.getMessage());
             }
+        }
+    }
+
+    /** ptp4l, through pmc over its Unix management socket. */
+    final class Ptp implements ClockStatusSource {
+        private static final java.util.concurrent.atomic.AtomicLong QUERIES = new java.util.concurrent.atomic.AtomicLong();
+        private final String pmc;
+        private final String socket;
+        private final int domain;
+
+        Ptp(String pmc, String socket, int domain) {
+            this.pmc = pmc;
+            this.socket = socket;
+            this.domain = domain;
+        }
+
+        /** One reading; pmc's own socket in the temporary directory. */
+        PtpReading query() throws IOException {
+            File client = new File(System.getProperty("java.io.tmpdir"),
+                    "hoptrace-pmc." + ProcessHandle.current().pid() + "." + QUERIES.getAndIncrement());
+            try {
+                return PtpReading.parse(ClockStatusSource.run(List.of(pmc, "-u", "-b", "0", "-d",
+                        String.valueOf(domain), "-s", socket, "-i", client.getPath(), "GET TIME_STATUS_NP",
+                        "GET PORT_DATA_SET", "GET CURRENT_DATA_SET", "GET TIME_PROPERTIES_DATA_SET")));
+            } finally {
+                // pmc removes its socket on exit; not when killed on a timeout.
+                client.delete();
+            }
+        }
+
+        @Override
+        public Protocol.ClockStatus read() {
+            String where = " uds=" + socket + " domain=" + domain;
+            try {
+                Protocol.ClockStatus s = query().toStatus(Clocks.realtimeNs());
+                return new Protocol.ClockStatus(s.atNs(), s.source(), s.synced(), s.leap(), s.offsetNs(),
+                        s.errorBoundNs(), s.detail() + where);
+            } catch (IOException e) {
+                return new Protocol.ClockStatus(Clocks.realtimeNs(), Protocol.ClockStatus.PTP, false,
+                        Protocol.ClockStatus.LEAP_UNSYNCHRONISED, 0, 0, "pmc: " + e.getMessage() + " (" + where.strip() + ")");
+            }
+        }
+    }
+
+    /** What pmc printed for the four requests (as the Rust probe's {@code PtpReading}). */
+    record PtpReading(long masterOffsetNs, boolean gmPresent, String gmIdentity, List<String> portStates,
+                      List<Long> peerDelaysNs, Long meanPathDelayNs, Long stepsRemoved, boolean leap61,
+                      boolean leap59, Integer timeSource, Boolean traceable) {
+        private static final java.util.Set<String> STATES = java.util.Set.of("INITIALIZING", "FAULTY", "DISABLED",
+                "LISTENING", "PRE_MASTER", "MASTER", "PASSIVE", "UNCALIBRATED", "SLAVE", "GRAND_MASTER");
+
+        private record Answer(String kind, String id, List<String[]> fields) {
+            String field(String name) throws IOException {
+                for (String[] f : fields) {
+                    if (f[0].equals(name)) {
+                        return f[1];
+                    }
+                }
+                throw new IOException("pmc: " + id + " has no field " + name);
+            }
+
+            long integer(String name) throws IOException {
+                String v = field(name);
+                try {
+                    return Long.parseLong(v.startsWith("+") ? v.substring(1) : v);
+                } catch (NumberFormatException e) {
+                    throw new IOException("pmc: field " + name + " is " + v + ", expected an integer");
+                }
+            }
+
+            boolean flag(String name) throws IOException {
+                String v = field(name);
+                if (!v.equals("0") && !v.equals("1")) {
+                    throw new IOException("pmc: field " + name + " is " + v + ", expected 0 or 1");
+                }
+                return v.equals("1");
+            }
+        }
+
+        /** Parses pmc's output; an IOException when there is no TIME_STATUS_NP answer or a field is malformed. */
+        static PtpReading parse(String output) throws IOException {
+            List<Answer> answers = new ArrayList<>();
+            for (String raw : output.split("\n", -1)) {
+                if (raw.isBlank()) {
+                    continue;
+                }
+                if (raw.startsWith("\t\t")) {
+                    if (answers.isEmpty()) {
+                        throw new IOException("pmc: field before any answer: " + raw.strip());
+                    }
+                    String[] nv = raw.strip().split("\\s+", 2);
+                    answers.get(answers.size() - 1).fields().add(new String[] {nv[0], nv.length > 1 ? nv[1].strip() : ""});
+                } else if (raw.startsWith("\t")) {
+                    String[] t = raw.strip().split("\\s+");
+                    if (t.length < 5 || !t[1].equals("seq") || !t[2].matches("\\d+")) {
+                        throw new IOException("pmc: cannot read line " + raw.strip());
+                    }
+                    answers.add(new Answer(t[4], t.length > 5 ? t[5] : "", new ArrayList<>()));
+                }
+            }
+            Answer ts = null;
+            Answer cur = null;
+            Answer tp = null;
+            List<String> states = new ArrayList<>();
+            List<Long> peer = new ArrayList<>();
+            for (Answer a : answers) {
+                if (!a.kind().equals("MANAGEMENT")) {
+                    continue;
+                }
+                switch (a.id()) {
+                    case "TIME_STATUS_NP" -> ts = ts == null ? a : ts;
+                    case "CURRENT_DATA_SET" -> cur = cur == null ? a : cur;
+                    case "TIME_PROPERTIES_DATA_SET" -> tp = tp == null ? a : tp;
+                    case "PORT_DATA_SET" -> {
+                        String state = a.field("portState");
+                        if (!STATES.contains(state)) {
+                            throw new IOException("pmc: field portState is " + state + ", expected a port state such as SLAVE");
+                        }
+                        states.add(state);
+                        peer.add(a.integer("peerMeanPathDelay"));
+                    }
+                    default -> { }
+                }
+            }
+            if (ts == null) {
+                throw new IOException("pmc printed no TIME_STATUS_NP answer (is ptp4l running on that socket and domain?)");
+            }
+            String gm = ts.field("gmPresent");
+            if (!gm.equals("true") && !gm.equals("false")) {
+                throw new IOException("pmc: field gmPresent is " + gm + ", expected true or false");
+            }
+            Long meanPathDelay = null;
+            Long steps = null;
+            if (cur != null) {
+                String v = cur.field("meanPathDelay");
+                if (!v.matches("[-+]?\\d+(\\.\\d*)?")) {
+                    throw new IOException("pmc: field meanPathDelay is " + v + ", expected nanoseconds");
+                }
+                meanPathDelay = Long.parseLong(v.replaceFirst("^\\+", "").replaceFirst("\\..*$", ""));
+                steps = cur.integer("stepsRemoved");
+            }
+            boolean leap61 = false;
+            boolean leap59 = false;
+            Integer source = null;
+            Boolean traceable = null;
+            if (tp != null) {
+                leap61 = tp.flag("leap61");
+                leap59 = tp.flag("leap59");
+                traceable = tp.flag("timeTraceable");
+                String src = tp.field("timeSource");
+                if (!src.matches("0x[0-9a-fA-F]{1,2}")) {
+                    throw new IOException("pmc: field timeSource is " + src + ", expected a hex byte such as 0xa0");
+                }
+                source = Integer.parseInt(src.substring(2), 16);
+            }
+            return new PtpReading(ts.integer("master_offset"), gm.equals("true"), ts.field("gmIdentity"), states,
+                    peer, meanPathDelay, steps, leap61, leap59, source, traceable);
+        }
+
+        /** CURRENT_DATA_SET's meanPathDelay, else a SLAVE port's peerMeanPathDelay; null when neither is known. */
+        Long pathDelayNs() {
+            if (meanPathDelayNs != null && meanPathDelayNs != 0) {
+                return meanPathDelayNs;
+            }
+            for (int i = 0; i < portStates.size(); i++) {
+                if (portStates.get(i).equals("SLAVE") && peerDelaysNs.get(i) != 0) {
+                    return peerDelaysNs.get(i);
+                }
+            }
+            return null;
+        }
+
+        long errorBoundNs() {
+            Long d = pathDelayNs();
+            return Math.abs(masterOffsetNs) + (d == null ? 0 : Math.abs(d));
+        }
+
+        String portState() {
+            for (String s : portStates) {
+                if (s.equals("SLAVE") || s.equals("UNCALIBRATED")) {
+                    return s;
+                }
+            }
+            return portStates.isEmpty() ? null : portStates.get(0);
+        }
+
+        boolean synced() {
+            return gmPresent && (portStates.isEmpty() || portStates.contains("SLAVE"));
+        }
+
+        Protocol.ClockStatus toStatus(long atNs) {
+            boolean synced = synced();
+            int leap = !synced ? Protocol.ClockStatus.LEAP_UNSYNCHRONISED
+                    : leap61 ? Protocol.ClockStatus.LEAP_INSERT
+                    : leap59 ? Protocol.ClockStatus.LEAP_DELETE : Protocol.ClockStatus.LEAP_NONE;
+            Long d = pathDelayNs();
+            String port = portState();
+            StringBuilder detail = new StringBuilder("gm=" + gmIdentity + " gm_present=" + gmPresent + " port="
+                    + (port == null ? "unknown" : port) + " master_offset_ns=" + masterOffsetNs
+                    + " mean_path_delay_ns=" + (d == null ? "unknown" : d.toString()));
+            if (stepsRemoved != null) {
+                detail.append(" steps_removed=").append(stepsRemoved);
+            }
+            if (timeSource != null) {
+                detail.append(String.format(Locale.ROOT, " time_source=0x%02x traceable=%s", timeSource, traceable));
+            }
+            if (!gmPresent && "MASTER".equals(port)) {
+                detail.append(" (this host is the grandmaster)");
+            }
+            return new Protocol.ClockStatus(atNs, Protocol.ClockStatus.PTP, synced, leap, masterOffsetNs,
+                    errorBoundNs(), detail.toString());
         }
     }
 

@@ -152,6 +152,19 @@ public final class Exporter {
     private volatile boolean connected;
     private volatile String runId;
     private volatile String lastError;
+    private final java.util.concurrent.atomic.AtomicLong rejected = new java.util.concurrent.atomic.AtomicLong();
+    private final java.util.Set<String> rejectReasons = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
+    /** A Reject from the collector (code 2: wrong or missing token). */
+    static final class Rejected extends IOException {
+        private static final long serialVersionUID = 1L;
+        final int code;
+
+        Rejected(int code, String message) {
+            super(message);
+            this.code = code;
+        }
+    }
 
     /** An exporter that is not shared: tests, benchmarks. Call {@link #start()} then {@link #shutdown}. */
     Exporter(ExporterConfig config) {
@@ -240,6 +253,16 @@ public final class Exporter {
     /** The last connection error, or null. */
     public String lastError() {
         return lastError;
+    }
+
+    /**
+     * Connections the collector refused with a Reject (a wrong or missing
+     * {@code hoptrace.token}, a hop its pipeline does not declare, ...). A refused probe
+     * reaches no collector, so this count stays in the process; the first refusal of each
+     * reason is logged as an error.
+     */
+    public long rejected() {
+        return rejected.get();
     }
 
     /**
@@ -340,7 +363,18 @@ public final class Exporter {
                         lastError = e.getMessage();
                         connected = false;
                         failures++;
-                        if (failures == 1 || now - lastWarnNs > TimeUnit.SECONDS.toNanos(60)) {
+                        if (e instanceof Rejected r) {
+                            rejected.incrementAndGet();
+                            if (rejectReasons.add(r.getMessage())) {
+                                LOG.error("hoptrace: {}{}; nothing is delivered until the collector accepts this probe: "
+                                        + "records wait in the queue, beyond it they are counted as queue_full, and at "
+                                        + "shutdown as send_failed; retrying with backoff", r.getMessage(),
+                                        r.code == 2 ? " (set hoptrace.token to the collector's --token)"
+                                                : r.code == 3 ? " (the collector's pipeline spec must declare every hop "
+                                                + "with the same id and name)" : "");
+                            }
+                            lastWarnNs = now;
+                        } else if (failures == 1 || now - lastWarnNs > TimeUnit.SECONDS.toNanos(60)) {
                             LOG.warn("hoptrace: cannot reach the collector {}: {}; retrying with backoff",
                                     config.collector, e.getMessage());
                             lastWarnNs = now;
@@ -477,7 +511,7 @@ public final class Exporter {
                 InputStream in = s.getInputStream();
                 Protocol.Frame answer = Protocol.read(in);
                 if (answer instanceof Protocol.RejectFrame r) {
-                    throw new IOException("collector " + addr.getHostAddress() + ":" + port
+                    throw new Rejected(r.code(), "collector " + addr.getHostAddress() + ":" + port
                             + " rejected this probe (code " + r.code() + "): " + r.reason());
                 }
                 if (!(answer instanceof Protocol.WelcomeFrame w)) {
@@ -488,6 +522,9 @@ public final class Exporter {
                 connected = true;
                 lastError = null;
                 return new Conn(s, in, out, announced, version);
+            } catch (Rejected e) {
+                closeQuietly(tcp);
+                throw e;
             } catch (IOException e) {
                 closeQuietly(tcp);
                 last = e instanceof Protocol.ProtocolException || e.getMessage() == null

@@ -34,13 +34,19 @@ final class Integration {
 
     /** Skips unless HOPTRACE_INTEGRATION=1; then fails without the binary or the broker. */
     static Path require() {
+        Path bin = requireCollector();
+        requireListening(KAFKA, "Kafka (infra/services.sh up)");
+        return bin;
+    }
+
+    /** Skips unless HOPTRACE_INTEGRATION=1; then fails without the binary. */
+    static Path requireCollector() {
         Assumptions.assumeTrue("1".equals(System.getenv("HOPTRACE_INTEGRATION")),
                 "integration test: set HOPTRACE_INTEGRATION=1 (and HOPTRACE_BIN) to run it");
         String bin = System.getenv("HOPTRACE_BIN");
         if (bin == null || !Files.isExecutable(Path.of(bin))) {
             fail("HOPTRACE_INTEGRATION=1 needs HOPTRACE_BIN, the hoptrace binary (got " + bin + ")");
         }
-        requireListening(KAFKA, "Kafka (infra/services.sh up)");
         return Path.of(bin);
     }
 
@@ -155,6 +161,8 @@ final class Integration {
         assertEquals(0, a.get("records_lost_by_probes").longValue(), "lost: " + a);
         assertEquals(0, a.get("unknown_hop_records").longValue(), "unknown hops: " + a);
         assertEquals(0, a.get("in_flight").longValue(), "in flight: " + a);
+        assertEquals(0, a.get("duplicate_traces").longValue(), "duplicates: " + a);
+        assertEquals(0, a.get("late_records").longValue(), "late records: " + a);
         for (String hop : hops) {
             assertEquals(sent, a.get("records_by_hop").get(hop).longValue(), "records of " + hop + ": " + a);
         }

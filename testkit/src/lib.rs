@@ -1,0 +1,135 @@
+//! Helpers shared by hoptrace's tests (a dev-dependency only, never of a library's normal
+//! build): the addresses of the services `infra/test.sh` starts, fresh scratch
+//! directories, ids unlikely to collide with earlier runs, ports nothing listens on, and
+//! waiting for a condition without fixed sleeps.
+//!
+//! Tests that need a service are `#[ignore]`d, so a plain `cargo test` lists them as
+//! ignored; `infra/test.sh` runs them with `--include-ignored` after starting the services
+//! and exporting their addresses (`infra/env.sh`). A test that runs without its service
+//! fails with a message saying how to provide it: it never passes without running.
+//!
+//! It depends on nothing but the standard library.
+#![deny(missing_docs, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// `host:port` of a service from the environment variable `var` (`HOPTRACE_MQTT`,
+/// `HOPTRACE_KAFKA`, ... of `infra/env.sh`).
+///
+/// # Panics
+/// When `var` is not set, with how to start the services.
+pub fn broker(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set: this test needs the brokers (infra/services.sh up; \
+             source infra/env.sh), as infra/test.sh does"
+        )
+    })
+}
+
+/// [`broker`] split into host and port.
+///
+/// # Panics
+/// When `var` is not set or does not hold `host:port`.
+pub fn broker_host_port(var: &str) -> (String, u16) {
+    let v = broker(var);
+    let (h, p) = v
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("{var}={v} is not host:port"));
+    let port = p
+        .parse()
+        .unwrap_or_else(|_| panic!("{var}={v}: '{p}' is not a port"));
+    (h.to_owned(), port)
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
+
+/// A number that differs between calls and between processes (the process id, the wall
+/// clock and a counter), for names that must not collide with earlier runs.
+pub fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mixed = (now_ns() as u64) ^ (u64::from(std::process::id()) << 32) ^ n.rotate_left(48);
+    // A few rounds of splitmix64 so that nearby inputs give unrelated outputs.
+    let mut z = mixed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A publisher id (never 0) unlikely to collide with earlier runs on the same broker.
+pub fn unique_id() -> u16 {
+    (unique() as u16).max(1)
+}
+
+/// A fresh, empty directory under the system's temporary directory, named after `tag`.
+///
+/// # Panics
+/// When the directory cannot be created.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hoptrace-{tag}-{}-{:x}",
+        std::process::id(),
+        unique()
+    ));
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
+    d
+}
+
+/// A loopback port nothing listens on (bound and released again).
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    l.local_addr().expect("the bound address").port()
+}
+
+/// Polls `f` (every 5 ms, never a fixed sleep) until it holds.
+///
+/// # Panics
+/// When `timeout` passes first, naming `what`.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_directories_and_ids_do_not_repeat() {
+        let a = tempdir("kit");
+        let b = tempdir("kit");
+        assert_ne!(a, b);
+        assert!(a.is_dir() && b.is_dir());
+        let ids: std::collections::BTreeSet<u64> = (0..1000).map(|_| unique()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert_ne!(unique_id(), 0);
+        let _ = std::fs::remove_dir_all(a);
+        let _ = std::fs::remove_dir_all(b);
+    }
+
+    #[test]
+    fn a_closed_port_refuses_connections() {
+        let p = closed_port();
+        assert!(std::net::TcpStream::connect(("127.0.0.1", p)).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "HOPTRACE_TESTKIT_UNSET is not set")]
+    fn a_missing_service_address_fails_with_how_to_start_it() {
+        broker("HOPTRACE_TESTKIT_UNSET");
+    }
+}
