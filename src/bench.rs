@@ -55,6 +55,15 @@ pub struct CollectorArgs {
     /// collect --no-log` (to measure what durability costs).
     #[arg(long)]
     pub no_log: bool,
+    /// Least time between the collector's checkpoints (as `hoptrace collect
+    /// --checkpoint-interval`; `1h`: none in the run, so --restart replays the whole log).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration, conflicts_with = "no_log")]
+    pub checkpoint_interval: Option<Duration>,
+    /// Also measure a restart: once every record is in, the run directory is copied as a
+    /// killed collector would leave it, and after the run a second collector continues
+    /// the copy (its checkpoint, then the log after it); the figures are under `restart`.
+    #[arg(long, conflicts_with = "no_log")]
+    pub restart: bool,
 }
 
 /// Options of `hoptrace bench publisher`.
@@ -128,6 +137,8 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                     .window_ms
                     .unwrap_or_else(|| u64::try_from(a.window.as_millis()).unwrap_or(u64::MAX)),
                 durable: !a.no_log,
+                checkpoint_interval: a.checkpoint_interval,
+                restart: a.restart,
             };
             // The benchmark reports once a second: every report is shown.
             let mut live = LiveLine::new();
@@ -155,6 +166,27 @@ pub fn run(which: &Which) -> anyhow::Result<()> {
                 report.lost_by_probes,
                 if report.adds_up { "yes" } else { "NO" }
             );
+            if report.durable && report.evicted_by_probes > 0 {
+                eprintln!(
+                    "warning: the exporters evicted {} records before the collector acknowledged them: durability was not in force throughout, so this is not a figure of a durable collector",
+                    report.evicted_by_probes
+                );
+            }
+            if let Some(r) = &report.restart {
+                println!(
+                    "restart: {} in {:.2} s ({:.2}M log records/s), {} log bytes per record; complete {}, counts add up: {}",
+                    if r.from_checkpoint {
+                        "took up the checkpoint and replayed the log after it"
+                    } else {
+                        "replayed the whole log"
+                    },
+                    r.start_seconds,
+                    r.log_records_per_s / 1e6,
+                    format_args!("{:.1}", report.log_bytes_per_record),
+                    r.complete,
+                    if r.adds_up { "yes" } else { "NO" }
+                );
+            }
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

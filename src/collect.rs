@@ -37,6 +37,12 @@ pub struct Args {
     /// finished run is never written over.
     #[arg(long = "continue", requires = "run_id")]
     pub continue_run: bool,
+    /// Continue the unfinished run under --runs (one whose collector was stopped without
+    /// closing it, so its log is still there) of this pipeline, the newest when there are
+    /// several, as `--run-id` with its id would. Without it, a collector started without
+    /// --run-id names the unfinished runs it finds and starts a new run.
+    #[arg(long, conflicts_with_all = ["run_id", "no_log"])]
+    pub resume: bool,
     /// Token probes must present.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -82,6 +88,11 @@ pub struct Args {
     /// most 1s.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_log_sync, conflicts_with = "no_log")]
     pub log_sync: Duration,
+    /// Least time between two checkpoints of the run, taken when a part file closes: the
+    /// log before a checkpoint is deleted, so the log holds about this long of records
+    /// (or one part file's worth, if more) and a restart replays only that.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, conflicts_with = "no_log")]
+    pub checkpoint_interval: Duration,
 }
 
 fn parse_log_sync(s: &str) -> Result<Duration, String> {
@@ -143,18 +154,23 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return crate::scaleout::collect_group(args, from, spec, &stop);
     }
     args.preflight.check()?;
-    if let Some(id) = &args.run_id {
+    let mut run_id = args.run_id.clone();
+    if run_id.is_none() {
+        run_id = unfinished_runs(args, &spec)?;
+    }
+    if let Some(id) = &run_id {
         hoptrace_runner::rundir::check(&args.runs.join(id), &spec, args.continue_run)?;
     }
     let listen = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let mut cfg = CollectorConfig::new(listen, spec, &args.runs);
-    cfg.run_id.clone_from(&args.run_id);
+    cfg.run_id = run_id;
     cfg.token.clone_from(&args.token);
     cfg.tls_cert.clone_from(&args.tls_cert);
     cfg.tls_key.clone_from(&args.tls_key);
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     cfg.durable = !args.no_log;
     cfg.sync_interval = args.log_sync;
+    cfg.checkpoint_interval = args.checkpoint_interval;
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
@@ -168,13 +184,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     if let Some(r) = collector.continued() {
         eprintln!(
-            "continuing run {} from its log: a collector was stopped without closing it; replayed {} entries ({}{}), probes send again what it had not acknowledged",
+            "continuing run {} from its log: a collector was stopped without closing it; {}replayed {} entries ({}) in {:.1} s{}, probes send again what it had not acknowledged",
             collector
                 .run_dir()
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            r.checkpoint_unix_ns.map_or_else(String::new, |t| format!(
+                "took up its checkpoint of {}, ",
+                units::utc_iso(t)
+            )),
             r.log_entries,
             units::bytes(r.log_bytes),
+            r.replay_ms as f64 / 1e3,
             if r.torn_bytes > 0 {
                 format!(
                     "; {} half-written at the end, never acknowledged, skipped",
@@ -260,6 +281,67 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// For a collector started without `--run-id`: the unfinished runs under `--runs` (their
+/// collector was stopped without closing them: their log, `wal/`, is still there). With
+/// `--resume`, the id of the newest one of this pipeline, to continue; without, each is
+/// named with the command that continues it, and the collector starts a new run (`None`).
+///
+/// # Errors
+/// `--resume` and no unfinished run of this pipeline.
+fn unfinished_runs(args: &Args, spec: &PipelineSpec) -> anyhow::Result<Option<String>> {
+    let resolved = hoptrace_format::spec::ResolvedSpec::new(spec)?;
+    let ours: Vec<(u8, String)> = resolved
+        .hop_ids()
+        .iter()
+        .zip(resolved.hop_names())
+        .map(|(id, name)| (id.0, name.clone()))
+        .collect();
+    // (modified, id, of this pipeline)
+    let mut found: Vec<(std::time::SystemTime, String, bool)> = std::fs::read_dir(&args.runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let wal = e.path().join(hoptrace_collector::wal::WAL_DIR);
+            let modified = std::fs::metadata(&wal).ok()?.modified().ok()?;
+            let id = e.file_name().into_string().ok()?;
+            let theirs = hoptrace_collector::wal::hops(&e.path()).ok().flatten();
+            Some((modified, id, theirs.is_none_or(|t| t == ours)))
+        })
+        .collect();
+    found.sort();
+    if args.resume {
+        let Some((_, id, _)) = found.iter().rev().find(|(_, _, ours)| *ours) else {
+            bail!(
+                "--resume: no unfinished run of this pipeline under {} (an unfinished run is one whose collector was stopped without closing it: its wal/ is still there); start without --resume for a new run",
+                args.runs.display()
+            );
+        };
+        eprintln!(
+            "resuming the unfinished run {id} under {} (--resume)",
+            args.runs.display()
+        );
+        return Ok(Some(id.clone()));
+    }
+    for (_, id, ours) in &found {
+        let dir = args.runs.join(id);
+        if *ours {
+            eprintln!(
+                "warning: {} is an unfinished run: its collector was stopped without closing it, and its log ({}/wal/) is still there. To continue it with nothing lost, start this collector with --run-id {id} (or --resume); this one starts a new run",
+                dir.display(),
+                dir.display()
+            );
+        } else {
+            eprintln!(
+                "warning: {} is an unfinished run of another pipeline (its log, {}/wal/, names other hops): to continue it, start a collector with that run's pipeline spec and --run-id {id}",
+                dir.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(None)
+}
+
 /// `collect --from` reads Kafka and listens for nobody: the options of a listener would be
 /// silently ignored, so they are refused. Values that only come from the environment
 /// (`HOPTRACE_TOKEN`, ...) are not the user's request here and pass.
@@ -270,6 +352,7 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
     let given: Vec<&str> = [
         ("--listen", args.listen.is_some()),
         ("--no-log", args.no_log),
+        ("--resume", args.resume),
         ("--metrics", args.metrics.is_some()),
         ("--token", !from_env("HOPTRACE_TOKEN", args.token.clone())),
         (
@@ -343,13 +426,30 @@ pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
     }
     for (i, r) in summary.restarts.iter().enumerate() {
         println!(
-            "restart {} at {}: replayed {} log entries ({} hop records), skipped a half-written tail of {}; {} records sent again were already held (dropped)",
+            "restart {} at {}: from {}, replayed {} log entries in {:.1} s ({} hop records held), skipped a half-written tail of {}; {} records sent again were already held (dropped)",
             i + 1,
             units::utc_iso(r.at_unix_ns),
+            r.checkpoint_unix_ns.map_or_else(
+                || "the run's start".to_owned(),
+                |t| format!("the checkpoint of {}", units::utc_iso(t))
+            ),
             r.log_entries,
+            r.replay_ms as f64 / 1e3,
             r.records_replayed,
             units::bytes(r.torn_bytes),
             r.resent_records_dropped
+        );
+    }
+    let v1: Vec<String> = summary
+        .probes
+        .iter()
+        .filter(|p| p.durable == Some(false))
+        .map(|p| format!("{}/{}", p.host, p.process))
+        .collect();
+    if !v1.is_empty() {
+        println!(
+            "  not durable (protocol version 1: nothing acknowledged or kept to send again): {}",
+            v1.join(", ")
         );
     }
     let rows: u64 = summary.files.iter().map(|f| f.rows).sum();

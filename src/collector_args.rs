@@ -23,8 +23,10 @@ pub struct CollectorArgs {
     #[arg(long, requires = "collector_ca")]
     pub collector_tls_name: Option<String>,
     /// Records kept until the collector says they are on its disk: sent again after it
-    /// restarts, and held while it is unreachable (`64MiB`, `512KiB`, `0`: none). When
-    /// full, the oldest are dropped, counted, and lost if the collector never got them.
+    /// restarts, and held while it is unreachable (`64MiB`, `512KiB`). When full, the
+    /// oldest are dropped, counted, and lost if the collector never got them. `0`: none;
+    /// records are sent once and not kept (protocol version 1), so a collector killed
+    /// loses what it had not written, and nothing counts as evicted.
     #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = units::parse_bytes)]
     pub collector_retention: u64,
 }

@@ -40,6 +40,13 @@ pub struct Args {
     /// Kafka topic partitions (`1,3,6`): the processor consumes them all.
     #[arg(long, value_delimiter = ',')]
     pub partitions: Vec<u32>,
+    /// Replicas of the topics the sweep creates (with --partitions; named
+    /// `<topic>-p<N>-r<R>`): 3 on a 3-node cluster, so that acks=all waits for followers.
+    #[arg(long, default_value_t = 1)]
+    pub replication: u16,
+    /// `min.insync.replicas` of the topics the sweep creates (with --partitions).
+    #[arg(long)]
+    pub min_insync_replicas: Option<u16>,
     /// Streams the load is spread over.
     #[arg(long, default_value_t = 1000)]
     pub streams: u32,
@@ -79,6 +86,8 @@ impl Args {
             connections: self.connections.clone(),
             acks: self.acks.clone(),
             partitions: self.partitions.clone(),
+            replication: self.replication,
+            min_insync_replicas: self.min_insync_replicas,
             streams: self.streams,
             warmup: self.warmup,
             window: self.window,

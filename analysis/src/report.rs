@@ -378,7 +378,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             count(a.unseen),
         ],
         vec![
-            "Records lost by probes (queue full, send failed)".into(),
+            "Records lost by probes (queue full, send failed, evicted before the collector acknowledged them)".into(),
             count(a.records_lost_by_probes),
         ],
         vec!["Duplicates (flagged)".into(), count(a.duplicates)],
@@ -400,7 +400,11 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             count(a.implausible_records),
         ],
         vec![
-            "Records sent again after a collector restart, already held (dropped)".into(),
+            "Records probes sent again after a collector restart".into(),
+            count(a.records_resent_by_probes),
+        ],
+        vec![
+            "  of which the run already held (dropped)".into(),
             count(a.resent_records_dropped),
         ],
         vec![
@@ -425,8 +429,15 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             vec![
                 r.run_id.clone(),
                 date_of(x.at_unix_ns),
+                x.checkpoint_unix_ns
+                    .map_or_else(|| "the run's start".to_owned(), date_of),
                 count(x.log_entries),
                 count(x.records_replayed),
+                if x.replay_ms < 1000 {
+                    format!("{} ms", x.replay_ms)
+                } else {
+                    format!("{:.1} s", x.replay_ms as f64 / 1e3)
+                },
                 hoptrace_format::units::bytes(x.torn_bytes),
                 count(x.resent_records_dropped),
             ]
@@ -434,15 +445,17 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         .collect();
     if !restarts.is_empty() {
         b.push(Block::Para(format!(
-            "**Collector restarts:** the collector was stopped without closing the run {} time(s) and started again; each time it replayed the run's log and continued. Records acknowledged to probes were in the log; probes sent again what was not, and what the log already held was dropped once more, so no message is counted twice.",
+            "**Collector restarts:** the collector was stopped without closing the run {} time(s) and started again; each time it took up the run's last checkpoint (when there was one yet), replayed the run's log after it and continued. Records acknowledged to probes were in the log or the checkpoint; probes sent again what was not, and what the run already held was dropped once more, so no message is counted twice.",
             restarts.len()
         )));
         b.push(Block::Table(
             vec![
                 "Run".into(),
                 "Restarted".into(),
+                "Log replayed from".into(),
                 "Log entries replayed".into(),
-                "Hop records replayed".into(),
+                "Hop records held".into(),
+                "Replay took".into(),
                 "Half-written tail skipped".into(),
                 "Re-sent records dropped".into(),
             ],

@@ -400,6 +400,11 @@ pub struct AccountingSummary {
     /// (dropped, never a duplicate of the pipeline).
     #[serde(default)]
     pub resent_records_dropped: u64,
+    /// Records the probes sent again because a collector restarted before acknowledging
+    /// them (their `resent` counters): what the run held of them is in
+    /// `resent_records_dropped`, the rest joined once.
+    #[serde(default)]
+    pub records_resent_by_probes: u64,
     /// Traces whose intended time was implausible (kept out of the run's span).
     #[serde(default)]
     pub implausible_traces: u64,
@@ -1012,6 +1017,18 @@ fn stage_summary(
     }
 }
 
+/// The probes' `resent` counters in a run: cumulative per exporter instance, so the
+/// largest of each instance's connections, summed.
+fn resent_by_probes(run: &hoptrace_format::run::RunSummary) -> u64 {
+    let mut by_instance: BTreeMap<u64, u64> = BTreeMap::new();
+    for p in &run.probes {
+        let n = p.counters.get("resent").copied().unwrap_or(0);
+        let e = by_instance.entry(p.instance_id).or_default();
+        *e = (*e).max(n);
+    }
+    by_instance.values().sum()
+}
+
 fn accounting(
     runs: &RunSet,
     rows: u64,
@@ -1092,6 +1109,7 @@ fn accounting(
         unannounced_hop_records: acc.clone().map(|a| a.unannounced_hop_records).sum(),
         implausible_records: acc.clone().map(|a| a.implausible_records).sum(),
         resent_records_dropped: acc.clone().map(|a| a.resent_records_dropped).sum(),
+        records_resent_by_probes: runs.runs.iter().map(|r| resent_by_probes(&r.summary)).sum(),
         implausible_traces: acc.clone().map(|a| a.implausible_traces).sum(),
         adds_up,
         discrepancies,

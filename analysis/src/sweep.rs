@@ -264,6 +264,9 @@ pub struct SweepInfo {
     pub capacity_target_metrics_per_s: Option<u64>,
     /// The machine: CPU model and cores, memory, kernel.
     pub machine: String,
+    /// How the Kafka topics the sweep created are replicated (`None`: it created none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topics: Option<String>,
 }
 
 /// What `sweep.json` holds.
@@ -321,6 +324,11 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                 .first()
                 .map_or("not reached", |c| c.broker_version.as_str())
         ),
+    ];
+    if let Some(t) = &i.topics {
+        bullets.push(format!("Topics: {t}"));
+    }
+    bullets.extend([
         format!(
             "Matrix: {} ({} cells, {} finished)",
             i.dimensions
@@ -345,7 +353,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
             }
         ),
         "Percentiles: HdrHistogram, 3 significant digits, each with its precision (±, half its HDR bucket); min and max exact. The clock column bounds the error clocks add to a stage (0 where both hops read one host's clock).".into(),
-    ];
+    ]);
     if r.cells.iter().any(|c| !c.adds_up) {
         bullets.push("WARNING: some cells' counts do not add up: see their reports.".into());
     }

@@ -195,7 +195,7 @@ impl JoinedTrace {
 }
 
 /// Cumulative counters of a [`Joiner`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct JoinStats {
     /// Records given to [`Joiner::insert`].
     pub records: u64,
@@ -243,6 +243,28 @@ pub struct JoinStats {
     /// Records stored, per hop index: `records_by_hop` less duplicates, late and
     /// implausible records.
     pub stored_by_hop: [u64; MAX_HOPS],
+}
+
+/// A trace waiting for more records, as a checkpoint of the run keeps it
+/// ([`Joiner::pending_traces`], [`Joiner::restore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingTrace {
+    /// When its first record arrived (the clock of [`Joiner::insert`]).
+    pub first_arrival_ns: u64,
+    /// Which message.
+    pub key: TraceKey,
+    /// Intended send time (from its first record).
+    pub intended_ns: i64,
+    /// Metrics carried (from its first record).
+    pub metric_count: u32,
+    /// The first trace id seen, if any.
+    pub otel_trace_id: Option<OtelTraceId>,
+    /// Hops stamped so far: bit `i` is hop index `i`.
+    pub present: u16,
+    /// [`flags`] gathered so far.
+    pub flags: u8,
+    /// Stamps by hop index; 0 where the hop's bit in `present` is clear.
+    pub stamps_ns: [i64; MAX_HOPS],
 }
 
 /// A pending trace. 56 bytes.
@@ -475,6 +497,79 @@ impl Joiner {
         self.pending
     }
 
+    /// Every pending trace, oldest first (the order [`Self::expire`] emits them in).
+    #[must_use]
+    pub fn pending_traces(&self) -> Vec<PendingTrace> {
+        self.fifo
+            .iter()
+            .filter(|e| self.slots[e.slot as usize].generation == e.generation)
+            .map(|e| {
+                let slot = &self.slots[e.slot as usize];
+                let base = e.slot as usize * self.stride;
+                let mut stamps_ns = [0i64; MAX_HOPS];
+                for (h, (dst, src)) in stamps_ns
+                    .iter_mut()
+                    .zip(&self.stamps[base..base + self.stride])
+                    .enumerate()
+                {
+                    if slot.present & (1 << h) != 0 {
+                        *dst = *src;
+                    }
+                }
+                PendingTrace {
+                    first_arrival_ns: e.first_arrival_ns,
+                    key: slot.key,
+                    intended_ns: slot.intended_ns,
+                    metric_count: slot.metric_count,
+                    otel_trace_id: (slot.flags & HAS_TRACE_ID != 0)
+                        .then_some(OtelTraceId(slot.trace_id)),
+                    present: slot.present,
+                    flags: slot.flags & flags::ALL,
+                    stamps_ns,
+                }
+            })
+            .collect()
+    }
+
+    /// The latest time seen (the clock of [`Self::insert`]).
+    #[must_use]
+    pub fn clock_ns(&self) -> u64 {
+        self.clock_ns
+    }
+
+    /// Puts a fresh joiner in the state a checkpoint recorded: its counters, its clock,
+    /// the keys written and the pending traces, oldest first (as
+    /// [`Self::pending_traces`] gave them). Joining then goes on exactly as it would
+    /// have.
+    pub fn restore(
+        &mut self,
+        stats: JoinStats,
+        clock_ns: u64,
+        written: WrittenKeys,
+        pending: &[PendingTrace],
+    ) {
+        debug_assert_eq!(self.pending, 0, "restored into a fresh joiner");
+        self.stats = stats;
+        self.clock_ns = clock_ns;
+        self.written = written;
+        for p in pending {
+            let index = self.alloc(
+                (p.key, p.intended_ns, p.metric_count),
+                hash_key(&p.key),
+                p.first_arrival_ns,
+            );
+            let slot = &mut self.slots[index as usize];
+            slot.present = p.present;
+            slot.flags = p.flags & flags::ALL;
+            if let Some(id) = p.otel_trace_id {
+                slot.trace_id = id.0;
+                slot.flags |= HAS_TRACE_ID;
+            }
+            let base = index as usize * self.stride;
+            self.stamps[base..base + self.stride].copy_from_slice(&p.stamps_ns[..self.stride]);
+        }
+    }
+
     /// Whether `max_pending` traces are pending: the caller should stop reading records
     /// until [`Self::expire`] or completions make room. Inserting still works.
     #[must_use]
@@ -530,11 +625,25 @@ impl Joiner {
 
     /// Starts a trace for `rec` and returns its slot.
     fn start(&mut self, rec: &Record, hash: u64, now: u64) -> u32 {
+        let index = self.alloc((rec.key, rec.intended_ns, rec.metric_count), hash, now);
+        self.stats.traces += 1;
+        self.stats.peak_pending = self.stats.peak_pending.max(self.pending as u64);
+        index
+    }
+
+    /// Takes a slot for a trace of `(key, intended_ns, metric_count)`, first seen at
+    /// `now`, with no stamp yet; counts nothing.
+    fn alloc(
+        &mut self,
+        (key, intended_ns, metric_count): (TraceKey, i64, u32),
+        hash: u64,
+        now: u64,
+    ) -> u32 {
         let fresh = Slot {
-            key: rec.key,
-            intended_ns: rec.intended_ns,
+            key,
+            intended_ns,
             trace_id: [0; 16],
-            metric_count: rec.metric_count,
+            metric_count,
             generation: 0,
             present: 0,
             flags: 0,
@@ -566,8 +675,6 @@ impl Joiner {
         self.table
             .insert_unique(hash, index, |&i| hash_key(&slots[i as usize].key));
         self.pending += 1;
-        self.stats.traces += 1;
-        self.stats.peak_pending = self.stats.peak_pending.max(self.pending as u64);
         index
     }
 
@@ -941,6 +1048,56 @@ mod tests {
         assert_eq!(j.stats().drained, 3);
         assert_eq!(j.written().len(), 4);
         accounted(&j);
+    }
+
+    /// A joiner restored from another's pending traces, counters, clock and written keys
+    /// goes on exactly as the original does: same traces out, same counters.
+    #[test]
+    fn a_restored_joiner_goes_on_as_the_original() {
+        let s = spec();
+        let mut a = Joiner::new(&s);
+        let mut out = Vec::new();
+        // Pending: 1 (a), 2 (a, b, tap), 4 (c); written: 3; a duplicate stamp on 2.
+        a.insert(&rec(1, 0, 10), 100, &mut out);
+        a.insert(
+            &Record {
+                otel_trace_id: Some(OtelTraceId([7; 16])),
+                ..rec(2, 0, 20)
+            },
+            110,
+            &mut out,
+        );
+        a.insert(&rec(2, 1, 25), 120, &mut out);
+        a.insert(&rec(2, 1, 26), 121, &mut out);
+        a.insert(&rec(2, 9, 27), 122, &mut out);
+        for h in 0..3 {
+            a.insert(&rec(3, h, 30), 130, &mut out);
+        }
+        a.insert(&rec(4, 2, 40), 140, &mut out);
+        let mut b = Joiner::new(&s);
+        b.restore(
+            a.stats(),
+            a.clock_ns(),
+            a.written().clone(),
+            &a.pending_traces(),
+        );
+        assert_eq!(b.pending_traces(), a.pending_traces());
+        let go = |j: &mut Joiner| {
+            let mut out = Vec::new();
+            j.insert(&rec(2, 2, 28), 150, &mut out);
+            j.insert(&rec(3, 0, 31), 151, &mut out);
+            j.insert(&rec(4, 0, 41), 152, &mut out);
+            j.expire(150 + WINDOW + 1, &mut out);
+            j.drain(&mut out);
+            out
+        };
+        let (oa, ob) = (go(&mut a), go(&mut b));
+        assert_eq!(oa, ob);
+        assert_eq!(a.stats(), b.stats());
+        assert_eq!(oa.len(), 3);
+        assert_eq!(oa[0].otel_trace_id, Some(OtelTraceId([7; 16])));
+        assert!(oa[0].has_flag(flags::DUPLICATE) && oa[0].has_flag(flags::UNEXPECTED_HOP));
+        accounted(&b);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use hoptrace_protocol::{
     PROTOCOL_VERSION, counter_id,
 };
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -278,10 +278,11 @@ pub fn check_topics(
         }))
 }
 
-/// Creates `topic` with `partitions` partitions and `replication` replicas unless it
-/// exists, and returns its partition count once every partition has a leader (an
-/// existing topic keeps its own count). A just-created topic reaches every broker's
-/// metadata some time after the controller accepts it, so this waits up to
+/// Creates `topic` with `partitions` partitions, `replication` replicas and the topic
+/// settings `config` (`("min.insync.replicas", "2")`) unless it exists, and returns its
+/// partition count once every partition has a leader (an existing topic keeps its own
+/// count and settings: [`topic_layout`] tells them). A just-created topic reaches every
+/// broker's metadata some time after the controller accepts it, so this waits up to
 /// `METADATA_WAIT` for it.
 ///
 /// # Errors
@@ -292,35 +293,22 @@ pub fn ensure_topic(
     topic: &str,
     partitions: i32,
     replication: i32,
+    config: &[(&str, &str)],
 ) -> Result<i32, KafkaError> {
-    const METADATA_WAIT: Duration = Duration::from_secs(30);
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
-    let led = || -> Result<Option<i32>, KafkaError> {
-        let md = client
-            .fetch_metadata(Some(topic), BROKER_WAIT)
-            .map_err(|e| {
-                KafkaError::Config(format!(
-                    "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
-                    BROKER_WAIT.as_secs()
-                ))
-            })?;
-        Ok(md.topics().first().and_then(|t| {
-            let parts = t.partitions();
-            let all_led = t.error().is_none()
-                && !parts.is_empty()
-                && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
-            all_led.then(|| i32::try_from(parts.len()).unwrap_or(i32::MAX))
-        }))
-    };
+    let led = || led_topic(&client, brokers, topic).map(|t| t.map(|(n, _)| n));
     if let Some(n) = led()? {
         return Ok(n);
     }
     let admin: AdminClient<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+    let new = config.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(replication)),
+        |t, (k, v)| t.set(k, v),
+    );
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for r in block_on(admin.create_topics([&new], &opts))? {
         match r {
@@ -328,6 +316,18 @@ pub fn ensure_topic(
             Err((t, e)) => return Err(KafkaError::Config(format!("creating topic {t}: {e}"))),
         }
     }
+    wait_led(topic, led)
+}
+
+/// How long a topic may take to reach every broker's metadata with a leader for each
+/// partition.
+const METADATA_WAIT: Duration = Duration::from_secs(30);
+
+/// Asks `led` until it answers, for up to [`METADATA_WAIT`].
+fn wait_led<T>(
+    topic: &str,
+    led: impl Fn() -> Result<Option<T>, KafkaError>,
+) -> Result<T, KafkaError> {
     let deadline = Instant::now() + METADATA_WAIT;
     loop {
         if let Some(n) = led()? {
@@ -335,12 +335,84 @@ pub fn ensure_topic(
         }
         if Instant::now() >= deadline {
             return Err(KafkaError::Config(format!(
-                "topic {topic} has no leader for every partition after {}s",
+                "topic {topic} does not exist or has no leader for every partition after {}s",
                 METADATA_WAIT.as_secs()
             )));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// `topic`'s partitions and the replicas of its least replicated partition, once the
+/// broker asked knows it with a leader for every partition (`None` before).
+fn led_topic(
+    client: &BaseConsumer<QuietContext>,
+    brokers: &str,
+    topic: &str,
+) -> Result<Option<(i32, i32)>, KafkaError> {
+    let md = client
+        .fetch_metadata(Some(topic), BROKER_WAIT)
+        .map_err(|e| {
+            KafkaError::Config(format!(
+                "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
+                BROKER_WAIT.as_secs()
+            ))
+        })?;
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    Ok(md.topics().first().and_then(|t| {
+        let parts = t.partitions();
+        let all_led = t.error().is_none()
+            && !parts.is_empty()
+            && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
+        all_led.then(|| {
+            let replicas = parts.iter().map(|p| p.replicas().len()).min().unwrap_or(0);
+            (count(parts.len()), count(replicas))
+        })
+    }))
+}
+
+/// How an existing topic is laid out: what a benchmark of durability modes must state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// Partitions.
+    pub partitions: i32,
+    /// Replicas of its least replicated partition.
+    pub replication: i32,
+    /// Its `min.insync.replicas` (the topic's own or the broker's default).
+    pub min_insync_replicas: Option<i32>,
+}
+
+/// The layout of `topic` as the cluster reports it: partitions and replicas from the
+/// metadata (waiting, as [`ensure_topic`] does, for a just-created topic to reach the
+/// broker asked), `min.insync.replicas` from the topic's configuration.
+///
+/// # Errors
+/// No broker reachable, the topic missing, or the configuration not readable.
+pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, KafkaError> {
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let (partitions, replication) = wait_led(topic, || led_topic(&client, brokers, topic))?;
+    let admin: AdminClient<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let opts = AdminOptions::new().request_timeout(Some(BROKER_WAIT));
+    let described = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))?;
+    let mut min_insync_replicas = None;
+    for r in described {
+        let r = r.map_err(|e| {
+            KafkaError::Config(format!("reading the configuration of topic {topic}: {e}"))
+        })?;
+        min_insync_replicas = r
+            .get("min.insync.replicas")
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.parse().ok());
+    }
+    Ok(TopicLayout {
+        partitions,
+        replication,
+        min_insync_replicas,
+    })
 }
 
 /// Runs a future to completion on a small runtime (the admin API is async).
@@ -445,8 +517,20 @@ impl Relay {
     pub fn start(cfg: RelayConfig) -> Result<Self, KafkaError> {
         let spec = Arc::new(ResolvedSpec::new(&cfg.spec).map_err(crate::CollectorError::from)?);
         let brokers = &cfg.target.brokers;
-        let partitions = ensure_topic(brokers, &cfg.target.topic, cfg.partitions, cfg.replication)?;
-        ensure_topic(brokers, &cfg.target.control_topic(), 1, cfg.replication)?;
+        let partitions = ensure_topic(
+            brokers,
+            &cfg.target.topic,
+            cfg.partitions,
+            cfg.replication,
+            &[],
+        )?;
+        ensure_topic(
+            brokers,
+            &cfg.target.control_topic(),
+            1,
+            cfg.replication,
+            &[],
+        )?;
         let (listener, addr, tls) = server::bind(
             &cfg.listen,
             cfg.token.as_deref(),
@@ -616,6 +700,8 @@ impl Pump {
     /// Relays one connection event; `open` tracks which connections are open.
     fn event(&mut self, ev: Event, open: &mut BTreeMap<u64, bool>) {
         match ev {
+            // The relay keeps no log: a frame's bytes as received are not needed.
+            Event::FrameWithBytes(id, f, _) => self.event(Event::Frame(id, f), open),
             Event::Connected(id, peer, hello) => {
                 open.insert(id, true);
                 let peer = peer.to_string();
@@ -1498,7 +1584,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         started_unix_ns,
         ended_unix_ns: hoptrace_clock::realtime_ns(),
         collector_host: host_info(),
-        probes: control.probe_infos(Some(s.spec.hop_names())),
+        probes: control.probe_infos(Some(s.spec.hop_names()), None),
         clock: clock.to_vec(),
         clock_alerts: alerts.to_vec(),
         files,

@@ -164,6 +164,30 @@ impl SeqSet {
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + self.earlier.len() * 40
     }
+
+    /// The set's disjoint ranges `(first, last)`, inclusive, in ascending order.
+    pub fn iter_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.earlier.iter().map(|(&f, &l)| (f, l)).chain(self.tail)
+    }
+
+    /// The set of these ranges, as [`Self::iter_ranges`] gives them (ascending, disjoint,
+    /// not touching); `None` when they are not.
+    #[must_use]
+    pub fn from_ranges(ranges: &[(u64, u64)]) -> Option<Self> {
+        let mut set = Self::new();
+        let mut prev: Option<u64> = None;
+        for &(first, last) in ranges {
+            if first > last || prev.is_some_and(|p| p.checked_add(1).is_none_or(|n| first <= n)) {
+                return None;
+            }
+            prev = Some(last);
+            set.len += last - first + 1;
+        }
+        let (&tail, earlier) = ranges.split_last()?;
+        set.earlier = earlier.iter().copied().collect();
+        set.tail = Some(tail);
+        Some(set)
+    }
 }
 
 /// The keys written so far, per stream.
@@ -216,6 +240,17 @@ impl WrittenKeys {
     /// Every stream's set: `((publisher, stream), keys)`, in no order.
     pub fn streams(&self) -> impl Iterator<Item = (&(u16, u32), &SeqSet)> {
         self.streams.iter()
+    }
+
+    /// Adds a stream's whole set (a stream not held yet, as a checkpoint restores it);
+    /// `false`, changing nothing, when the stream is held already.
+    pub fn insert_stream(&mut self, publisher: u16, stream: u32, keys: SeqSet) -> bool {
+        if self.streams.contains_key(&(publisher, stream)) {
+            return false;
+        }
+        self.len += keys.len();
+        self.streams.insert((publisher, stream), keys);
+        true
     }
 
     /// The set of one stream, if any of its keys was written.
@@ -397,7 +432,29 @@ mod tests {
             let runs = oracle.iter().zip(oracle.iter().skip(1)).filter(|(a, b)| **b != **a + 1).count()
                 + usize::from(!oracle.is_empty());
             prop_assert_eq!(s.ranges(), runs);
+            // Its ranges make the same set again (a checkpoint keeps a set as ranges).
+            let ranges: Vec<(u64, u64)> = s.iter_ranges().collect();
+            match SeqSet::from_ranges(&ranges) {
+                Some(back) => {
+                    prop_assert_eq!(back.len(), s.len());
+                    for x in 0..210 {
+                        prop_assert_eq!(back.contains(x), oracle.contains(&x));
+                    }
+                    prop_assert_eq!(back.iter_ranges().collect::<Vec<_>>(), ranges);
+                }
+                None => prop_assert!(oracle.is_empty()),
+            }
         }
+    }
+
+    #[test]
+    fn ranges_that_overlap_touch_or_run_backwards_are_refused() {
+        assert!(SeqSet::from_ranges(&[(1, 3), (5, 9)]).is_some());
+        assert!(SeqSet::from_ranges(&[(1, 3), (4, 9)]).is_none());
+        assert!(SeqSet::from_ranges(&[(1, 3), (2, 9)]).is_none());
+        assert!(SeqSet::from_ranges(&[(5, 9), (1, 3)]).is_none());
+        assert!(SeqSet::from_ranges(&[(3, 1)]).is_none());
+        assert!(SeqSet::from_ranges(&[(u64::MAX - 1, u64::MAX)]).is_some());
     }
 
     #[test]

@@ -37,6 +37,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod accounting;
+mod checkpoint;
 pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]

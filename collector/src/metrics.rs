@@ -265,6 +265,8 @@ mod tests {
             stages: vec![("Broker \"Time\"".into(), 1_000, -5)],
             closed_connections: [("bad token".to_owned(), 2)].into(),
             backpressure_episodes: 1,
+            log_bytes: 4096,
+            checkpoints: 2,
         }
     }
 

@@ -62,6 +62,10 @@ pub struct CollectorConfig {
     pub durable: bool,
     /// How often the log is synced to disk (and acknowledgements sent): at most a second.
     pub sync_interval: Duration,
+    /// Least time between two checkpoints of the run (taken when a part file closes):
+    /// the log before a checkpoint is deleted, and a restart replays only the log after
+    /// the last one.
+    pub checkpoint_interval: Duration,
 }
 
 impl CollectorConfig {
@@ -82,6 +86,7 @@ impl CollectorConfig {
             max_clock_error_ns: None,
             durable: true,
             sync_interval: Duration::from_millis(100),
+            checkpoint_interval: crate::checkpoint::MIN_INTERVAL,
         }
     }
 }
@@ -158,6 +163,10 @@ pub struct Progress {
     pub closed_connections: BTreeMap<String, u64>,
     /// Times the join filled up and the collector pushed back on probes.
     pub backpressure_episodes: u64,
+    /// Bytes this collector appended to the run's write-ahead log (0 without one).
+    pub log_bytes: u64,
+    /// Checkpoints the run has taken (its log before the last one is deleted).
+    pub checkpoints: u64,
 }
 
 /// A running collector.
@@ -195,12 +204,17 @@ impl Collector {
             path: run_dir.clone(),
             source,
         })?;
-        let log = if cfg.durable {
-            crate::wal::segments(&run_dir)?
+        // A restart's replay, as probes wait for it: from reading the checkpoint on.
+        let replay_started = Instant::now();
+        let (log, checkpoint) = if cfg.durable {
+            (
+                crate::wal::segments(&run_dir)?,
+                crate::checkpoint::Checkpoint::read(&run_dir)?,
+            )
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
-        let replaying = !log.is_empty();
+        let replaying = !log.is_empty() || checkpoint.is_some();
         let hops: Vec<(u8, String)> = spec
             .hop_ids()
             .iter()
@@ -223,12 +237,21 @@ impl Collector {
                 ours: list(&hops),
             });
         }
+        // The part files this run closed before its last checkpoint: kept, with their keys
+        // in the checkpoint.
+        let own: Vec<String> = checkpoint
+            .as_ref()
+            .map(|c| c.meta.files.iter().map(|f| f.name.clone()).collect())
+            .unwrap_or_default();
         if replaying {
-            // The log holds the whole run since it started: every file derived from it is
-            // written again; the part files from before it (a continued run) are kept.
-            remove_derived(&run_dir, &crate::wal::kept(&run_dir)?)?;
+            // Every file derived from the log after the checkpoint (or from the whole log,
+            // without one) is written again; the part files from before the log (a
+            // continued run) and those the checkpoint holds are kept.
+            let mut keep = crate::wal::kept(&run_dir)?;
+            keep.extend(own.iter().cloned());
+            remove_derived(&run_dir, &keep, checkpoint.is_some())?;
         }
-        let recovered = crate::writer::recover(&run_dir.join("traces"))?;
+        let recovered = crate::writer::recover(&run_dir.join("traces"), &own)?;
         if let Some(r) = &recovered {
             tracing::warn!(
                 files = r.files,
@@ -243,7 +266,7 @@ impl Collector {
         }
         // Keys in the part files kept from an earlier collector of this run are written
         // already: a late record for one of them must not make a second row.
-        let kept = crate::writer::kept_keys(&run_dir.join("traces"))?;
+        let kept = crate::writer::kept_keys(&run_dir.join("traces"), &own)?;
         let out = &cfg.spec.output;
         let writer = TraceWriter::new(TraceWriterConfig {
             dir: run_dir.join("traces"),
@@ -254,6 +277,10 @@ impl Collector {
             roll_seconds: out.roll_seconds,
             zstd_level: out.zstd_level,
         })?;
+        let hdr_err = |source| CollectorError::Io {
+            path: run_dir.join("hdr"),
+            source,
+        };
 
         let progress = Arc::new(Mutex::new(Progress::default()));
         let counters = Arc::new(ConnectionCounters::default());
@@ -261,20 +288,26 @@ impl Collector {
         let continued;
         let service = {
             let mut joiner = Joiner::new(&spec);
-            joiner.set_written(kept.clone());
+            if checkpoint.is_none() {
+                joiner.set_written(kept.clone());
+            }
+            let stages = match &checkpoint {
+                Some(c) => {
+                    StageRecorder::resume(&spec, &run_dir, c.meta.started_unix_ns, c.stages.clone())
+                        .map_err(hdr_err)?
+                }
+                None => StageRecorder::new(&spec, &run_dir, started_unix_ns).map_err(hdr_err)?,
+            };
+            let control = Control {
+                max_clock_error_ns: cfg.max_clock_error_ns,
+                ..Control::default()
+            };
             let mut state = JoinState {
                 joiner,
                 kept,
                 spec: Arc::clone(&spec),
                 writer: Some(writer),
-                stages: Some(
-                    StageRecorder::new(&spec, &run_dir, started_unix_ns).map_err(|source| {
-                        CollectorError::Io {
-                            path: run_dir.join("hdr"),
-                            source,
-                        }
-                    })?,
-                ),
+                stages: Some(stages),
                 interval_start_ns: started_unix_ns,
                 run_id: run_id.clone(),
                 run_dir: run_dir.clone(),
@@ -289,10 +322,7 @@ impl Collector {
                 resent_dropped: 0,
                 restarts: Vec::new(),
                 max_conn_id: 0,
-                control: Control {
-                    max_clock_error_ns: cfg.max_clock_error_ns,
-                    ..Control::default()
-                },
+                control,
                 tallies: FxHashMap::default(),
                 plausible_ns: spec.plausible_window_ns(),
                 records: 0,
@@ -302,9 +332,31 @@ impl Collector {
                 progress: Arc::clone(&progress),
                 counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
+                checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
+            };
+            let checkpoint_unix_ns = checkpoint.as_ref().map(|c| c.meta.taken_unix_ns);
+            let from_segment = match checkpoint {
+                Some(c) => {
+                    // The run as it was at its checkpoint; the traces emitted after its
+                    // last closed file go to the writer first, as they did then.
+                    let segment = c.segment;
+                    let unwritten = state.take_up(c, cfg.max_clock_error_ns);
+                    let w = state.writer.as_mut().expect("set above");
+                    for t in &unwritten {
+                        w.push(t)?;
+                    }
+                    segment
+                }
+                None => 1,
             };
             if cfg.durable {
-                state.open_log(replaying, &part_files(&run_dir.join("traces")), &hops)?;
+                state.open_log(
+                    replaying,
+                    (from_segment, checkpoint_unix_ns),
+                    &part_files(&run_dir.join("traces")),
+                    &hops,
+                    replay_started,
+                )?;
             }
             continued = replaying.then(|| state.restarts.last().cloned()).flatten();
             state.move_plausible_window(hoptrace_clock::realtime_ns());
@@ -462,6 +514,48 @@ struct JoinState {
     progress: Arc<Mutex<Progress>>,
     counters: Arc<ConnectionCounters>,
     stop_timeout: Duration,
+    checkpoints: Checkpoints,
+}
+
+/// When the run takes checkpoints (`crate::checkpoint`), and what it keeps for the next.
+struct Checkpoints {
+    /// The run keeps a log, so it takes checkpoints.
+    enabled: bool,
+    /// A part file closed at least `interval` after the last checkpoint: the next step
+    /// takes one.
+    wanted: bool,
+    /// The traces written since that file closed, while one is wanted: not in a closed
+    /// file, so the checkpoint holds them.
+    since_close: Vec<JoinedTrace>,
+    /// When the last one was taken (or the collector started).
+    last: Instant,
+    /// Taken in the run so far.
+    taken: u64,
+    /// Closed part files already synced to disk by an earlier checkpoint.
+    files_synced: usize,
+    /// Least time between two.
+    interval: Duration,
+}
+
+impl Checkpoints {
+    /// A part file closed: every trace written so far is in a closed file. A checkpoint
+    /// is wanted when the last one is old enough.
+    fn note_close(&mut self) {
+        self.since_close.clear();
+        self.wanted = self.last.elapsed() >= self.interval;
+    }
+
+    fn new(enabled: bool, interval: Duration) -> Self {
+        Self {
+            enabled,
+            wanted: false,
+            since_close: Vec::new(),
+            last: Instant::now(),
+            taken: 0,
+            files_synced: 0,
+            interval,
+        }
+    }
 }
 
 /// What probes said besides their records: who they are, their clocks, their counters
@@ -477,16 +571,56 @@ pub(crate) struct Control {
     sent_by: BTreeMap<u16, std::collections::BTreeSet<u64>>,
     max_clock_error_ns: Option<u64>,
     clock_alerts: Vec<String>,
-    clock_alert_kinds: Vec<(
-        String,
-        std::mem::Discriminant<hoptrace_clock::PreflightError>,
-    )>,
+    /// (host, reason) of each alert raised: one per host and reason.
+    clock_alert_kinds: Vec<(String, String)>,
+}
+
+/// What a checkpoint keeps of [`Control`]: everything it holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct ControlSnapshot {
+    probes: Vec<ProbeSnapshot>,
+    clock: Vec<ClockRow>,
+    counter_rows: Vec<CounterRow>,
+    /// (publisher, stream, messages, metrics, first sequence, last sequence).
+    sent: Vec<(u16, u32, u64, u64, u64, u64)>,
+    sent_by: Vec<(u16, Vec<u64>)>,
+    clock_alerts: Vec<String>,
+    clock_alert_kinds: Vec<(String, String)>,
+}
+
+/// A probe connection in a [`ControlSnapshot`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ProbeSnapshot {
+    id: u64,
+    version: u16,
+    instance_id: u64,
+    host: String,
+    process: String,
+    software: String,
+    token: String,
+    hops: Vec<(u8, String)>,
+    peer: SocketAddr,
+    open: bool,
+    clean: bool,
+    /// The last Counters frame: (at ns, values).
+    counters: Option<(i64, Vec<(u16, u64)>)>,
+    stamps: Vec<u64>,
+}
+
+/// The reason of a clock alert, for one alert per host and reason.
+fn preflight_kind(e: &hoptrace_clock::PreflightError) -> &'static str {
+    use hoptrace_clock::PreflightError as P;
+    match e {
+        P::Unsynchronised { .. } => "unsynchronised",
+        P::ErrorBoundTooLarge { .. } => "error_bound",
+    }
 }
 
 impl Control {
     /// Takes a connection event or a control frame; records frames are not its business.
     pub(crate) fn handle(&mut self, ev: Event) {
         match ev {
+            Event::FrameWithBytes(id, f, _) => self.handle(Event::Frame(id, f)),
             Event::Connected(id, peer, hello) => {
                 self.probes.insert(
                     id,
@@ -518,14 +652,15 @@ impl Control {
                 {
                     let alert = e.to_string();
                     // One alert per host and reason; the bound in the text may vary.
-                    let reason = std::mem::discriminant(&e);
+                    let reason = preflight_kind(&e);
                     let seen = self
                         .clock_alert_kinds
                         .iter()
-                        .any(|(h, r)| *h == host && *r == reason);
+                        .any(|(h, r)| *h == host && r == reason);
                     if !seen {
                         tracing::warn!("clock preflight: {alert}");
-                        self.clock_alert_kinds.push((host.clone(), reason));
+                        self.clock_alert_kinds
+                            .push((host.clone(), reason.to_owned()));
                         self.clock_alerts.push(alert);
                     }
                 }
@@ -555,6 +690,121 @@ impl Control {
                 }
             }
             Event::Frame(..) => {}
+        }
+    }
+
+    /// Everything it holds, for a checkpoint.
+    pub(crate) fn snapshot(&self) -> ControlSnapshot {
+        ControlSnapshot {
+            probes: self
+                .probes
+                .iter()
+                .map(|(&id, p)| ProbeSnapshot {
+                    id,
+                    version: p.hello.version,
+                    instance_id: p.hello.instance_id,
+                    host: p.hello.host.clone(),
+                    process: p.hello.process.clone(),
+                    software: p.hello.software.clone(),
+                    token: p.hello.token.clone(),
+                    hops: p.hello.hops.iter().map(|(h, n)| (h.0, n.clone())).collect(),
+                    peer: p.peer,
+                    open: p.open,
+                    clean: p.clean,
+                    counters: p.counters.as_ref().map(|c| (c.at_ns, c.values.clone())),
+                    stamps: p.stamps.to_vec(),
+                })
+                .collect(),
+            clock: self.clock.clone(),
+            counter_rows: self.counter_rows.clone(),
+            sent: self
+                .sent
+                .iter()
+                .map(|(&(p, s), e)| {
+                    (
+                        p,
+                        s,
+                        e.messages,
+                        e.metrics,
+                        e.first_sequence,
+                        e.last_sequence,
+                    )
+                })
+                .collect(),
+            sent_by: self
+                .sent_by
+                .iter()
+                .map(|(p, i)| (*p, i.iter().copied().collect()))
+                .collect(),
+            clock_alerts: self.clock_alerts.clone(),
+            clock_alert_kinds: self.clock_alert_kinds.clone(),
+        }
+    }
+
+    /// What a checkpoint held; `max_clock_error_ns` is this collector's.
+    pub(crate) fn restore(snap: ControlSnapshot, max_clock_error_ns: Option<u64>) -> Self {
+        Self {
+            probes: snap
+                .probes
+                .into_iter()
+                .map(|p| {
+                    let mut stamps = [0u64; MAX_HOPS];
+                    for (d, s) in stamps.iter_mut().zip(&p.stamps) {
+                        *d = *s;
+                    }
+                    let conn = ProbeConn {
+                        hello: Hello {
+                            version: p.version,
+                            instance_id: p.instance_id,
+                            host: p.host,
+                            process: p.process,
+                            software: p.software,
+                            token: p.token,
+                            hops: p
+                                .hops
+                                .into_iter()
+                                .map(|(h, n)| (hoptrace_protocol::HopId(h), n))
+                                .collect(),
+                        },
+                        peer: p.peer,
+                        open: p.open,
+                        clean: p.clean,
+                        counters: p
+                            .counters
+                            .map(|(at_ns, values)| CountersFrame { at_ns, values }),
+                        stamps,
+                    };
+                    (p.id, conn)
+                })
+                .collect(),
+            clock: snap.clock,
+            counter_rows: snap.counter_rows,
+            sent: snap
+                .sent
+                .into_iter()
+                .map(
+                    |(p, stream, messages, metrics, first_sequence, last_sequence)| {
+                        (
+                            (p, stream),
+                            SentEntry {
+                                stream,
+                                messages,
+                                metrics,
+                                first_sequence,
+                                last_sequence,
+                            },
+                        )
+                    },
+                )
+                .collect(),
+            sent_by: snap
+                .sent_by
+                .into_iter()
+                .map(|(p, i)| (p, i.into_iter().collect()))
+                .collect(),
+            max_clock_error_ns,
+            clock_alerts: snap.clock_alerts,
+            clock_alert_kinds: snap.clock_alert_kinds,
         }
     }
 
@@ -630,7 +880,13 @@ impl Control {
 
     /// Every probe connection, for `run.json`; with the pipeline's hop names when its
     /// stamps per hop are known (this collector joined them, or a relay counted them).
-    pub(crate) fn probe_infos(&self, hop_names: Option<&[String]>) -> Vec<ProbeInfo> {
+    /// `durable`: this is a collector with a log, whose version 2 connections were
+    /// acknowledged (`None`: a group member, which does not know).
+    pub(crate) fn probe_infos(
+        &self,
+        hop_names: Option<&[String]>,
+        durable: Option<bool>,
+    ) -> Vec<ProbeInfo> {
         self.probes
             .values()
             .map(|p| ProbeInfo {
@@ -666,6 +922,8 @@ impl Control {
                         })
                         .collect()
                 }),
+                protocol_version: Some(p.hello.version),
+                durable: durable.map(|d| d && p.hello.version >= 2),
             })
             .collect()
     }
@@ -721,15 +979,21 @@ impl JoinState {
     fn open_log(
         &mut self,
         replaying: bool,
+        (from_segment, checkpoint_unix_ns): (u32, Option<i64>),
         kept: &[String],
         hops: &[(u8, String)],
+        started: Instant,
     ) -> Result<(), CollectorError> {
         use crate::wal::Entry;
-        let mut last_at = 0u64;
+        // A checkpoint's join clock, or 0 for a log replayed from the run's start.
+        let mut last_at = self.clock_offset_ns;
         let mut replayed = crate::wal::Replayed::default();
+        let records_before = self.records;
         if replaying {
             let run_dir = self.run_dir.clone();
-            replayed = crate::wal::replay::<CollectorError>(&run_dir, |entry| {
+            // Segments before the checkpoint a killed collector did not get to delete.
+            crate::wal::remove_segments_before(&run_dir, from_segment)?;
+            replayed = crate::wal::replay::<CollectorError>(&run_dir, from_segment, |entry| {
                 match entry {
                     Entry::Started { realtime_ns } => {
                         self.started_unix_ns = realtime_ns;
@@ -747,6 +1011,9 @@ impl JoinState {
                         entries,
                         bytes,
                         torn_bytes,
+                        checkpoint_unix_ns,
+                        replay_ms,
+                        log_records,
                     } => self.restarts.push(hoptrace_format::run::Restart {
                         at_unix_ns: realtime_ns,
                         log_entries: entries,
@@ -754,6 +1021,9 @@ impl JoinState {
                         torn_bytes,
                         records_replayed: self.records,
                         resent_records_dropped: 0,
+                        checkpoint_unix_ns,
+                        replay_ms,
+                        log_records,
                     }),
                     Entry::Resent { records, .. } => self.count_resent(records),
                     Entry::Tick { at, realtime_ns } => {
@@ -786,6 +1056,7 @@ impl JoinState {
                 entries = replayed.entries,
                 bytes = replayed.bytes,
                 torn = replayed.torn_bytes,
+                checkpoint = checkpoint_unix_ns.is_some(),
                 "continuing run {} from its log: a collector was stopped without closing it",
                 self.run_id
             );
@@ -797,15 +1068,19 @@ impl JoinState {
         };
         let now = hoptrace_clock::realtime_ns();
         if replaying {
-            wal.restarted(now, &replayed)?;
-            self.restarts.push(hoptrace_format::run::Restart {
+            let restart = hoptrace_format::run::Restart {
                 at_unix_ns: now,
                 log_entries: replayed.entries,
                 log_bytes: replayed.bytes,
                 torn_bytes: replayed.torn_bytes,
                 records_replayed: self.records,
                 resent_records_dropped: 0,
-            });
+                checkpoint_unix_ns,
+                replay_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                log_records: self.records - records_before,
+            };
+            wal.restarted(&restart)?;
+            self.restarts.push(restart);
             // The connections of the killed collector are gone.
             let open: Vec<u64> = self.control.open_ids();
             let at = self.now_ns();
@@ -920,7 +1195,11 @@ impl JoinState {
         self.joiner.expire(at, &mut self.out);
         self.write_out()?;
         if let Some(w) = self.writer.as_mut() {
+            let closed = w.closed().len();
             w.tick()?;
+            if w.closed().len() != closed && self.checkpoints.enabled && self.wal.is_some() {
+                self.checkpoints.note_close();
+            }
         }
         if realtime_ns - self.interval_start_ns >= 1_000_000_000 {
             self.interval_start_ns = realtime_ns;
@@ -934,7 +1213,144 @@ impl JoinState {
                 self.progress.lock().expect("progress poisoned").stages = interval;
             }
         }
+        if self.checkpoints.wanted && self.wal.is_some() {
+            self.checkpoint(realtime_ns)?;
+        }
         Ok(())
+    }
+
+    /// Takes a checkpoint (see `crate::checkpoint`): the part files closed since the last
+    /// one and the stages' logs are synced, the log starts a new segment, the state goes
+    /// to `wal/checkpoint`, and the segments before it are deleted.
+    fn checkpoint(&mut self, realtime_ns: i64) -> Result<(), CollectorError> {
+        self.checkpoints.wanted = false;
+        let unwritten = std::mem::take(&mut self.checkpoints.since_close);
+        let (Some(wal), Some(w), Some(st)) = (
+            self.wal.as_mut(),
+            self.writer.as_ref(),
+            self.stages.as_mut(),
+        ) else {
+            return Ok(());
+        };
+        if w.rows_not_closed() != unwritten.len() as u64 {
+            // Never a checkpoint that does not hold what it should: the log stays whole.
+            tracing::error!(
+                kept = unwritten.len(),
+                writer = w.rows_not_closed(),
+                "not taking a checkpoint: the traces written since the last closed file do not match the writer's (a bug); the log is kept whole"
+            );
+            return Ok(());
+        }
+        let started = Instant::now();
+        let traces = self.run_dir.join("traces");
+        let fsync = |p: &Path| {
+            std::fs::File::open(p)
+                .and_then(|f| f.sync_all())
+                .map_err(|source| CollectorError::Io {
+                    path: p.to_owned(),
+                    source,
+                })
+        };
+        let files = w.closed();
+        for f in &files[self.checkpoints.files_synced.min(files.len())..] {
+            fsync(&traces.join(&f.name))?;
+        }
+        fsync(&traces)?;
+        let stages = st.snapshot().map_err(|source| CollectorError::Io {
+            path: self.run_dir.join("hdr"),
+            source,
+        })?;
+        fsync(&self.run_dir.join("hdr"))?;
+        let segment = wal.start_segment()?;
+        self.checkpoints.taken += 1;
+        let c = crate::checkpoint::Checkpoint {
+            segment,
+            meta: crate::checkpoint::Meta {
+                taken_unix_ns: realtime_ns,
+                at_ns: self.now_ns(),
+                joiner_clock_ns: self.joiner.clock_ns(),
+                started_unix_ns: self.started_unix_ns,
+                interval_start_ns: self.interval_start_ns,
+                records: self.records,
+                resent_dropped: self.resent_dropped,
+                backpressure_episodes: self.backpressure_episodes,
+                max_conn_id: self.max_conn_id,
+                restarts: self.restarts.clone(),
+                tallies: self
+                    .tallies
+                    .iter()
+                    .map(|(p, r)| (*p, r.complete, r.incomplete))
+                    .collect(),
+                logged_seq: self.logged_seq.iter().map(|(i, s)| (*i, *s)).collect(),
+                instances: self.instances.iter().map(|(c, i)| (*c, *i)).collect(),
+                stats: self.joiner.stats(),
+                files: files.to_vec(),
+                hops: self.spec.hop_count(),
+                checkpoints: self.checkpoints.taken,
+                control: self.control.snapshot(),
+            },
+            written: self.joiner.written().clone(),
+            stages,
+            pending: self.joiner.pending_traces(),
+            unwritten,
+        };
+        let bytes = c.write(&self.run_dir)?;
+        self.checkpoints.files_synced = files.len();
+        let wal = self.wal.as_ref().expect("checked above");
+        let freed = wal.remove_before(segment)?;
+        self.checkpoints.last = Instant::now();
+        tracing::debug!(
+            segment,
+            bytes,
+            freed,
+            pending = c.pending.len(),
+            unwritten = c.unwritten.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "checkpoint: the log before segment {segment} deleted"
+        );
+        Ok(())
+    }
+
+    /// Takes up the run from a checkpoint; returns the traces it holds that no closed
+    /// file has, for the writer.
+    fn take_up(
+        &mut self,
+        c: crate::checkpoint::Checkpoint,
+        max_clock_error_ns: Option<u64>,
+    ) -> Vec<JoinedTrace> {
+        let m = c.meta;
+        self.joiner
+            .restore(m.stats, m.joiner_clock_ns, c.written, &c.pending);
+        self.started_unix_ns = m.started_unix_ns;
+        self.interval_start_ns = m.interval_start_ns;
+        self.clock_offset_ns = m.at_ns;
+        self.records = m.records;
+        self.resent_dropped = m.resent_dropped;
+        self.backpressure_episodes = m.backpressure_episodes;
+        self.max_conn_id = m.max_conn_id;
+        self.restarts = m.restarts;
+        self.tallies = m
+            .tallies
+            .into_iter()
+            .map(|(p, complete, incomplete)| {
+                (
+                    p,
+                    Rows {
+                        complete,
+                        incomplete,
+                    },
+                )
+            })
+            .collect();
+        self.logged_seq = m.logged_seq.into_iter().collect();
+        self.instances = m.instances.into_iter().collect();
+        self.control = Control::restore(m.control, max_clock_error_ns);
+        self.checkpoints.taken = m.checkpoints;
+        self.checkpoints.files_synced = m.files.len();
+        if let Some(w) = self.writer.as_mut() {
+            w.resume_closed(m.files);
+        }
+        c.unwritten
     }
 
     /// Records a probe sent again that the log already held: dropped, counted in the run
@@ -949,22 +1365,49 @@ impl JoinState {
     /// An event from a connection reader: logged, then applied.
     fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
         let at = self.now_ns();
+        // The frame's bytes as the probe sent them, when the reader kept them: logged as
+        // they are (encoding the decoded frame again cost the join thread a third of its
+        // time).
+        let (ev, raw) = match ev {
+            Event::FrameWithBytes(id, f, raw) => (Event::Frame(id, f), Some(raw)),
+            other => (other, None),
+        };
+        if let Event::Connected(_, peer, hello) = &ev
+            && hello.version < 2
+        {
+            let why = if self.checkpoints.enabled {
+                "the probe speaks only version 1, or keeps nothing to send again (--collector-retention 0)"
+            } else {
+                "this collector keeps no log (--no-log)"
+            };
+            tracing::warn!(
+                %peer,
+                host = %hello.host,
+                process = %hello.process,
+                "a probe connection runs at protocol version 1 ({why}): its records are not acknowledged or kept to send again, and a collector killed loses what it had not written of them (run.json: probes[].durable false)"
+            );
+        }
         if let Some(wal) = self.wal.as_mut() {
             match &ev {
                 Event::Connected(id, peer, hello) => wal.connected(*id, at, *peer, hello)?,
                 Event::Closed(id, clean) => wal.closed(*id, at, *clean)?,
-                Event::Frame(id, Frame::SeqRecords { seq, records }) => {
-                    let instance = self.instances.get(id).copied().unwrap_or(0);
-                    if *seq <= self.logged_seq.get(&instance).copied().unwrap_or(0) {
-                        // Sent again after a reconnection: the log has it already.
-                        let n = records.len() as u64;
-                        wal.resent(*id, n)?;
-                        self.count_resent(n);
-                        return Ok(());
+                Event::Frame(id, f) => {
+                    if let Frame::SeqRecords { seq, records } = f {
+                        let instance = self.instances.get(id).copied().unwrap_or(0);
+                        if *seq <= self.logged_seq.get(&instance).copied().unwrap_or(0) {
+                            // Sent again after a reconnection: the log has it already.
+                            let n = records.len() as u64;
+                            wal.resent(*id, n)?;
+                            self.count_resent(n);
+                            return Ok(());
+                        }
                     }
-                    wal.frame(*id, at, &frame_bytes(&ev))?;
+                    match &raw {
+                        Some(raw) => wal.frame(*id, at, raw)?,
+                        None => wal.frame(*id, at, &frame_bytes(f))?,
+                    }
                 }
-                Event::Frame(id, _) => wal.frame(*id, at, &frame_bytes(&ev))?,
+                Event::FrameWithBytes(..) => unreachable!("taken apart above"),
             }
         }
         self.apply(ev, at)
@@ -1014,6 +1457,9 @@ impl JoinState {
         let (Some(w), Some(st)) = (self.writer.as_mut(), self.stages.as_mut()) else {
             return Ok(());
         };
+        let ck = &mut self.checkpoints;
+        // Checkpoints are taken by a collector that writes its log (not while it replays).
+        let watch = ck.enabled && self.wal.is_some();
         for t in self.out.drain(..) {
             st.record(&t);
             let tally = self.tallies.entry(t.key.publisher).or_default();
@@ -1022,7 +1468,15 @@ impl JoinState {
             } else {
                 tally.incomplete += 1;
             }
+            let closed = w.closed().len();
             w.push(&t)?;
+            if watch {
+                if w.closed().len() != closed {
+                    ck.note_close();
+                } else if ck.wanted {
+                    ck.since_close.push(t);
+                }
+            }
         }
         Ok(())
     }
@@ -1037,6 +1491,8 @@ impl JoinState {
         p.closed_connections = connection_counts(&self.counters);
         p.backpressure_episodes = self.backpressure_episodes;
         p.closed_connections.remove("accepted");
+        p.log_bytes = self.wal.as_ref().map_or(0, crate::wal::Wal::bytes);
+        p.checkpoints = self.checkpoints.taken;
     }
 
     fn finish(&mut self) -> Result<RunSummary, CollectorError> {
@@ -1094,7 +1550,9 @@ impl JoinState {
                 "publisher id {p} was reported by {n} exporters: give each publisher its own id (--publisher-id)"
             ));
         }
-        let probes = self.control.probe_infos(Some(names));
+        let probes = self
+            .control
+            .probe_infos(Some(names), Some(self.checkpoints.enabled));
         let records_lost_by_probes = self.control.records_lost();
         let connections = connection_counts(&self.counters);
         RunSummary {
@@ -1145,10 +1603,7 @@ impl JoinState {
 }
 
 /// A frame's type byte and body, as the log keeps it.
-fn frame_bytes(ev: &Event) -> Vec<u8> {
-    let Event::Frame(_, f) = ev else {
-        return Vec::new();
-    };
+fn frame_bytes(f: &Frame) -> Vec<u8> {
     let mut out = f.to_bytes().expect("a decoded frame encodes again");
     out.drain(..4);
     out
@@ -1237,8 +1692,9 @@ fn part_files(dir: &Path) -> Vec<String> {
 
 /// Removes what a replayed log writes again: the part files of `traces/` not in `kept`
 /// (finished or left open by the killed collector; files set aside earlier as unfinished
-/// or corrupt stay), `hdr/`, `clock.parquet` and `probes.parquet`.
-fn remove_derived(run_dir: &Path, kept: &[String]) -> Result<(), CollectorError> {
+/// or corrupt stay), `hdr/` (unless the replay starts from a checkpoint, which cuts the
+/// interval logs back to what it recorded), `clock.parquet` and `probes.parquet`.
+fn remove_derived(run_dir: &Path, kept: &[String], checkpoint: bool) -> Result<(), CollectorError> {
     let rm_err = |path: &Path| {
         let path = path.to_owned();
         move |source| CollectorError::Io { path, source }
@@ -1254,7 +1710,7 @@ fn remove_derived(run_dir: &Path, kept: &[String]) -> Result<(), CollectorError>
         }
     }
     let hdr = run_dir.join("hdr");
-    if hdr.exists() {
+    if !checkpoint && hdr.exists() {
         std::fs::remove_dir_all(&hdr).map_err(rm_err(&hdr))?;
     }
     for name in ["clock.parquet", "probes.parquet"] {

@@ -25,10 +25,15 @@ use hoptrace_format::spec::ResolvedSpec;
 /// What a connection hands to the join thread.
 #[derive(Debug)]
 pub enum Event {
-    /// A probe connected (its Hello) from an address.
+    /// A probe connected (its Hello, whose version is the one the connection runs at)
+    /// from an address.
     Connected(u64, SocketAddr, Hello),
     /// A non-Hello frame from the connection with this id.
     Frame(u64, Frame),
+    /// A non-Hello frame with its bytes as received (type byte and body), from a
+    /// collector that keeps a log: the join thread logs the bytes as they are instead of
+    /// encoding the decoded frame again.
+    FrameWithBytes(u64, Frame, Vec<u8>),
     /// The connection ended; `clean` when Goodbye came first.
     Closed(u64, bool),
 }
@@ -126,7 +131,9 @@ struct FrameReader {
 }
 
 enum Read1 {
-    Frame(Frame),
+    /// A frame, and where its type byte and body lie in [`FrameReader::buf`] (valid
+    /// until the next read).
+    Frame(Frame, std::ops::Range<usize>),
     Timeout,
     Closed,
 }
@@ -140,7 +147,7 @@ impl FrameReader {
                 let at = self.start;
                 let frame = Frame::decode(ty, &self.buf[at + body.start..at + body.end])?;
                 self.start += len;
-                return Ok(Read1::Frame(frame));
+                return Ok(Read1::Frame(frame, at + body.start - 1..at + body.end));
             }
             if self.start > 0 {
                 self.buf.drain(..self.start);
@@ -495,7 +502,7 @@ fn serve(
     };
     let mut reader = BufReader::with_capacity(READ_BUFFER, conn);
     // Before the token is checked a peer may send no more than the largest hello.
-    let hello = match protocol::read_frame(&mut reader, MAX_HELLO_LEN) {
+    let mut hello = match protocol::read_frame(&mut reader, MAX_HELLO_LEN) {
         Ok(Frame::Hello(h)) => h,
         Ok(other) => {
             counters.malformed.fetch_add(1, Relaxed);
@@ -592,7 +599,9 @@ fn serve(
         announced[usize::from(hop.0)] = true;
     }
     let (host, process) = (hello.host.clone(), hello.process.clone());
-    tracing::info!(%peer, host = %hello.host, process = %hello.process, "probe connected");
+    tracing::info!(%peer, host = %hello.host, process = %hello.process, version, "probe connected");
+    // The join thread learns the version the connection runs at, not the probe's highest.
+    hello.version = version;
     if tx.send(Event::Connected(id, peer, hello)).is_err() {
         return;
     }
@@ -611,8 +620,8 @@ fn serve(
     // Highest number received on this connection, and acknowledged.
     let (mut received, mut acked) = (0u64, 0u64);
     loop {
-        let frame = match frames.next(&mut conn) {
-            Ok(Read1::Frame(f)) => f,
+        let (frame, raw) = match frames.next(&mut conn) {
+            Ok(Read1::Frame(f, raw)) => (f, raw),
             Ok(Read1::Timeout) => {
                 if let Some(d) = durable
                     && !ack(&mut conn, d.get(instance), &mut acked)
@@ -643,25 +652,36 @@ fn serve(
                 break;
             }
             Frame::Records(mut recs) => {
-                drop_unannounced(&mut recs, &announced, counters, peer, &host, &process);
-                (!recs.is_empty()).then_some(Frame::Records(recs))
+                let whole =
+                    drop_unannounced(&mut recs, &announced, counters, peer, &host, &process);
+                (!recs.is_empty()).then_some((Frame::Records(recs), whole))
             }
             Frame::SeqRecords { seq, mut records } if durable.is_some() => {
-                drop_unannounced(&mut records, &announced, counters, peer, &host, &process);
+                let whole =
+                    drop_unannounced(&mut records, &announced, counters, peer, &host, &process);
                 received = received.max(seq);
                 // Forwarded even when empty: its number is logged and acknowledged.
-                Some(Frame::SeqRecords { seq, records })
+                Some((Frame::SeqRecords { seq, records }, whole))
             }
-            f @ (Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_)) => Some(f),
+            f @ (Frame::Clock(_) | Frame::Counters(_) | Frame::Sent(_)) => Some((f, true)),
             other => {
                 counters.malformed.fetch_add(1, Relaxed);
                 tracing::warn!(%peer, "closed: unexpected frame from a probe: {other:?}");
                 break;
             }
         };
+        // A collector with a log gets the bytes as received, when they still say what the
+        // frame says (no record of an unannounced hop was dropped from it).
+        let event = forward.map(|(f, whole)| {
+            if cfg.durable.is_some() && whole {
+                Event::FrameWithBytes(id, f, frames.buf[raw].to_vec())
+            } else {
+                Event::Frame(id, f)
+            }
+        });
         // Blocks when the join thread is behind: that is the back-pressure.
-        if let Some(f) = forward
-            && tx.send(Event::Frame(id, f)).is_err()
+        if let Some(ev) = event
+            && tx.send(ev).is_err()
         {
             break;
         }
@@ -687,7 +707,8 @@ fn ack(conn: &mut Conn, durable: u64, acked: &mut u64) -> bool {
     conn.write_all(&frame).and_then(|()| conn.flush()).is_ok()
 }
 
-/// Drops the records of hops the connection did not announce, counting them.
+/// Drops the records of hops the connection did not announce, counting them; true when
+/// none was dropped.
 fn drop_unannounced(
     recs: &mut Vec<protocol::Record>,
     announced: &[bool; 256],
@@ -695,7 +716,7 @@ fn drop_unannounced(
     peer: SocketAddr,
     host: &str,
     process: &str,
-) {
+) -> bool {
     let before = recs.len();
     recs.retain(|r| announced[usize::from(r.hop.0)]);
     let dropped = before - recs.len();
@@ -707,6 +728,7 @@ fn drop_unannounced(
             tracing::warn!(%peer, %host, %process, "dropped {dropped} record(s) of hops this connection did not announce in its hello (counted as unannounced_hop_records)");
         }
     }
+    dropped == 0
 }
 
 fn count_protocol_error(counters: &ConnectionCounters, e: &ProtocolError) {

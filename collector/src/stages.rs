@@ -72,6 +72,40 @@ impl Log {
         })
     }
 
+    /// Opens `run_dir/rel`, an interval log written before, cut back to its first `len`
+    /// bytes (what a checkpoint recorded), to append to it.
+    fn reopen(run_dir: &Path, rel: String, comments: &[&str], len: u64) -> std::io::Result<Self> {
+        let path = run_dir.join(&rel);
+        let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+        if file.metadata()?.len() < len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is shorter than the {len} bytes the run's checkpoint recorded",
+                    path.display()
+                ),
+            ));
+        }
+        file.set_len(len)?;
+        let mut file = BufWriter::new(file);
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+        Ok(Self {
+            file,
+            path,
+            rel,
+            comments: comments.iter().map(|c| (*c).to_owned()).collect(),
+        })
+    }
+
+    /// Bytes written so far, once on their way to the disk, and synced when `sync`.
+    fn flushed_len(&mut self, sync: bool) -> std::io::Result<u64> {
+        self.file.flush()?;
+        if sync {
+            self.file.get_ref().sync_data()?;
+        }
+        Ok(self.file.get_ref().metadata()?.len())
+    }
+
     /// Writes the file again, empty, headed by `base`.
     fn recreate(
         &mut self,
@@ -96,6 +130,32 @@ impl Log {
             .map_err(|e| std::io::Error::other(format!("{}: {e:?}", self.path.display())))?;
         self.file.flush()
     }
+}
+
+/// What a checkpoint of the run keeps of one stage: its statistics so far and how long
+/// its interval logs were.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageSnapshot {
+    /// The stage's name (a checkpoint is resumed by the same stages only).
+    pub name: String,
+    /// Every interval ended so far.
+    pub total: SignedStats,
+    /// The open interval.
+    pub interval: SignedStats,
+    /// Bytes of `hdr/<stage>.hlog`.
+    pub log_len: u64,
+    /// Bytes of `hdr/<stage>.negative.hlog`, when there is one.
+    pub negative_log_len: Option<u64>,
+}
+
+/// What a checkpoint of the run keeps of the stages ([`StageRecorder::snapshot`],
+/// [`StageRecorder::resume`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StagesSnapshot {
+    /// When the open interval began, `CLOCK_REALTIME` ns.
+    pub interval_start_unix_ns: i64,
+    /// Per stage, in the spec's order.
+    pub stages: Vec<StageSnapshot>,
 }
 
 struct Acc {
@@ -152,10 +212,7 @@ impl StageRecorder {
                 spec.hop_names()[s.from_index].clone(),
                 spec.hop_names()[s.to_index].clone(),
             );
-            let heading = format!(
-                "hoptrace stage \"{}\": {from} -> {to}; values in nanoseconds, the deltas >= 0 (negative ones are in {tag}.negative.hlog)",
-                s.name
-            );
+            let heading = stage_heading(&s.name, &from, &to, &tag);
             let log = Log::create(
                 run_dir,
                 format!("hdr/{tag}.hlog"),
@@ -182,6 +239,108 @@ impl StageRecorder {
             base_unix_ns,
             interval_start_unix_ns: base_unix_ns,
             serializer,
+        })
+    }
+
+    /// The stages as a checkpoint keeps them; the interval logs are synced to disk first.
+    ///
+    /// # Errors
+    /// A log cannot be flushed or synced.
+    pub fn snapshot(&mut self) -> std::io::Result<StagesSnapshot> {
+        let mut stages = Vec::with_capacity(self.stages.len());
+        for a in &mut self.stages {
+            a.flush();
+            stages.push(StageSnapshot {
+                name: a.stage.name.clone(),
+                total: a.total.clone(),
+                interval: a.interval.clone(),
+                log_len: a.log.flushed_len(true)?,
+                negative_log_len: a
+                    .negative_log
+                    .as_mut()
+                    .map(|l| l.flushed_len(true))
+                    .transpose()?,
+            });
+        }
+        Ok(StagesSnapshot {
+            interval_start_unix_ns: self.interval_start_unix_ns,
+            stages,
+        })
+    }
+
+    /// Takes up the stages of a run from a checkpoint: the interval logs in `run_dir/hdr/`
+    /// are cut back to the lengths it recorded (what was written after it is written
+    /// again), the statistics are its own.
+    ///
+    /// # Errors
+    /// A log cannot be opened or cut, or the checkpoint's stages are not `spec`'s.
+    pub fn resume(
+        spec: &ResolvedSpec,
+        run_dir: &Path,
+        base_unix_ns: i64,
+        snap: StagesSnapshot,
+    ) -> std::io::Result<Self> {
+        let names: Vec<&str> = spec.stages().iter().map(|s| s.name.as_str()).collect();
+        let theirs: Vec<&str> = snap.stages.iter().map(|s| s.name.as_str()).collect();
+        if names != theirs {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the run's checkpoint has stages {theirs:?}, the pipeline {names:?}: continue the run with the pipeline spec it started with"
+                ),
+            ));
+        }
+        let base = UNIX_EPOCH + Duration::from_nanos(u64::try_from(base_unix_ns).unwrap_or(0));
+        let mut stages = Vec::new();
+        for (s, snap) in spec.stages().iter().zip(snap.stages) {
+            let tag = slug(&s.name);
+            let (from, to) = (
+                spec.hop_names()[s.from_index].clone(),
+                spec.hop_names()[s.to_index].clone(),
+            );
+            let heading = stage_heading(&s.name, &from, &to, &tag);
+            let log = Log::reopen(
+                run_dir,
+                format!("hdr/{tag}.hlog"),
+                &[&heading, &s.definition],
+                snap.log_len,
+            )?;
+            let negative_rel = format!("hdr/{tag}.negative.hlog");
+            let negative_log = match snap.negative_log_len {
+                Some(len) => Some(Log::reopen(
+                    run_dir,
+                    negative_rel,
+                    &[&negative_heading(&s.name, &from, &to)],
+                    len,
+                )?),
+                None => {
+                    match std::fs::remove_file(run_dir.join(&negative_rel)) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                    None
+                }
+            };
+            stages.push(Acc {
+                from,
+                to,
+                stage: s.clone(),
+                total: snap.total,
+                interval: snap.interval,
+                batch: Vec::with_capacity(BATCH),
+                log,
+                negative_log,
+                tag,
+            });
+        }
+        Ok(Self {
+            stages,
+            run_dir: run_dir.to_owned(),
+            base,
+            base_unix_ns,
+            interval_start_unix_ns: snap.interval_start_unix_ns,
+            serializer: V2DeflateSerializer::new(),
         })
     }
 
@@ -244,10 +403,7 @@ impl StageRecorder {
             a.log
                 .write(&a.interval.pos, (start, len), &a.tag, &mut self.serializer)?;
             if a.negative_log.is_none() && !a.interval.neg.is_empty() {
-                let heading = format!(
-                    "hoptrace stage \"{}\": {} -> {}; values in nanoseconds, the MAGNITUDES of the deltas < 0 (clock error); intervals before the first one here had none",
-                    a.stage.name, a.from, a.to
-                );
+                let heading = negative_heading(&a.stage.name, &a.from, &a.to);
                 a.negative_log = Some(Log::create(
                     &self.run_dir,
                     format!("hdr/{}.negative.hlog", a.tag),
@@ -294,6 +450,20 @@ impl StageRecorder {
             })
             .collect())
     }
+}
+
+/// The first comment line of a stage's interval log.
+fn stage_heading(name: &str, from: &str, to: &str, tag: &str) -> String {
+    format!(
+        "hoptrace stage \"{name}\": {from} -> {to}; values in nanoseconds, the deltas >= 0 (negative ones are in {tag}.negative.hlog)"
+    )
+}
+
+/// The first comment line of a stage's log of negative deltas.
+fn negative_heading(name: &str, from: &str, to: &str) -> String {
+    format!(
+        "hoptrace stage \"{name}\": {from} -> {to}; values in nanoseconds, the MAGNITUDES of the deltas < 0 (clock error); intervals before the first one here had none"
+    )
 }
 
 /// Seconds since the Unix epoch of a `SystemTime`, for logs.
@@ -348,6 +518,81 @@ mod tests {
         assert!(median.value_ns.abs_diff(1_500_000) <= median.precision_ns + 1_000);
         let p99 = s.percentiles.iter().find(|p| p.quantile == 0.99).unwrap();
         assert!(p99.value_ns.abs_diff(2_970_000) <= p99.precision_ns + 1_000);
+    }
+
+    /// Stages resumed from a snapshot, after their logs went on past it, end as the
+    /// original did: the same statistics and the same log bytes.
+    #[test]
+    fn resumed_from_a_snapshot_the_stages_end_as_the_original() {
+        use hoptrace_format::spec::PipelineSpec;
+        let spec = PipelineSpec::default_pipeline().resolve().unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("hoptrace-stages-resume-{}", std::process::id()));
+        let stage = spec.stages()[0].clone();
+        let trace = |delta: i64| {
+            let mut t = JoinedTrace {
+                key: hoptrace_protocol::TraceKey {
+                    publisher: 1,
+                    stream: 1,
+                    sequence: 1,
+                },
+                metric_count: 1,
+                intended_ns: 0,
+                otel_trace_id: None,
+                present_mask: (1 << stage.from_index) | (1 << stage.to_index),
+                stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
+                complete: true,
+                missing_mask: 0,
+                flags: 0,
+            };
+            t.stamps_ns[stage.to_index] = delta;
+            t
+        };
+        // After the snapshot: the rest of the open interval (negative deltas among them,
+        // so a log of negative deltas appears) and one more interval.
+        let after = |r: &mut StageRecorder| {
+            for i in 0..500 {
+                r.record(&trace(if i % 7 == 0 { -i } else { i * 1_000 }));
+            }
+            r.end_interval(2_000_000_000).unwrap();
+            for i in 0..300 {
+                r.record(&trace(i * 3_000));
+            }
+        };
+        let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
+        for i in 1..=1_000 {
+            r.record(&trace(i * 1_000));
+        }
+        r.end_interval(1_000_000_000).unwrap();
+        for i in 1..=200 {
+            r.record(&trace(i * 2_000));
+        }
+        let snap = r.snapshot().unwrap();
+        after(&mut r);
+        let original = r.finish(3_000_000_000).unwrap();
+        let files = |d: &Path| {
+            let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d.join("hdr"))
+                .unwrap()
+                .flatten()
+                .map(|e| {
+                    (
+                        e.file_name().into_string().unwrap(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let before = files(&dir);
+        assert!(before.iter().any(|(n, _)| n.ends_with(".negative.hlog")));
+        let mut r = StageRecorder::resume(&spec, &dir, 0, snap).unwrap();
+        after(&mut r);
+        let resumed = r.finish(3_000_000_000).unwrap();
+        let again = files(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(format!("{original:?}"), format!("{resumed:?}"));
+        assert_eq!(before, again);
     }
 
     #[test]

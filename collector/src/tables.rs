@@ -16,7 +16,7 @@ use crate::writer::{WriteError, write_table};
 use hoptrace_format::run::ClockRow;
 
 /// One Counters frame of one probe.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CounterRow {
     /// Exporter instance.
     pub instance_id: u64,

@@ -3,6 +3,11 @@
 //! again with the same run id rebuilds exactly the state it had reached (the join, the
 //! accounting, the files) and continues the same run.
 //!
+//! The log does not grow with the run: a checkpoint (`wal/checkpoint`, taken when a part
+//! file closes) starts a new segment and records the state the run reached, and the
+//! segments before it are deleted; a restart takes up the checkpoint and replays the
+//! segments from its own on ([`replay`] from a segment).
+//!
 //! # Format
 //! Segment files `NNNNNN.log`, numbered from 1, each a sequence of entries:
 //!
@@ -22,7 +27,7 @@
 //! | 3 closed | connection id u64, at u64, clean u8 |
 //! | 4 tick | at u64, realtime ns i64: the join's periodic step (expiry, the plausibility window, the end of an interval) |
 //! | 5 started | realtime ns i64: when the run started (the log's first entry) |
-//! | 6 restarted | realtime ns i64, entries u64, bytes u64, torn bytes u64: a collector started again and replayed the log |
+//! | 6 restarted | realtime ns i64, entries u64, bytes u64, torn bytes u64, checkpoint realtime ns i64 (`i64::MIN`: none), replay ms u64, hop records replayed u64: a collector started again, took up the checkpoint and replayed the log after it (the last three fields are absent in logs of earlier versions) |
 //! | 7 resent | connection id u64, records u64: a frame the log already held came again and was dropped |
 //!
 //! A reader stops at the first entry that is incomplete or fails its checksum: the tail a
@@ -114,6 +119,12 @@ pub enum Entry {
         bytes: u64,
         /// Bytes of a torn tail it skipped.
         torn_bytes: u64,
+        /// When the checkpoint it took up was taken, `CLOCK_REALTIME` ns.
+        checkpoint_unix_ns: Option<i64>,
+        /// How long taking up the checkpoint and replaying took, ms.
+        replay_ms: u64,
+        /// Hop records in the log it replayed.
+        log_records: u64,
     },
     /// A numbered frame the log already held came again: dropped.
     Resent {
@@ -237,15 +248,11 @@ impl Wal {
     /// # Errors
     /// [`WalError::Io`].
     pub fn frame(&mut self, id: u64, at: u64, raw: &[u8]) -> Result<(), WalError> {
-        let mut p = std::mem::take(&mut self.scratch);
-        p.clear();
-        p.push(FRAME);
-        p.extend_from_slice(&id.to_le_bytes());
-        p.extend_from_slice(&at.to_le_bytes());
-        p.extend_from_slice(raw);
-        let r = self.append(&p);
-        self.scratch = p;
-        r
+        let mut head = [0u8; 17];
+        head[0] = FRAME;
+        head[1..9].copy_from_slice(&id.to_le_bytes());
+        head[9..17].copy_from_slice(&at.to_le_bytes());
+        self.append_parts(&head, raw)
     }
 
     /// Appends the end of connection `id`.
@@ -276,13 +283,16 @@ impl Wal {
     ///
     /// # Errors
     /// [`WalError::Io`].
-    pub fn restarted(&mut self, realtime_ns: i64, r: &Replayed) -> Result<(), WalError> {
-        let mut p = [0u8; 33];
+    pub fn restarted(&mut self, r: &hoptrace_format::run::Restart) -> Result<(), WalError> {
+        let mut p = [0u8; 57];
         p[0] = RESTARTED;
-        p[1..9].copy_from_slice(&realtime_ns.to_le_bytes());
-        p[9..17].copy_from_slice(&r.entries.to_le_bytes());
-        p[17..25].copy_from_slice(&r.bytes.to_le_bytes());
+        p[1..9].copy_from_slice(&r.at_unix_ns.to_le_bytes());
+        p[9..17].copy_from_slice(&r.log_entries.to_le_bytes());
+        p[17..25].copy_from_slice(&r.log_bytes.to_le_bytes());
         p[25..33].copy_from_slice(&r.torn_bytes.to_le_bytes());
+        p[33..41].copy_from_slice(&r.checkpoint_unix_ns.unwrap_or(i64::MIN).to_le_bytes());
+        p[41..49].copy_from_slice(&r.replay_ms.to_le_bytes());
+        p[49..57].copy_from_slice(&r.log_records.to_le_bytes());
         self.append(&p)
     }
 
@@ -311,21 +321,49 @@ impl Wal {
     }
 
     fn append(&mut self, payload: &[u8]) -> Result<(), WalError> {
+        self.append_parts(payload, &[])
+    }
+
+    /// Appends one entry whose payload is `first` followed by `rest`, copying neither.
+    fn append_parts(&mut self, first: &[u8], rest: &[u8]) -> Result<(), WalError> {
         if self.segment_bytes >= SEGMENT_BYTES {
             self.roll()?;
         }
-        let len = u32::try_from(payload.len()).expect("an entry is at most one frame");
+        let len = u32::try_from(first.len() + rest.len()).expect("an entry is at most one frame");
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(first);
+        crc.update(rest);
         let mut head = [0u8; 8];
         head[..4].copy_from_slice(&len.to_le_bytes());
-        head[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        head[4..].copy_from_slice(&crc.finalize().to_le_bytes());
         self.file
             .write_all(&head)
-            .and_then(|()| self.file.write_all(payload))
+            .and_then(|()| self.file.write_all(first))
+            .and_then(|()| self.file.write_all(rest))
             .map_err(io(&self.path))?;
         let n = 8 + u64::from(len);
         self.segment_bytes += n;
         self.appended += n;
         Ok(())
+    }
+
+    /// Starts a new segment for a checkpoint (the current one is synced first) and
+    /// returns its number: every entry appended from now on is in it or after it.
+    ///
+    /// # Errors
+    /// [`WalError::Io`].
+    pub fn start_segment(&mut self) -> Result<u32, WalError> {
+        self.roll()?;
+        Ok(self.segment)
+    }
+
+    /// Deletes the segments before `segment`, which a checkpoint made unnecessary;
+    /// returns their bytes.
+    ///
+    /// # Errors
+    /// [`WalError::Io`].
+    pub fn remove_before(&self, segment: u32) -> Result<u64, WalError> {
+        remove_segments_before(self.dir.parent().unwrap_or(&self.dir), segment)
     }
 
     /// Starts the next segment (the current one is synced first).
@@ -445,6 +483,22 @@ pub fn kept(run_dir: &Path) -> Result<Vec<String>, WalError> {
     }
 }
 
+/// Deletes the segments of the log in `run_dir` numbered below `segment`; returns their
+/// bytes.
+///
+/// # Errors
+/// [`WalError::Io`] when the directory cannot be listed or a segment deleted.
+pub fn remove_segments_before(run_dir: &Path, segment: u32) -> Result<u64, WalError> {
+    let mut bytes = 0;
+    for (n, path) in segments(run_dir)? {
+        if n < segment {
+            bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
+            std::fs::remove_file(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(bytes)
+}
+
 /// What a log held.
 #[derive(Debug, Default)]
 pub struct Replayed {
@@ -482,20 +536,27 @@ pub fn segments(run_dir: &Path) -> Result<Vec<(u32, PathBuf)>, WalError> {
     Ok(out)
 }
 
-/// Reads every entry of the log in `run_dir`, in order, handing each to `f`; stops at a
-/// torn or corrupt entry (counted in [`Replayed::torn_bytes`]) and at the first error `f`
-/// returns.
+/// Reads every entry of the log in `run_dir` from segment `from` on (1: all of it), in
+/// order, handing each to `f`; stops at a torn or corrupt entry (counted in
+/// [`Replayed::torn_bytes`]) and at the first error `f` returns.
 ///
 /// # Errors
 /// [`WalError::Io`] when a segment cannot be read, or `f`'s error.
 pub fn replay<E: From<WalError>>(
     run_dir: &Path,
+    from: u32,
     mut f: impl FnMut(Entry) -> Result<(), E>,
 ) -> Result<Replayed, E> {
-    let mut r = Replayed::default();
-    let segs = segments(run_dir)?;
-    for (i, (n, path)) in segs.iter().enumerate() {
-        r.last_segment = *n;
+    let all = segments(run_dir)?;
+    let mut r = Replayed {
+        last_segment: all
+            .last()
+            .map_or(0, |(n, _)| *n)
+            .max(from.saturating_sub(1)),
+        ..Replayed::default()
+    };
+    let segs: Vec<(u32, PathBuf)> = all.into_iter().filter(|(n, _)| *n >= from).collect();
+    for (i, (_, path)) in segs.iter().enumerate() {
         let file = File::open(path).map_err(io(path))?;
         let size = file.metadata().map_err(io(path))?.len();
         let mut reader = BufReader::with_capacity(1 << 20, file);
@@ -592,6 +653,9 @@ fn decode(p: &[u8]) -> Option<Entry> {
             entries: u64_at(9)?,
             bytes: u64_at(17)?,
             torn_bytes: u64_at(25)?,
+            checkpoint_unix_ns: u64_at(33).map(u64::cast_signed).filter(|&t| t != i64::MIN),
+            replay_ms: u64_at(41).unwrap_or(0),
+            log_records: u64_at(49).unwrap_or(0),
         }),
         RESENT => Some(Entry::Resent {
             id: u64_at(1)?,
@@ -656,7 +720,7 @@ mod tests {
 
     fn all(run: &Path) -> (Vec<Entry>, Replayed) {
         let mut got = Vec::new();
-        let r = replay::<WalError>(run, |e| {
+        let r = replay::<WalError>(run, 1, |e| {
             got.push(e);
             Ok(())
         })

@@ -228,6 +228,25 @@ impl TraceWriter {
         &self.schema
     }
 
+    /// The files closed so far, in order.
+    #[must_use]
+    pub fn closed(&self) -> &[PartFile] {
+        &self.closed
+    }
+
+    /// Takes `files`, closed by an earlier collector of this run (the run's checkpoint
+    /// names them), as this writer's first ones: [`Self::finish`] lists them.
+    pub fn resume_closed(&mut self, files: Vec<PartFile>) {
+        debug_assert!(self.closed.is_empty() && self.open.is_none());
+        self.closed = files;
+    }
+
+    /// Rows pushed that are not in a closed file yet (in the open file, or buffered).
+    #[must_use]
+    pub fn rows_not_closed(&self) -> u64 {
+        self.open.as_ref().map_or(0, |o| o.rows) + self.cols.rows as u64
+    }
+
     /// Adds one trace.
     ///
     /// # Errors
@@ -364,13 +383,14 @@ fn writer_properties(
     b.build()
 }
 
-/// Checks the part files an earlier collector left in `dir`: counts the complete ones and
-/// their rows, and sets aside (renames) files left open by a killed collector and files
-/// that do not read. `None` when `dir` holds nothing.
+/// Checks the part files an earlier collector left in `dir`, but for those named in
+/// `own` (this run's, from its checkpoint): counts the complete ones and their rows, and
+/// sets aside (renames) files left open by a killed collector and files that do not read.
+/// `None` when `dir` holds nothing else.
 ///
 /// # Errors
 /// [`WriteError::Io`] when the directory cannot be listed or a file renamed.
-pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
+pub fn recover(dir: &Path, own: &[String]) -> Result<Option<Recovered>, WriteError> {
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| WriteError::Io { path, source }
@@ -382,7 +402,7 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
     let mut names: Vec<String> = entries
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with("part-"))
+        .filter(|n| n.starts_with("part-") && !own.contains(n))
         .collect();
     names.sort();
     for name in names {
@@ -419,13 +439,13 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>, WriteError> {
     Ok((!empty).then_some(r))
 }
 
-/// The trace keys of every complete part file (`part-*.parquet`) in `dir`: what a
-/// collector continuing this run must never write again. Reads only the three key
-/// columns.
+/// The trace keys of every complete part file (`part-*.parquet`) in `dir` but those named
+/// in `own` (this run's, whose keys its checkpoint holds): what a collector continuing
+/// this run must never write again. Reads only the three key columns.
 ///
 /// # Errors
 /// A file that cannot be read, or lacks the key columns.
-pub fn kept_keys(dir: &Path) -> Result<crate::keys::WrittenKeys, WriteError> {
+pub fn kept_keys(dir: &Path, own: &[String]) -> Result<crate::keys::WrittenKeys, WriteError> {
     use arrow::array::{Array as _, AsArray as _};
     use arrow::datatypes::{UInt16Type, UInt32Type, UInt64Type};
     use parquet::arrow::ProjectionMask;
@@ -439,9 +459,9 @@ pub fn kept_keys(dir: &Path) -> Result<crate::keys::WrittenKeys, WriteError> {
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("part-") && n.ends_with(".parquet"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("part-") && n.ends_with(".parquet") && !own.iter().any(|o| o == n)
+            })
         })
         .collect();
     names.sort();

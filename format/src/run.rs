@@ -82,22 +82,35 @@ impl RunSummary {
     }
 }
 
-/// A collector started again on an unfinished run: it replayed the run's log and went on.
+/// A collector started again on an unfinished run: it took up the run's last checkpoint,
+/// replayed the run's log after it and went on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restart {
     /// When it started again, Unix ns.
     pub at_unix_ns: i64,
-    /// Log entries it replayed.
+    /// Log entries it replayed (after the checkpoint, when there was one).
     pub log_entries: u64,
-    /// Bytes of log it replayed.
+    /// Bytes of log it replayed (after the checkpoint, when there was one).
     pub log_bytes: u64,
     /// Bytes after the last whole entry (written when the collector was killed), skipped:
     /// probes speaking version 2 sent their content again.
     pub torn_bytes: u64,
-    /// Hop records the log held up to this restart (every record of the run so far that a
-    /// probe was told is durable, and possibly more).
+    /// Hop records the run held at this restart, from its checkpoint and the log after it
+    /// (every record of the run so far that a probe was told is durable, and possibly
+    /// more).
     #[serde(default)]
     pub records_replayed: u64,
+    /// When the checkpoint it started from was taken, Unix ns; `None`: there was none, the
+    /// whole log since the run started was replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_unix_ns: Option<i64>,
+    /// Milliseconds from reading the checkpoint to the end of the replay: how long
+    /// probes waited for this collector's Welcome.
+    #[serde(default)]
+    pub replay_ms: u64,
+    /// Hop records in the log it replayed (after the checkpoint, when there was one).
+    #[serde(default)]
+    pub log_records: u64,
     /// Records probes sent again after this restart that the log already held: dropped,
     /// not counted as the pipeline's duplicates.
     #[serde(default)]
@@ -128,6 +141,18 @@ pub struct ProbeInfo {
     /// stage's uncertainty. Absent in runs of older collectors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamps_by_hop: Option<BTreeMap<String, u64>>,
+    /// The collector protocol version the connection ran at (the Welcome's). Absent in
+    /// runs of older collectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u16>,
+    /// Whether the collector acknowledged the connection's records once its log held
+    /// them, so that the probe kept them to send again after a collector restart (version
+    /// 2 with the log). `false`: a version 1 probe, a probe with no retention, or a
+    /// collector run with `--no-log`; what such a probe sent after the collector's last
+    /// write was lost with a killed collector, as unseen or incomplete messages. Absent in
+    /// runs of older collectors and of collector groups (Kafka keeps their records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<bool>,
 }
 
 /// Per publisher: what was sent and what became of it.

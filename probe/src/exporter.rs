@@ -81,7 +81,9 @@ pub struct ExporterConfig {
     /// Bytes of sent records frames kept until the collector acknowledges them as durable
     /// (collector protocol version 2), to send again after a reconnection; when full,
     /// the oldest are dropped and counted (`evicted`, and `lost_unacked` for those the
-    /// collector turns out not to hold).
+    /// collector turns out not to hold). 0: none; the exporter then speaks protocol
+    /// version 1, sends each record once and keeps nothing (nothing is evicted; a
+    /// collector killed loses what it had not written).
     pub retention_bytes: usize,
 }
 
@@ -259,7 +261,12 @@ impl Exporter {
             config.connect_timeout.max(Duration::from_secs(5)),
         )));
         let hello = Hello {
-            version: PROTOCOL_VERSION,
+            // Without retention there is nothing to send again: version 1 says so.
+            version: if config.retention_bytes == 0 {
+                1
+            } else {
+                PROTOCOL_VERSION
+            },
             instance_id: std::hash::RandomState::new().build_hasher().finish(),
             host: config.host.clone(),
             process: config.process.clone(),
@@ -958,6 +965,12 @@ impl Worker {
                             resume_seq,
                         }) => {
                             self.durable = version >= 2;
+                            if version < self.hello.version {
+                                tracing::warn!(
+                                    collector = %addr,
+                                    "the collector runs protocol version {version} (it keeps no log: --no-log): records are not acknowledged or kept to send again; a collector restart loses what it had not written"
+                                );
+                            }
                             tracing::info!(collector = %addr, run_id, version, "connected to the collector");
                             self.set_status(true, Some(run_id), None);
                             Ok((s, self.durable.then_some(resume_seq)))

@@ -48,6 +48,12 @@ pub struct SweepOptions {
     pub acks: Vec<String>,
     /// Kafka topic partitions.
     pub partitions: Vec<u32>,
+    /// Replicas of the Kafka topics the sweep creates (with `partitions`): 3 on a 3-node
+    /// cluster makes `acks=all` wait for followers.
+    pub replication: u16,
+    /// `min.insync.replicas` of the topics the sweep creates (the broker's default if
+    /// `None`).
+    pub min_insync_replicas: Option<u16>,
     /// Streams the load is spread over.
     pub streams: u32,
     /// Left out of every cell's figures.
@@ -161,6 +167,23 @@ fn plan(args: &SweepOptions, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>
     if let Some(q) = args.qos.iter().find(|q| **q > 2) {
         bail!("--qos {q}: use 0, 1 or 2");
     }
+    if !kafka && (args.replication != 1 || args.min_insync_replicas.is_some()) {
+        bail!("--replication and --min-insync-replicas are Kafka settings; the broker is MQTT");
+    }
+    if (args.replication != 1 || args.min_insync_replicas.is_some()) && args.partitions.is_empty() {
+        bail!(
+            "--replication and --min-insync-replicas apply to the topics the sweep creates: give --partitions too"
+        );
+    }
+    if args.replication == 0 || args.min_insync_replicas == Some(0) {
+        bail!("--replication and --min-insync-replicas must be positive");
+    }
+    if let Some(m) = args.min_insync_replicas.filter(|m| *m > args.replication) {
+        bail!(
+            "--min-insync-replicas {m} is more than --replication {}: no write could succeed",
+            args.replication
+        );
+    }
     if args.partitions.contains(&0) || args.connections.contains(&0) {
         bail!("--partitions and --connections must be positive");
     }
@@ -205,7 +228,7 @@ fn plan(args: &SweepOptions, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>
             let partitions = get("partitions").map(|v| v.parse()).transpose()?;
             let mut broker = args.broker.clone();
             if let (Some(p), Endpoint::Kafka(k)) = (partitions, endpoint) {
-                broker = with_topic(&broker, &format!("{}-p{p}", one_topic(k)?))?;
+                broker = with_topic(&broker, &cell_topic(k, p, args)?)?;
             }
             for key in ["acks", "qos", "connections"] {
                 if let Some(v) = get(key) {
@@ -231,16 +254,79 @@ fn one_topic(k: &hoptrace_publisher::url::KafkaEndpoint) -> anyhow::Result<&str>
     }
 }
 
-/// Creates a Kafka topic of `partitions` partitions if it does not exist; an existing
-/// one must have that many.
-fn ensure_topic(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
+/// The topic of a cell with `partitions` partitions: `<topic>-p<N>`, and `-r<R>` when
+/// replicated, so that topics of different layouts never share a name.
+fn cell_topic(
+    k: &hoptrace_publisher::url::KafkaEndpoint,
+    partitions: u32,
+    opts: &SweepOptions,
+) -> anyhow::Result<String> {
+    let stem = one_topic(k)?;
+    Ok(match opts.replication {
+        1 => format!("{stem}-p{partitions}"),
+        r => format!("{stem}-p{partitions}-r{r}"),
+    })
+}
+
+/// Creates a Kafka topic of `partitions` partitions with the sweep's replication and
+/// `min.insync.replicas` if it does not exist; an existing one, and the created one as
+/// the cluster reports it, must have exactly that layout.
+fn ensure_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: u32,
+    opts: &SweepOptions,
+) -> anyhow::Result<()> {
+    use hoptrace_collector::kafka;
     let want = i32::try_from(partitions)?;
-    let n = hoptrace_collector::kafka::ensure_topic(bootstrap, topic, want, 1)
+    let min_insync = opts.min_insync_replicas.map(|m| m.to_string());
+    let config: Vec<(&str, &str)> = min_insync
+        .iter()
+        .map(|m| ("min.insync.replicas", m.as_str()))
+        .collect();
+    kafka::ensure_topic(bootstrap, topic, want, i32::from(opts.replication), &config)
         .with_context(|| format!("Kafka topic {topic}"))?;
-    if n != want {
-        bail!("Kafka topic {topic} exists with {n} partitions, not {partitions}");
+    let got =
+        kafka::topic_layout(bootstrap, topic).with_context(|| format!("Kafka topic {topic}"))?;
+    if got.partitions != want {
+        bail!(
+            "Kafka topic {topic} exists with {} partitions, not {partitions}",
+            got.partitions
+        );
+    }
+    if got.replication != i32::from(opts.replication) {
+        bail!(
+            "Kafka topic {topic} has {} replicas, not {} (delete it, or sweep with --replication {})",
+            got.replication,
+            opts.replication,
+            got.replication
+        );
+    }
+    if let Some(m) = opts.min_insync_replicas
+        && got.min_insync_replicas != Some(i32::from(m))
+    {
+        bail!(
+            "Kafka topic {topic} has min.insync.replicas {}, not {m} (delete it to have it created again)",
+            got.min_insync_replicas
+                .map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+        );
     }
     Ok(())
+}
+
+/// How the sweep's topics are replicated, for the report: `None` when the sweep creates
+/// no topic.
+fn topic_layout_line(opts: &SweepOptions) -> Option<String> {
+    (!opts.partitions.is_empty()).then(|| {
+        let isr = opts.min_insync_replicas.map_or_else(
+            || "the broker's default min.insync.replicas".to_owned(),
+            |m| format!("min.insync.replicas {m}"),
+        );
+        format!(
+            "created by the sweep with replication factor {} and {isr}, checked against the cluster before each cell",
+            opts.replication
+        )
+    })
 }
 
 fn machine() -> String {
@@ -353,6 +439,7 @@ pub fn run(opts: &SweepOptions, stop: &AtomicBool) -> anyhow::Result<SweepOutcom
         slos: opts.slas.clone(),
         capacity_target_metrics_per_s: opts.capacity_target,
         machine: machine(),
+        topics: topic_layout_line(opts),
     };
     let dirs = open_dirs(out, name, &info)?;
     let resumed = planned
@@ -518,7 +605,7 @@ fn run_cell(
             .map(|(h, port)| format!("{h}:{port}"))
             .collect::<Vec<_>>()
             .join(",");
-        ensure_topic(&bootstrap, &format!("{}-p{parts}", one_topic(k)?), parts)?;
+        ensure_topic(&bootstrap, &cell_topic(k, parts, opts)?, parts, opts)?;
     }
     let per_cell_s = (opts.warmup + opts.window).as_secs_f64() + 15.0;
     let mut soak = Part::spawn(
@@ -672,6 +759,8 @@ mod tests {
             connections: Vec::new(),
             acks: Vec::new(),
             partitions: Vec::new(),
+            replication: 1,
+            min_insync_replicas: None,
             streams: 1000,
             warmup: Duration::from_secs(5),
             window: Duration::from_secs(20),
@@ -690,6 +779,8 @@ mod tests {
                 "--rate" => o.rate = list().collect(),
                 "--acks" => o.acks = list().collect(),
                 "--partitions" => o.partitions = nums().collect(),
+                "--replication" => o.replication = pair[1].parse().unwrap(),
+                "--min-insync-replicas" => o.min_insync_replicas = Some(pair[1].parse().unwrap()),
                 "--connections" => o.connections = nums().collect(),
                 "--qos" => o.qos = list().map(|v| v.parse().unwrap()).collect(),
                 other => panic!("{other}"),
@@ -738,6 +829,42 @@ mod tests {
         let cells = plan(&a, &e).unwrap();
         assert_eq!(cells[1].broker, "mqtt://127.0.0.1:1883?qos=1&connections=2");
         assert_eq!(cells[1].slug(), "qos-1_connections-2_rate-5k");
+    }
+
+    #[test]
+    fn replicated_topics_are_named_by_their_layout_and_checked() {
+        let a = args(
+            "--broker kafka://127.0.0.1:19092/t --rate 1k --acks 1,all --partitions 3 --replication 3 --min-insync-replicas 2",
+        );
+        let e = Endpoint::parse(&a.broker).unwrap();
+        let cells = plan(&a, &e).unwrap();
+        assert_eq!(cells[1].broker, "kafka://127.0.0.1:19092/t-p3-r3?acks=all");
+        assert_eq!(
+            topic_layout_line(&a).unwrap(),
+            "created by the sweep with replication factor 3 and min.insync.replicas 2, checked against the cluster before each cell"
+        );
+        let refused = |line: &str, says: &str| {
+            let a = args(line);
+            let e = Endpoint::parse(&a.broker).unwrap();
+            let err = plan(&a, &e).unwrap_err().to_string();
+            assert!(err.contains(says), "{line}: {err}");
+        };
+        refused(
+            "--broker kafka://127.0.0.1:19092/t --rate 1k --replication 3",
+            "give --partitions too",
+        );
+        refused(
+            "--broker kafka://127.0.0.1:19092/t --rate 1k --partitions 1 --replication 2 --min-insync-replicas 3",
+            "no write could succeed",
+        );
+        refused(
+            "--broker mqtt://127.0.0.1:1883 --rate 1k --replication 3",
+            "Kafka settings",
+        );
+        refused(
+            "--broker kafka://127.0.0.1:19092/t --rate 1k --partitions 1 --replication 0",
+            "must be positive",
+        );
     }
 
     #[test]

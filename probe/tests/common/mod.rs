@@ -56,6 +56,16 @@ impl MiniCollector {
         Self::start_with(listener, None, Some(mode.clone()))
     }
 
+    /// A collector of protocol version 1 only, as one built before version 2: it rejects
+    /// a version 2 Hello (code 1, unsupported version) and welcomes a version 1 Hello.
+    pub fn version_1_only() -> Self {
+        Self::start_with(
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            Some(V1_ONLY),
+            None,
+        )
+    }
+
     fn start_with(
         listener: TcpListener,
         reject: Option<&'static str>,
@@ -138,6 +148,9 @@ impl MiniCollector {
     }
 }
 
+/// The `reject` of [`MiniCollector::version_1_only`].
+const V1_ONLY: &str = "version 1 only";
+
 fn serve(
     mut stream: TcpStream,
     id: usize,
@@ -148,14 +161,30 @@ fn serve(
     let Ok(hello) = protocol::read_frame(&mut stream, MAX_FRAME_LEN) else {
         return;
     };
+    let version = match &hello {
+        Frame::Hello(h) => h.version,
+        _ => 0,
+    };
     frames.lock().unwrap().push((id, hello));
+    // A version 1 collector: rejects what it does not speak, takes the rest.
+    let reject = match reject {
+        Some(V1_ONLY) if version <= 1 => None,
+        other => other,
+    };
     let answer = match reject {
+        Some(V1_ONLY) => Frame::Reject {
+            code: protocol::reject_code::VERSION,
+            reason: format!(
+                "unsupported protocol version {version}; this collector speaks protocol 1"
+            ),
+        },
         Some(reason) => Frame::Reject {
             code: protocol::reject_code::TOKEN,
             reason: reason.into(),
         },
         None => Frame::Welcome {
-            version: if durable.is_some() { 2 } else { 1 },
+            // As a collector does: the lower of the probe's version and its own.
+            version: version.min(if durable.is_some() { 2 } else { 1 }),
             run_id: "test-run".into(),
             resume_seq: durable
                 .as_ref()

@@ -60,6 +60,8 @@
 //!     out_dir: "runs".into(),
 //!     window_ms: 10_000,
 //!     durable: true,
+//!     checkpoint_interval: None,
+//!     restart: false,
 //! };
 //! let report = bench::run(&opts, |p| eprintln!("{:.0} records/s", p.records_per_s))?;
 //! println!("{:.0} records/s, {:.1} bytes/trace", report.records_per_s, report.bytes_per_trace);
@@ -93,6 +95,12 @@ pub const METRICS_PER_TRACE: u32 = 10;
 pub const PROBE_QUEUE_RECORDS: usize = 1 << 21;
 /// Spacing of the synthetic stamps, traces/s, when the run has no rate.
 pub const NOMINAL_RATE: u64 = 1_000_000;
+/// Bytes each exporter keeps until the collector acknowledges them, with durability on.
+/// The closed loop keeps up to a channel of 256 frames of 8,192 records in the collector
+/// and a sync interval unacknowledged: with the default 64 MiB the exporters evicted at
+/// 5M records/s, and the run was then not durable throughout. Its records are kept while
+/// in flight only, so the memory is what the run needs.
+pub const RETENTION_BYTES: usize = 256 << 20;
 
 /// Traces a generator produces between two looks at the clock or its exporter.
 const CHUNK: u64 = 1024;
@@ -126,6 +134,13 @@ pub struct BenchOptions {
     /// Run the collector with its write-ahead log and acknowledgements (the default of
     /// `hoptrace collect`); false measures it without (`--no-log`).
     pub durable: bool,
+    /// Least time between the collector's checkpoints (`None`: its default).
+    pub checkpoint_interval: Option<Duration>,
+    /// With `durable`: once every record is in, copy the run directory as a killed
+    /// collector would have left it, and after the run start a second collector on the
+    /// copy, which takes up the last checkpoint and replays the log after it
+    /// ([`BenchReport::restart`]).
+    pub restart: bool,
 }
 
 impl Default for BenchOptions {
@@ -139,6 +154,8 @@ impl Default for BenchOptions {
             out_dir: PathBuf::from("runs"),
             window_ms: 10_000,
             durable: true,
+            checkpoint_interval: None,
+            restart: false,
         }
     }
 }
@@ -228,8 +245,47 @@ pub struct BenchReport {
     /// Whether the collector's accounting adds up (sent = complete + incomplete + unseen,
     /// nothing in flight).
     pub adds_up: bool,
+    /// Records the exporters dropped from their retention buffers before the collector
+    /// acknowledged them (`evicted`, [`RETENTION_BYTES`] each). With `durable`, those
+    /// records were not covered while in flight: a figure with any is not a durable one.
+    pub evicted_by_probes: u64,
+    /// Bytes the collector appended to its write-ahead log (0 without one).
+    pub log_bytes: u64,
+    /// `log_bytes` per hop record received.
+    pub log_bytes_per_record: f64,
+    /// Checkpoints the collector took (each deleted the log before it).
+    pub checkpoints: u64,
+    /// The restart measured on a copy of the run directory, with
+    /// [`BenchOptions::restart`].
+    pub restart: Option<RestartReport>,
     /// The run directory (Parquet, `run.json`, HDR logs); left in place.
     pub run_dir: PathBuf,
+}
+
+/// A collector started on a copy of the run directory taken once every record was in,
+/// as a killed collector would have left it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartReport {
+    /// Wall time of starting it (reading the checkpoint, replaying, binding), seconds.
+    pub start_seconds: f64,
+    /// The replay as the collector measured it ([`hoptrace_format::run::Restart`]).
+    pub replay_ms: u64,
+    /// It took up a checkpoint (else it replayed the whole log).
+    pub from_checkpoint: bool,
+    /// Log replayed: bytes, entries and hop records.
+    pub log_bytes: u64,
+    /// Log entries replayed.
+    pub log_entries: u64,
+    /// Hop records in the log replayed.
+    pub log_records: u64,
+    /// `log_records` per second of `replay_ms`.
+    pub log_records_per_s: f64,
+    /// Hop records the restarted run held (checkpoint and log).
+    pub records_held: u64,
+    /// Traces it wrote complete over the whole run, when it was stopped.
+    pub complete: u64,
+    /// Its accounting added up.
+    pub adds_up: bool,
 }
 
 /// Why a benchmark could not run or finish.
@@ -260,6 +316,14 @@ pub enum BenchError {
     /// A generator thread panicked (a bug).
     #[error("a generator thread panicked")]
     Panicked,
+    /// The run directory could not be copied for the restart: check the free space.
+    #[error("copying {dir} for the restart: {source}")]
+    Copy {
+        /// The run directory.
+        dir: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
     /// Nothing moved for 30 s: the collector or an exporter is stuck (look for errors in
     /// the log). The collector was stopped and its files closed.
     #[error("the run stalled: the collector received {records} of {expected} records")]
@@ -304,6 +368,10 @@ pub fn run(
     ));
     cfg.stop_timeout = Duration::from_secs(60);
     cfg.durable = opts.durable;
+    if let Some(i) = opts.checkpoint_interval {
+        cfg.checkpoint_interval = i;
+    }
+    let restart_cfg = cfg.clone();
     let collector = Collector::start(cfg)?;
     let run_dir = collector.run_dir().to_owned();
     let addr = collector.local_addr().to_string();
@@ -317,6 +385,7 @@ pub fn run(
             .collect();
         let mut ecfg = ExporterConfig::new(addr.clone(), format!("bench-probe-{e}"));
         ecfg.queue_capacity = PROBE_QUEUE_RECORDS;
+        ecfg.retention_bytes = RETENTION_BYTES;
         ecfg.backoff_min = Duration::from_millis(5);
         ecfg.clock = ClockReporting::Detect;
         match Exporter::start(ecfg, &hops) {
@@ -435,12 +504,18 @@ pub fn run(
     mon.cpu.sample();
     let summaries: Vec<_> = exporters.into_iter().map(Exporter::shutdown).collect();
     let lost_by_probes: u64 = summaries.iter().map(|s| s.counters.lost()).sum();
+    let evicted_by_probes: u64 = summaries.iter().map(|s| s.counters.evicted).sum();
     let expected: u64 = summaries.iter().map(|s| s.counters.sent).sum();
     while !stalled && collector.progress().records < expected {
         stalled = mon.step(&collector, &[], generated);
     }
     mon.cpu.sample();
-    let received = collector.progress().records;
+    let progress = collector.progress();
+    let received = progress.records;
+    // What a collector killed now would leave (the log synced: every record acknowledged).
+    let copy = (opts.restart && opts.durable && !stalled)
+        .then(|| copy_run(&run_dir, &opts.out_dir))
+        .transpose();
     let summary = collector.stop()?;
     let seconds = t0.elapsed().as_secs_f64();
     let peak_rss = status_bytes(Pid::This, "VmHWM:").unwrap_or(0);
@@ -460,6 +535,17 @@ pub fn run(
             expected,
         });
     }
+    let restart = match copy.map_err(|source| BenchError::Copy {
+        dir: run_dir.clone(),
+        source,
+    })? {
+        Some(out_dir) => {
+            let r = restart(restart_cfg, &out_dir);
+            let _ = std::fs::remove_dir_all(&out_dir);
+            Some(r?)
+        }
+        None => None,
+    };
 
     let a = &summary.accounting;
     let (complete, incomplete, unseen) = a.publishers.iter().fold((0, 0, 0), |acc, p| {
@@ -503,7 +589,87 @@ pub fn run(
         peak_join_memory_estimate_bytes: mon.peak_join_estimate,
         unseen,
         adds_up: a.adds_up,
+        evicted_by_probes,
+        log_bytes: progress.log_bytes,
+        log_bytes_per_record: progress.log_bytes as f64 / received.max(1) as f64,
+        checkpoints: progress.checkpoints,
+        restart,
         run_dir,
+    })
+}
+
+/// Copies the run directory `run_dir` (as a killed collector would leave it: the log, its
+/// checkpoint and the files) to `<out_dir>/restart-<pid>/<run id>`, once the log has been
+/// synced; returns the copy's parent.
+fn copy_run(run_dir: &std::path::Path, out_dir: &std::path::Path) -> std::io::Result<PathBuf> {
+    // Two sync intervals of the log: every record received is in it.
+    std::thread::sleep(Duration::from_millis(300));
+    let parent = out_dir.join(format!("restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    let to = parent.join(run_dir.file_name().unwrap_or_default());
+    copy_tree(run_dir, &to)?;
+    Ok(parent)
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else {
+            // A file removed while copying (a part file renamed) is not needed.
+            match std::fs::copy(e.path(), &dest) {
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts a collector of the run's settings on the copy under `out_dir`, which continues
+/// the run from its checkpoint and log, and stops it.
+fn restart(
+    mut cfg: CollectorConfig,
+    out_dir: &std::path::Path,
+) -> Result<RestartReport, BenchError> {
+    cfg.out_dir = out_dir.to_owned();
+    cfg.stop_timeout = Duration::from_secs(1);
+    let t = Instant::now();
+    let c = Collector::start(cfg)?;
+    let start_seconds = t.elapsed().as_secs_f64();
+    let r = c.continued().cloned();
+    let summary = c.stop()?;
+    let r = r.unwrap_or(hoptrace_format::run::Restart {
+        at_unix_ns: 0,
+        log_entries: 0,
+        log_bytes: 0,
+        torn_bytes: 0,
+        records_replayed: 0,
+        resent_records_dropped: 0,
+        checkpoint_unix_ns: None,
+        replay_ms: 0,
+        log_records: 0,
+    });
+    Ok(RestartReport {
+        start_seconds,
+        replay_ms: r.replay_ms,
+        from_checkpoint: r.checkpoint_unix_ns.is_some(),
+        log_bytes: r.log_bytes,
+        log_entries: r.log_entries,
+        log_records: r.log_records,
+        log_records_per_s: r.log_records as f64 / (r.replay_ms.max(1) as f64 / 1e3),
+        records_held: r.records_replayed,
+        complete: summary
+            .accounting
+            .publishers
+            .iter()
+            .map(|p| p.complete)
+            .sum(),
+        adds_up: summary.accounting.adds_up,
     })
 }
 
@@ -904,10 +1070,20 @@ mod tests {
             out_dir: out_dir("fast"),
             window_ms: 2_000,
             durable: true,
+            checkpoint_interval: None,
+            restart: true,
         };
         let r = run(&opts, |_| {}).unwrap();
         check_all_complete(&r, &opts);
         assert_eq!(r.max_behind_schedule_s, 0.0);
+        // Durable throughout: nothing evicted, every record in the log.
+        assert_eq!(r.evicted_by_probes, 0, "{r:#?}");
+        assert!(r.log_bytes_per_record > 36.0, "{r:#?}");
+        // A collector killed at the end would have lost nothing.
+        let restart = r.restart.as_ref().expect("a restart was measured");
+        assert_eq!(restart.complete, opts.traces, "{r:#?}");
+        assert_eq!(restart.records_held, r.records, "{r:#?}");
+        assert!(restart.adds_up, "{r:#?}");
         std::fs::remove_dir_all(&opts.out_dir).unwrap();
     }
 
@@ -922,6 +1098,8 @@ mod tests {
             out_dir: out_dir("paced"),
             window_ms: 2_000,
             durable: false,
+            checkpoint_interval: None,
+            restart: false,
         };
         let mut calls = 0;
         let r = run(&opts, |p| {
@@ -1043,6 +1221,8 @@ mod tests {
             out_dir: var("OUT").map_or_else(|| out_dir("env"), PathBuf::from),
             window_ms: var("WINDOW_MS").map_or(10_000, |s| count(&s)),
             durable: var("NO_LOG").is_none(),
+            checkpoint_interval: None,
+            restart: false,
         };
         eprintln!("{opts:?}");
         let r = run(&opts, |p| {
