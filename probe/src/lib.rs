@@ -34,7 +34,8 @@
 //! Linux, on any architecture Rust supports there (tested on x86_64). Stamps are
 //! `CLOCK_REALTIME` readings, and the clock status comes from the kernel's NTP state
 //! (`ntp_adjtime`), chronyd and ptp4l; other targets fail to compile with a message
-//! saying so.
+//! saying so. It builds with Rust 1.88 or newer (the workspace's `rust-version`, which
+//! `infra/test-fast.sh` builds it with).
 //!
 //! ```no_run
 //! use hoptrace_probe::carrier::envelope;
