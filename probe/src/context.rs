@@ -50,6 +50,7 @@ pub struct TraceContext {
 
 /// Why a trace context could not be decoded. Names follow `docs/trace-format.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The input ended before the layout said it would; the sender truncated it.
     #[error("truncated: need {needed} bytes, have {have}")]

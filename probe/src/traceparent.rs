@@ -8,6 +8,7 @@ pub const TRACEPARENT: &str = "traceparent";
 
 /// Why a `traceparent` value was ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceparentError {
     /// Not `00-<32 hex>-<16 hex>-<2 hex>` in lower-case hex.
     #[error("traceparent is not 00-<32 hex>-<16 hex>-<2 hex>")]
