@@ -93,6 +93,10 @@ pub struct PublisherArgs {
     /// Most steps.
     #[arg(long, default_value_t = 20)]
     pub max_steps: usize,
+    /// The baseline: publish bare (the same client, settings, payloads and schedule, no
+    /// stamp and no trace context in the messages), to compare the traced rate with.
+    #[arg(long)]
+    pub bare: bool,
 }
 
 /// Options of `hoptrace bench report`.
@@ -203,6 +207,7 @@ fn publisher(args: &PublisherArgs) -> anyhow::Result<()> {
         step: args.step,
         precision: args.precision,
         max_steps: args.max_steps,
+        bare: args.bare,
     };
     let started = Instant::now();
     let mut n = 0;

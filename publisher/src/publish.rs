@@ -86,6 +86,11 @@ pub struct PublishConfig {
     /// The hop the egress stamps are reported as: its id and name as the collector's
     /// pipeline declares them (default: 0 `publish`, as the default pipeline's).
     pub hop: (HopId, String),
+    /// Publish without tracing: no probe stamp, no trace context in the message, no
+    /// collector; the same client, settings, payloads, schedule (its clock read for the
+    /// lag included) and accounting. The baseline a traced publisher's speed is compared
+    /// with (`hoptrace bench publisher --bare`).
+    pub bare: bool,
     /// Replay a capture instead of generating load.
     pub replay: Option<ReplayConfig>,
     /// How long to wait at the end for the broker to confirm what was sent.
@@ -116,6 +121,7 @@ impl PublishConfig {
             publisher_id: id,
             collector: None,
             hop: (HopId(0), "publish".into()),
+            bare: false,
             replay: None,
             flush_timeout: Duration::from_secs(10),
             sent_interval: Duration::from_secs(1),
@@ -411,6 +417,11 @@ impl Publisher {
     /// [`PublishError`]: invalid options, unreachable broker or collector, refused
     /// credentials, missing topic, unreadable capture.
     pub fn new(config: PublishConfig) -> Result<Self, PublishError> {
+        if config.bare && (config.collector.is_some() || config.context_in_payload) {
+            return Err(PublishError::Config(
+                "a bare publisher traces nothing: it takes no collector and puts no context into payloads".into(),
+            ));
+        }
         let carrier = config.target.carrier(config.carrier)?;
         let prefix = match &config.target {
             Endpoint::Mqtt(m) => m.prefix.clone(),
@@ -634,6 +645,11 @@ impl Publisher {
             loop {
                 let mut ctx = TraceContext::new(key, metrics, intended_ns);
                 let stamp = match &self.probe {
+                    // Bare: the clock read the schedule lag needs, and nothing else.
+                    _ if self.config.bare => Stamp {
+                        hop: self.hop,
+                        ns: realtime_ns(),
+                    },
                     Some(p) => p.stamp(&mut ctx),
                     None => {
                         let s = Stamp {
@@ -651,7 +667,7 @@ impl Publisher {
                     stream: n.stream,
                     topic: &self.topics[n.stream as usize],
                     payload: &buf,
-                    context: &ctx,
+                    context: (!self.config.bare).then_some(&ctx),
                     headers: self.plan.headers(&n),
                 };
                 match self.target.try_send(&msg) {

@@ -155,6 +155,84 @@ fn mqtt_v5_every_message_is_accounted_for() {
     );
 }
 
+/// Publishes `n` messages bare to `target` while a tap (no collector) reads `tap_from`,
+/// and returns both summaries once the tap has received them all.
+fn publish_bare_through_tap(
+    target: &str,
+    tap_from: &str,
+    tap_topics: Vec<String>,
+    n: u64,
+) -> (PublishSummary, TapSummary) {
+    let mut tc = TapConfig::new(Endpoint::parse(tap_from).unwrap());
+    tc.topics = tap_topics;
+    let tap = Tap::start(tc).unwrap();
+    let live = tap.live();
+    let stop = flag();
+    let tap_thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    let mut pc = PublishConfig::new(Endpoint::parse(target).unwrap(), shape(20_000.0, 50, 5, n));
+    pc.bare = true;
+    let publish = publish::run(pc, flag()).unwrap();
+    wait_for("the tap to receive every message", || {
+        live.received.load(Relaxed) >= n
+    });
+    stop.store(true, Relaxed);
+    (publish, tap_thread.join().unwrap().unwrap())
+}
+
+/// A bare publisher (the baseline of `bench publisher --bare`) sends every message through
+/// the same client, and none of them carries a trace context in any carrier.
+#[test]
+#[ignore = "needs the brokers (infra/services.sh up; source infra/env.sh): infra/test.sh runs it"]
+fn bare_messages_carry_no_trace_context() {
+    let n = 2000;
+    let mqtt = broker("HOPTRACE_MQTT");
+    let prefix = format!("hoptrace-test/bare-{}", unique_id());
+    let (p, t) = publish_bare_through_tap(
+        &format!("mqtt://{mqtt}/{prefix}?qos=1"),
+        &format!("mqtt://{mqtt}?qos=1"),
+        vec![format!("{prefix}/#")],
+        n,
+    );
+    assert_eq!((p.messages, p.broker.acked, p.errors), (n, n, 0));
+    assert!(p.exporter.is_none(), "no collector");
+    assert_eq!((t.received, t.traced, t.not_traced), (n, 0, n));
+
+    let kafka = broker("HOPTRACE_KAFKA");
+    let topic = format!("hoptrace-pub-bare-{}-{}", unique_id(), std::process::id());
+    kafka_admin::create_topic(&kafka, &topic, 3, false);
+    for carrier in ["header", "envelope"] {
+        let (p, t) = publish_bare_through_tap(
+            &format!("kafka://{kafka}/{topic}?acks=all&linger_ms=1&carrier={carrier}"),
+            &format!("kafka://{kafka}/{topic}?carrier={carrier}"),
+            vec![],
+            n,
+        );
+        assert_eq!(
+            (p.messages, p.broker.acked, p.errors),
+            (n, n, 0),
+            "{carrier}"
+        );
+        assert_eq!(
+            (t.traced, t.not_traced, t.bad_context),
+            (0, n, 0),
+            "{carrier}"
+        );
+    }
+    kafka_admin::delete_topic(&kafka, &topic);
+
+    let mut pc = PublishConfig::new(
+        Endpoint::parse(&format!("mqtt://{mqtt}")).unwrap(),
+        shape(1000.0, 1, 1, 1),
+    );
+    pc.bare = true;
+    pc.context_in_payload = true;
+    let err = publish::run(pc, flag()).unwrap_err().to_string();
+    assert!(err.contains("a bare publisher traces nothing"), "{err}");
+}
+
 #[test]
 #[ignore = "needs the brokers (infra/services.sh up; source infra/env.sh): infra/test.sh runs it"]
 fn mqtt_3_1_1_envelope_through_the_auth_listener() {

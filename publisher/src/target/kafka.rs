@@ -230,12 +230,16 @@ impl Target for KafkaTarget {
             }
         }
         let enveloped;
-        let payload: &[u8] = if self.carrier == Carrier::Envelope {
-            enveloped = envelope::wrap(msg.context, msg.payload);
-            &enveloped
-        } else {
-            headers = kafka_header::inject(msg.context, headers);
-            msg.payload
+        let payload: &[u8] = match msg.context {
+            None => msg.payload,
+            Some(context) if self.carrier == Carrier::Envelope => {
+                enveloped = envelope::wrap(context, msg.payload);
+                &enveloped
+            }
+            Some(context) => {
+                headers = kafka_header::inject(context, headers);
+                msg.payload
+            }
         };
         let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
             .payload(payload)

@@ -113,8 +113,9 @@ pub struct Outgoing<'a> {
     pub topic: &'a str,
     /// The payload, without the trace context.
     pub payload: &'a [u8],
-    /// The trace context, already stamped.
-    pub context: &'a TraceContext,
+    /// The trace context, already stamped; `None` sends the message bare, carrying
+    /// nothing of hoptrace (the baseline of `hoptrace bench publisher --bare`).
+    pub context: Option<&'a TraceContext>,
     /// Extra MQTT 5 user properties or Kafka headers (a replayed message's own).
     pub headers: &'a [(String, Vec<u8>)],
 }

@@ -774,7 +774,10 @@ impl Target for MqttTarget {
         let result = match &conn.client {
             Client::V4(c) => {
                 let mut payload = Vec::new();
-                envelope::wrap_into(msg.context, msg.payload, &mut payload);
+                match msg.context {
+                    Some(context) => envelope::wrap_into(context, msg.payload, &mut payload),
+                    None => payload.extend_from_slice(msg.payload),
+                }
                 c.try_publish(msg.topic, qos_of(self.qos), self.retain, payload)
                     .map_err(|_| ())
             }
@@ -787,13 +790,15 @@ impl Target for MqttTarget {
                             .push((k.clone(), String::from_utf8_lossy(v).into_owned()));
                     }
                 }
-                let payload = if self.carrier == Carrier::Property {
-                    props
-                        .user_properties
-                        .push((HEADER.to_owned(), msg.context.to_text()));
-                    msg.payload.to_vec()
-                } else {
-                    envelope::wrap(msg.context, msg.payload)
+                let payload = match msg.context {
+                    None => msg.payload.to_vec(),
+                    Some(context) if self.carrier == Carrier::Property => {
+                        props
+                            .user_properties
+                            .push((HEADER.to_owned(), context.to_text()));
+                        msg.payload.to_vec()
+                    }
+                    Some(context) => envelope::wrap(context, msg.payload),
                 };
                 let q = qos5_of(self.qos);
                 if props.user_properties.is_empty() {

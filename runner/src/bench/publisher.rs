@@ -38,6 +38,8 @@ pub struct PublisherBenchOptions {
     pub precision: f64,
     /// Most steps.
     pub max_steps: usize,
+    /// Publish bare, without tracing: the baseline ([`PublishConfig::bare`]).
+    pub bare: bool,
 }
 
 /// One step of the search.
@@ -81,6 +83,8 @@ pub struct PublisherBench {
     pub streams: u32,
     /// The broker.
     pub to: String,
+    /// Whether the messages were sent bare, without tracing (the baseline).
+    pub bare: bool,
 }
 
 impl PublisherBench {
@@ -104,8 +108,9 @@ pub fn run(
     mut on_step: impl FnMut(&Step),
 ) -> anyhow::Result<PublisherBench> {
     eprintln!(
-        "searching the highest rate to {} with {} metric(s) per message, {} s per step",
+        "searching the highest rate to {}{} with {} metric(s) per message, {} s per step",
         opts.to.display(),
+        if opts.bare { ", bare (no tracing)" } else { "" },
         opts.metrics_per_message,
         opts.step.as_secs_f64()
     );
@@ -135,6 +140,7 @@ pub fn run(
         steps,
         streams: opts.streams,
         to: opts.to.display(),
+        bare: opts.bare,
     })
 }
 
@@ -155,6 +161,7 @@ fn one_step(opts: &PublisherBenchOptions, rate: f64, stop: &AtomicBool) -> anyho
     shape.duration = Some(opts.step);
     let mut config = PublishConfig::new(opts.to.clone(), shape);
     config.payload = opts.payload;
+    config.bare = opts.bare;
     let cpu0 = process_ticks(Pid::This).unwrap_or(0);
     let t0 = Instant::now();
     let s: PublishSummary = Publisher::new(config)
