@@ -235,9 +235,10 @@ fn publisher(args: &PublisherArgs) -> anyhow::Result<()> {
 
 fn print_step(n: usize, step: &Step) {
     println!(
-        "{n:>4}  target {:>8} metrics/s  achieved {:>8} ({:.4})  {:>8} msg/s  cpu {:.2} cores  waits {}  lag p99 {}  unconfirmed {}  {}",
+        "{n:>4}  target {:>8} metrics/s  achieved {:>8} delivered {:>8} ({:.4})  {:>8} msg/s  cpu {:.2} cores  waits {}  lag p99 {}  unconfirmed {}  {}",
         units::rate(step.target_metrics_per_s),
         units::rate(step.achieved_metrics_per_s),
+        units::rate(step.delivered_metrics_per_s),
         step.ratio,
         units::rate(step.messages_per_s),
         step.cpu_cores,

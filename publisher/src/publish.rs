@@ -180,6 +180,13 @@ pub struct PublishSummary {
     pub messages: u64,
     /// Metrics in them.
     pub metrics: u64,
+    /// From the start until the broker client had confirmed every message (Kafka:
+    /// delivery reports; MQTT: acknowledged or written) or the flush timed out, ns: a
+    /// client that buffers hands messages off faster than the broker takes them.
+    pub confirmed_ns: u64,
+    /// Payload bytes of those messages as handed to the client (without what the carrier
+    /// adds: a header, user property or envelope).
+    pub payload_bytes: u64,
     /// Streams that sent at least one message.
     pub streams: usize,
     /// Target rate at full speed, metrics per second (`None` for a replay).
@@ -218,6 +225,13 @@ impl PublishSummary {
         } else {
             self.schedule_span_ns as f64 / self.elapsed_ns as f64
         }
+    }
+
+    /// Delivered rate, metrics per second: over the time until the client had confirmed
+    /// every message, so what a client's buffer absorbed does not count as sent faster.
+    #[must_use]
+    pub fn delivered_metrics_per_s(&self) -> f64 {
+        self.metrics as f64 / (self.confirmed_ns.max(self.elapsed_ns).max(1) as f64 / 1e9)
     }
 
     /// Achieved rate, messages per second.
@@ -616,6 +630,7 @@ impl Publisher {
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut backpressure_waits = 0u64;
         let mut backpressure_wait_ns = 0u64;
+        let mut payload_bytes = 0u64;
         let mut errors = 0u64;
         let mut failure: Option<TargetError> = None;
         let mut stopped_early = false;
@@ -678,6 +693,7 @@ impl Publisher {
                             p.report_stamp(&ctx, stamp.ns);
                         }
                         ledger.record(n.stream, n.sequence, metrics);
+                        payload_bytes += buf.len() as u64;
                         let l = stamp.ns - intended_ns;
                         lag.record(l);
                         interval_lag.record(l);
@@ -733,6 +749,7 @@ impl Publisher {
         }
         let elapsed_ns = last_egress.duration_since(start).as_nanos() as u64;
         let broker = self.target.close(self.config.flush_timeout);
+        let confirmed_ns = start.elapsed().as_nanos() as u64;
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
                 for f in ledger.frames() {
@@ -773,9 +790,11 @@ impl Publisher {
             run_id,
             started_unix_ns: start_ns,
             elapsed_ns,
+            confirmed_ns,
             schedule_span_ns,
             messages: ledger.messages(),
             metrics: ledger.metrics(),
+            payload_bytes,
             streams: ledger.streams_used(),
             target_metrics_per_s: match &self.plan {
                 Plan::Generated { .. } => Some(self.config.shape.rate_metrics_per_s),

@@ -198,6 +198,12 @@ fn bare_messages_carry_no_trace_context() {
     );
     assert_eq!((p.messages, p.broker.acked, p.errors), (n, n, 0));
     assert!(p.exporter.is_none(), "no collector");
+    // JSON batches of 5 metrics: tens of bytes a metric, whatever the values.
+    assert!(
+        (100..2000).contains(&(p.payload_bytes / n)),
+        "{} payload bytes a message",
+        p.payload_bytes / n
+    );
     assert_eq!((t.received, t.traced, t.not_traced), (n, 0, n));
 
     let kafka = broker("HOPTRACE_KAFKA");
