@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fast tier of the test suite: what needs no broker, no store, no root and no network
 # namespace, only Rust and Node.js (npm installs the chart libraries the reports inline).
-# Formatting, lints, the libraries' API docs (warnings denied), and every Rust test a plain
+# Formatting, lints, the libraries' API docs (warnings denied), the probe's build on the
+# oldest Rust it supports (rustup installs that toolchain once), and every Rust test a plain
 # `cargo test` runs; the tests that need services are #[ignore]d, listed as ignored here,
 # and run by infra/test.sh after this tier passes. On a laptop:
 #
@@ -30,6 +31,14 @@ step "fast tier: API docs of the libraries (warnings denied)"
 # The command's own crate is a binary: its /// comments are its --help text, not docs.
 RUSTDOCFLAGS="-D warnings" cargo doc --profile quick --workspace --exclude hoptrace --no-deps \
     --all-features --locked
+
+step "fast tier: the embedded crates on the oldest Rust they support (rust-version)"
+# hoptrace-probe and what it builds on are compiled into other people's programs, with
+# other people's compilers: they must build on the rust-version Cargo.toml states.
+msrv=$(sed -nE 's/^rust-version = "([0-9.]+)"/\1/p' Cargo.toml)
+[[ $msrv == *.*.* ]] || msrv=$msrv.0 # rustup names the release 1.88.0, not 1.88
+rustup toolchain list | grep -qF "$msrv-" || rustup toolchain install "$msrv" --profile minimal
+cargo "+$msrv" check --locked --all-features --lib -p hoptrace-probe -p hoptrace-protocol -p hoptrace-clock
 
 step "fast tier: tests (those needing services are listed as ignored)"
 log=$(mktemp)

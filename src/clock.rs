@@ -9,10 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use hoptrace_probe::ClockStatus;
-use hoptrace_probe::clock::{ClockStatusSource, KernelClockStatus, Leap};
-use hoptrace_probe::exporter::hostname;
-use hoptrace_probe::sync::{self, ChronyStatus, PtpStatus};
+use hoptrace_clock::{
+    ChronyStatus, ClockStatus, ClockStatusSource, KernelClockStatus, Leap, PtpStatus, hostname,
+};
 
 use hoptrace_format::units;
 
@@ -80,7 +79,7 @@ impl Reader {
             .with_socket(args.ptp_socket.clone())
             .with_domain(args.ptp_domain);
         match args.source {
-            Source::Auto => Self::Other(sync::auto_detect_with(chrony, ptp)),
+            Source::Auto => Self::Other(hoptrace_clock::auto_detect_with(chrony, ptp)),
             Source::Chrony => Self::Chrony(chrony),
             Source::Ptp => Self::Ptp(ptp),
             Source::Kernel => Self::Other(Box::new(KernelClockStatus)),
@@ -116,7 +115,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let status = reader.read(true)?;
         let check = args
             .max_error
-            .map(|max| sync::preflight_host(&host, &status, max));
+            .map(|max| hoptrace_clock::preflight_host(&host, &status, max));
         if args.json {
             println!(
                 "{}",
@@ -135,7 +134,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         readings += 1;
         let check = args
             .max_error
-            .map(|max| sync::preflight_host(&host, &status, max));
+            .map(|max| hoptrace_clock::preflight_host(&host, &status, max));
         if args.json {
             println!(
                 "{}",
@@ -185,9 +184,9 @@ impl PreflightArgs {
         let Some(max) = self.max_clock_error else {
             return Ok(());
         };
-        let status = sync::this_host().read();
+        let status = hoptrace_clock::this_host().read();
         conclude(
-            Some(sync::preflight_host(&hostname(), &status, max)),
+            Some(hoptrace_clock::preflight_host(&hostname(), &status, max)),
             self.force_clock,
             "--force-clock to run anyway (the run still records every host's clock status)",
         )
@@ -197,7 +196,7 @@ impl PreflightArgs {
 /// The exit of a single reading: the preflight error with how to fix it, or a warning
 /// with `force` (`force_hint`: the option that forces, and what it does).
 fn conclude(
-    check: Option<Result<(), sync::PreflightError>>,
+    check: Option<Result<(), hoptrace_clock::PreflightError>>,
     force: bool,
     force_hint: &str,
 ) -> anyhow::Result<()> {
@@ -241,7 +240,7 @@ fn offset_words(ns: i64) -> &'static str {
     }
 }
 
-fn check_text(max: u64, check: &Result<(), sync::PreflightError>) -> String {
+fn check_text(max: u64, check: &Result<(), hoptrace_clock::PreflightError>) -> String {
     match check {
         Ok(()) => format!("ok (bound within {})", unsigned(max)),
         Err(e) => format!("FAILED: {e}"),
@@ -252,7 +251,7 @@ fn print_status(
     host: &str,
     s: &ClockStatus,
     max: Option<u64>,
-    check: Option<&Result<(), sync::PreflightError>>,
+    check: Option<&Result<(), hoptrace_clock::PreflightError>>,
 ) {
     println!("host         {host}");
     println!("source       {}", s.source.name());
@@ -270,7 +269,10 @@ fn print_status(
     }
 }
 
-fn status_line(s: &ClockStatus, check: Option<&Result<(), sync::PreflightError>>) -> String {
+fn status_line(
+    s: &ClockStatus,
+    check: Option<&Result<(), hoptrace_clock::PreflightError>>,
+) -> String {
     let mut line = format!(
         "{} {} {} offset {} bound {} leap {}",
         utc(s.at_ns),
@@ -292,7 +294,7 @@ fn to_json(
     host: &str,
     s: &ClockStatus,
     max: Option<u64>,
-    check: Option<&Result<(), sync::PreflightError>>,
+    check: Option<&Result<(), hoptrace_clock::PreflightError>>,
 ) -> serde_json::Value {
     let mut v = serde_json::json!({
         "host": host,
@@ -322,7 +324,7 @@ fn utc(ns: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hoptrace_probe::clock::ClockSource;
+    use hoptrace_clock::ClockSource;
 
     #[test]
     fn utc_formatting() {
@@ -350,7 +352,7 @@ mod tests {
     #[test]
     fn line_and_json() {
         let s = status(true, 6_918);
-        let check = sync::preflight_host("h", &s, 1_000_000);
+        let check = hoptrace_clock::preflight_host("h", &s, 1_000_000);
         assert_eq!(
             status_line(&s, Some(&check)),
             "2026-11-22T08:18:00.242Z chrony synced offset +2.0µs bound 6.9µs leap none preflight ok"
@@ -363,7 +365,7 @@ mod tests {
         assert!(v["preflight"]["error"].is_null());
 
         let bad = status(false, 1_500_000_000);
-        let check = sync::preflight_host("h", &bad, 1_000_000);
+        let check = hoptrace_clock::preflight_host("h", &bad, 1_000_000);
         let v = to_json("h", &bad, Some(1_000_000), Some(&check));
         assert_eq!(v["preflight"]["ok"], false);
         assert!(

@@ -12,33 +12,6 @@ use crate::units::{parse_listen, parse_run_id};
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 
-/// How a probe reaches the collector: TLS (`hoptrace collect --tls-cert`), and what it
-/// keeps to send again when the collector restarts.
-#[derive(Debug, Clone, clap::Args)]
-pub struct CollectorTlsArgs {
-    /// Speak TLS to the collector, trusting the CA certificates of this PEM file.
-    #[arg(long, env = "HOPTRACE_COLLECTOR_CA")]
-    pub collector_ca: Option<PathBuf>,
-    /// The name the collector's certificate carries (default: the host of --collector).
-    #[arg(long, requires = "collector_ca")]
-    pub collector_tls_name: Option<String>,
-    /// Records kept until the collector says they are on its disk: sent again after it
-    /// restarts, and held while it is unreachable (`64MiB`, `512KiB`). When full, the
-    /// oldest are dropped, counted, and lost if the collector never got them. `0`: none;
-    /// records are sent once and not kept (protocol version 1), so a collector killed
-    /// loses what it had not written, and nothing counts as evicted.
-    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = units::parse_bytes)]
-    pub collector_retention: u64,
-}
-
-impl CollectorTlsArgs {
-    /// `--collector-retention` in bytes.
-    #[must_use]
-    pub fn retention_bytes(&self) -> usize {
-        usize::try_from(self.collector_retention).unwrap_or(usize::MAX)
-    }
-}
-
 /// Where `hoptrace collect` listens when not told.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
 

@@ -31,6 +31,7 @@ mod analyze;
 mod bench;
 mod clock;
 mod collect;
+mod collector_args;
 mod demo;
 mod errors;
 mod publish;

@@ -11,9 +11,7 @@ use hoptrace_probe::HopId;
 use hoptrace_publisher::accounting::LagSummary;
 use hoptrace_publisher::capture::{self, RecordConfig};
 use hoptrace_publisher::payload::PayloadFormat;
-use hoptrace_publisher::publish::{
-    CollectorLink, PublishConfig, PublishSummary, Publisher, ReplayConfig,
-};
+use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher, ReplayConfig};
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
@@ -21,6 +19,7 @@ use hoptrace_publisher::target::TargetStats;
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::{Carrier, Endpoint};
 
+use crate::collector_args::CollectorArgs;
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 
@@ -28,17 +27,10 @@ fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
 }
 
-/// Where to report to the collector (shared by publish and tap).
+/// Which id the reported hop has (shared by publish and tap): from the collector's
+/// pipeline spec, or given.
 #[derive(Debug, clap::Args)]
-pub struct CollectorArgs {
-    /// Collector address (`hoptrace collect --listen`); without it, nothing is reported.
-    #[arg(long)]
-    pub collector: Option<String>,
-    /// Token the collector requires.
-    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    #[command(flatten)]
-    pub tls: crate::collect::CollectorTlsArgs,
+pub struct HopArgs {
     /// The collector's pipeline spec, to look up the hop's id (default: the default
     /// pipeline of `hoptrace generate-config`).
     #[arg(long)]
@@ -48,11 +40,9 @@ pub struct CollectorArgs {
     pub hop_id: Option<u8>,
 }
 
-impl CollectorArgs {
-    fn link(&self, hop: &str) -> anyhow::Result<Option<CollectorLink>> {
-        let Some(addr) = &self.collector else {
-            return Ok(None);
-        };
+impl HopArgs {
+    /// The id and name of the hop named `hop`.
+    fn resolve(&self, hop: &str) -> anyhow::Result<(HopId, String)> {
         let id = match self.hop_id {
             Some(id) => id,
             None => {
@@ -71,13 +61,7 @@ impl CollectorArgs {
                 h.id.unwrap_or(i as u8)
             }
         };
-        let mut l = CollectorLink::new(addr);
-        l.token.clone_from(&self.token);
-        l.tls_ca.clone_from(&self.tls.collector_ca);
-        l.tls_server_name.clone_from(&self.tls.collector_tls_name);
-        l.retention_bytes = self.tls.retention_bytes();
-        l.hop = (HopId(id), hop.to_owned());
-        Ok(Some(l))
+        Ok((HopId(id), hop.to_owned()))
     }
 }
 
@@ -171,6 +155,8 @@ pub struct PublishArgs {
     #[command(flatten)]
     pub collector: CollectorArgs,
     #[command(flatten)]
+    pub hop_spec: HopArgs,
+    #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
 }
 
@@ -206,6 +192,8 @@ pub struct TapArgs {
     pub messages: Option<u64>,
     #[command(flatten)]
     pub collector: CollectorArgs,
+    #[command(flatten)]
+    pub hop_spec: HopArgs,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
     #[command(flatten)]
@@ -273,7 +261,10 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
     if let Some(id) = args.publisher_id {
         c.publisher_id = id;
     }
-    c.collector = args.collector.link(&args.hop)?;
+    if let Some(exporter) = args.collector.exporter_config("hoptrace-publish") {
+        c.hop = args.hop_spec.resolve(&args.hop)?;
+        c.collector = Some(exporter);
+    }
     c.replay = args.replay.as_ref().map(|path| ReplayConfig {
         path: path.clone(),
         speed: args.speed,
@@ -519,7 +510,10 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
     let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
     c.topics.clone_from(&args.topics);
     c.carrier = args.carrier;
-    c.collector = args.collector.link(&args.hop)?;
+    if let Some(exporter) = args.collector.exporter_config("hoptrace-tap") {
+        c.hop = args.hop_spec.resolve(&args.hop)?;
+        c.collector = Some(exporter);
+    }
     c.use_log_append_time = !args.no_log_append_time;
     c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
     c.duration = args.duration;

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_publisher::url::Endpoint;
-use hoptrace_refpipe::ProbeLink;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
+use crate::collector_args::CollectorArgs;
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 
@@ -30,32 +30,6 @@ pub enum Which {
     Processor(ProcessorArgs),
 }
 
-/// Where a part reports its stamps.
-#[derive(Debug, clap::Args)]
-pub struct ProbeArgs {
-    /// The collector (`host:port`); without it the part runs unmeasured.
-    #[arg(long)]
-    pub collector: Option<String>,
-    /// Token the collector requires.
-    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    #[command(flatten)]
-    pub tls: crate::collect::CollectorTlsArgs,
-}
-
-impl ProbeArgs {
-    fn link(&self) -> Option<ProbeLink> {
-        self.collector.as_ref().map(|c| {
-            let mut l = ProbeLink::new(c.clone());
-            l.token.clone_from(&self.token);
-            l.tls_ca.clone_from(&self.tls.collector_ca);
-            l.tls_server_name.clone_from(&self.tls.collector_tls_name);
-            l.retention_bytes = self.tls.retention_bytes();
-            l
-        })
-    }
-}
-
 /// Options of `hoptrace refpipe store`.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
@@ -63,7 +37,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7500", value_parser = crate::units::parse_listen)]
     pub listen: String,
     #[command(flatten)]
-    pub probes: ProbeArgs,
+    pub collector: CollectorArgs,
 }
 
 /// Options of `hoptrace refpipe processor`.
@@ -86,7 +60,7 @@ pub struct ProcessorArgs {
     #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
     pub linger: Duration,
     #[command(flatten)]
-    pub probes: ProbeArgs,
+    pub collector: CollectorArgs,
 }
 
 /// Runs a part until SIGINT or SIGTERM.
@@ -119,7 +93,10 @@ fn wait_with_progress(stop: &AtomicBool, done: impl Fn() -> bool, line: impl Fn(
 
 fn store(a: &StoreArgs, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut cfg = StoreServerConfig::new(&a.listen);
-    cfg.probes = a.probes.link();
+    cfg.probes = a
+        .collector
+        .exporter_config("refpipe")
+        .map(hoptrace_refpipe::Probes::new);
     let server = StoreServer::start(cfg).context("starting the store")?;
     ready(&server.local_addr().to_string())?;
     let stats = server.stats();
@@ -150,7 +127,10 @@ fn processor(a: &ProcessorArgs, stop: &AtomicBool) -> anyhow::Result<()> {
     cfg.topics.clone_from(&a.topics);
     cfg.batch_rows = a.batch_rows;
     cfg.linger = a.linger;
-    cfg.probes = a.probes.link();
+    cfg.probes = a
+        .collector
+        .exporter_config("refpipe")
+        .map(hoptrace_refpipe::Probes::new);
     let flow = Processor::start(cfg).context("starting the processor")?;
     ready(&a.from)?;
     let stats = flow.stats();

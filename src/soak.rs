@@ -217,7 +217,7 @@ mod tests {
             unreachable!("refpipe store")
         };
         assert_eq!(s.listen, "127.0.0.1:7403");
-        assert_eq!(s.probes.collector.as_deref(), Some("127.0.0.1:7401"));
+        assert_eq!(s.collector.collector.as_deref(), Some("127.0.0.1:7401"));
         let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) = parse(&cmds.processor)
         else {
             unreachable!("refpipe processor")

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_probe::HopId;
-use hoptrace_tap::poll::{CollectorTarget, Spread};
+use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
 use crate::publish::TapArgs;
@@ -69,18 +69,18 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
         "off" => Some(false),
         _ => None,
     };
-    let Some(addr) = &args.collector.collector else {
+    let Some(exporter) = args.collector.exporter_config("hoptrace-tap") else {
         if !store_in.unwrap_or(c.url.kind.store_in_by_default()) {
             c.store_in_hop = None;
         }
         return Ok(c);
     };
-    if args.collector.hop_id.is_some() {
+    if args.hop_spec.hop_id.is_some() {
         bail!(
             "--hop-id names one hop; a store tap reports several: pass the collector's spec with --pipeline"
         );
     }
-    let spec = crate::collect::load_spec(args.collector.pipeline.as_deref())?;
+    let spec = crate::collect::load_spec(args.hop_spec.pipeline.as_deref())?;
     let find = |name: &str| {
         spec.hops
             .iter()
@@ -127,14 +127,7 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     if let Some(p) = spec.hops.iter().position(|h| h.name == "publish") {
         c.publish_hop = HopId(spec.hops[p].id.unwrap_or(p as u8));
     }
-    let mut target = CollectorTarget::new(addr);
-    target.token.clone_from(&args.collector.token);
-    target.tls_ca.clone_from(&args.collector.tls.collector_ca);
-    target
-        .tls_server_name
-        .clone_from(&args.collector.tls.collector_tls_name);
-    target.retention_bytes = args.collector.tls.retention_bytes();
-    c.collector = Some(target);
+    c.collector = Some(exporter);
     Ok(c)
 }
 

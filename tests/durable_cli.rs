@@ -19,8 +19,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{self, Frame, Hello, MAX_FRAME_LEN, Record, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+use hoptrace_protocol::{
+    self as protocol, Frame, Hello, MAX_FRAME_LEN, Record, SentEntry, SentFrame,
+};
 
 /// Two hops, publish and broker; part files of `roll` rows.
 fn spec(roll: u64) -> String {
@@ -395,7 +397,7 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
             };
             let mut ctx = TraceContext::new(key, 1, hoptrace_probe::clock::realtime_ns());
             for p in &probes {
-                p.record(&mut ctx).unwrap();
+                p.try_record(&mut ctx).unwrap();
             }
         }
         // About 60,000 traces/s.
@@ -426,10 +428,10 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
         })
         .collect();
     exporter
-        .send_frame(&Frame::Sent(SentFrame {
+        .send_sent_frame(SentFrame {
             publisher: 1,
             entries,
-        }))
+        })
         .unwrap();
     let summary = exporter.shutdown();
     assert!(summary.clean, "{summary:?}");

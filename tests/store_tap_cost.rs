@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use hoptrace_analysis::RunSet;
 use hoptrace_analysis::summary::{self, StoreTapCost};
+use hoptrace_probe::ExporterConfig;
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{TraceContext, TraceKey};
-use hoptrace_tap::poll::{CollectorTarget, Spread};
+use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// The poll (counting from 1, the opening query apart) the scripted store fails.
@@ -229,7 +230,7 @@ fn the_analysis_reads_what_a_store_tap_cost_from_a_real_runs_probes_parquet() {
     let mut config = StoreTapConfig::new(StoreUrl::parse(&url).unwrap());
     config.poll_interval = Duration::from_millis(20);
     config.counters_interval = Duration::from_millis(200);
-    config.collector = Some(CollectorTarget::new(&listen));
+    config.collector = Some(ExporterConfig::new(&listen, "store-tap-cost-test"));
     let tap = StoreTap::start(config).unwrap();
     let live = tap.live();
     let stop = Arc::new(AtomicBool::new(false));

@@ -1,5 +1,11 @@
-//! hoptrace analysis: SQL over the Parquet a collector wrote, HDR percentile tables,
-//! charts, and reports.
+//! # hoptrace-analysis
+//!
+//! SQL over the Parquet a collector wrote, HDR percentile tables, charts, and reports.
+//!
+//! It reads the dataset through its contract (`hoptrace-format`: the pipeline spec,
+//! run.json, the Parquet schemas, the histogram conventions) and must never depend on
+//! the collector that writes it, the probe, the publisher or the runner: it only reads
+//! what they leave in a run directory.
 //!
 //! - [`session`]: open run directories ([`RunSet`]) and get a DataFusion session with
 //!   `traces`, `clock`, `probes`, `runs` and `stages` registered;
@@ -22,6 +28,8 @@
 //! # Ok(())
 //! # }
 //! ```
+
+#![deny(missing_docs, unreachable_pub)]
 
 use std::path::PathBuf;
 

@@ -383,32 +383,32 @@ pub struct PolledHop {
 
 /// Counter ids of a store tap that [`polled_hops`] reads (`docs/collector-protocol.md`).
 mod tap_counter {
-    pub const POLLS: u16 = 64;
-    pub const POLL_ERRORS: u16 = 65;
-    pub const KEYS_FOUND: u16 = 66;
-    pub const BAD_KEYS: u16 = 67;
-    pub const ROWS: u16 = 68;
-    pub const ROWS_REPEATED: u16 = 69;
-    pub const BRACKET_SUM_NS: u16 = 73;
-    pub const BRACKET_MAX_NS: u16 = 74;
-    pub const BRACKET_P50_NS: u16 = 75;
-    pub const BRACKET_P99_NS: u16 = 76;
-    pub const QUERY_TIME_SUM_NS: u16 = 77;
-    pub const POLLS_ANSWERED: u16 = 78;
-    pub const SERVER_ELAPSED_SUM_NS: u16 = 79;
-    pub const SERVER_ELAPSED_POLLS: u16 = 80;
-    pub const POLLS_WITH_KEYS: u16 = 81;
-    pub const POLL_INTERVAL_NS: u16 = 82;
-    pub const BRACKET_HOP: u16 = 83;
-    pub const QUERY_TIME_P99_NS: u16 = 85;
-    pub const QUERY_TIME_P50_NS: u16 = 86;
-    pub const QUERY_TIME_MAX_NS: u16 = 87;
-    pub const SERVER_ELAPSED_P50_NS: u16 = 88;
-    pub const SERVER_ELAPSED_P99_NS: u16 = 89;
-    pub const SERVER_ELAPSED_MAX_NS: u16 = 90;
-    pub const POLLING_NS: u16 = 91;
+    pub(super) const POLLS: u16 = 64;
+    pub(super) const POLL_ERRORS: u16 = 65;
+    pub(super) const KEYS_FOUND: u16 = 66;
+    pub(super) const BAD_KEYS: u16 = 67;
+    pub(super) const ROWS: u16 = 68;
+    pub(super) const ROWS_REPEATED: u16 = 69;
+    pub(super) const BRACKET_SUM_NS: u16 = 73;
+    pub(super) const BRACKET_MAX_NS: u16 = 74;
+    pub(super) const BRACKET_P50_NS: u16 = 75;
+    pub(super) const BRACKET_P99_NS: u16 = 76;
+    pub(super) const QUERY_TIME_SUM_NS: u16 = 77;
+    pub(super) const POLLS_ANSWERED: u16 = 78;
+    pub(super) const SERVER_ELAPSED_SUM_NS: u16 = 79;
+    pub(super) const SERVER_ELAPSED_POLLS: u16 = 80;
+    pub(super) const POLLS_WITH_KEYS: u16 = 81;
+    pub(super) const POLL_INTERVAL_NS: u16 = 82;
+    pub(super) const BRACKET_HOP: u16 = 83;
+    pub(super) const QUERY_TIME_P99_NS: u16 = 85;
+    pub(super) const QUERY_TIME_P50_NS: u16 = 86;
+    pub(super) const QUERY_TIME_MAX_NS: u16 = 87;
+    pub(super) const SERVER_ELAPSED_P50_NS: u16 = 88;
+    pub(super) const SERVER_ELAPSED_P99_NS: u16 = 89;
+    pub(super) const SERVER_ELAPSED_MAX_NS: u16 = 90;
+    pub(super) const POLLING_NS: u16 = 91;
     /// Every id read, the ones a tap has sent since the first version first.
-    pub const READ: [u16; 24] = [
+    pub(super) const READ: [u16; 24] = [
         BRACKET_HOP,
         KEYS_FOUND,
         BRACKET_SUM_NS,
@@ -435,7 +435,7 @@ mod tap_counter {
         POLLING_NS,
     ];
     /// The ids without which a tap's counters are not read at all.
-    pub const REQUIRED: usize = 9;
+    pub(super) const REQUIRED: usize = 9;
 }
 
 /// The store taps' counters (`probes.parquet`, ids 64–91 of `docs/collector-protocol.md`),

@@ -10,9 +10,10 @@ use hoptrace_analysis::summary::{self, Summary};
 use hoptrace_analysis::{AnalysisError, RunSet, compare, report};
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap, StaticClockStatus};
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
+use hoptrace_probe::ClockReporting;
+use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 20_000;
 /// A whole second shortly before the test started: stamps must be plausible for the run.
@@ -74,8 +75,8 @@ fn stamps(seq: u64) -> [Option<i64>; 6] {
     ]
 }
 
-fn status(bound: u64, leap: Leap) -> Box<StaticClockStatus> {
-    Box::new(StaticClockStatus(ClockStatus {
+fn status(bound: u64, leap: Leap) -> ClockReporting {
+    ClockReporting::Fixed(ClockStatus {
         at_ns: 0,
         source: ClockSource::Injected,
         synced: true,
@@ -83,7 +84,7 @@ fn status(bound: u64, leap: Leap) -> Box<StaticClockStatus> {
         offset_ns: 100,
         error_bound_ns: bound,
         detail: "test".into(),
-    }))
+    })
 }
 
 fn make_run(dir: &Path) {
@@ -101,7 +102,8 @@ fn make_run(dir: &Path) {
         let mut c = ExporterConfig::new(collector.local_addr().to_string(), "analysis-test");
         c.host = host.into();
         c.backoff_min = Duration::from_millis(5);
-        Exporter::start_with(c, hops, status(bound, leap)).unwrap()
+        c.clock = status(bound, leap);
+        Exporter::start(c, hops).unwrap()
     };
     let ea = exporter("host-a", &hops[..1], BOUND_A_NS, Leap::None);
     // Host B's clock announces a leap second: a field of clock.parquet and run.json, and
@@ -129,12 +131,12 @@ fn make_run(dir: &Path) {
         );
         if let Some(p) = s[0] {
             ca.set(p);
-            pa.record(&mut ctx).unwrap();
+            pa.try_record(&mut ctx).unwrap();
         }
         for (i, p) in pb.iter().enumerate() {
             if let Some(ns) = s[i + 1] {
                 cb.set(ns);
-                p.record(&mut ctx).unwrap();
+                p.try_record(&mut ctx).unwrap();
             }
         }
     }
@@ -150,10 +152,10 @@ fn make_run(dir: &Path) {
             }
         })
         .collect();
-    ea.send_frame(&Frame::Sent(SentFrame {
+    ea.send_sent_frame(SentFrame {
         publisher: 9,
         entries,
-    }))
+    })
     .unwrap();
     assert!(ea.shutdown().clean);
     assert!(eb.shutdown().clean);

@@ -11,7 +11,7 @@ use hoptrace_analysis::summary;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::HopId;
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello};
+use hoptrace_protocol::{CountersFrame, Frame, Hello};
 
 #[test]
 fn a_store_tap_whose_instance_id_is_above_i64_max_gets_its_poll_bracket() {

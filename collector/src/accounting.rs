@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use hoptrace_probe::protocol::SentEntry;
+use hoptrace_protocol::SentEntry;
 
 use crate::keys::WrittenKeys;
 pub(crate) use hoptrace_format::group::Rows;
@@ -117,7 +117,7 @@ pub(crate) fn publishers(
 
 #[cfg(test)]
 mod tests {
-    use hoptrace_probe::TraceKey;
+    use hoptrace_protocol::TraceKey;
 
     use super::*;
 

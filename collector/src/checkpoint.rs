@@ -46,8 +46,8 @@ use std::time::Duration;
 
 use hoptrace_format::hist::SignedStats;
 use hoptrace_format::run::{PartFile, Restart};
-use hoptrace_probe::protocol::MAX_HOPS;
-use hoptrace_probe::{OtelTraceId, TraceKey};
+use hoptrace_protocol::MAX_HOPS;
+use hoptrace_protocol::{OtelTraceId, TraceKey};
 use serde::{Deserialize, Serialize};
 
 use crate::join::{JoinStats, JoinedTrace, PendingTrace};
@@ -56,12 +56,12 @@ use crate::stages::{StageSnapshot, StagesSnapshot};
 use crate::wal::{WAL_DIR, WalError};
 
 /// The checkpoint's file in the log's directory.
-pub const FILE: &str = "checkpoint";
+pub(crate) const FILE: &str = "checkpoint";
 
 /// Checkpoints are at least this far apart unless the collector is told otherwise
 /// (`CollectorConfig::checkpoint_interval`): a run whose part files close every second
 /// (1M traces/s) does not write its state every second.
-pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const MIN_INTERVAL: Duration = Duration::from_secs(5);
 
 const MAGIC: &[u8; 8] = b"HTCKPT01";
 
@@ -541,7 +541,7 @@ mod tests {
         let run = std::env::temp_dir().join(format!(
             "hoptrace-checkpoint-{}-{}",
             std::process::id(),
-            hoptrace_probe::clock::realtime_ns()
+            hoptrace_clock::realtime_ns()
         ));
         std::fs::create_dir_all(run.join(WAL_DIR)).unwrap();
         assert!(Checkpoint::read(&run).unwrap().is_none());

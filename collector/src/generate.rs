@@ -19,7 +19,7 @@ use crate::run::host_info;
 use crate::writer::{TraceWriter, TraceWriterConfig, WriteError};
 use hoptrace_format::run::{Accounting, PublisherAccount, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::TraceKey;
+use hoptrace_protocol::TraceKey;
 
 /// What to generate.
 #[derive(Debug, Clone)]

@@ -61,8 +61,8 @@
 //! ```
 //! use hoptrace_collector::join::{InsertOutcome, Joiner};
 //! use hoptrace_format::spec::PipelineSpec;
-//! use hoptrace_probe::protocol::Record;
-//! use hoptrace_probe::{HopId, TraceKey};
+//! use hoptrace_protocol::Record;
+//! use hoptrace_protocol::{HopId, TraceKey};
 //!
 //! let spec = PipelineSpec::default_pipeline().resolve().unwrap();
 //! let mut joiner = Joiner::new(&spec);
@@ -89,8 +89,8 @@ use std::hash::BuildHasher as _;
 use std::ops::RangeInclusive;
 
 use hashbrown::HashTable;
-use hoptrace_probe::protocol::{MAX_HOPS, Record};
-use hoptrace_probe::{OtelTraceId, TraceKey};
+use hoptrace_protocol::{MAX_HOPS, Record};
+use hoptrace_protocol::{OtelTraceId, TraceKey};
 use rustc_hash::FxBuildHasher;
 
 use crate::keys::WrittenKeys;
@@ -747,7 +747,7 @@ impl Joiner {
 mod tests {
     use super::*;
     use hoptrace_format::spec::PipelineSpec;
-    use hoptrace_probe::HopId;
+    use hoptrace_protocol::HopId;
 
     /// Hops a(0), b(1), c(2) expected; tap (wire id 9) optional; stages a→b, b→c;
     /// window 1 ms.

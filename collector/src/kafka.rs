@@ -18,9 +18,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{
-    self, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION,
-    counter_id,
+use hoptrace_protocol::{
+    self as protocol, CountersFrame, Frame, Hello, MAX_FRAME_LEN, MAX_RECORDS_PER_FRAME,
+    PROTOCOL_VERSION, counter_id,
 };
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -630,7 +630,7 @@ struct Pump {
     control: String,
     partitions: i32,
     relay_id: String,
-    hops: Vec<(hoptrace_probe::HopId, String)>,
+    hops: Vec<(hoptrace_protocol::HopId, String)>,
     stats: Arc<Mutex<RelayStats>>,
     counters: Arc<ConnectionCounters>,
     records: u64,
@@ -656,7 +656,7 @@ impl Pump {
         let me = Hello {
             version: PROTOCOL_VERSION,
             instance_id: random_u64(),
-            host: hoptrace_probe::exporter::hostname(),
+            host: hoptrace_clock::hostname(),
             process: "hoptrace relay".into(),
             software: concat!("hoptrace ", env!("CARGO_PKG_VERSION")).into(),
             token: String::new(),
@@ -729,7 +729,7 @@ impl Pump {
     fn relay_counters(&mut self) {
         let ctx = self.producer.context();
         let frame = Frame::Counters(CountersFrame {
-            at_ns: hoptrace_probe::clock::realtime_ns(),
+            at_ns: hoptrace_clock::realtime_ns(),
             values: vec![
                 (counter_id::REPORTED, self.records),
                 (counter_id::SENT, ctx.delivered.load(Relaxed)),
@@ -752,7 +752,7 @@ impl Pump {
                 continue;
             };
             let frame = Frame::Counters(CountersFrame {
-                at_ns: hoptrace_probe::clock::realtime_ns(),
+                at_ns: hoptrace_clock::realtime_ns(),
                 values: by_hop.iter().map(|(h, n)| (u16::from(*h), *n)).collect(),
             });
             self.control_message(id, &frame, &[(FORWARDED_HEADER, "1")]);
@@ -1124,7 +1124,7 @@ impl MemberState {
             });
         let mut parked = std::mem::take(&mut self.parked);
         let mut out = tpl.clone();
-        let now = hoptrace_probe::clock::realtime_ns();
+        let now = hoptrace_clock::realtime_ns();
         for e in committed.elements_for_topic(&self.cfg.target.topic) {
             let p = e.partition();
             let cp = Checkpoint::from_metadata(e.metadata());
@@ -1335,7 +1335,7 @@ pub fn run_member(
             cfg.member
         )));
     }
-    let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+    let started_unix_ns = hoptrace_clock::realtime_ns();
     let dir = cfg
         .out_dir
         .join(&cfg.run_id)
@@ -1582,7 +1582,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         run_id: s.cfg.run_id.clone(),
         pipeline: s.cfg.spec.clone(),
         started_unix_ns,
-        ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+        ended_unix_ns: hoptrace_clock::realtime_ns(),
         collector_host: host_info(),
         probes: control.probe_infos(Some(s.spec.hop_names()), None),
         clock: clock.to_vec(),

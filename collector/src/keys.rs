@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use hoptrace_probe::TraceKey;
+use hoptrace_protocol::TraceKey;
 use rustc_hash::FxHashMap;
 
 /// A set of `u64` sequence numbers, as disjoint inclusive ranges.

@@ -6,9 +6,10 @@
 //! column per hop), and `run.json` (the pipeline, the probes, their clocks, the files and
 //! the accounting: every message sent is complete, incomplete or unseen).
 //!
-//! It depends on the dataset format (`hoptrace-format`) and the probe's wire protocol;
-//! it must never depend on the publisher, the analysis or the runner: they report to it,
-//! read what it writes, or start it.
+//! It depends on the dataset format (`hoptrace-format`), the wire protocol it shares with
+//! the probe (`hoptrace-protocol`) and the clock checks (`hoptrace-clock`); it must never
+//! depend on the probe (it only tests against it), the publisher, the analysis or the
+//! runner: they report to it, read what it writes, or start it.
 //!
 //! - [`PipelineSpec`] (of `hoptrace-format`): the pipeline spec (TOML): hops, expected hops,
 //!   stages, join window, files.
@@ -33,6 +34,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
 mod accounting;
 mod checkpoint;
 pub mod generate;
@@ -46,6 +49,7 @@ pub mod run;
 pub mod server;
 pub mod stages;
 pub mod tables;
+mod tls;
 pub mod wal;
 pub mod writer;
 

@@ -38,8 +38,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hoptrace_probe::TraceKey;
-use hoptrace_probe::protocol::Record;
+use hoptrace_protocol::Record;
+use hoptrace_protocol::TraceKey;
 use serde::{Deserialize, Serialize};
 
 use crate::join::{JoinStats, JoinedTrace, Joiner};
@@ -524,7 +524,7 @@ impl PartitionJoin {
 mod tests {
     use super::*;
     use hoptrace_format::spec::PipelineSpec;
-    use hoptrace_probe::HopId;
+    use hoptrace_protocol::HopId;
 
     #[test]
     fn murmur2_matches_kafkas_partitioner() {

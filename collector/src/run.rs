@@ -8,8 +8,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::ClockStatus;
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
+use hoptrace_protocol::ClockStatus;
+use hoptrace_protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -194,7 +194,7 @@ impl Collector {
             cfg.tls_cert.as_deref(),
             cfg.tls_key.as_deref(),
         )?;
-        let started_unix_ns = hoptrace_probe::clock::realtime_ns();
+        let started_unix_ns = hoptrace_clock::realtime_ns();
         let run_id = cfg
             .run_id
             .clone()
@@ -359,7 +359,7 @@ impl Collector {
                 )?;
             }
             continued = replaying.then(|| state.restarts.last().cloned()).flatten();
-            state.move_plausible_window(hoptrace_probe::clock::realtime_ns());
+            state.move_plausible_window(hoptrace_clock::realtime_ns());
             let server_cfg = ServerConfig {
                 token: cfg.token.clone(),
                 run_id: run_id.clone(),
@@ -453,7 +453,7 @@ pub fn host_info() -> HostInfo {
         .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024);
     HostInfo {
-        host: hoptrace_probe::exporter::hostname(),
+        host: hoptrace_clock::hostname(),
         cpu_model,
         cpus: std::thread::available_parallelism().map_or(1, usize::from),
         memory_bytes,
@@ -608,8 +608,8 @@ struct ProbeSnapshot {
 }
 
 /// The reason of a clock alert, for one alert per host and reason.
-fn preflight_kind(e: &hoptrace_probe::sync::PreflightError) -> &'static str {
-    use hoptrace_probe::sync::PreflightError as P;
+fn preflight_kind(e: &hoptrace_clock::PreflightError) -> &'static str {
+    use hoptrace_clock::PreflightError as P;
     match e {
         P::Unsynchronised { .. } => "unsynchronised",
         P::ErrorBoundTooLarge { .. } => "error_bound",
@@ -648,7 +648,7 @@ impl Control {
                     .unwrap_or_default();
                 let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
                 if let Some(max) = self.max_clock_error_ns
-                    && let Err(e) = hoptrace_probe::sync::preflight_host(&host, &c, max)
+                    && let Err(e) = hoptrace_clock::preflight_host(&host, &c, max)
                 {
                     let alert = e.to_string();
                     // One alert per host and reason; the bound in the text may vary.
@@ -763,7 +763,7 @@ impl Control {
                             hops: p
                                 .hops
                                 .into_iter()
-                                .map(|(h, n)| (hoptrace_probe::HopId(h), n))
+                                .map(|(h, n)| (hoptrace_protocol::HopId(h), n))
                                 .collect(),
                         },
                         peer: p.peer,
@@ -856,7 +856,7 @@ impl Control {
         for (hop, n) in &c.values {
             let index = u8::try_from(*hop)
                 .ok()
-                .and_then(|h| spec.hop_index(hoptrace_probe::HopId(h)));
+                .and_then(|h| spec.hop_index(hoptrace_protocol::HopId(h)));
             if let Some(i) = index {
                 p.stamps[i] = *n;
             }
@@ -1066,7 +1066,7 @@ impl JoinState {
         } else {
             crate::wal::Wal::create(&self.run_dir, kept, hops)?
         };
-        let now = hoptrace_probe::clock::realtime_ns();
+        let now = hoptrace_clock::realtime_ns();
         if replaying {
             let restart = hoptrace_format::run::Restart {
                 at_unix_ns: now,
@@ -1145,7 +1145,7 @@ impl JoinState {
             }
             if last_expire.elapsed() >= Duration::from_millis(100) {
                 last_expire = Instant::now();
-                let (at, realtime_ns) = (self.now_ns(), hoptrace_probe::clock::realtime_ns());
+                let (at, realtime_ns) = (self.now_ns(), hoptrace_clock::realtime_ns());
                 if let Some(wal) = self.wal.as_mut() {
                     wal.tick(at, realtime_ns)?;
                 }
@@ -1505,12 +1505,13 @@ impl JoinState {
             .transpose()?
             .unwrap_or_default();
         let stages = match self.stages.take() {
-            Some(st) => st
-                .finish(hoptrace_probe::clock::realtime_ns())
-                .map_err(|source| CollectorError::Io {
-                    path: self.run_dir.join("hdr"),
-                    source,
-                })?,
+            Some(st) => {
+                st.finish(hoptrace_clock::realtime_ns())
+                    .map_err(|source| CollectorError::Io {
+                        path: self.run_dir.join("hdr"),
+                        source,
+                    })?
+            }
             None => Vec::new(),
         };
         self.publish_progress();
@@ -1558,7 +1559,7 @@ impl JoinState {
             run_id: self.run_id.clone(),
             pipeline: self.spec.spec().clone(),
             started_unix_ns: self.started_unix_ns,
-            ended_unix_ns: hoptrace_probe::clock::realtime_ns(),
+            ended_unix_ns: hoptrace_clock::realtime_ns(),
             collector_host: host_info(),
             probes,
             clock: self.control.clock().0.to_vec(),

@@ -14,8 +14,8 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{
-    self, Frame, Hello, MAX_FRAME_LEN, MAX_HELLO_LEN, MAX_STRING_LEN, PROTOCOL_VERSION,
+use hoptrace_protocol::{
+    self as protocol, Frame, Hello, MAX_FRAME_LEN, MAX_HELLO_LEN, MAX_STRING_LEN, PROTOCOL_VERSION,
     ProtocolError, reject_code,
 };
 
@@ -195,10 +195,9 @@ pub(crate) fn bind(
     tls_key: Option<&Path>,
 ) -> Result<(TcpListener, SocketAddr, Option<Arc<rustls::ServerConfig>>), CollectorError> {
     let tls = match (tls_cert, tls_key) {
-        (Some(cert), Some(key)) => Some(
-            hoptrace_probe::tls::server_config(cert, key)
-                .map_err(|e| CollectorError::Tls(e.to_string()))?,
-        ),
+        (Some(cert), Some(key)) => {
+            Some(crate::tls::server_config(cert, key).map_err(CollectorError::Tls)?)
+        }
         (None, None) => None,
         (Some(_), None) => {
             return Err(CollectorError::Tls(

@@ -485,7 +485,7 @@ mod tests {
         let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
         let stage = &spec.stages()[0];
         let mut t = JoinedTrace {
-            key: hoptrace_probe::TraceKey {
+            key: hoptrace_protocol::TraceKey {
                 publisher: 1,
                 stream: 1,
                 sequence: 1,
@@ -494,7 +494,7 @@ mod tests {
             intended_ns: 0,
             otel_trace_id: None,
             present_mask: (1 << stage.from_index) | (1 << stage.to_index),
-            stamps_ns: [0; hoptrace_probe::protocol::MAX_HOPS],
+            stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
             complete: true,
             missing_mask: 0,
             flags: 0,
@@ -531,7 +531,7 @@ mod tests {
         let stage = spec.stages()[0].clone();
         let trace = |delta: i64| {
             let mut t = JoinedTrace {
-                key: hoptrace_probe::TraceKey {
+                key: hoptrace_protocol::TraceKey {
                     publisher: 1,
                     stream: 1,
                     sequence: 1,
@@ -540,7 +540,7 @@ mod tests {
                 intended_ns: 0,
                 otel_trace_id: None,
                 present_mask: (1 << stage.from_index) | (1 << stage.to_index),
-                stamps_ns: [0; hoptrace_probe::protocol::MAX_HOPS],
+                stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
                 complete: true,
                 missing_mask: 0,
                 flags: 0,

@@ -10,7 +10,7 @@ use arrow::array::{
     UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use hoptrace_probe::protocol::counter_id;
+use hoptrace_protocol::counter_id;
 
 use crate::writer::{WriteError, write_table};
 use hoptrace_format::run::ClockRow;

@@ -39,7 +39,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use hoptrace_probe::protocol::{Frame, Hello, MAX_FRAME_LEN};
+use hoptrace_protocol::{Frame, Hello, MAX_FRAME_LEN};
 
 /// The log's directory in a run directory.
 pub const WAL_DIR: &str = "wal";
@@ -667,8 +667,8 @@ fn decode(p: &[u8]) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
-    use hoptrace_probe::protocol::{PROTOCOL_VERSION, Record};
-    use hoptrace_probe::{HopId, TraceKey};
+    use hoptrace_protocol::{HopId, TraceKey};
+    use hoptrace_protocol::{PROTOCOL_VERSION, Record};
 
     use super::*;
 
@@ -676,7 +676,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "hoptrace-wal-{name}-{}-{}",
             std::process::id(),
-            hoptrace_probe::clock::realtime_ns()
+            hoptrace_clock::realtime_ns()
         ));
         std::fs::create_dir_all(&d).unwrap();
         d

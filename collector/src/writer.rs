@@ -505,7 +505,7 @@ pub fn kept_keys(dir: &Path, own: &[String]) -> Result<crate::keys::WrittenKeys,
             let sequence = col("sequence")?.as_primitive::<UInt64Type>().clone();
             for i in 0..batch.num_rows() {
                 if publisher.is_valid(i) && stream.is_valid(i) && sequence.is_valid(i) {
-                    keys.insert(&hoptrace_probe::TraceKey {
+                    keys.insert(&hoptrace_protocol::TraceKey {
                         publisher: publisher.value(i),
                         stream: stream.value(i),
                         sequence: sequence.value(i),

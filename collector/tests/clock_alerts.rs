@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
-use hoptrace_probe::{ClockStatus, Exporter, ExporterConfig, HopId};
+use hoptrace_probe::clock::ClockSource;
+use hoptrace_probe::{ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId};
 
 fn exporter(addr: &str, process: &str, synced: bool, bound_ns: u64) -> Exporter {
     let status = ClockStatus {
@@ -19,12 +19,8 @@ fn exporter(addr: &str, process: &str, synced: bool, bound_ns: u64) -> Exporter 
     };
     let mut c = ExporterConfig::new(addr, process);
     c.clock_interval = Duration::from_millis(10);
-    Exporter::start_with(
-        c,
-        &[(HopId(0), "publish")],
-        Box::new(StaticClockStatus(status)),
-    )
-    .unwrap()
+    c.clock = ClockReporting::Fixed(status);
+    Exporter::start(c, &[(HopId(0), "publish")]).unwrap()
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 5_000;
 
@@ -74,7 +74,7 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
         );
         for i in hops_of(seq) {
             clock.set(stamp_ns(seq, i));
-            probes[i].record(&mut ctx).unwrap();
+            probes[i].try_record(&mut ctx).unwrap();
         }
     }
     for stream in 0..4u32 {
@@ -92,7 +92,7 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
     }
     // Two messages that never reached anything: sent, but unseen.
     sent.entries[0].messages += 2;
-    exporter.send_frame(&Frame::Sent(sent)).unwrap();
+    exporter.send_sent_frame(sent).unwrap();
     let s = exporter.shutdown();
     assert!(s.clean && s.counters.lost() == 0, "{s:?}");
     collector.stop().unwrap()
@@ -307,7 +307,7 @@ fn garbage_and_oversized_frames_close_only_their_connection() {
             1,
             0,
         );
-        p.record(&mut ctx).unwrap();
+        p.try_record(&mut ctx).unwrap();
     }
     let s = exporter.shutdown();
     assert!(s.clean);
@@ -341,8 +341,8 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
     let addr = collector.local_addr();
     // A valid hello, trickled a byte every 100 ms: each byte would reset a per-read
     // timeout, but the whole hello has one deadline.
-    let hello = hoptrace_probe::protocol::Frame::Hello(hoptrace_probe::protocol::Hello {
-        version: hoptrace_probe::protocol::PROTOCOL_VERSION,
+    let hello = hoptrace_protocol::Frame::Hello(hoptrace_protocol::Hello {
+        version: hoptrace_protocol::PROTOCOL_VERSION,
         instance_id: 7,
         host: "loris".into(),
         process: "slow".into(),
@@ -391,7 +391,7 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
         1,
         0,
     );
-    p.record(&mut ctx).unwrap();
+    p.try_record(&mut ctx).unwrap();
     assert!(exporter.shutdown().clean);
     let summary = collector.stop().unwrap();
     assert_eq!(

@@ -10,8 +10,8 @@ use arrow::array::AsArray as _;
 use arrow::datatypes::UInt64Type;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_protocol::{SentEntry, SentFrame};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 const PUBLISHER: u16 = 5;
@@ -57,11 +57,11 @@ fn session(dir: &Path, durable: bool, traces: &[(u64, Option<usize>)], sent: u64
         let which: Vec<usize> = only.map_or_else(|| (0..hops.len()).collect(), |h| vec![h]);
         for i in which {
             clock.set(t + i as i64 * 1_000);
-            probes[i].record(&mut ctx).unwrap();
+            probes[i].try_record(&mut ctx).unwrap();
         }
     }
     exporter
-        .send_frame(&Frame::Sent(SentFrame {
+        .send_sent_frame(SentFrame {
             publisher: PUBLISHER,
             entries: vec![SentEntry {
                 stream: 1,
@@ -70,7 +70,7 @@ fn session(dir: &Path, durable: bool, traces: &[(u64, Option<usize>)], sent: u64
                 first_sequence: 0,
                 last_sequence: sent - 1,
             }],
-        }))
+        })
         .unwrap();
     let s = exporter.shutdown();
     assert!(s.clean && s.counters.lost() == 0, "{s:?}");

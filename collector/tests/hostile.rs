@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::protocol::{
+use hoptrace_probe::{HopId, TraceKey};
+use hoptrace_protocol::{
     Frame, Hello, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, Record, SentEntry, SentFrame,
 };
-use hoptrace_probe::{HopId, TraceKey};
 
 /// publish (0) → broker (1) → store (2), all expected; stage publish → store; a short
 /// join window so lateness is quick to reach.
@@ -69,7 +69,7 @@ impl Raw {
         });
         s.write_all(&hello.to_bytes().unwrap()).unwrap();
         let mut r = s.try_clone().unwrap();
-        match hoptrace_probe::protocol::read_frame(&mut r, 1 << 20).unwrap() {
+        match hoptrace_protocol::read_frame(&mut r, 1 << 20).unwrap() {
             Frame::Welcome { .. } => {}
             other => panic!("no welcome: {other:?}"),
         }
@@ -333,7 +333,7 @@ fn connections_that_only_say_hello_stamp_nothing_in_run_json() {
 /// refused from its length alone, without the collector reading its body, and counted.
 #[test]
 fn a_first_frame_larger_than_any_hello_is_refused_from_its_length() {
-    use hoptrace_probe::protocol::{MAX_FRAME_LEN, MAX_HELLO_LEN, reject_code};
+    use hoptrace_protocol::{MAX_FRAME_LEN, MAX_HELLO_LEN, reject_code};
     let dir = tempdir("bighello");
     let collector = collect(&dir);
     let addr = collector.local_addr();
@@ -346,7 +346,7 @@ fn a_first_frame_larger_than_any_hello_is_refused_from_its_length() {
     let mut head = len.to_le_bytes().to_vec();
     head.push(0x01);
     s.write_all(&head).unwrap();
-    match hoptrace_probe::protocol::read_frame(&mut s, 1 << 20).unwrap() {
+    match hoptrace_protocol::read_frame(&mut s, 1 << 20).unwrap() {
         Frame::Reject { code, reason } => {
             assert_eq!(code, reject_code::MALFORMED, "{reason}");
             assert!(

@@ -17,8 +17,8 @@ use std::ops::RangeInclusive;
 
 use hoptrace_collector::join::{InsertOutcome, JoinStats, JoinedTrace, Joiner, flags};
 use hoptrace_format::spec::{HopSpec, JoinSpec, OutputSpec, PipelineSpec, ResolvedSpec, StageSpec};
-use hoptrace_probe::protocol::{MAX_HOPS, Record};
 use hoptrace_probe::{HopId, OtelTraceId, TraceKey};
+use hoptrace_protocol::{MAX_HOPS, Record};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------

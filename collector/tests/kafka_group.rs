@@ -11,6 +11,8 @@
 #![cfg(feature = "kafka")]
 
 use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
@@ -19,8 +21,8 @@ use arrow::array::AsArray as _;
 use arrow::datatypes::{UInt16Type, UInt32Type, UInt64Type};
 use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::protocol::{Frame, Record, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceKey};
+use hoptrace_protocol::{Frame, Hello, PROTOCOL_VERSION, Record, SentEntry, SentFrame};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 const PUBLISHER: u16 = 4;
@@ -71,6 +73,43 @@ fn record(seq: u64, hop: u8, intended_ns: i64) -> Record {
     }
 }
 
+/// A connection written frame by frame: an exporter never sends records of a hop it did
+/// not announce, which is what the relay must drop and count here.
+struct Raw(TcpStream);
+
+impl Raw {
+    fn connect(addr: std::net::SocketAddr, process: &str, hops: &[(HopId, &str)]) -> Self {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let hello = Frame::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            instance_id: hoptrace_probe::clock::realtime_ns() as u64,
+            host: "test".into(),
+            process: process.into(),
+            software: "kafka_group".into(),
+            token: String::new(),
+            hops: hops.iter().map(|(h, n)| (*h, (*n).to_owned())).collect(),
+        });
+        s.write_all(&hello.to_bytes().unwrap()).unwrap();
+        match hoptrace_protocol::read_frame(&mut s, 1 << 20).unwrap() {
+            Frame::Welcome { .. } => {}
+            other => panic!("no welcome: {other:?}"),
+        }
+        Self(s)
+    }
+
+    fn send(&mut self, f: &Frame) {
+        self.0.write_all(&f.to_bytes().unwrap()).unwrap();
+    }
+
+    /// Goodbye, then wait for the relay to close.
+    fn bye(mut self) {
+        self.send(&Frame::Goodbye);
+        let mut rest = Vec::new();
+        let _ = self.0.read_to_end(&mut rest);
+    }
+}
+
 /// Every key of the run's part files, once per row.
 fn keys(files: &[std::path::PathBuf]) -> Vec<(u16, u32, u64)> {
     let mut out = Vec::new();
@@ -115,14 +154,15 @@ fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
         run_id: "e2e".into(),
     })
     .unwrap();
-    let connect = |hops: &[(HopId, &str)], name: &str| {
-        let mut c = ExporterConfig::new(relay.local_addr().to_string(), name);
-        c.backoff_min = Duration::from_millis(5);
-        Exporter::start(c, hops).unwrap()
-    };
     // The stamping probe announces a and b; the idle one announces c and sends nothing.
-    let stamping = connect(&[(HopId(0), "a"), (HopId(1), "b")], "stamping");
-    let idle = connect(&[(HopId(2), "c")], "idle");
+    let mut stamping = Raw::connect(
+        relay.local_addr(),
+        "stamping",
+        &[(HopId(0), "a"), (HopId(1), "b")],
+    );
+    let mut idle = ExporterConfig::new(relay.local_addr().to_string(), "idle");
+    idle.backoff_min = Duration::from_millis(5);
+    let idle = Exporter::connect(idle, &[(HopId(2), "c")]).unwrap();
     let t0 = hoptrace_probe::clock::realtime_ns() - 5_000_000_000;
     let mut frame = Vec::new();
     for seq in 0..MESSAGES {
@@ -137,24 +177,20 @@ fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
         frame.push(record(seq, 2, t0 + seq as i64 * 1_000_000));
     }
     for chunk in frame.chunks(100) {
-        stamping
-            .send_frame(&Frame::Records(chunk.to_vec()))
-            .unwrap();
+        stamping.send(&Frame::Records(chunk.to_vec()));
     }
     // Two messages more were sent than reached anything.
-    stamping
-        .send_frame(&Frame::Sent(SentFrame {
-            publisher: PUBLISHER,
-            entries: vec![SentEntry {
-                stream: 1,
-                messages: MESSAGES + 2,
-                metrics: (MESSAGES + 2) * 10,
-                first_sequence: 0,
-                last_sequence: MESSAGES + 1,
-            }],
-        }))
-        .unwrap();
-    assert!(stamping.shutdown().clean);
+    stamping.send(&Frame::Sent(SentFrame {
+        publisher: PUBLISHER,
+        entries: vec![SentEntry {
+            stream: 1,
+            messages: MESSAGES + 2,
+            metrics: (MESSAGES + 2) * 10,
+            first_sequence: 0,
+            last_sequence: MESSAGES + 1,
+        }],
+    }));
+    stamping.bye();
     assert!(idle.shutdown().clean);
     relay.stop().unwrap();
 

@@ -22,7 +22,7 @@
 //! assert_eq!(s.percentile(0.25).unwrap().value_ns, -500);
 //! ```
 
-#![deny(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod group;
 pub mod hist;

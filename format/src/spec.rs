@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use hoptrace_format::spec::PipelineSpec;
-//! use hoptrace_probe::HopId;
+//! use hoptrace_protocol::HopId;
 //!
 //! let spec = PipelineSpec::default_pipeline().resolve().unwrap();
 //! assert_eq!(spec.hop_index(HopId(1)), Some(1));
@@ -21,8 +21,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use hoptrace_probe::HopId;
-use hoptrace_probe::protocol::MAX_HOPS;
+use hoptrace_protocol::{HopId, MAX_HOPS};
 use serde::{Deserialize, Serialize};
 
 /// A commented pipeline spec for publisher → broker → stream processor → store, with the

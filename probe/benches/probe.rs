@@ -5,8 +5,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use hoptrace_probe::LocalQueue;
 use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::probe::LocalQueue;
 use hoptrace_probe::{HopId, Stamp, TraceContext, TraceKey};
 
 fn ctx() -> TraceContext {
@@ -92,7 +92,7 @@ fn hot_path(c: &mut Criterion) {
                 if i.is_multiple_of(12) {
                     c = base;
                 }
-                let _ = black_box(p.record(black_box(&mut c)));
+                black_box(p.record(black_box(&mut c)));
             })
         });
     });

@@ -7,7 +7,7 @@
 /// to the same frames.
 #[allow(dead_code)]
 pub fn check_collector_frames(data: &[u8]) {
-    use hoptrace_probe::protocol::{Frame, MAX_FRAME_LEN, decode_frames, read_frame};
+    use hoptrace_protocol::{Frame, MAX_FRAME_LEN, decode_frames, read_frame};
     let mut whole = Vec::new();
     let used = decode_frames(data, MAX_FRAME_LEN, |f| whole.push(f));
     if let Ok(used) = used {

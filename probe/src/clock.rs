@@ -8,6 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+pub use hoptrace_clock::realtime_ns;
+pub use hoptrace_protocol::{ClockSource, ClockStatus, Leap};
+
 /// A source of wall-clock timestamps: nanoseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
     /// Now, in CLOCK_REALTIME nanoseconds (or what this clock simulates).
@@ -23,19 +26,6 @@ impl Clock for SystemClock {
     fn now_ns(&self) -> i64 {
         realtime_ns()
     }
-}
-
-/// Reads `CLOCK_REALTIME` in nanoseconds.
-#[inline]
-#[must_use]
-pub fn realtime_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// A clock that reads another clock and adds a fixed offset: a skewed host.
@@ -91,191 +81,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 }
 
-/// Where a clock status comes from (wire codes of `docs/collector-protocol.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(u8)]
-pub enum ClockSource {
-    /// Nothing known.
-    #[default]
-    Unknown = 0,
-    /// The kernel's NTP state (`adjtimex`).
-    Kernel = 1,
-    /// chronyd's tracking report.
-    Chrony = 2,
-    /// ptp4l / phc2sys, read through `pmc`.
-    Ptp = 3,
-    /// Set by a test.
-    Injected = 4,
-}
-
-impl ClockSource {
-    /// From the wire code; unknown codes read as [`ClockSource::Unknown`].
-    #[must_use]
-    pub fn from_code(code: u8) -> Self {
-        match code {
-            1 => Self::Kernel,
-            2 => Self::Chrony,
-            3 => Self::Ptp,
-            4 => Self::Injected,
-            _ => Self::Unknown,
-        }
-    }
-    /// Lower-case name, as written to `clock.parquet`.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Unknown => "unknown",
-            Self::Kernel => "kernel",
-            Self::Chrony => "chrony",
-            Self::Ptp => "ptp",
-            Self::Injected => "injected",
-        }
-    }
-}
-
-/// Leap second state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(u8)]
-pub enum Leap {
-    /// No leap second pending.
-    #[default]
-    None = 0,
-    /// A second will be inserted at the end of the day.
-    Insert = 1,
-    /// A second will be deleted at the end of the day.
-    Delete = 2,
-    /// The clock is not synchronised.
-    Unsynchronised = 3,
-}
-
-impl Leap {
-    /// The state's name in `run.json` and `clock.parquet`.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Insert => "insert",
-            Self::Delete => "delete",
-            Self::Unsynchronised => "unsynchronised",
-        }
-    }
-
-    /// From the wire code; out-of-range codes read as unsynchronised.
-    #[must_use]
-    pub fn from_code(code: u8) -> Self {
-        match code {
-            0 => Self::None,
-            1 => Self::Insert,
-            2 => Self::Delete,
-            _ => Self::Unsynchronised,
-        }
-    }
-}
-
-/// How well a host's clock is synchronised at one moment.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClockStatus {
-    /// When this was read (CLOCK_REALTIME ns).
-    pub at_ns: i64,
-    /// What reported it.
-    pub source: ClockSource,
-    /// Whether the source considers the clock synchronised.
-    pub synced: bool,
-    /// Leap second state.
-    pub leap: Leap,
-    /// Estimated offset of the local clock from the reference, ns.
-    pub offset_ns: i64,
-    /// Bound on the absolute error of a reading of this clock, ns.
-    pub error_bound_ns: u64,
-    /// Source-specific detail (reference id, stratum, ...).
-    pub detail: String,
-}
-
-/// Something that can tell the host's clock status; the exporter polls it.
-pub trait ClockStatusSource: Send {
-    /// The status now.
-    fn read(&mut self) -> ClockStatus;
-}
-
-/// The kernel's NTP state through `ntp_adjtime` (read only, changes nothing).
-///
-/// The error bound is the kernel's `maxerror`, which a sync daemon (chronyd, ntpd,
-/// phc2sys) keeps current and the kernel grows by 500 ppm while nothing does.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KernelClockStatus;
-
-impl ClockStatusSource for KernelClockStatus {
-    fn read(&mut self) -> ClockStatus {
-        kernel_status()
-    }
-}
-
-/// Reads the kernel's NTP state.
-#[must_use]
-pub fn kernel_status() -> ClockStatus {
-    // SAFETY: a zeroed timex with modes = 0 asks ntp_adjtime to only read.
-    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
-    // SAFETY: `tx` is valid and writable.
-    let state = unsafe { libc::ntp_adjtime(&raw mut tx) };
-    let at_ns = realtime_ns();
-    if state < 0 {
-        return ClockStatus {
-            at_ns,
-            source: ClockSource::Kernel,
-            detail: format!("ntp_adjtime failed: {}", std::io::Error::last_os_error()),
-            leap: Leap::Unsynchronised,
-            ..ClockStatus::default()
-        };
-    }
-    let unsync = tx.status & libc::STA_UNSYNC != 0 || state == libc::TIME_ERROR;
-    let nano = tx.status & libc::STA_NANO != 0;
-    let offset_ns = if nano { tx.offset } else { tx.offset * 1000 };
-    let leap = match state {
-        _ if unsync => Leap::Unsynchronised,
-        libc::TIME_INS => Leap::Insert,
-        libc::TIME_DEL => Leap::Delete,
-        _ => Leap::None,
-    };
-    ClockStatus {
-        at_ns,
-        source: ClockSource::Kernel,
-        synced: !unsync,
-        leap,
-        offset_ns,
-        error_bound_ns: u64::try_from(tx.maxerror).unwrap_or(0) * 1000,
-        detail: format!(
-            "state={state} status={:#x} maxerror_us={} esterror_us={}",
-            tx.status, tx.maxerror, tx.esterror
-        ),
-    }
-}
-
-/// A fixed status, for tests and for hosts whose status is known from elsewhere.
-#[derive(Debug, Clone)]
-pub struct StaticClockStatus(pub ClockStatus);
-
-impl ClockStatusSource for StaticClockStatus {
-    fn read(&mut self) -> ClockStatus {
-        ClockStatus {
-            at_ns: realtime_ns(),
-            ..self.0.clone()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn realtime_agrees_with_system_time() {
-        let a = realtime_ns();
-        let b = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as i64;
-        assert!((b - a).abs() < 1_000_000_000, "{a} vs {b}");
-    }
 
     #[test]
     fn offset_clock_is_skewed_by_exactly_its_offset() {
@@ -284,16 +92,5 @@ mod tests {
         assert_eq!(skewed.now_ns(), 750);
         m.advance(10);
         assert_eq!(skewed.now_ns(), 760);
-    }
-
-    #[test]
-    fn kernel_status_reads() {
-        let s = kernel_status();
-        assert_eq!(s.source, ClockSource::Kernel);
-        assert!(s.at_ns > 0);
-        assert!(!s.detail.is_empty());
-        if s.synced {
-            assert_ne!(s.leap, Leap::Unsynchronised);
-        }
     }
 }

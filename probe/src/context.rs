@@ -3,6 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+pub use hoptrace_protocol::{HopId, OtelTraceId, TRACE_ID_LEN, TraceKey};
 
 /// Version byte of the binary form.
 pub const VERSION: u8 = 1;
@@ -12,8 +13,6 @@ pub const MAX_STAMPS: usize = 16;
 pub const HEADER_LEN: usize = 28;
 /// Length of one encoded stamp (hop id + i64).
 pub const STAMP_LEN: usize = 9;
-/// Length of an OpenTelemetry trace id.
-pub const TRACE_ID_LEN: usize = 16;
 /// Longest binary form: header, trace id and 16 stamps.
 pub const MAX_BINARY_LEN: usize = HEADER_LEN + TRACE_ID_LEN + STAMP_LEN * MAX_STAMPS;
 /// Prefix of the text form.
@@ -25,35 +24,6 @@ const INFO_COUNT_MASK: u8 = 0b0001_1111;
 const INFO_RESERVED_MASK: u8 = 0b0110_0000;
 const INFO_TRACE_ID: u8 = 0b1000_0000;
 
-/// Names one message within a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct TraceKey {
-    /// Publisher instance id.
-    pub publisher: u16,
-    /// Stream id within the publisher.
-    pub stream: u32,
-    /// Per-stream sequence number.
-    pub sequence: u64,
-}
-
-impl TraceKey {
-    /// The key's 14 bytes as the binary form lays them out: publisher (u16), stream (u32),
-    /// sequence (u64), little-endian.
-    #[inline]
-    #[must_use]
-    pub fn to_le_bytes(&self) -> [u8; 14] {
-        let mut b = [0u8; 14];
-        b[..2].copy_from_slice(&self.publisher.to_le_bytes());
-        b[2..6].copy_from_slice(&self.stream.to_le_bytes());
-        b[6..].copy_from_slice(&self.sequence.to_le_bytes());
-        b
-    }
-}
-
-/// Numeric id of a hop, mapped to a name by the pipeline spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct HopId(pub u8);
-
 /// One hop's timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stamp {
@@ -62,10 +32,6 @@ pub struct Stamp {
     /// CLOCK_REALTIME nanoseconds since the Unix epoch.
     pub ns: i64,
 }
-
-/// A W3C trace id carried beside the context so results join OpenTelemetry traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OtelTraceId(pub [u8; TRACE_ID_LEN]);
 
 /// What travels with a message. `Copy`, fixed-size, never allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +50,7 @@ pub struct TraceContext {
 
 /// Why a trace context could not be decoded. Names follow `docs/trace-format.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The input ended before the layout said it would; the sender truncated it.
     #[error("truncated: need {needed} bytes, have {have}")]

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::carrier::{CarrierError, Extracted};
-use crate::protocol::counter_id;
+use hoptrace_protocol::counter_id;
 
 /// Counters shared by every probe of one exporter.
 ///
@@ -33,8 +33,10 @@ pub struct Counters {
 #[repr(align(128))]
 pub(crate) struct Padded(pub(crate) AtomicU64);
 
-/// A point-in-time copy of [`Counters`].
+/// A point-in-time copy of [`Counters`]: what happened to every record reported, and to
+/// every message a carrier was asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct CounterSnapshot {
     /// Records handed to `report()`.
     pub reported: u64,
@@ -65,7 +67,7 @@ pub struct CounterSnapshot {
 impl CounterSnapshot {
     /// (id, value) pairs for a Counters frame.
     #[must_use]
-    pub fn to_wire(&self) -> Vec<(u16, u64)> {
+    pub(crate) fn to_wire(self) -> Vec<(u16, u64)> {
         vec![
             (counter_id::REPORTED, self.reported),
             (counter_id::QUEUE_FULL, self.queue_full),

@@ -1,6 +1,7 @@
 //! The exporter: one background thread per process that drains the probes' queue into
 //! Records frames over TCP to the collector (`docs/collector-protocol.md`), sends the
-//! host's clock status and the counters, reconnects with backoff, and flushes on shutdown.
+//! host's clock status (read on a thread of its own, [`ClockReporting`]) and the
+//! counters, reconnects with backoff, and flushes on shutdown.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
@@ -12,18 +13,32 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, ClockStatusSource, SystemClock, realtime_ns};
+use crate::clock::{Clock, ClockStatus, SystemClock, realtime_ns};
+use crate::clock_feed::ClockFeed;
 use crate::context::HopId;
 use crate::counters::CounterSnapshot;
 use crate::probe::{Probe, Shared};
-use crate::protocol::{
-    self, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS, MAX_RECORDS_PER_FRAME,
-    MAX_STRING_LEN, PROTOCOL_VERSION, RecordsWriter, reject_code,
-};
 use crate::retention::{Retained, Retention};
+use hoptrace_protocol::{
+    self as protocol, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
+    MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, SentFrame, reject_code,
+};
 
-/// How an exporter reaches the collector and paces itself.
+/// How an exporter reaches the collector and paces itself: the one configuration of a
+/// link to the collector. [`ExporterConfig::new`] gives every setting its default; set
+/// the fields that differ.
+///
+/// ```
+/// use std::time::Duration;
+/// use hoptrace_probe::{ClockReporting, ExporterConfig};
+///
+/// let mut config = ExporterConfig::new("collector.lab:7400", "my-processor");
+/// config.token = Some("s3cret".into());
+/// config.clock = ClockReporting::Detect; // ask chronyd or ptp4l
+/// config.welcome_timeout = Duration::from_secs(10);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ExporterConfig {
     /// Collector address, `host:port`.
     pub collector: String,
@@ -39,18 +54,24 @@ pub struct ExporterConfig {
     pub host: String,
     /// Process or component name sent in Hello.
     pub process: String,
+    /// Which clock status is reported to the collector (default: the kernel's, see
+    /// [`ClockReporting`]).
+    pub clock: ClockReporting,
     /// Records the queue holds before `report()` starts dropping (and counting).
     pub queue_capacity: usize,
     /// Most records per Records frame.
     pub max_batch: usize,
     /// Sleep when the queue is empty.
     pub idle_wait: Duration,
-    /// How often the clock status is sent.
+    /// How often the clock status is read and sent.
     pub clock_interval: Duration,
     /// How often the counters are sent.
     pub counters_interval: Duration,
-    /// Timeout of one connection attempt (and of waiting for Welcome).
+    /// Timeout of one connection attempt (and of waiting for Welcome on it).
     pub connect_timeout: Duration,
+    /// How long [`Exporter::connect`] waits for the collector's Welcome, over as many
+    /// attempts as fit, before it gives up ([`Exporter::start`] does not wait).
+    pub welcome_timeout: Duration,
     /// A write blocked longer than this (collector stalled) drops the connection.
     pub write_timeout: Duration,
     /// First retry delay after a failed connection; doubles up to `backoff_max`.
@@ -78,14 +99,16 @@ impl ExporterConfig {
             token: None,
             tls_ca: None,
             tls_server_name: None,
-            host: hostname(),
+            host: hoptrace_clock::hostname(),
             process: process.into(),
+            clock: ClockReporting::default(),
             queue_capacity: 1 << 20,
             max_batch: 8192,
             idle_wait: Duration::from_millis(1),
             clock_interval: Duration::from_secs(5),
             counters_interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(2),
+            welcome_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(5),
@@ -94,8 +117,35 @@ impl ExporterConfig {
     }
 }
 
-/// Why an exporter could not start.
+/// Which clock status an exporter reports to the collector, read on a thread of the
+/// exporter's own every [`ExporterConfig::clock_interval`] (never on the thread that
+/// drains the probes' queue). The collector prints it per host beside the stages it
+/// bounds, and warns where it is not small against them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClockReporting {
+    /// None: the collector shows this host's clock as unknown and cannot bound the clock
+    /// error of stages that cross it.
+    Off,
+    /// The kernel's NTP state (`ntp_adjtime`: one system call, no other program asked).
+    /// Its bound is the kernel's `maxerror`, which a sync daemon keeps current.
+    #[default]
+    Kernel,
+    /// The daemon that keeps this host's clock: chronyd if `chronyc` answers, else ptp4l
+    /// if `pmc` answers on its default socket, else the kernel. Found once per process;
+    /// every reading runs `chronyc` or `pmc` as a child process of the embedding
+    /// application (on the exporter's clock thread). The `hoptrace` command's own probes
+    /// report this.
+    Detect,
+    /// A status known from elsewhere (or a simulated host's), stamped with the time of
+    /// each reading.
+    Fixed(ClockStatus),
+}
+
+/// Why an exporter could not start, or a probe could not be had from it. Each variant
+/// says what to fix.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExporterError {
     /// No hops, more than 16, or a hop id used twice: fix the hop list.
     #[error("invalid hop list: {0}")]
@@ -111,9 +161,29 @@ pub enum ExporterError {
     /// 1024 bytes): shorten it.
     #[error("hello: {0}")]
     Hello(#[from] EncodeError),
-    /// The background thread could not be spawned.
+    /// A background thread (the exporter's, or its clock reader's) could not be spawned:
+    /// the process is out of threads or memory.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
+    /// [`Exporter::connect`]: the collector did not welcome the exporter in time. Is
+    /// `hoptrace collect` running at that address, does its pipeline declare these hops
+    /// with these ids, does it want the same token (and TLS)? `detail` is the last
+    /// connection error.
+    #[error(
+        "collector {collector} did not accept {process} (hops {hops}) within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare these hops? same --token?)"
+    )]
+    NotWelcomed {
+        /// The collector's address.
+        collector: String,
+        /// The process name announced.
+        process: String,
+        /// The hops announced, by name.
+        hops: String,
+        /// How long it was waited for, ms.
+        waited_ms: u64,
+        /// The last connection error (`no answer` when there was none).
+        detail: String,
+    },
 }
 
 /// How often a busy exporter reads the collector's acknowledgements (an idle one reads
@@ -123,12 +193,13 @@ const ACK_READ_INTERVAL: Duration = Duration::from_millis(20);
 /// Locks `m`, also when a thread panicked while holding it: the data behind these locks
 /// (queued frame bytes, connection status) stays consistent at every step, so a panic
 /// elsewhere must not turn into a panic in the embedding application's threads.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What happened to everything reported, after [`Exporter::shutdown`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExportSummary {
     /// Final counters.
     pub counters: CounterSnapshot,
@@ -159,27 +230,16 @@ struct Status {
 }
 
 impl Exporter {
-    /// Starts an exporter announcing `hops`, reporting this host's clock status from
-    /// chronyd, ptp4l or the kernel ([`crate::sync::this_host`]).
+    /// Starts an exporter announcing `hops`, reporting the clock status
+    /// [`ExporterConfig::clock`] names.
     ///
     /// The connection is made in the background; `report()` works at once and queues
     /// until the collector is reachable.
     ///
     /// # Errors
-    /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Spawn`].
+    /// [`ExporterError::Hops`] for an invalid hop list, [`ExporterError::Tls`],
+    /// [`ExporterError::Hello`], [`ExporterError::Spawn`].
     pub fn start(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
-        Self::start_with(config, hops, crate::sync::this_host())
-    }
-
-    /// As [`Exporter::start`], with a clock status source of the caller's.
-    ///
-    /// # Errors
-    /// As [`Exporter::start`].
-    pub fn start_with(
-        config: ExporterConfig,
-        hops: &[(HopId, &str)],
-        clock_status: Box<dyn ClockStatusSource>,
-    ) -> Result<Self, ExporterError> {
         if hops.is_empty() || hops.len() > MAX_HOPS {
             return Err(ExporterError::Hops(format!(
                 "{} hops given, 1 to {MAX_HOPS} allowed",
@@ -215,6 +275,7 @@ impl Exporter {
             hops: hops.clone(),
         };
         Frame::Hello(hello.clone()).check()?;
+        let clock = ClockFeed::start(&config.clock, config.clock_interval)?;
         let mut worker = Worker {
             hello,
             retention: Retention::new(config.retention_bytes),
@@ -226,7 +287,7 @@ impl Exporter {
             shared: Arc::clone(&shared),
             control: Arc::clone(&control),
             status: Arc::clone(&status),
-            clock_status,
+            clock,
             shutdown_timeout_ns: Arc::clone(&shutdown_timeout_ns),
         };
         let thread = std::thread::Builder::new()
@@ -239,6 +300,38 @@ impl Exporter {
             status,
             shutdown_timeout_ns,
             thread: Some(thread),
+        })
+    }
+
+    /// Starts an exporter as [`Exporter::start`] does and waits until the collector
+    /// welcomes it, at most [`ExporterConfig::welcome_timeout`]: for a process that should
+    /// not run unmeasured. Reports made before the Welcome would have queued all the same.
+    ///
+    /// # Errors
+    /// As [`Exporter::start`], and [`ExporterError::NotWelcomed`] with the last connection
+    /// error when no Welcome came in time (the exporter is then stopped).
+    pub fn connect(config: ExporterConfig, hops: &[(HopId, &str)]) -> Result<Self, ExporterError> {
+        let wait = config.welcome_timeout;
+        let (collector, process) = (config.collector.clone(), config.process.clone());
+        let exporter = Self::start(config, hops)?;
+        let started = Instant::now();
+        while !exporter.is_connected() && started.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if exporter.is_connected() {
+            return Ok(exporter);
+        }
+        let detail = exporter
+            .last_error()
+            .unwrap_or_else(|| "no answer".to_owned());
+        // Nothing was reported yet: let its thread go without trying any longer.
+        drop(exporter.with_shutdown_timeout(Duration::ZERO));
+        Err(ExporterError::NotWelcomed {
+            collector,
+            process,
+            hops: hops.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", "),
+            waited_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            detail,
         })
     }
 
@@ -279,12 +372,29 @@ impl Exporter {
         Ok(Probe::new(hop, clock, Arc::clone(&self.shared)))
     }
 
-    /// Queues a frame other than records (a publisher's Sent frame) for the collector.
-    /// Frames queued before [`Exporter::shutdown`] are sent before Goodbye.
+    /// Queues a publisher's accounting (a Sent frame: what it sent, per stream,
+    /// cumulative) for the collector, which counts every message sent as complete,
+    /// incomplete or unseen. Frames queued before [`Exporter::shutdown`] are sent before
+    /// Goodbye.
     ///
     /// # Errors
-    /// A frame beyond the protocol's limits (see [`EncodeError`]); nothing is queued.
-    pub fn send_frame(&self, frame: &Frame) -> Result<(), EncodeError> {
+    /// More entries than a frame holds ([`EncodeError::TooManySentEntries`]): split them
+    /// over several frames; nothing is queued.
+    pub fn send_sent_frame(&self, sent: SentFrame) -> Result<(), EncodeError> {
+        self.send_control(&Frame::Sent(sent))
+    }
+
+    /// Queues counters of the caller's own (a tap's polls, for instance, with ids from 64
+    /// up: `docs/collector-protocol.md`) for the collector, in a Counters frame beside the
+    /// exporter's own.
+    ///
+    /// # Errors
+    /// More than 255 counters ([`EncodeError::TooManyCounters`]); nothing is queued.
+    pub fn send_counters_frame(&self, counters: CountersFrame) -> Result<(), EncodeError> {
+        self.send_control(&Frame::Counters(counters))
+    }
+
+    fn send_control(&self, frame: &Frame) -> Result<(), EncodeError> {
         let mut bytes = Vec::new();
         frame.encode(&mut bytes)?;
         lock(&self.control).extend_from_slice(&bytes);
@@ -317,7 +427,8 @@ impl Exporter {
         lock(&self.status).last_error.clone()
     }
 
-    /// Sets how long [`Exporter::shutdown`] keeps trying to deliver what is queued.
+    /// Sets how long [`Exporter::shutdown`] (or the exporter's thread after a drop) keeps
+    /// trying to deliver what is queued (default: the connect timeout, at least 5 s).
     #[must_use]
     pub fn with_shutdown_timeout(self, timeout: Duration) -> Self {
         self.shutdown_timeout_ns
@@ -325,14 +436,12 @@ impl Exporter {
         self
     }
 
-    /// Flushes everything queued, sends the final counters and Goodbye, and stops.
-    /// Records that cannot be delivered within the shutdown timeout are counted as
+    /// Flushes everything queued, sends the final counters and Goodbye, stops, and
+    /// returns what happened to everything reported. Waits for the exporter's thread: up
+    /// to the shutdown timeout ([`Exporter::with_shutdown_timeout`]) when the collector
+    /// is slow or away. Records that cannot be delivered within it are counted as
     /// `send_failed` and logged at ERROR.
     pub fn shutdown(mut self) -> ExportSummary {
-        self.stop()
-    }
-
-    fn stop(&mut self) -> ExportSummary {
         self.shared.shutdown.store(true, Release);
         let (clean, unacknowledged) = self
             .thread
@@ -346,10 +455,15 @@ impl Exporter {
     }
 }
 
+/// Dropping an exporter without [`Exporter::shutdown`] never blocks: it tells the
+/// exporter's thread to stop and lets it go. The thread still flushes what is queued,
+/// sends the final counters and Goodbye, within the shutdown timeout, and then ends on
+/// its own (unless the process exits first). Call `shutdown` to wait for that and learn
+/// the outcome.
 impl Drop for Exporter {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            let _ = self.stop();
+        if self.thread.take().is_some() {
+            self.shared.shutdown.store(true, Release);
         }
     }
 }
@@ -474,7 +588,8 @@ struct Worker {
     shared: Arc<Shared>,
     control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
-    clock_status: Box<dyn ClockStatusSource>,
+    /// The clock status readings, taken on their own thread.
+    clock: ClockFeed,
     shutdown_timeout_ns: Arc<AtomicU64>,
 }
 
@@ -487,7 +602,9 @@ impl Worker {
         let mut backoff = self.config.backoff_min;
         let mut next_attempt = Instant::now();
         let mut connected_once = false;
-        let mut last_clock: Option<Instant> = None;
+        // Clock readings sent on this connection: every new one, and the latest on each
+        // new connection.
+        let mut clock_seen = 0u64;
         let mut last_counters: Option<Instant> = None;
         let mut deadline: Option<Instant> = None;
         let mut last_ack_read = Instant::now();
@@ -514,7 +631,7 @@ impl Worker {
                             }
                             connected_once = true;
                             backoff = self.config.backoff_min;
-                            last_clock = None;
+                            clock_seen = 0;
                             last_counters = None;
                             conn = Some(s);
                             continue;
@@ -542,17 +659,10 @@ impl Worker {
             };
 
             buf.clear();
-            if last_clock.is_none_or(|t| now.duration_since(t) >= self.config.clock_interval) {
-                let mut status = self.clock_status.read();
-                let mut end = status.detail.len().min(MAX_STRING_LEN);
-                while !status.detail.is_char_boundary(end) {
-                    end -= 1;
-                }
-                status.detail.truncate(end);
+            if let Some(status) = self.clock.newer(&mut clock_seen) {
                 Frame::Clock(status)
                     .encode(&mut buf)
-                    .expect("a clock status with a short detail encodes");
-                last_clock = Some(now);
+                    .expect("the clock feed cuts the detail to the frame's limit");
             }
             buf.append(&mut lock(&self.control));
             let frame_at = buf.len();
@@ -911,14 +1021,4 @@ fn fill(
 
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// This host's name, from the kernel.
-#[must_use]
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
 }

@@ -2,28 +2,48 @@
 //!
 //! The part of hoptrace that lives inside the pipeline under test. A message carries a
 //! [`TraceContext`] (trace key, metric count, intended send time and up to 16 hop stamps);
-//! every hop it passes appends its own timestamp in-band with [`Probe::stamp`] and hands it
-//! to the collector out of band with [`Probe::report`]. An [`Exporter`] thread batches the
-//! reports into frames over TCP to the collector.
+//! every hop it passes appends its own timestamp in-band and reports it to the collector
+//! out of band ([`Probe::record`]). An [`Exporter`] thread batches the reports into frames
+//! over TCP to the collector.
 //!
+//! - [`Exporter::connect`] (or [`Exporter::start`], which does not wait for the
+//!   collector) with an [`ExporterConfig`], then a [`Probe`] per hop.
 //! - [`context`]: the trace context and its binary and text forms (`docs/trace-format.md`).
 //! - [`carrier`]: moving a context with a message: Kafka record headers (feature `kafka`),
 //!   MQTT v5 user properties (feature `mqtt`), or a payload envelope.
-//! - [`clock`]: CLOCK_REALTIME, injectable clocks for tests, the host's clock status.
-//! - [`protocol`]: the probe-to-collector frames (`docs/collector-protocol.md`).
-//! - `tls` (feature `tls`): TLS to the collector with rustls; set
-//!   [`ExporterConfig::tls_ca`].
+//! - [`clock`]: where stamps come from (`CLOCK_REALTIME`, or clocks injected by tests);
+//!   which clock status is reported is [`ClockReporting`].
+//! - [`traceparent`]: W3C `traceparent`, to join OpenTelemetry traces.
+//! - TLS to the collector (feature `tls`): set [`ExporterConfig::tls_ca`].
 //!
-//! The hot path (`stamp`, `report`, `record`) never allocates, never locks and never
-//! blocks: when the queue is full the record is dropped and counted, and the counts reach
-//! the collector.
+//! The hot path ([`Probe::stamp`], [`Probe::record`], [`Probe::report`]) never allocates,
+//! never locks and never blocks: when the queue is full the record is dropped and
+//! counted, and the counts reach the collector. Nothing else the probe does runs on the
+//! caller's threads for long either: the exporter drains the queue on its own thread,
+//! reads the clock status on another (asking chronyd or ptp4l only when configured to,
+//! [`ClockReporting::Detect`]), and dropping it does not wait ([`Exporter::shutdown`]
+//! does).
+//!
+//! This crate is what applications embed: it must never depend on the collector, the
+//! publisher, the analysis or anything else of hoptrace beyond the wire protocol
+//! (`hoptrace-protocol`, whose frames it writes) and the clock-status readers
+//! (`hoptrace-clock`, run only when asked for); nor on an async runtime.
+//!
+//! ## Supported platforms
+//!
+//! Linux, on any architecture Rust supports there (tested on x86_64). Stamps are
+//! `CLOCK_REALTIME` readings, and the clock status comes from the kernel's NTP state
+//! (`ntp_adjtime`), chronyd and ptp4l; other targets fail to compile with a message
+//! saying so. It builds with Rust 1.88 or newer (the workspace's `rust-version`, which
+//! `infra/test-fast.sh` builds it with).
 //!
 //! ```no_run
 //! use hoptrace_probe::carrier::envelope;
 //! use hoptrace_probe::{Exporter, ExporterConfig, HopId};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let exporter = Exporter::start(
+//! // Waits until the collector welcomes these hops (at most 5 s by default).
+//! let exporter = Exporter::connect(
 //!     ExporterConfig::new("127.0.0.1:7400", "my-processor"),
 //!     &[(HopId(2), "flow_in"), (HopId(3), "flow_out")],
 //! )?;
@@ -34,9 +54,9 @@
 //! // For each message taken from the broker:
 //! if let Ok((extracted, body)) = flow_in.counted(envelope::unwrap(&payload)) {
 //!     let mut ctx = extracted.context;
-//!     let _ = flow_in.record(&mut ctx); // stamp in-band + report out of band
+//!     flow_in.record(&mut ctx); // stamp in-band + report out of band
 //!     // ... process `body` ...
-//!     let _ = flow_out.record(&mut ctx);
+//!     flow_out.record(&mut ctx);
 //!     let forwarded = envelope::wrap(&ctx, body); // the next hop sees every stamp
 //!     # drop(forwarded);
 //! }
@@ -47,23 +67,28 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "hoptrace-probe supports Linux only: its stamps and clock status use Linux's CLOCK_REALTIME, ntp_adjtime, chronyd and ptp4l"
+);
+
 pub mod carrier;
 pub mod clock;
+mod clock_feed;
 pub mod context;
-pub mod counters;
-pub mod exporter;
-pub mod probe;
-pub mod protocol;
+mod counters;
+mod exporter;
+mod probe;
 mod retention;
-pub mod sync;
 #[cfg(feature = "tls")]
-pub mod tls;
+mod tls;
 pub mod traceparent;
 
 pub use carrier::{CarrierError, Extracted};
 pub use clock::{Clock, ClockStatus, ManualClock, OffsetClock, SystemClock};
 pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey};
-pub use counters::{CounterSnapshot, Counters};
-pub use exporter::{ExportSummary, Exporter, ExporterConfig, ExporterError};
-pub use probe::{Probe, ReportError};
-pub use protocol::{Frame, ProtocolError, Record};
+pub use counters::{AsExtracted, CounterSnapshot, Counters};
+pub use exporter::{ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError};
+pub use probe::{LocalQueue, Probe, ReportError};

@@ -3,7 +3,9 @@
 //! The hot path ([`Probe::stamp`], [`Probe::report`], [`Probe::record`]) reads the clock,
 //! writes into the caller's context and pushes one `Copy` record into a bounded lock-free
 //! queue. It never allocates, never takes a lock and never blocks; a full queue is counted
-//! and the record dropped.
+//! and the record dropped. The counts reach the collector, so the usual calls
+//! ([`Probe::record`], [`Probe::record_at`], [`Probe::report_stamp`]) return no error to
+//! handle; their `try_` forms say whether the record was queued.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -14,7 +16,7 @@ use crate::carrier::CarrierError;
 use crate::clock::{Clock, SystemClock};
 use crate::context::{HopId, Stamp, TraceContext};
 use crate::counters::{AsExtracted, Counters};
-use crate::protocol::Record;
+use hoptrace_protocol::Record;
 
 /// State shared by an exporter and all its probes.
 #[derive(Debug)]
@@ -36,14 +38,15 @@ impl Shared {
 
 /// Why a report did not reach the queue. Small and `Copy`: the hot path never allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReportError {
     /// The exporter's queue is full (the collector is slow or unreachable). The record is
     /// dropped and counted as `queue_full`; raise the queue capacity or the collector's
     /// capacity.
     #[error("probe queue full: record dropped and counted")]
     QueueFull,
-    /// The context holds no stamp of this probe's hop: call [`Probe::stamp`] first, or use
-    /// [`Probe::record`].
+    /// The context holds no stamp of this probe's hop (not counted): call [`Probe::stamp`]
+    /// first, or use [`Probe::record`].
     #[error("context holds no stamp of this hop")]
     NoStamp,
 }
@@ -99,17 +102,32 @@ impl<C: Clock> Probe<C> {
     #[inline]
     pub fn report(&self, ctx: &TraceContext) -> Result<(), ReportError> {
         let stamp = ctx.stamp_of(self.hop).ok_or(ReportError::NoStamp)?;
-        self.report_stamp(ctx, stamp.ns)
+        self.try_report_stamp(ctx, stamp.ns)
     }
 
     /// Hands a stamp of this hop taken at `stamp_ns` for `ctx` to the collector, whether or
-    /// not it is in the context (a tap, or a context that was full).
+    /// not it is in the context (a tap, or a context that was full). A record that finds
+    /// the queue full is dropped and counted as `queue_full`.
+    #[inline]
+    pub fn report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) {
+        let _ = self.try_report_stamp(ctx, stamp_ns);
+    }
+
+    /// As [`Probe::report_stamp`], saying whether the record was queued.
     ///
     /// # Errors
     /// [`ReportError::QueueFull`], counted as `queue_full`.
     #[inline]
-    pub fn report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) -> Result<(), ReportError> {
-        match self.shared.queue.push(Record::new(ctx, self.hop, stamp_ns)) {
+    pub fn try_report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) -> Result<(), ReportError> {
+        let record = Record {
+            key: ctx.key,
+            hop: self.hop,
+            stamp_ns,
+            metric_count: ctx.metric_count,
+            intended_ns: ctx.intended_ns,
+            otel_trace_id: ctx.otel_trace_id,
+        };
+        match self.shared.queue.push(record) {
             Ok(()) => Ok(()),
             Err(_) => {
                 self.shared.counters.queue_full.0.fetch_add(1, Relaxed);
@@ -118,25 +136,48 @@ impl<C: Clock> Probe<C> {
         }
     }
 
-    /// Stamps `ctx` with a time read earlier (one reading for a whole batch of messages)
-    /// and reports it.
-    ///
-    /// # Errors
-    /// [`ReportError::QueueFull`], counted; the context is stamped either way.
+    /// Stamps `ctx` with a time read earlier (one reading for a whole batch of messages),
+    /// reports it, and returns the stamp. A record that finds the queue full is dropped and
+    /// counted as `queue_full`; the context is stamped either way.
     #[inline]
-    pub fn record_at(&self, ctx: &mut TraceContext, stamp_ns: i64) -> Result<Stamp, ReportError> {
+    pub fn record_at(&self, ctx: &mut TraceContext, stamp_ns: i64) -> Stamp {
         let stamp = self.stamp_at(ctx, stamp_ns);
-        self.report_stamp(ctx, stamp_ns).map(|()| stamp)
+        self.report_stamp(ctx, stamp_ns);
+        stamp
     }
 
-    /// Stamps `ctx` and reports the stamp: the usual call at a hop.
+    /// As [`Probe::record_at`], saying whether the record was queued.
     ///
     /// # Errors
     /// [`ReportError::QueueFull`], counted; the context is stamped either way.
     #[inline]
-    pub fn record(&self, ctx: &mut TraceContext) -> Result<Stamp, ReportError> {
+    pub fn try_record_at(
+        &self,
+        ctx: &mut TraceContext,
+        stamp_ns: i64,
+    ) -> Result<Stamp, ReportError> {
+        let stamp = self.stamp_at(ctx, stamp_ns);
+        self.try_report_stamp(ctx, stamp_ns).map(|()| stamp)
+    }
+
+    /// Stamps `ctx` and reports the stamp, and returns it: the usual call at a hop. A
+    /// record that finds the queue full is dropped and counted as `queue_full` (the count
+    /// reaches the collector); the context is stamped either way.
+    #[inline]
+    pub fn record(&self, ctx: &mut TraceContext) -> Stamp {
         let stamp = self.stamp(ctx);
-        self.report_stamp(ctx, stamp.ns).map(|()| stamp)
+        self.report_stamp(ctx, stamp.ns);
+        stamp
+    }
+
+    /// As [`Probe::record`], saying whether the record was queued.
+    ///
+    /// # Errors
+    /// [`ReportError::QueueFull`], counted; the context is stamped either way.
+    #[inline]
+    pub fn try_record(&self, ctx: &mut TraceContext) -> Result<Stamp, ReportError> {
+        let stamp = self.stamp(ctx);
+        self.try_report_stamp(ctx, stamp.ns).map(|()| stamp)
     }
 
     /// The exporter's counters, e.g. to count carrier outcomes with
@@ -250,7 +291,7 @@ mod tests {
         let clock = ManualClock::new(1_000);
         let p = q.probe_with_clock(HopId(3), clock.clone());
         let mut c = ctx();
-        let s = p.record(&mut c).unwrap();
+        let s = p.record(&mut c);
         assert_eq!(
             s,
             Stamp {
@@ -283,6 +324,36 @@ mod tests {
     }
 
     #[test]
+    fn record_counts_a_full_queue_and_try_record_says_so() {
+        let q = LocalQueue::new(1);
+        let clock = ManualClock::new(5);
+        let p = q.probe_with_clock(HopId(2), clock);
+        let mut c = ctx();
+        assert_eq!(
+            p.try_record(&mut c),
+            Ok(Stamp {
+                hop: HopId(2),
+                ns: 5
+            })
+        );
+        // The queue is full: the stamp is still taken and returned, the record counted.
+        assert_eq!(
+            p.record(&mut c),
+            Stamp {
+                hop: HopId(2),
+                ns: 5
+            }
+        );
+        assert_eq!(p.try_record(&mut c), Err(ReportError::QueueFull));
+        assert_eq!(p.try_record_at(&mut c, 7), Err(ReportError::QueueFull));
+        assert_eq!(p.record_at(&mut c, 8).ns, 8);
+        p.report_stamp(&c, 9);
+        assert_eq!(c.stamps().len(), 5, "stamped in-band either way");
+        let s = q.counters();
+        assert_eq!((s.reported, s.queue_full), (6, 5));
+    }
+
+    #[test]
     fn report_without_stamp_is_an_error() {
         let q = LocalQueue::new(2);
         assert_eq!(q.probe(HopId(0)).report(&ctx()), Err(ReportError::NoStamp));
@@ -298,6 +369,6 @@ mod tests {
         }
         let extra = p.stamp(&mut c);
         assert_eq!(q.counters().stamps_full, 1);
-        assert!(p.report_stamp(&c, extra.ns).is_ok());
+        assert!(p.try_report_stamp(&c, extra.ns).is_ok());
     }
 }

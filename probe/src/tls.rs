@@ -1,21 +1,19 @@
-//! TLS for the collector connection (rustls, ring provider), behind the `tls` feature.
-//!
-//! The probe side verifies the collector's certificate against a CA bundle (PEM); the
-//! collector side serves a certificate chain and key (PEM). The same framing runs inside
-//! the TLS stream (`docs/collector-protocol.md`).
+//! TLS to the collector (rustls, ring provider), behind the `tls` feature: the exporter
+//! verifies the collector's certificate against a CA bundle (PEM). The same framing runs
+//! inside the TLS stream (`docs/collector-protocol.md`).
 
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 /// A TLS setting that cannot be used, naming the file or value at fault.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct TlsError(String);
+pub(crate) struct TlsError(String);
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -25,7 +23,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 ///
 /// # Errors
 /// The file does not read, holds no certificate, or a certificate is malformed.
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
         .map_err(|e| TlsError(format!("certificates in {}: {e}", path.display())))?;
@@ -38,42 +36,11 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
-/// Reads the private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
-///
-/// # Errors
-/// The file does not read or holds no private key.
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| TlsError(format!("private key in {}: {e}", path.display())))
-}
-
-/// The collector's TLS setting: its certificate chain and key.
-///
-/// # Errors
-/// The files do not read, or the key does not match the certificate.
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = load_certs(cert)?;
-    let key_der = load_key(key)?;
-    let config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError(format!("TLS protocol versions: {e}")))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key_der)
-        .map_err(|e| {
-            TlsError(format!(
-                "certificate {} with key {}: {e}",
-                cert.display(),
-                key.display()
-            ))
-        })?;
-    Ok(Arc::new(config))
-}
-
 /// A probe's TLS setting: the CA bundle the collector's certificate must chain to.
 ///
 /// # Errors
 /// The file does not read or a certificate in it is not a usable trust anchor.
-pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+pub(crate) fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in load_certs(ca)? {
         roots
@@ -93,7 +60,7 @@ pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, TlsError> {
 ///
 /// # Errors
 /// The name is neither an IP address nor a valid DNS name.
-pub fn server_name(addr: &str, name: Option<&str>) -> Result<ServerName<'static>, TlsError> {
+pub(crate) fn server_name(addr: &str, name: Option<&str>) -> Result<ServerName<'static>, TlsError> {
     let host = name.unwrap_or_else(|| {
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
         host.trim_start_matches('[').trim_end_matches(']')
@@ -153,13 +120,8 @@ mod tests {
         let err = client_config(&empty).unwrap_err().to_string();
         assert!(err.contains("empty.pem") && err.contains("no PEM"), "{err}");
         let missing = dir.join("missing.pem");
-        let err = server_config(&missing, &missing).unwrap_err().to_string();
+        let err = client_config(&missing).unwrap_err().to_string();
         assert!(err.contains("missing.pem"), "{err}");
-        let err = load_key(&empty).unwrap_err().to_string();
-        assert!(
-            err.contains("private key in") && err.contains("empty.pem"),
-            "{err}"
-        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

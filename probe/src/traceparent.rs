@@ -8,6 +8,7 @@ pub const TRACEPARENT: &str = "traceparent";
 
 /// Why a `traceparent` value was ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceparentError {
     /// Not `00-<32 hex>-<16 hex>-<2 hex>` in lower-case hex.
     #[error("traceparent is not 00-<32 hex>-<16 hex>-<2 hex>")]
@@ -57,18 +58,6 @@ fn hex_lower(src: &[u8], out: &mut [u8]) -> Result<(), TraceparentError> {
         *o = nibble(pair[0])? << 4 | nibble(pair[1])?;
     }
     Ok(())
-}
-
-impl OtelTraceId {
-    /// The id as 32 lower-case hex digits, as OpenTelemetry prints it.
-    #[must_use]
-    pub fn to_hex(&self) -> String {
-        use std::fmt::Write as _;
-        self.0.iter().fold(String::with_capacity(32), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-    }
 }
 
 #[cfg(test)]

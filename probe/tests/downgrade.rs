@@ -10,8 +10,8 @@ use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use common::MiniCollector;
-use hoptrace_probe::protocol::Frame;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+use hoptrace_protocol::Frame;
 
 const HOPS: &[(HopId, &str)] = &[(HopId(0), "publish"), (HopId(1), "broker")];
 
@@ -86,7 +86,7 @@ fn send(exp: Exporter, n: u64) -> hoptrace_probe::ExportSummary {
             stream: 1,
             sequence: seq,
         };
-        p.record(&mut TraceContext::new(key, 1, 0)).unwrap();
+        p.try_record(&mut TraceContext::new(key, 1, 0)).unwrap();
     }
     exp.shutdown()
 }

@@ -6,12 +6,12 @@ mod common;
 use std::time::Duration;
 
 use common::MiniCollector;
-use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
-use hoptrace_probe::protocol::{Frame, counter_id};
+use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::{
-    ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
-    TraceContext, TraceKey,
+    ClockReporting, ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock,
+    SystemClock, TraceContext, TraceKey,
 };
+use hoptrace_protocol::{Frame, counter_id};
 
 const HOPS: &[(HopId, &str)] = &[
     (HopId(0), "publish"),
@@ -39,7 +39,7 @@ fn ctx(seq: u64) -> TraceContext {
     )
 }
 
-fn last_counters(frames: &[(usize, Frame)]) -> hoptrace_probe::protocol::CountersFrame {
+fn last_counters(frames: &[(usize, Frame)]) -> hoptrace_protocol::CountersFrame {
     frames
         .iter()
         .rev()
@@ -60,13 +60,14 @@ fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
         detail: "test".into(),
         ..ClockStatus::default()
     };
-    let exp =
-        Exporter::start_with(config(mc.addr), HOPS, Box::new(StaticClockStatus(status))).unwrap();
+    let mut cfg = config(mc.addr);
+    cfg.clock = ClockReporting::Fixed(status);
+    let exp = Exporter::start(cfg, HOPS).unwrap();
     let probes: Vec<_> = HOPS.iter().map(|(h, _)| exp.probe(*h).unwrap()).collect();
     for seq in 0..30_000u64 {
         let mut c = ctx(seq);
         for p in &probes {
-            p.record(&mut c).unwrap();
+            p.try_record(&mut c).unwrap();
         }
         assert_eq!(c.stamps().len(), 3);
     }
@@ -129,7 +130,7 @@ fn records_queue_until_the_collector_comes_up() {
     let exp = Exporter::start(config(addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(50));
     assert!(!exp.is_connected());
@@ -150,7 +151,7 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
     let mut reported = 0u64;
     for round in 0..20 {
         for seq in 0..2000 {
-            if p.record(&mut ctx(round * 10_000 + seq)).is_ok() {
+            if p.try_record(&mut ctx(round * 10_000 + seq)).is_ok() {
                 reported += 1;
             }
         }
@@ -186,7 +187,7 @@ fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
         .with_shutdown_timeout(Duration::from_millis(200));
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..10 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
     std::thread::sleep(Duration::from_millis(50));
@@ -225,8 +226,8 @@ fn a_skewed_host_stamps_with_its_offset() {
         .probe_with_clock(HopId(1), OffsetClock::new(SystemClock, -5_000_000))
         .unwrap();
     let mut c = ctx(1);
-    let a = honest.record(&mut c).unwrap();
-    let b = skewed.record(&mut c).unwrap();
+    let a = honest.try_record(&mut c).unwrap();
+    let b = skewed.try_record(&mut c).unwrap();
     assert!(b.ns - a.ns < -4_000_000, "delta {}", b.ns - a.ns);
     assert!(exp.shutdown().clean);
     // The collector reads the connection's end after shutdown returns.
@@ -245,7 +246,7 @@ fn many_threads_report_and_exit_and_nothing_is_lost() {
             let p = exp.probe(HopId((t % 3) as u8)).unwrap();
             std::thread::spawn(move || {
                 for seq in 0..5_000 {
-                    p.record(&mut ctx(t * 100_000 + seq)).unwrap();
+                    p.try_record(&mut ctx(t * 100_000 + seq)).unwrap();
                 }
             })
         })
@@ -296,7 +297,7 @@ fn a_durable_collector_acknowledges_every_frame_and_nothing_is_left_over() {
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     let summary = exp.shutdown();
     assert!(summary.clean);
@@ -322,7 +323,7 @@ fn unacknowledged_frames_are_sent_again_after_a_reconnection() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     // Wait until all of them were written once.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -362,7 +363,7 @@ fn evicted_frames_the_collector_never_stored_are_counted_lost_exactly() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while mc.records().len() < 5_000 && std::time::Instant::now() < deadline {
@@ -397,7 +398,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     first.wait_for("1,000 records", Duration::from_secs(10), |f| {
         f.iter()
@@ -416,7 +417,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
         std::thread::sleep(Duration::from_millis(5));
     }
     for seq in 1_000..5_000 {
-        p.record(&mut ctx(seq)).unwrap();
+        p.try_record(&mut ctx(seq)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
     let again = common::Durable::default();
@@ -463,7 +464,7 @@ fn an_absence_longer_than_the_retention_buffer_loses_exactly_what_it_evicted() {
 /// exporter queues nothing of it and goes on working for every later frame and record.
 #[test]
 fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
-    use hoptrace_probe::protocol::{EncodeError, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+    use hoptrace_protocol::{EncodeError, MAX_SENT_PER_FRAME, SentEntry, SentFrame};
     let mc = MiniCollector::start(None);
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let entry = |stream| SentEntry {
@@ -473,27 +474,27 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
         first_sequence: 0,
         last_sequence: 0,
     };
-    let too_many = Frame::Sent(SentFrame {
+    let too_many = SentFrame {
         publisher: 1,
         entries: (0..=MAX_SENT_PER_FRAME as u32).map(entry).collect(),
-    });
+    };
     assert_eq!(
-        exp.send_frame(&too_many),
+        exp.send_sent_frame(too_many),
         Err(EncodeError::TooManySentEntries(MAX_SENT_PER_FRAME + 1))
     );
     // The same exporter, from another thread as well: nothing poisoned.
     std::thread::scope(|s| {
         s.spawn(|| {
-            exp.send_frame(&Frame::Sent(SentFrame {
+            exp.send_sent_frame(SentFrame {
                 publisher: 1,
                 entries: vec![entry(7)],
-            }))
+            })
             .unwrap();
         });
     });
     let p = exp.probe(HOPS[0].0).unwrap();
     let mut c = ctx(1);
-    p.record(&mut c).unwrap();
+    p.try_record(&mut c).unwrap();
     let summary = exp.shutdown();
     assert!(summary.clean, "{summary:?}");
     mc.wait_for_goodbye();
@@ -507,4 +508,84 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
         .collect();
     assert_eq!(sent, [vec![entry(7)]], "only the valid Sent frame went out");
     assert_eq!(mc.records().len(), 1);
+}
+
+/// Dropping an exporter returns at once, also while its thread still has seconds of
+/// trying left (an unreachable collector); the thread goes on delivering in the
+/// background.
+#[test]
+fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let exp = Exporter::start(config(addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::from_secs(3));
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..100 {
+        p.try_record(&mut ctx(seq)).unwrap();
+    }
+    let t = std::time::Instant::now();
+    drop(exp);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "drop waited {:?}",
+        t.elapsed()
+    );
+
+    // With a collector: everything recorded before the drop arrives, then Goodbye.
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
+    let p = exp.probe(HopId(1)).unwrap();
+    for seq in 0..1_000 {
+        p.try_record(&mut ctx(seq)).unwrap();
+    }
+    drop(exp);
+    mc.wait_for_goodbye();
+    assert_eq!(mc.records().len(), 1_000);
+}
+
+#[test]
+fn connect_waits_for_the_welcome_or_says_why_none_came() {
+    let mc = MiniCollector::start(None);
+    let exp = Exporter::connect(config(mc.addr), HOPS).unwrap();
+    assert!(exp.is_connected());
+    assert_eq!(exp.run_id().as_deref(), Some("test-run"));
+    assert!(exp.shutdown().clean);
+
+    // Nothing listens: the wait ends with the last connection error.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = listener.local_addr().unwrap();
+    drop(listener);
+    let mut cfg = config(closed);
+    cfg.welcome_timeout = Duration::from_millis(200);
+    let t = std::time::Instant::now();
+    let err = Exporter::connect(cfg, HOPS).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let hoptrace_probe::ExporterError::NotWelcomed {
+        collector,
+        hops,
+        waited_ms,
+        detail,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (collector.as_str(), hops.as_str(), *waited_ms),
+        (closed.to_string().as_str(), "publish, broker, flow_in", 200)
+    );
+    assert!(detail.contains("connect"), "{detail}");
+    assert!(
+        err.to_string().contains("is hoptrace collect running"),
+        "{err}"
+    );
+
+    // A collector that refuses: its reason comes through.
+    let refusing = MiniCollector::start(Some("bad token"));
+    let mut cfg = config(refusing.addr);
+    cfg.welcome_timeout = Duration::from_millis(200);
+    let err = Exporter::connect(cfg, HOPS).unwrap_err().to_string();
+    assert!(err.contains("bad token"), "{err}");
 }

@@ -4,10 +4,10 @@
 //! splices of two inputs). `infra/test.sh` also runs the coverage-guided fuzzers for a
 //! bounded time where a nightly toolchain is available.
 
-use hoptrace_probe::protocol::{
+use hoptrace_probe::{ClockStatus, HopId, OtelTraceId, TraceKey};
+use hoptrace_protocol::{
     CountersFrame, Frame, Hello, PROTOCOL_VERSION, Record, SentEntry, SentFrame,
 };
-use hoptrace_probe::{ClockStatus, HopId, OtelTraceId, TraceKey};
 
 include!("../fuzz/checks.rs");
 

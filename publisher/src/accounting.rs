@@ -2,7 +2,7 @@
 //! the schedule lag histogram.
 
 use hdrhistogram::Histogram;
-use hoptrace_probe::protocol::{MAX_SENT_PER_FRAME, SentEntry, SentFrame};
+use hoptrace_protocol::{MAX_SENT_PER_FRAME, SentEntry, SentFrame};
 
 /// Most entries per Sent frame: as many as fit in one frame.
 pub const SENT_ENTRIES_PER_FRAME: usize = MAX_SENT_PER_FRAME;
@@ -239,11 +239,11 @@ mod tests {
         let mut n = 0;
         for f in &frames {
             assert_eq!(f.publisher, 9);
-            let bytes = hoptrace_probe::protocol::Frame::Sent(f.clone())
+            let bytes = hoptrace_protocol::Frame::Sent(f.clone())
                 .to_bytes()
                 .unwrap();
             assert!(
-                bytes.len() - 4 <= hoptrace_probe::protocol::MAX_FRAME_LEN,
+                bytes.len() - 4 <= hoptrace_protocol::MAX_FRAME_LEN,
                 "{} bytes",
                 bytes.len()
             );

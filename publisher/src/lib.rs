@@ -30,7 +30,8 @@
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
 //!
-//! use hoptrace_publisher::publish::{self, CollectorLink, PublishConfig};
+//! use hoptrace_probe::ExporterConfig;
+//! use hoptrace_publisher::publish::{self, PublishConfig};
 //! use hoptrace_publisher::schedule::LoadShape;
 //! use hoptrace_publisher::url::Endpoint;
 //!
@@ -41,7 +42,7 @@
 //! shape.ramp_up = Duration::from_secs(5);
 //! shape.duration = Some(Duration::from_secs(30));
 //! let mut config = PublishConfig::new(Endpoint::parse("mqtt://127.0.0.1:11883?qos=1")?, shape);
-//! config.collector = Some(CollectorLink::new("127.0.0.1:7400"));
+//! config.collector = Some(ExporterConfig::new("127.0.0.1:7400", "my-load"));
 //! let summary = publish::run(config, Arc::new(AtomicBool::new(false)))?;
 //! println!(
 //!     "{} messages, lag p99 {} ns",
@@ -52,7 +53,7 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod accounting;
 pub mod capture;
@@ -66,8 +67,7 @@ pub mod uns;
 pub mod url;
 
 pub use publish::{
-    CollectorLink, LiveSnapshot, PublishConfig, PublishError, PublishSummary, Publisher,
-    ReplayConfig,
+    LiveSnapshot, PublishConfig, PublishError, PublishSummary, Publisher, ReplayConfig,
 };
 pub use schedule::{Burst, LoadShape, Schedule};
 pub use tap::{Tap, TapConfig, TapError, TapSummary};

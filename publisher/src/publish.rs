@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::clock::realtime_ns;
-use hoptrace_probe::protocol::Frame;
 use hoptrace_probe::{
     CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
     TraceKey,
@@ -37,74 +36,15 @@ pub enum PublishError {
     /// The broker cannot be used: see the message (unreachable, credentials, topic).
     #[error(transparent)]
     Target(#[from] TargetError),
-    /// The exporter to the collector could not start: fix the hop list.
+    /// The exporter to the collector could not start (fix the hop list or the TLS
+    /// setting), or the collector did not welcome this publisher (is `hoptrace collect`
+    /// running at that address, with a pipeline that declares the publish hop, name and
+    /// id, and the same token?).
     #[error("exporter: {0}")]
     Exporter(#[from] ExporterError),
-    /// The collector did not welcome this publisher: is `hoptrace collect` running at
-    /// that address, with a pipeline that declares this hop (name and id) and the same
-    /// token?
-    #[error(
-        "collector {addr} did not accept this publisher within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare hop {hop:?}? same --token?)"
-    )]
-    Collector {
-        /// The collector address.
-        addr: String,
-        /// The hop announced.
-        hop: String,
-        /// How long it was waited for.
-        waited_ms: u64,
-        /// The exporter's last error.
-        detail: String,
-    },
     /// The capture to replay cannot be read: check the file.
     #[error(transparent)]
     Capture(#[from] CaptureError),
-}
-
-/// Where and how to report to the collector.
-#[derive(Debug, Clone)]
-pub struct CollectorLink {
-    /// Collector address, `host:port`.
-    pub addr: String,
-    /// Token the collector requires.
-    pub token: Option<String>,
-    /// TLS: speak TLS to the collector, trusting this CA bundle (PEM).
-    pub tls_ca: Option<PathBuf>,
-    /// TLS: the name the collector's certificate carries (default: its address's host).
-    pub tls_server_name: Option<String>,
-    /// The publish hop: its id and name as the collector's pipeline declares them.
-    pub hop: (HopId, String),
-    /// How long to wait for the collector's Welcome before giving up.
-    pub wait: Duration,
-    /// Bytes of records kept until the collector says they are durable
-    /// ([`ExporterConfig::retention_bytes`]).
-    pub retention_bytes: usize,
-}
-
-impl CollectorLink {
-    /// A link to `addr` announcing hop 0 `publish` (the default pipeline's).
-    #[must_use]
-    pub fn new(addr: impl Into<String>) -> Self {
-        Self {
-            addr: addr.into(),
-            token: None,
-            tls_ca: None,
-            tls_server_name: None,
-            hop: (HopId(0), "publish".into()),
-            wait: Duration::from_secs(5),
-            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
-        }
-    }
-}
-
-impl CollectorLink {
-    /// Sets the token and TLS of an exporter's configuration from this link.
-    pub fn configure(&self, config: &mut ExporterConfig) {
-        config.token.clone_from(&self.token);
-        config.tls_ca.clone_from(&self.tls_ca);
-        config.tls_server_name.clone_from(&self.tls_server_name);
-        config.retention_bytes = self.retention_bytes;
-    }
 }
 
 /// A capture to replay instead of generated load.
@@ -139,8 +79,13 @@ pub struct PublishConfig {
     pub context_in_payload: bool,
     /// Publisher id in the trace key; unique per publisher within a run.
     pub publisher_id: u16,
-    /// The collector, if stamps are to be reported.
-    pub collector: Option<CollectorLink>,
+    /// The collector and how to reach it, if stamps are to be reported: the publisher
+    /// connects at start and waits for the Welcome (up to its `welcome_timeout`), and
+    /// announces its `process` name.
+    pub collector: Option<ExporterConfig>,
+    /// The hop the egress stamps are reported as: its id and name as the collector's
+    /// pipeline declares them (default: 0 `publish`, as the default pipeline's).
+    pub hop: (HopId, String),
     /// Publish without tracing: no probe stamp, no trace context in the message, no
     /// collector; the same client, settings, payloads, schedule (its clock read for the
     /// lag included) and accounting. The baseline a traced publisher's speed is compared
@@ -157,8 +102,6 @@ pub struct PublishConfig {
     /// trades up to one tick of schedule lag (measured and reported) for far fewer
     /// wake-ups and writes at high rates; stages are measured from the egress stamp.
     pub tick: Duration,
-    /// Process name announced to the collector.
-    pub process: String,
 }
 
 impl PublishConfig {
@@ -177,12 +120,12 @@ impl PublishConfig {
             context_in_payload: false,
             publisher_id: id,
             collector: None,
+            hop: (HopId(0), "publish".into()),
             bare: false,
             replay: None,
             flush_timeout: Duration::from_secs(10),
             sent_interval: Duration::from_secs(1),
             tick: Duration::ZERO,
-            process: "hoptrace-publish".into(),
         }
     }
 }
@@ -612,26 +555,11 @@ impl Publisher {
         let target = target::open_target(&config.target, carrier, "pub")?;
         let (exporter, probe, hop) = match &config.collector {
             None => (None, None, HopId(0)),
-            Some(link) => {
-                let mut ec = ExporterConfig::new(&link.addr, &config.process);
-                link.configure(&mut ec);
-                let exporter = Exporter::start(ec, &[(link.hop.0, link.hop.1.as_str())])?;
-                let started = Instant::now();
-                while !exporter.is_connected() && started.elapsed() < link.wait {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if !exporter.is_connected() {
-                    let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
-                    drop(exporter.with_shutdown_timeout(Duration::ZERO));
-                    return Err(PublishError::Collector {
-                        addr: link.addr.clone(),
-                        hop: link.hop.1.clone(),
-                        waited_ms: link.wait.as_millis() as u64,
-                        detail,
-                    });
-                }
-                let probe = exporter.probe(link.hop.0)?;
-                (Some(exporter), Some(probe), link.hop.0)
+            Some(exporter) => {
+                let (id, name) = &config.hop;
+                let exporter = Exporter::connect(exporter.clone(), &[(*id, name.as_str())])?;
+                let probe = exporter.probe(*id)?;
+                (Some(exporter), Some(probe), *id)
             }
         };
         let planned_messages = match &plan {
@@ -762,7 +690,7 @@ impl Publisher {
                         if let Some(p) = &self.probe {
                             // A full exporter queue is counted by the probe (queue_full)
                             // and reported to the collector; nothing more to do here.
-                            let _ = p.report_stamp(&ctx, stamp.ns);
+                            p.report_stamp(&ctx, stamp.ns);
                         }
                         ledger.record(n.stream, n.sequence, metrics);
                         payload_bytes += buf.len() as u64;
@@ -813,7 +741,7 @@ impl Publisher {
                 next_sent = now + self.config.sent_interval;
                 if let Some(e) = &self.exporter {
                     for f in ledger.frames() {
-                        e.send_frame(&Frame::Sent(f))
+                        e.send_sent_frame(f)
                             .expect("the ledger splits sent entries into frames that fit");
                     }
                 }
@@ -825,7 +753,7 @@ impl Publisher {
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
                 for f in ledger.frames() {
-                    e.send_frame(&Frame::Sent(f))
+                    e.send_sent_frame(f)
                         .expect("the ledger splits sent entries into frames that fit");
                 }
                 let run_id = e.run_id();

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::{CarrierError, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe};
 
 use crate::accounting::{LagHistogram, LagSummary};
-use crate::publish::CollectorLink;
 use crate::target::{self, BrokerTime, Source, TargetError};
 use crate::url::{Carrier, Endpoint, UrlError};
 
@@ -40,24 +39,11 @@ pub enum TapError {
     /// The broker cannot be used: see the message (unreachable, credentials, topic).
     #[error(transparent)]
     Target(#[from] TargetError),
-    /// The exporter to the collector could not start: fix the hop.
+    /// The exporter to the collector could not start (fix the hop or the TLS setting), or
+    /// the collector did not welcome this tap (is `hoptrace collect` running there, with a
+    /// pipeline that declares this hop, name and id, and the same token?).
     #[error("exporter: {0}")]
     Exporter(#[from] hoptrace_probe::ExporterError),
-    /// The collector did not welcome this tap: is `hoptrace collect` running there, with
-    /// a pipeline that declares this hop (name and id), and the same token?
-    #[error(
-        "collector {addr} did not accept this tap within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare hop {hop:?}? same --token?)"
-    )]
-    Collector {
-        /// The collector address.
-        addr: String,
-        /// The hop announced.
-        hop: String,
-        /// How long it was waited for.
-        waited_ms: u64,
-        /// The exporter's last error.
-        detail: String,
-    },
 }
 
 /// What to tap and where to report.
@@ -69,8 +55,13 @@ pub struct TapConfig {
     pub topics: Vec<String>,
     /// The carrier to read the context from; default per transport.
     pub carrier: Option<Carrier>,
-    /// The collector and this tap's hop (default hop 1 `broker`).
-    pub collector: Option<CollectorLink>,
+    /// The collector and how to reach it, if stamps are to be reported: the tap connects
+    /// at start and waits for the Welcome (up to its `welcome_timeout`), and announces its
+    /// `process` name.
+    pub collector: Option<ExporterConfig>,
+    /// The hop the arrival stamps are reported as: its id and name as the collector's
+    /// pipeline declares them (default: 1 `broker`, as the default pipeline's).
+    pub hop: (HopId, String),
     /// Report Kafka's LogAppendTime as the stamp when the record carries it.
     pub use_log_append_time: bool,
     /// Only these publisher ids are reported; other traced messages count as foreign.
@@ -81,8 +72,6 @@ pub struct TapConfig {
     pub duration: Option<Duration>,
     /// Stop after this many traced messages.
     pub max_messages: Option<u64>,
-    /// Process name announced to the collector.
-    pub process: String,
 }
 
 impl TapConfig {
@@ -94,12 +83,12 @@ impl TapConfig {
             topics: Vec::new(),
             carrier: None,
             collector: None,
+            hop: (HopId(1), "broker".into()),
             use_log_append_time: true,
             publishers: None,
             publish_hop: HopId(0),
             duration: None,
             max_messages: None,
-            process: "hoptrace-tap".into(),
         }
     }
 }
@@ -194,25 +183,10 @@ impl Tap {
         let source = target::open_source(&config.source, &config.topics, "tap")?;
         let (exporter, probe) = match &config.collector {
             None => (None, None),
-            Some(link) => {
-                let mut ec = ExporterConfig::new(&link.addr, &config.process);
-                link.configure(&mut ec);
-                let exporter = Exporter::start(ec, &[(link.hop.0, link.hop.1.as_str())])?;
-                let started = Instant::now();
-                while !exporter.is_connected() && started.elapsed() < link.wait {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if !exporter.is_connected() {
-                    let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
-                    drop(exporter.with_shutdown_timeout(Duration::ZERO));
-                    return Err(TapError::Collector {
-                        addr: link.addr.clone(),
-                        hop: link.hop.1.clone(),
-                        waited_ms: link.wait.as_millis() as u64,
-                        detail,
-                    });
-                }
-                let probe = exporter.probe(link.hop.0)?;
+            Some(exporter) => {
+                let (id, name) = &config.hop;
+                let exporter = Exporter::connect(exporter.clone(), &[(*id, name.as_str())])?;
+                let probe = exporter.probe(*id)?;
                 (Some(exporter), Some(probe))
             }
         };
@@ -236,7 +210,10 @@ impl Tap {
             self.config
                 .collector
                 .as_ref()
-                .map(|c| format!(", reporting hop {} (id {})", c.hop.1, c.hop.0.0))
+                .map(|_| format!(
+                    ", reporting hop {} (id {})",
+                    self.config.hop.1, self.config.hop.0.0
+                ))
                 .unwrap_or_default()
         )
     }
@@ -314,7 +291,7 @@ impl Tap {
             };
             if let Some(p) = &self.probe {
                 // A full queue is counted by the probe and reported to the collector.
-                let _ = p.report_stamp(&ctx, stamp_ns);
+                p.report_stamp(&ctx, stamp_ns);
             }
             if let Some(s) = ctx.stamp_of(self.config.publish_hop) {
                 delivery.record(m.arrival_ns - s.ns);
@@ -342,7 +319,11 @@ impl Tap {
         Ok(TapSummary {
             source: self.source.describe(),
             carrier: self.carrier,
-            hop: self.config.collector.as_ref().map(|c| c.hop.1.clone()),
+            hop: self
+                .config
+                .collector
+                .as_ref()
+                .map(|_| self.config.hop.1.clone()),
             run_id,
             elapsed_ns: started.elapsed().as_nanos() as u64,
             received: live.received.load(Relaxed),

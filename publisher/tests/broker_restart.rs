@@ -236,7 +236,7 @@ fn survive_a_restart(version: &str) {
         "?version={version}&qos=1&clean=false&client_id=hoptrace-test-tap-{id}&session_expiry_s=60"
     )));
     tc.topics = vec![format!("{prefix}/#")];
-    tc.collector = Some(link(&collector, 1, "broker"));
+    tc.collector = Some(link(&collector));
     tc.publishers = Some(vec![id]);
     let tap = Tap::start(tc).unwrap_or_else(|e| panic!("{e}\n{}", broker.log_tail()));
     let subscribed = SystemTime::now();
@@ -256,7 +256,7 @@ fn survive_a_restart(version: &str) {
         load(5000.0, n),
     );
     pc.publisher_id = id;
-    pc.collector = Some(link(&collector, 0, "publish"));
+    pc.collector = Some(link(&collector));
     let publisher = Publisher::new(pc).unwrap_or_else(|e| panic!("{e}\n{}", broker.log_tail()));
     let pub_live = publisher.live();
     let pub_thread = std::thread::spawn(move || publisher.run(&flag()));

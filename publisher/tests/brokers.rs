@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{broker, closed_port, collector, flag, link, tempdir, unique_id, wait_for};
 use hoptrace_collector::RunSummary;
-use hoptrace_probe::HopId;
 use hoptrace_probe::carrier::HEADER;
+use hoptrace_probe::{ExporterConfig, ExporterError, HopId};
 use hoptrace_publisher::capture::{self, RecordConfig};
 use hoptrace_publisher::publish::{self, PublishConfig, PublishError, PublishSummary};
 use hoptrace_publisher::schedule::LoadShape;
@@ -39,7 +39,7 @@ fn publish_through_tap(
     let collector = collector(&dir);
     let mut tc = TapConfig::new(Endpoint::parse(tap_from).unwrap());
     tc.topics = tap_topics;
-    tc.collector = Some(link(&collector, 1, "broker"));
+    tc.collector = Some(link(&collector));
     tc.publishers = Some(vec![id]);
     let tap = Tap::start(tc).unwrap();
     let live = tap.live();
@@ -50,7 +50,7 @@ fn publish_through_tap(
     };
     let mut pc = PublishConfig::new(Endpoint::parse(target).unwrap(), shape);
     pc.publisher_id = id;
-    pc.collector = Some(link(&collector, 0, "publish"));
+    pc.collector = Some(link(&collector));
     let publish = publish::run(pc, flag()).unwrap();
     wait_for("the tap to see every message", || {
         live.traced.load(Relaxed) >= publish.messages
@@ -435,11 +435,14 @@ fn a_collector_that_is_not_there_is_reported() {
         Endpoint::parse(&format!("mqtt://{mqtt}")).unwrap(),
         shape(100.0, 1, 1, 1),
     );
-    let mut l = hoptrace_publisher::CollectorLink::new(format!("127.0.0.1:{}", closed_port()));
-    l.wait = Duration::from_millis(300);
+    let mut l = ExporterConfig::new(format!("127.0.0.1:{}", closed_port()), "publisher-test");
+    l.welcome_timeout = Duration::from_millis(300);
     cfg.collector = Some(l);
     let e = publish::run(cfg, flag()).expect_err("must fail");
-    assert!(matches!(e, PublishError::Collector { .. }), "{e:?}");
+    assert!(
+        matches!(e, PublishError::Exporter(ExporterError::NotWelcomed { .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("is hoptrace collect running"), "{e}");
 }
 
@@ -655,7 +658,7 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
     let mut tc =
         TapConfig::new(Endpoint::parse(&format!("mqtt://127.0.0.1:{port}?qos=1")).unwrap());
     tc.topics = vec![format!("{prefix}/#")];
-    tc.collector = Some(link(&collector, 1, "broker"));
+    tc.collector = Some(link(&collector));
     let tap = Tap::start(tc).unwrap();
     let live = tap.live();
     let stop = flag();
@@ -668,7 +671,7 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
         shape(1e6, 10, 1, n),
     );
     pc.publisher_id = id;
-    pc.collector = Some(link(&collector, 0, "publish"));
+    pc.collector = Some(link(&collector));
     let publish = publish::run(pc, flag()).unwrap();
     // The broker acknowledged every publish: the publisher cannot see the losses.
     assert_eq!(

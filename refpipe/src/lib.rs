@@ -16,6 +16,11 @@
 //! - [`broker`]: an in-process MQTT broker (rumqttd) for the demo's default;
 //! - [`wire`]: the store's protocol.
 //!
+//! It depends on the probe (embedded as a user would embed it) and on the publisher's
+//! broker clients; it must never depend on the collector, the analysis or the runner,
+//! and nothing of the measuring tool depends on it but the runner (which drives it in
+//! the demo and the soak) and the command.
+//!
 //! The stages of the reference report come out of these hops: Broker Time
 //! (`flow_in - publish`), Flow Internal (`flow_out - flow_in`), Transmission
 //! (`store_in - flow_out`), Total Ingestion (`queryable - publish`) and Query Duration
@@ -23,10 +28,12 @@
 //!
 //! ```no_run
 //! use hoptrace_publisher::url::Endpoint;
-//! use hoptrace_refpipe::{ProbeLink, processor, server};
+//! use hoptrace_probe::ExporterConfig;
+//! use hoptrace_refpipe::{Probes, processor, server};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let probes = ProbeLink::new("127.0.0.1:7400"); // a running `hoptrace collect`
+//! // A running `hoptrace collect`; each part announces its own process name.
+//! let probes = Probes::new(ExporterConfig::new("127.0.0.1:7400", "refpipe"));
 //! let mut store = server::StoreServerConfig::new("127.0.0.1:0");
 //! store.probes = Some(probes.clone());
 //! let store = server::StoreServer::start(store)?;
@@ -44,14 +51,11 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-use hoptrace_probe::clock::{ClockSource, StaticClockStatus};
+use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::{
-    ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
+    ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
 };
 
 pub mod broker;
@@ -97,22 +101,10 @@ pub enum RefpipeError {
     /// spec the collector runs).
     #[error("hop {0:?} is not among the probe link's hops")]
     UnknownHop(String),
-    /// The probes' exporter could not start.
+    /// The probes' exporter could not start, or the collector did not welcome it (is
+    /// `hoptrace collect` running there, with this pipeline's hops and the same token?).
     #[error("probe: {0}")]
     Probe(#[from] hoptrace_probe::ExporterError),
-    /// The collector did not welcome the probes: is `hoptrace collect` running there, with
-    /// this pipeline's hops and the same token?
-    #[error("collector {addr} did not accept {process} within {waited_ms} ms: {detail}")]
-    Collector {
-        /// The collector.
-        addr: String,
-        /// Which part of the pipeline.
-        process: String,
-        /// How long it was waited for.
-        waited_ms: u64,
-        /// The exporter's last error.
-        detail: String,
-    },
     /// The embedded broker could not start.
     #[error("embedded MQTT broker: {0}")]
     Broker(String),
@@ -136,54 +128,43 @@ pub struct SimulatedHost {
     pub error_bound_ns: u64,
 }
 
-/// Where a part of the pipeline reports its stamps: the collector and the pipeline's hop
-/// ids.
+/// Where a part of the pipeline reports its stamps: the collector and how to reach it,
+/// the pipeline's hop ids, and whether the part simulates another host.
 #[derive(Debug, Clone)]
-pub struct ProbeLink {
-    /// Collector address, `host:port`.
-    pub collector: String,
-    /// Token the collector requires.
-    pub token: Option<String>,
-    /// TLS: speak TLS to the collector, trusting this CA bundle (PEM).
-    pub tls_ca: Option<PathBuf>,
-    /// TLS: the name the collector's certificate carries (default: its address's host).
-    pub tls_server_name: Option<String>,
+pub struct Probes {
+    /// The collector and how to reach it; each part announces its own process name
+    /// (`refpipe-processor`, `refpipe-store`) and waits for the Welcome up to
+    /// `welcome_timeout`.
+    pub exporter: ExporterConfig,
     /// Every hop of the pipeline, with the ids the collector's spec gives them.
     pub hops: Vec<(HopId, String)>,
-    /// How long to wait for the collector's welcome.
-    pub wait: Duration,
     /// Report as another host, with a skewed clock.
     pub simulate: Option<SimulatedHost>,
-    /// Bytes of records kept until the collector says they are durable
-    /// ([`ExporterConfig::retention_bytes`]).
-    pub retention_bytes: usize,
 }
 
-impl ProbeLink {
-    /// A link to `collector` with the hops of [`DEFAULT_HOPS`].
+impl Probes {
+    /// Probes reporting to the collector `exporter` names, with the hops of
+    /// [`DEFAULT_HOPS`].
     #[must_use]
-    pub fn new(collector: impl Into<String>) -> Self {
+    pub fn new(exporter: ExporterConfig) -> Self {
         Self {
-            collector: collector.into(),
-            token: None,
-            tls_ca: None,
-            tls_server_name: None,
+            exporter,
             hops: DEFAULT_HOPS
                 .iter()
                 .map(|(id, n)| (*id, (*n).to_owned()))
                 .collect(),
-            wait: Duration::from_secs(5),
             simulate: None,
-            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
         }
     }
 
-    /// Starts an exporter for the hops `names`, waits until the collector welcomes it,
-    /// and returns it with a probe per hop, in the order of `names`.
+    /// Connects an exporter for the hops `names` as `process` (waiting until the
+    /// collector welcomes it), and returns it with a probe per hop, in the order of
+    /// `names`.
     ///
     /// # Errors
-    /// [`RefpipeError::UnknownHop`], [`RefpipeError::Probe`], [`RefpipeError::Collector`].
-    pub fn probes(
+    /// [`RefpipeError::UnknownHop`], [`RefpipeError::Probe`] (also when the collector did
+    /// not welcome the exporter in time).
+    pub fn connect(
         &self,
         process: &str,
         names: &[&str],
@@ -197,46 +178,26 @@ impl ProbeLink {
                 .ok_or_else(|| RefpipeError::UnknownHop((*name).to_owned()))?;
             hops.push((*id, n.as_str()));
         }
-        let mut config = ExporterConfig::new(&self.collector, process);
-        config.token.clone_from(&self.token);
-        config.tls_ca.clone_from(&self.tls_ca);
-        config.tls_server_name.clone_from(&self.tls_server_name);
-        config.retention_bytes = self.retention_bytes;
-        let exporter = match &self.simulate {
-            None => Exporter::start(config, &hops)?,
-            Some(sim) => {
-                config.host.clone_from(&sim.name);
-                let status = ClockStatus {
-                    source: ClockSource::Injected,
-                    synced: true,
-                    offset_ns: sim.clock_offset_ns,
-                    error_bound_ns: sim.error_bound_ns,
-                    detail: format!("simulated host, clock off by {} ns", sim.clock_offset_ns),
-                    ..ClockStatus::default()
-                };
-                Exporter::start_with(config, &hops, Box::new(StaticClockStatus(status)))?
-            }
-        };
+        let mut config = self.exporter.clone();
+        process.clone_into(&mut config.process);
+        if let Some(sim) = &self.simulate {
+            config.host.clone_from(&sim.name);
+            config.clock = ClockReporting::Fixed(ClockStatus {
+                source: ClockSource::Injected,
+                synced: true,
+                offset_ns: sim.clock_offset_ns,
+                error_bound_ns: sim.error_bound_ns,
+                detail: format!("simulated host, clock off by {} ns", sim.clock_offset_ns),
+                ..ClockStatus::default()
+            });
+        }
+        let exporter = Exporter::connect(config, &hops)?;
         let offset = self.simulate.as_ref().map_or(0, |s| s.clock_offset_ns);
         let probes = hops
             .iter()
             .map(|(id, _)| exporter.probe_with_clock(*id, OffsetClock::new(SystemClock, offset)))
             .collect::<Result<Vec<_>, _>>()?;
-        let started = Instant::now();
-        while !exporter.is_connected() && started.elapsed() < self.wait {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if exporter.is_connected() {
-            return Ok((exporter, probes));
-        }
-        let detail = exporter.last_error().unwrap_or_else(|| "no answer".into());
-        drop(exporter.with_shutdown_timeout(Duration::ZERO));
-        Err(RefpipeError::Collector {
-            addr: self.collector.clone(),
-            process: process.to_owned(),
-            waited_ms: self.wait.as_millis() as u64,
-            detail,
-        })
+        Ok((exporter, probes))
     }
 }
 

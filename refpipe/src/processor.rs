@@ -25,7 +25,7 @@ use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use crate::decode::{RowBuilder, Transform};
 use crate::wire::{self, Frame, WireError};
-use crate::{HostClock, ProbeLink, RefpipeError};
+use crate::{HostClock, Probes, RefpipeError};
 
 /// How the processor runs.
 #[derive(Debug, Clone)]
@@ -44,8 +44,9 @@ pub struct ProcessorConfig {
     pub linger: Duration,
     /// Applied to every value.
     pub transform: Transform,
-    /// The collector, and the ids of hops `flow_in` and `flow_out`.
-    pub probes: Option<ProbeLink>,
+    /// The collector, and the ids of hops `flow_in` and `flow_out`; without it the
+    /// processor runs unmeasured.
+    pub probes: Option<Probes>,
 }
 
 impl ProcessorConfig {
@@ -171,7 +172,7 @@ impl Processor {
             None => (None, None, None),
             Some(link) => {
                 let (exporter, probes) =
-                    link.probes("refpipe-processor", &["flow_in", "flow_out"])?;
+                    link.connect("refpipe-processor", &["flow_in", "flow_out"])?;
                 let [i, o]: [Probe<HostClock>; 2] = probes.try_into().expect("two hops asked for");
                 (Some(exporter), Some(i), Some(o))
             }
@@ -339,7 +340,7 @@ impl Worker {
         let ctx = match (&self.flow_in, extracted) {
             (Some(p), e) => p.counted(e).ok().map(|e| {
                 let mut ctx = e.context;
-                let _ = p.record(&mut ctx);
+                p.record(&mut ctx);
                 ctx
             }),
             (None, e) => e.ok().map(|e| e.context),
@@ -385,7 +386,7 @@ impl Worker {
         if let Some(p) = &self.flow_out {
             let t = p.now_ns();
             for c in &mut self.contexts {
-                let _ = p.record_at(c, t);
+                p.record_at(c, t);
             }
         }
         let id = self.next_write;

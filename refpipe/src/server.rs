@@ -20,7 +20,7 @@ use hoptrace_probe::{ExportSummary, Exporter, Probe, TraceContext};
 
 use crate::store::{Store, StoreConfig};
 use crate::wire::{self, Frame, WireError};
-use crate::{HostClock, ProbeLink, RefpipeError};
+use crate::{HostClock, Probes, RefpipeError};
 
 /// Most client connections served at once; more are refused (closed with an Error frame).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -33,7 +33,7 @@ pub struct StoreServerConfig {
     /// What the store keeps.
     pub store: StoreConfig,
     /// The collector, and the ids of hops `store_in`, `query_start` and `queryable`.
-    pub probes: Option<ProbeLink>,
+    pub probes: Option<Probes>,
 }
 
 impl StoreServerConfig {
@@ -133,7 +133,7 @@ impl StoreServer {
             None => (None, None),
             Some(link) => {
                 let (exporter, probes) =
-                    link.probes("refpipe-store", &["store_in", "query_start", "queryable"])?;
+                    link.connect("refpipe-store", &["store_in", "query_start", "queryable"])?;
                 let [store_in, query_start, queryable]: [Probe<HostClock>; 3] =
                     probes.try_into().expect("three hops asked for");
                 let probes = StoreProbes {
@@ -297,7 +297,7 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                 contexts.extend(ctxs);
                 if let (Some(p), Some(t)) = (probes, arrived_ns) {
                     for c in &mut contexts {
-                        let _ = p.store_in.record_at(c, t);
+                        p.store_in.record_at(c, t);
                     }
                 }
                 let inserted = store.insert(&rows);
@@ -309,8 +309,8 @@ fn serve(stream: TcpStream, store: &Store, stats: &ServerStats, probes: Option<&
                 if visible {
                     if let (Some(p), Some(t0), Some(t1)) = (probes, started_ns, done_ns) {
                         for c in &mut contexts {
-                            let _ = p.query_start.record_at(c, t0);
-                            let _ = p.queryable.record_at(c, t1);
+                            p.query_start.record_at(c, t0);
+                            p.queryable.record_at(c, t1);
                         }
                     }
                 } else {

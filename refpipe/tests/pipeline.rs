@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_publisher::publish::{CollectorLink, PublishConfig, Publisher};
+use hoptrace_probe::ExporterConfig;
+use hoptrace_publisher::publish::{PublishConfig, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_publisher::url::Endpoint;
-use hoptrace_refpipe::ProbeLink;
+use hoptrace_refpipe::Probes;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
@@ -31,7 +32,10 @@ fn run_pipeline(tag: &str, url: &str, metrics_per_s: f64) -> Outcome {
     let mut cfg = CollectorConfig::new("127.0.0.1:0", PipelineSpec::default_pipeline(), &dir);
     cfg.run_id = Some(tag.into());
     let collector = Collector::start(cfg).unwrap();
-    let link = ProbeLink::new(collector.local_addr().to_string());
+    let link = Probes::new(ExporterConfig::new(
+        collector.local_addr().to_string(),
+        "refpipe-test",
+    ));
 
     let mut store = StoreServerConfig::new("127.0.0.1:0");
     store.probes = Some(link.clone());
@@ -56,7 +60,7 @@ fn run_pipeline(tag: &str, url: &str, metrics_per_s: f64) -> Outcome {
         root: Some(root),
         seed: 7,
     };
-    pc.collector = Some(CollectorLink::new(link.collector.clone()));
+    pc.collector = Some(link.exporter.clone());
     let published = Publisher::new(pc)
         .unwrap()
         .run(&Arc::new(AtomicBool::new(false)))

@@ -20,8 +20,9 @@ use hoptrace_collector::run::Progress;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_format::units;
+use hoptrace_probe::{ClockReporting, ExporterConfig};
 use hoptrace_publisher::publish::{
-    CollectorLink, LiveSnapshot, PublishConfig, PublishError, PublishSummary, Publisher,
+    LiveSnapshot, PublishConfig, PublishError, PublishSummary, Publisher,
 };
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::LoadShape;
@@ -30,7 +31,7 @@ use hoptrace_publisher::url::Endpoint;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
-use hoptrace_refpipe::{DEFAULT_HOPS, ProbeLink, SimulatedHost};
+use hoptrace_refpipe::{DEFAULT_HOPS, Probes, SimulatedHost};
 
 use crate::pipeline::{self, DrainEnd, Parts};
 
@@ -202,7 +203,11 @@ fn start_parts(
     external: Option<Endpoint>,
     run_id: &str,
 ) -> anyhow::Result<InProcess> {
-    let link = ProbeLink::new(collector.local_addr().to_string());
+    // The demo's probes report the clock status of the daemon that keeps this host's
+    // clock, as every probe of the hoptrace command does.
+    let mut exporter = ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-demo");
+    exporter.clock = ClockReporting::Detect;
+    let link = Probes::new(exporter);
     let (broker, endpoint, broker_line) = match external {
         None => {
             let b = EmbeddedBroker::start(1 << 20).context("starting the embedded MQTT broker")?;
@@ -228,7 +233,7 @@ fn start_parts(
     let mut store = StoreServerConfig::new("127.0.0.1:0");
     let mut store_link = link.clone();
     store_link.simulate = opts.store_clock_offset_ns.map(|offset| SimulatedHost {
-        name: format!("{}-store", hoptrace_probe::exporter::hostname()),
+        name: format!("{}-store", hoptrace_clock::hostname()),
         clock_offset_ns: offset,
         error_bound_ns: opts.store_clock_bound_ns,
     });
@@ -250,9 +255,10 @@ fn start_parts(
         root: Some(root),
         seed: 1,
     };
-    let mut cl = CollectorLink::new(link.collector.clone());
-    cl.hop = (DEFAULT_HOPS[0].0, DEFAULT_HOPS[0].1.to_owned());
-    pc.collector = Some(cl);
+    let mut publish = link.exporter.clone();
+    "hoptrace-publish".clone_into(&mut publish.process);
+    pc.collector = Some(publish);
+    pc.hop = (DEFAULT_HOPS[0].0, DEFAULT_HOPS[0].1.to_owned());
     let publisher = Publisher::new(pc).context("starting the publisher")?;
     eprintln!(
         "hoptrace demo: {} metrics/s ({} per message) for {:.0} s over {} streams through the {broker_line}; run {run_id}",

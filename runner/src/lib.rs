@@ -55,7 +55,7 @@
 //! # Ok(())
 //! # }
 //! ```
-#![deny(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 // Every line printed goes through `out`, which stops printing to a stream whose reader
 // went away instead of panicking: these shadow the standard macros in every module below.

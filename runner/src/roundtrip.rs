@@ -16,11 +16,11 @@ use anyhow::{Context as _, ensure};
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::carrier::envelope;
-use hoptrace_probe::protocol::{self, Frame, SentEntry, SentFrame};
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock, TraceContext,
-    TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
+    TraceContext, TraceKey,
 };
+use hoptrace_protocol::{self as protocol, SentEntry, SentFrame};
 
 use crate::progress::LiveLine;
 
@@ -96,11 +96,9 @@ pub fn run(args: &RoundtripOptions) -> anyhow::Result<RoundtripOutcome> {
         hoptrace_probe::clock::realtime_ns() / 1_000_000
     ));
     let collector = Collector::start(cfg).context("starting the collector")?;
-    let exporter = Exporter::start(
-        ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip"),
-        &hops,
-    )
-    .context("starting the exporter")?;
+    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "hoptrace-roundtrip");
+    ecfg.clock = ClockReporting::Detect;
+    let exporter = Exporter::start(ecfg, &hops).context("starting the exporter")?;
     let started = Instant::now();
     let sent = drive(args, &exporter, &hops)?;
     let elapsed = started.elapsed();
@@ -147,7 +145,7 @@ fn drive(
                     continue;
                 };
                 let mut ctx = extracted.context;
-                let _ = probe.record(&mut ctx);
+                probe.record(&mut ctx);
                 if let Some(next) = &next {
                     out.clear();
                     envelope::wrap_into(&ctx, payload, &mut out);
@@ -190,7 +188,7 @@ fn drive(
             args.metrics_per_message,
             intended,
         );
-        let _ = publish.record(&mut ctx);
+        publish.record(&mut ctx);
         first
             .send(envelope::wrap(&ctx, &payload))
             .context("the first hop stopped")?;
@@ -221,10 +219,10 @@ fn drive(
     entries.sort_by_key(|e| e.stream);
     for chunk in entries.chunks(protocol::MAX_SENT_PER_FRAME) {
         exporter
-            .send_frame(&Frame::Sent(SentFrame {
+            .send_sent_frame(SentFrame {
                 publisher: 1,
                 entries: chunk.to_vec(),
-            }))
+            })
             .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     live.finish();

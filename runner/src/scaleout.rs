@@ -58,13 +58,10 @@ pub fn collect_group(
     on_progress: impl FnMut(&MemberProgress),
 ) -> anyhow::Result<MemberOutcome> {
     let target = KafkaTarget::parse(&opts.from)?;
-    let member = opts.member.clone().unwrap_or_else(|| {
-        format!(
-            "{}-{}",
-            hoptrace_probe::exporter::hostname(),
-            std::process::id()
-        )
-    });
+    let member = opts
+        .member
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", hoptrace_clock::hostname(), std::process::id()));
     let cfg = MemberConfig {
         target,
         group: opts.group.clone(),

@@ -26,7 +26,7 @@
 //! runs beside the store, possibly far from both, and speaks to the collector only over
 //! the documented protocol.
 
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod poll;
 pub mod store;

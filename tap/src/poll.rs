@@ -30,11 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use hoptrace_probe::clock::{ClockStatus, Leap, StaticClockStatus, realtime_ns};
-use hoptrace_probe::protocol::{CountersFrame, Frame};
+use hoptrace_probe::clock::{ClockStatus, Leap, realtime_ns};
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe, TraceContext, TraceKey,
 };
+use hoptrace_protocol::CountersFrame;
 use rustc_hash::FxHashSet;
 
 use crate::store::{self, Store, StoreError, StoreUrl, UrlError};
@@ -137,55 +137,15 @@ pub mod counter_id {
     }
 }
 
-/// Where the collector is and how to reach it.
-#[derive(Debug, Clone)]
-pub struct CollectorTarget {
-    /// `host:port`.
-    pub addr: String,
-    /// Token, if the collector requires one.
-    pub token: Option<String>,
-    /// CA bundle for TLS to the collector.
-    pub tls_ca: Option<std::path::PathBuf>,
-    /// Name the collector's certificate must carry.
-    pub tls_server_name: Option<String>,
-    /// How long to wait for the collector's Welcome at start.
-    pub wait: Duration,
-    /// Bytes of records kept until the collector says they are durable
-    /// ([`ExporterConfig::retention_bytes`]).
-    pub retention_bytes: usize,
-}
-
-impl CollectorTarget {
-    /// A collector at `addr`, plain TCP, no token, waiting 5 s.
-    #[must_use]
-    pub fn new(addr: impl Into<String>) -> Self {
-        Self {
-            addr: addr.into(),
-            token: None,
-            tls_ca: None,
-            tls_server_name: None,
-            wait: Duration::from_secs(5),
-            retention_bytes: ExporterConfig::DEFAULT_RETENTION_BYTES,
-        }
-    }
-
-    fn config(&self, process: &str) -> ExporterConfig {
-        let mut c = ExporterConfig::new(&self.addr, process);
-        c.token.clone_from(&self.token);
-        c.tls_ca.clone_from(&self.tls_ca);
-        c.tls_server_name.clone_from(&self.tls_server_name);
-        c.retention_bytes = self.retention_bytes;
-        c
-    }
-}
-
 /// What to poll, how often, and what to report.
 #[derive(Debug, Clone)]
 pub struct StoreTapConfig {
     /// The store.
     pub url: StoreUrl,
-    /// The collector; without it the tap only polls and counts.
-    pub collector: Option<CollectorTarget>,
+    /// The collector and how to reach it; without it the tap only polls and counts. The
+    /// tap connects at start and waits for the Welcome (up to its `welcome_timeout`); the
+    /// `store_in` exporter announces the same process name with ` (store clock)` added.
+    pub collector: Option<ExporterConfig>,
     /// The hop of the response stamp (default 5 `queryable`).
     pub queryable_hop: (HopId, String),
     /// The hop of the send stamp (default 4 `query_start`); `None`: not reported.
@@ -210,8 +170,6 @@ pub struct StoreTapConfig {
     pub dedup_capacity: usize,
     /// How often the counters go to the collector.
     pub counters_interval: Duration,
-    /// Process name announced to the collector.
-    pub process: String,
     /// How long [`StoreTap::start`] waits for a store that cannot be reached (down, still
     /// starting) before it gives up; zero: it gives up at once.
     pub wait_for_store: Duration,
@@ -236,7 +194,6 @@ impl StoreTapConfig {
             max_keys: None,
             dedup_capacity: 1 << 20,
             counters_interval: Duration::from_secs(1),
-            process: "hoptrace-tap".into(),
             wait_for_store: Duration::ZERO,
         }
     }
@@ -264,23 +221,11 @@ pub enum StoreTapError {
         /// The last error.
         detail: String,
     },
-    /// An exporter could not start.
+    /// An exporter could not start (fix a hop or the TLS setting), or the collector did not
+    /// welcome it (is `hoptrace collect` running there, with a pipeline that declares these
+    /// hops, and the same token?).
     #[error("exporter: {0}")]
     Exporter(#[from] hoptrace_probe::ExporterError),
-    /// The collector did not welcome the tap.
-    #[error(
-        "collector {addr} did not accept this tap within {waited_ms} ms: {detail} (is hoptrace collect running there? does its pipeline declare hops {hops}? same --token?)"
-    )]
-    Collector {
-        /// The collector.
-        addr: String,
-        /// The hops announced.
-        hops: String,
-        /// How long it waited.
-        waited_ms: u64,
-        /// The exporter's last error.
-        detail: String,
-    },
 }
 
 /// Live counts for a progress line.
@@ -491,22 +436,6 @@ impl std::fmt::Debug for StoreTap {
     }
 }
 
-fn wait_welcome(e: &Exporter, target: &CollectorTarget, hops: &str) -> Result<(), StoreTapError> {
-    let started = Instant::now();
-    while !e.is_connected() && started.elapsed() < target.wait {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if e.is_connected() {
-        return Ok(());
-    }
-    Err(StoreTapError::Collector {
-        addr: target.addr.clone(),
-        hops: hops.to_owned(),
-        waited_ms: target.wait.as_millis() as u64,
-        detail: e.last_error().unwrap_or_else(|| "no answer".into()),
-    })
-}
-
 /// Opens the store, retrying an unreachable one for up to `wait` (backing off from 100 ms
 /// to 1 s) and saying once that it waits.
 fn open_waiting(store: &mut dyn Store, wait: Duration) -> Result<store::Opened, StoreTapError> {
@@ -548,8 +477,8 @@ fn open_waiting(store: &mut dyn Store, wait: Duration) -> Result<store::Opened, 
 
 /// A clock status that says nothing: the store host's clock is read through its row times
 /// and its synchronisation is not known here.
-fn unknown_clock(host: &str) -> StaticClockStatus {
-    StaticClockStatus(ClockStatus {
+fn unknown_clock(host: &str) -> ClockReporting {
+    ClockReporting::Fixed(ClockStatus {
         leap: Leap::Unsynchronised,
         detail: format!(
             "clock of {host}, read through the store's row times; its status is not known to the tap"
@@ -570,7 +499,7 @@ impl StoreTap {
         if let Some(n) = &opened.notice {
             tracing::warn!("{n}");
         }
-        let this_host = hoptrace_probe::exporter::hostname();
+        let this_host = hoptrace_clock::hostname();
         let store_host = match &config.store_host {
             Some(h) => h.clone(),
             None if config.url.is_loopback() => this_host.clone(),
@@ -589,7 +518,7 @@ impl StoreTap {
             live: Arc::new(StoreTapLive::default()),
             config,
         };
-        let Some(target) = tap.config.collector.clone() else {
+        let Some(exporter) = tap.config.collector.clone() else {
             return Ok(tap);
         };
         let mut hops: Vec<(HopId, &str)> = Vec::new();
@@ -597,27 +526,20 @@ impl StoreTap {
             hops.push((*h, n));
         }
         hops.push((tap.config.queryable_hop.0, &tap.config.queryable_hop.1));
-        let names = hops.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", ");
-        let main = Exporter::start(target.config(&tap.config.process), &hops)?;
-        wait_welcome(&main, &target, &names)?;
+        let main = Exporter::connect(exporter.clone(), &hops)?;
         tap.queryable = Some(main.probe(tap.config.queryable_hop.0)?);
         if let Some((h, _)) = &tap.config.query_start_hop {
             tap.query_start = Some(main.probe(*h)?);
         }
         tap.main = Some(main);
         if let Some((h, n)) = tap.config.store_in_hop.clone() {
-            let mut c = target.config(&format!("{} (store clock)", tap.config.process));
+            let mut c = exporter.clone();
+            c.process = format!("{} (store clock)", exporter.process);
             c.host.clone_from(&tap.store_host);
-            let e = if tap.store_host == this_host {
-                Exporter::start(c, &[(h, n.as_str())])?
-            } else {
-                Exporter::start_with(
-                    c,
-                    &[(h, n.as_str())],
-                    Box::new(unknown_clock(&tap.store_host)),
-                )?
-            };
-            wait_welcome(&e, &target, &n)?;
+            if tap.store_host != this_host {
+                c.clock = unknown_clock(&tap.store_host);
+            }
+            let e = Exporter::connect(c, &[(h, n.as_str())])?;
             tap.store_in = Some(e.probe(h)?);
             tap.store_exporter = Some(e);
         }
@@ -796,13 +718,13 @@ impl StoreTap {
                 }
                 // A full exporter queue is counted by the probe and reported.
                 if let Some(p) = &self.query_start {
-                    let _ = p.report_stamp(&ctx, send_ns);
+                    p.report_stamp(&ctx, send_ns);
                 }
                 if let Some(p) = &self.queryable {
-                    let _ = p.report_stamp(&ctx, resp_ns);
+                    p.report_stamp(&ctx, resp_ns);
                 }
                 if let Some(p) = &self.store_in {
-                    let _ = p.report_stamp(&ctx, row.time_ns);
+                    p.report_stamp(&ctx, row.time_ns);
                 }
                 if let Some(prev) = prev_send {
                     bracket.record(resp_ns - prev);
@@ -953,10 +875,10 @@ impl StoreTap {
                 u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             ),
         ];
-        if let Err(err) = e.send_frame(&Frame::Counters(CountersFrame {
+        if let Err(err) = e.send_counters_frame(CountersFrame {
             at_ns: realtime_ns(),
             values,
-        })) {
+        }) {
             tracing::warn!("cannot send the tap's counters: {err}");
         }
     }

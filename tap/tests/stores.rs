@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use common::{Collector, root, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
-use hoptrace_probe::protocol::{Frame, SentEntry, SentFrame};
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
-use hoptrace_tap::poll::{CollectorTarget, StoreTapSummary};
+use hoptrace_protocol::{SentEntry, SentFrame};
+use hoptrace_tap::poll::StoreTapSummary;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// Rows written per test, besides one row already there at start and one bad key.
@@ -100,7 +100,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     });
 
     let mut tc = StoreTapConfig::new(StoreUrl::parse(&case.url).unwrap());
-    tc.collector = Some(CollectorTarget::new(&collector.addr));
+    tc.collector = Some(ExporterConfig::new(&collector.addr, "store-tap-test"));
     tc.store_in_hop = case.store_in.then(|| (HopId(3), "store_in".to_owned()));
     let tap = StoreTap::start(tc).unwrap();
     let live = tap.live();
@@ -128,9 +128,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
             stream: 0,
             sequence: seq,
         };
-        probe
-            .record(&mut TraceContext::new(key, 1, realtime_ns()))
-            .unwrap();
+        probe.record(&mut TraceContext::new(key, 1, realtime_ns()));
     }
     for seq in 0..N {
         let key = TraceKey {
@@ -139,7 +137,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
             sequence: seq,
         };
         let mut ctx = TraceContext::new(key, 1, realtime_ns());
-        probe.record(&mut ctx).unwrap();
+        probe.try_record(&mut ctx).unwrap();
         let text = ctx.to_text();
         began.insert(seq, realtime_ns());
         if seq == 0 {
@@ -153,7 +151,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     // A key that is not a context.
     (case.write)(&["not-a-context"]);
     exporter
-        .send_frame(&Frame::Sent(SentFrame {
+        .send_sent_frame(SentFrame {
             publisher,
             entries: vec![SentEntry {
                 stream: 0,
@@ -162,7 +160,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
                 first_sequence: 0,
                 last_sequence: sent - 1,
             }],
-        }))
+        })
         .unwrap();
     assert_eq!(exporter.shutdown().counters.lost(), 0);
 

@@ -9,7 +9,7 @@
 //! fails with a message saying how to provide it: it never passes without running.
 //!
 //! It depends on nothing but the standard library.
-#![deny(missing_docs)]
+#![deny(missing_docs, unreachable_pub)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

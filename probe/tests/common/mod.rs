@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::Frame;
-use hoptrace_probe::protocol::{self, MAX_FRAME_LEN};
+use hoptrace_protocol::Frame;
+use hoptrace_protocol::{self as protocol, MAX_FRAME_LEN};
 
 /// Frames received, tagged with the connection number they came on.
 pub type Received = Arc<Mutex<Vec<(usize, Frame)>>>;
@@ -114,7 +114,7 @@ impl MiniCollector {
         self.cut_connections();
     }
 
-    pub fn records(&self) -> Vec<hoptrace_probe::Record> {
+    pub fn records(&self) -> Vec<hoptrace_protocol::Record> {
         self.frames
             .lock()
             .unwrap()

@@ -1,7 +1,7 @@
 """The host's clock status, sent to the collector in Clock frames.
 
 By default (:func:`detect`) the exporter reads what keeps this host's clock in the order
-the Rust probe does (``hoptrace_probe::sync::this_host``): chronyd if ``chronyc -n -c
+the Rust probe does (``hoptrace_clock::this_host``): chronyd if ``chronyc -n -c
 tracking`` answers, else ptp4l if ``pmc`` answers on its default socket
 (``/var/run/ptp4l``, domain 0), else the kernel's NTP state (``adjtimex``, read through
 :mod:`ctypes` from the C library, changing nothing). Detection runs once per process; the

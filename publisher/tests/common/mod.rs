@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::HopId;
-use hoptrace_publisher::CollectorLink;
+use hoptrace_probe::ExporterConfig;
 
 // Each test file uses some of these.
 #[allow(unused_imports)]
@@ -25,11 +24,10 @@ pub fn collector(dir: &std::path::Path) -> Collector {
     Collector::start(cfg).unwrap()
 }
 
-/// The link of hop `id` named `name` to `collector`.
-pub fn link(collector: &Collector, id: u8, name: &str) -> CollectorLink {
-    let mut l = CollectorLink::new(collector.local_addr().to_string());
-    l.hop = (HopId(id), name.to_owned());
-    l
+/// A link to `collector` (the publisher and the tap report their default hops, 0
+/// `publish` and 1 `broker`, as the collector's pipeline declares them).
+pub fn link(collector: &Collector) -> ExporterConfig {
+    ExporterConfig::new(collector.local_addr().to_string(), "publisher-test")
 }
 
 /// Waits (polling a condition, never a fixed sleep) until `f` holds or 30 s pass.

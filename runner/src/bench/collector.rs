@@ -75,10 +75,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::protocol::{Frame, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use hoptrace_probe::{
-    Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
+    ClockReporting, Exporter, ExporterConfig, ExporterError, HopId, Probe, TraceContext, TraceKey,
 };
+use hoptrace_protocol::{MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame};
 use serde::Serialize;
 
 use crate::procfs::{Pid, USER_HZ, process_ticks, status_bytes, task_stats, thread_ticks};
@@ -387,6 +387,7 @@ pub fn run(
         ecfg.queue_capacity = PROBE_QUEUE_RECORDS;
         ecfg.retention_bytes = RETENTION_BYTES;
         ecfg.backoff_min = Duration::from_millis(5);
+        ecfg.clock = ClockReporting::Detect;
         match Exporter::start(ecfg, &hops) {
             Ok(x) => exporters.push(x.with_shutdown_timeout(Duration::from_secs(60))),
             Err(err) => {
@@ -484,10 +485,10 @@ pub fn run(
     let entries = sent_entries(generated);
     for chunk in entries.chunks(MAX_SENT_PER_FRAME) {
         exporters[0]
-            .send_frame(&Frame::Sent(SentFrame {
+            .send_sent_frame(SentFrame {
                 publisher: PUBLISHER,
                 entries: chunk.to_vec(),
-            }))
+            })
             .expect("chunks of MAX_SENT_PER_FRAME entries encode");
     }
     // Let the exporters empty their queues, then shut them down.
@@ -827,7 +828,7 @@ fn emit(plan: &GenPlan, probes: &[Probe], t: u64) {
             stamp_ns += hop_delay_ns(t, h);
         }
         if h >= plan.hops.start {
-            let _ = probes[h - plan.hops.start].report_stamp(&ctx, stamp_ns);
+            probes[h - plan.hops.start].report_stamp(&ctx, stamp_ns);
         }
     }
 }

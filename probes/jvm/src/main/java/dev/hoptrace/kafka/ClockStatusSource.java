@@ -12,7 +12,7 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * This host's clock status for the Clock frame, found as the Rust probe finds it
- * ({@code hoptrace_probe::sync::this_host}): chronyd if {@code chronyc -n -c tracking}
+ * ({@code hoptrace_clock::this_host}): chronyd if {@code chronyc -n -c tracking}
  * answers, else ptp4l if {@code pmc} gets an answer on its default socket, else nothing the
  * JVM can read: the Rust probe's last resort, the kernel's NTP state ({@code adjtimex}),
  * needs native code (JNI, or the foreign function API that is not final in Java 17), which

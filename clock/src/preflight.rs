@@ -1,8 +1,9 @@
 //! The clock check before a run: refuse a host whose clock is unsynchronised or whose error
 //! bound is too large for the latencies to be measured.
 
-use super::human_ns;
-use crate::clock::{ClockSource, ClockStatus};
+use hoptrace_protocol::{ClockSource, ClockStatus};
+
+use crate::human_ns;
 
 /// Why a host's clock is not fit for a run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,9 +47,8 @@ pub enum PreflightError {
 /// bound of at most `max_error_bound_ns`. The error names this host (its host name).
 ///
 /// ```
-/// use hoptrace_probe::ClockStatus;
-/// use hoptrace_probe::clock::ClockSource;
-/// use hoptrace_probe::sync::preflight_host;
+/// use hoptrace_protocol::{ClockSource, ClockStatus};
+/// use hoptrace_clock::preflight_host;
 ///
 /// let status = ClockStatus {
 ///     source: ClockSource::Chrony,
@@ -67,7 +67,7 @@ pub enum PreflightError {
 /// # Errors
 /// [`PreflightError::Unsynchronised`] or [`PreflightError::ErrorBoundTooLarge`].
 pub fn preflight(status: &ClockStatus, max_error_bound_ns: u64) -> Result<(), PreflightError> {
-    preflight_host(&crate::exporter::hostname(), status, max_error_bound_ns)
+    preflight_host(&crate::hostname(), status, max_error_bound_ns)
 }
 
 /// As [`preflight`], for the status of host `host` (as a collector sees the probe hosts).
@@ -100,7 +100,7 @@ pub fn preflight_host(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Leap;
+    use hoptrace_protocol::Leap;
 
     fn status(synced: bool, error_bound_ns: u64) -> ClockStatus {
         ClockStatus {
@@ -154,9 +154,6 @@ mod tests {
     #[test]
     fn names_this_host() {
         let e = preflight(&status(false, 0), 1).unwrap_err();
-        assert!(
-            e.to_string().starts_with(&crate::exporter::hostname()),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with(&crate::hostname()), "{e}");
     }
 }

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::command::{find_program, run};
-use super::{ParseError, SourceError, parse_fixed};
-use crate::clock::{ClockSource, ClockStatus, ClockStatusSource, Leap, realtime_ns};
+use hoptrace_protocol::{ClockSource, ClockStatus, Leap};
+
+use crate::command::{find_program, run};
+use crate::{ClockStatusSource, ParseError, SourceError, parse_fixed, realtime_ns};
 
 const PROGRAM: &str = "pmc";
 
@@ -351,7 +352,7 @@ impl PtpReading {
 /// `PORT_DATA_SET`, `CURRENT_DATA_SET` and `TIME_PROPERTIES_DATA_SET`.
 ///
 /// ```
-/// use hoptrace_probe::sync::parse_pmc_reading;
+/// use hoptrace_clock::parse_pmc_reading;
 ///
 /// let out = "sending: GET TIME_STATUS_NP
 /// \t72da0c.fffe.780cea-0 seq 0 RESPONSE MANAGEMENT TIME_STATUS_NP
@@ -363,7 +364,7 @@ impl PtpReading {
 /// let r = parse_pmc_reading(out)?;
 /// assert_eq!(r.time_status.master_offset_ns, -105);
 /// assert!(r.synced()); // port states not asked: gmPresent decides
-/// # Ok::<(), hoptrace_probe::sync::ParseError>(())
+/// # Ok::<(), hoptrace_clock::ParseError>(())
 /// ```
 ///
 /// # Errors
@@ -686,10 +687,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const SLAVE: &str = include_str!("../../testdata/clock/pmc-slave-free-running.txt");
-    const GM: &str = include_str!("../../testdata/clock/pmc-grandmaster.txt");
-    const NO_ANSWER: &str = include_str!("../../testdata/clock/pmc-no-answer.txt");
-    const LOG: &str = include_str!("../../testdata/clock/ptp4l-slave-free-running.log");
+    const SLAVE: &str = include_str!("../../probe/testdata/clock/pmc-slave-free-running.txt");
+    const GM: &str = include_str!("../../probe/testdata/clock/pmc-grandmaster.txt");
+    const NO_ANSWER: &str = include_str!("../../probe/testdata/clock/pmc-no-answer.txt");
+    const LOG: &str = include_str!("../../probe/testdata/clock/ptp4l-slave-free-running.log");
 
     #[test]
     fn free_running_slave() {

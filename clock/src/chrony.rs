@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::command::{find_program, run};
-use super::{ParseError, SourceError, parse_fixed};
-use crate::clock::{ClockSource, ClockStatus, ClockStatusSource, Leap, realtime_ns};
+use hoptrace_protocol::{ClockSource, ClockStatus, Leap};
+
+use crate::command::{find_program, run};
+use crate::{ClockStatusSource, ParseError, SourceError, parse_fixed, realtime_ns};
 
 const PROGRAM: &str = "chronyc -c tracking";
 /// Fields of one `chronyc -c tracking` line (chrony 3.x and 4.x).
@@ -185,7 +186,7 @@ impl ChronyTracking {
 /// Parses the output of `chronyc -c tracking`: one line of 14 comma-separated fields.
 ///
 /// ```
-/// use hoptrace_probe::sync::parse_chronyc_tracking_csv;
+/// use hoptrace_clock::parse_chronyc_tracking_csv;
 ///
 /// let t = parse_chronyc_tracking_csv(
 ///     "7F000001,127.0.0.1,9,1795335480.242007074,-0.000002004,0.000000007,0.000000029,\
@@ -194,7 +195,7 @@ impl ChronyTracking {
 /// assert_eq!(t.stratum, 9);
 /// assert_eq!(t.offset_ns(), 2_004); // "System time" -2004 ns: the clock is 2004 ns fast
 /// assert_eq!(t.error_bound_ns(), 2_004 + 1_670 + 6_488 / 2);
-/// # Ok::<(), hoptrace_probe::sync::ParseError>(())
+/// # Ok::<(), hoptrace_clock::ParseError>(())
 /// ```
 ///
 /// # Errors
@@ -361,9 +362,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const SYNCED: &str = include_str!("../../testdata/clock/chronyc-tracking-synced.csv");
-    const LOCAL: &str = include_str!("../../testdata/clock/chronyc-tracking-local-stratum8.csv");
-    const UNSYNCED: &str = include_str!("../../testdata/clock/chronyc-tracking-unsynchronised.csv");
+    const SYNCED: &str = include_str!("../../probe/testdata/clock/chronyc-tracking-synced.csv");
+    const LOCAL: &str =
+        include_str!("../../probe/testdata/clock/chronyc-tracking-local-stratum8.csv");
+    const UNSYNCED: &str =
+        include_str!("../../probe/testdata/clock/chronyc-tracking-unsynchronised.csv");
 
     #[test]
     fn synced_client_of_a_loopback_server() {

@@ -1,13 +1,10 @@
-//! The collector protocol, versions 1 and 2: length-prefixed frames between probes and
-//! the collector. The byte layout is specified in `docs/collector-protocol.md`. Version 2
-//! adds numbered records frames and the collector's acknowledgements of the ones it holds
-//! durably, so an exporter can keep and re-send what a crashed collector never stored.
+//! The frames of collector protocol versions 1 and 2, their limits, and their encoding
+//! and decoding. The byte layout is specified in `docs/collector-protocol.md`.
 
 use std::io::Read;
 
 use crate::clock::{ClockSource, ClockStatus, Leap};
-use crate::context::{HopId, TraceContext};
-use crate::context::{OtelTraceId, TRACE_ID_LEN, TraceKey};
+use crate::ids::{HopId, MAX_HOPS, OtelTraceId, TRACE_ID_LEN, TraceKey};
 
 /// Highest protocol version spoken here.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -26,8 +23,6 @@ pub const SENT_ENTRY_LEN: usize = 36;
 /// Most entries in one Sent frame: as many as fit in [`MAX_FRAME_LEN`] after the type
 /// byte, the publisher and the count (29,126).
 pub const MAX_SENT_PER_FRAME: usize = (MAX_FRAME_LEN - 7) / SENT_ENTRY_LEN;
-/// Most hops one exporter announces.
-pub const MAX_HOPS: usize = 16;
 /// Largest Hello frame (type byte and body): magic, version, instance id, four strings
 /// of at most [`MAX_STRING_LEN`] bytes and 16 hops with their names (20,556 bytes). A
 /// collector reads a connection's first frame with this limit, so an unauthenticated
@@ -76,22 +71,6 @@ pub struct Record {
     pub intended_ns: i64,
     /// The message's OpenTelemetry trace id, if any.
     pub otel_trace_id: Option<OtelTraceId>,
-}
-
-impl Record {
-    /// The record of `hop` stamping `ctx` at `stamp_ns`.
-    #[inline]
-    #[must_use]
-    pub fn new(ctx: &TraceContext, hop: HopId, stamp_ns: i64) -> Self {
-        Self {
-            key: ctx.key,
-            hop,
-            stamp_ns,
-            metric_count: ctx.metric_count,
-            intended_ns: ctx.intended_ns,
-            otel_trace_id: ctx.otel_trace_id,
-        }
-    }
 }
 
 /// Hello: who the probe is.
@@ -430,7 +409,7 @@ fn finish(out: &mut [u8], at: usize) {
 
 /// Appends one record's 36 or 52 bytes.
 #[inline]
-pub fn put_record(out: &mut Vec<u8>, r: &Record) {
+fn put_record(out: &mut Vec<u8>, r: &Record) {
     out.put_u8(u8::from(r.otel_trace_id.is_some()));
     out.put_u8(r.hop.0);
     out.put_u16(r.key.publisher);

@@ -1,37 +1,47 @@
-//! Clock status from the host's synchronisation daemon, and the preflight before a run.
+//! # hoptrace-clock
+//!
+//! How well this host's clock is synchronised, and the preflight before a run.
 //!
 //! A cross-host latency is only as good as the two clocks behind it, so every probe host
-//! reports how well its `CLOCK_REALTIME` is synchronised. This module reads that from
-//! whatever keeps the clock on time, as a [`ClockStatusSource`] the exporter can poll:
+//! reports how well its `CLOCK_REALTIME` is synchronised. This crate reads that from
+//! whatever keeps the clock on time, as a [`ClockStatusSource`]:
 //!
 //! - [`ChronyStatus`]: chronyd's tracking report (`chronyc -c tracking`), with the error
 //!   bound computed as AWS ClockBound does: `|system time offset| + root dispersion +
 //!   root delay / 2`.
 //! - [`PtpStatus`]: ptp4l's view through its management socket (`pmc -u`): offset from the
 //!   grandmaster, mean path delay, port state.
-//! - [`KernelClockStatus`]: the kernel's own NTP state,
-//!   when neither daemon answers.
+//! - [`KernelClockStatus`]: the kernel's own NTP state (`ntp_adjtime`), when neither
+//!   daemon answers.
 //!
 //! [`auto_detect`] picks the first that answers, in that order. [`preflight`] turns a
 //! status into a go/no-go: a run should not start on a host whose clock is unsynchronised
-//! or whose error bound is larger than the latencies to be measured.
+//! or whose error bound is larger than the latencies to be measured. `hoptrace clock`
+//! prints all of it; the collector checks every probe host's reports with
+//! [`preflight_host`]; the probe's exporter reads a source on a thread of its own when
+//! its configuration asks for the daemons (`ClockReporting::Detect`).
 //!
 //! The parsers of the programs' output are pure functions
 //! ([`parse_chronyc_tracking_csv`], [`parse_pmc_reading`], [`parse_ptp4l_offset_line`]),
-//! tested on output captured from the real programs (`probe/testdata/clock/`).
+//! tested on output captured from the real programs (`probe/testdata/clock/`, where the
+//! probes in other languages read it too).
+//!
+//! Reading chronyd or ptp4l runs `chronyc` or `pmc` as a child process and waits for it:
+//! nothing here belongs on a hot path. This crate must never depend on the probe, the
+//! collector or any hoptrace crate but `hoptrace-protocol` (for the status it reports).
+//! Linux only: it reads `/proc`, `ntp_adjtime` and the Linux daemons' programs.
 //!
 //! ```no_run
-//! use hoptrace_probe::clock::ClockStatusSource;
-//! use hoptrace_probe::sync::{self, ChronyStatus};
+//! use hoptrace_clock::{self as clock, ChronyStatus, ClockStatusSource};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // What keeps this host's clock, and how well.
-//! let mut source = sync::auto_detect();
+//! let mut source = clock::auto_detect();
 //! let status = source.read();
 //! println!("{} synced={} bound={} ns", status.source.name(), status.synced, status.error_bound_ns);
 //!
 //! // Refuse to run with more than 1 ms of clock uncertainty.
-//! sync::preflight(&status, 1_000_000)?;
+//! clock::preflight(&status, 1_000_000)?;
 //!
 //! // Or ask a chronyd on a non-default command socket.
 //! let tracking = ChronyStatus::new().with_host("/run/chrony/chronyd.sock").query()?;
@@ -40,12 +50,22 @@
 //! # }
 //! ```
 
+#![deny(missing_docs, unreachable_pub)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "hoptrace-clock reads the clock's state through Linux interfaces (ntp_adjtime, /proc, chronyc, pmc): Linux is the only supported platform"
+);
+
 mod chrony;
 mod command;
+mod kernel;
 mod preflight;
 mod ptp;
 
 pub use chrony::{ChronyLeap, ChronyStatus, ChronyTracking, parse_chronyc_tracking_csv};
+pub use hoptrace_protocol::{ClockSource, ClockStatus, Leap};
+pub use kernel::{KernelClockStatus, kernel_status};
 pub use preflight::{PreflightError, preflight, preflight_host};
 pub use ptp::{
     CurrentDataSet, PmcResponse, PortDataSet, PortState, Ptp4lOffsetLine, PtpReading, PtpStatus,
@@ -53,7 +73,51 @@ pub use ptp::{
     parse_ptp4l_offset_line,
 };
 
-use crate::clock::{ClockStatusSource, KernelClockStatus};
+/// Something that can tell the host's clock status; a probe's exporter reads one
+/// periodically on a thread of its own.
+pub trait ClockStatusSource: Send {
+    /// The status now. May take as long as the program behind it (up to its timeout):
+    /// never call it on a hot path.
+    fn read(&mut self) -> ClockStatus;
+}
+
+/// A fixed status, for tests, simulations and hosts whose status is known from elsewhere;
+/// each reading is stamped with the time it was read.
+#[derive(Debug, Clone)]
+pub struct StaticClockStatus(pub ClockStatus);
+
+impl ClockStatusSource for StaticClockStatus {
+    fn read(&mut self) -> ClockStatus {
+        ClockStatus {
+            at_ns: realtime_ns(),
+            ..self.0.clone()
+        }
+    }
+}
+
+/// Reads `CLOCK_REALTIME` in nanoseconds since the Unix epoch (`clock_gettime`, through
+/// the vDSO: no system call).
+#[inline]
+#[must_use]
+pub fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// This host's name, from the kernel (`unknown` when it cannot be read).
+#[must_use]
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
 
 /// Why the output of `chronyc` or `pmc` could not be read.
 ///
@@ -254,6 +318,16 @@ pub(crate) fn human_ns(ns: u64) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn realtime_agrees_with_system_time() {
+        let a = realtime_ns();
+        let b = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        assert!((b - a).abs() < 1_000_000_000, "{a} vs {b}");
+    }
 
     #[test]
     fn fixed_point() {

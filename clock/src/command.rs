@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::SourceError;
+use crate::SourceError;
 
 /// Directories searched after `PATH`: `pmc` lives in `/usr/sbin`, which a user's `PATH`
 /// often lacks.

@@ -1,4 +1,5 @@
-//! `testdata/protocol-vectors.json`: example frames of collector protocol versions 1 and
+//! `probe/testdata/protocol-vectors.json` (beside the trace context's vectors, where the
+//! probes in other languages read them): example frames of collector protocol versions 1 and
 //! 2 (`docs/collector-protocol.md`), each with its fields and its bytes, for other
 //! implementations of the protocol to test against. This test checks the file both ways:
 //! every frame encodes to exactly the bytes listed, and the bytes decode to the frame.
@@ -7,9 +8,10 @@
 
 use std::path::PathBuf;
 
-use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
-use hoptrace_probe::protocol::{CountersFrame, Frame, Hello, Record, SentEntry, SentFrame};
-use hoptrace_probe::{HopId, OtelTraceId, TraceKey};
+use hoptrace_protocol::{
+    ClockSource, ClockStatus, CountersFrame, Frame, Hello, HopId, Leap, OtelTraceId, Record,
+    SentEntry, SentFrame, TraceKey,
+};
 use serde_json::{Value, json};
 
 fn record(sequence: u64, hop: u8, stamp_ns: i64, otel: bool) -> Record {
@@ -172,7 +174,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Frame, Value)> {
 }
 
 fn path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/protocol-vectors.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe/testdata/protocol-vectors.json")
 }
 
 #[test]
@@ -194,7 +196,7 @@ fn every_example_frame_has_exactly_the_listed_bytes_and_decodes_back() {
         })
         .collect();
     let doc = json!({
-        "about": "Example frames of the hoptrace collector protocol (docs/collector-protocol.md), versions 1 and 2. hex is the whole frame: u32 little-endian length of type + body, the type byte, the body. Checked by probe/tests/protocol_vectors.rs.",
+        "about": "Example frames of the hoptrace collector protocol (docs/collector-protocol.md), versions 1 and 2. hex is the whole frame: u32 little-endian length of type + body, the type byte, the body. Checked by protocol/tests/protocol_vectors.rs.",
         "frames": made,
     });
     let text = serde_json::to_string_pretty(&doc).unwrap() + "\n";
@@ -232,7 +234,7 @@ fn number_after(text: &str, before: &str) -> Option<usize> {
 
 #[test]
 fn the_protocol_document_states_the_limits_the_code_applies() {
-    use hoptrace_probe::protocol::{MAX_HELLO_LEN, MAX_SENT_PER_FRAME};
+    use hoptrace_protocol::{MAX_HELLO_LEN, MAX_SENT_PER_FRAME};
     let doc_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/collector-protocol.md");
     let doc = std::fs::read_to_string(&doc_path).unwrap();
     assert_eq!(
@@ -254,7 +256,7 @@ fn the_protocol_document_states_the_limits_the_code_applies() {
     });
     let bytes = empty.to_bytes().unwrap();
     assert_eq!(
-        hoptrace_probe::protocol::read_frame(&mut &bytes[..], MAX_HELLO_LEN).unwrap(),
+        hoptrace_protocol::read_frame(&mut &bytes[..], MAX_HELLO_LEN).unwrap(),
         empty
     );
 }

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hoptrace_probe::clock::{ClockSource, ClockStatusSource, Leap, realtime_ns};
-use hoptrace_probe::sync::{
-    self, ChronyLeap, ChronyStatus, PortState, PreflightError, PtpStatus, parse_ptp4l_offset_line,
+use hoptrace_clock::{
+    self as clock, ChronyLeap, ChronyStatus, ClockSource, ClockStatusSource, Leap, PortState,
+    PreflightError, PtpStatus, parse_ptp4l_offset_line, realtime_ns,
 };
 
 /// Longest wait for a daemon to synchronise or measure.
@@ -179,8 +179,8 @@ fn chronyd_pair_on_loopback_is_read_by_chrony_status() {
     assert!((status.at_ns - realtime_ns()).abs() < 5_000_000_000);
 
     // The preflight passes a loose threshold and refuses a tight one, naming the figure.
-    sync::preflight(&status, 100_000_000).unwrap();
-    match sync::preflight(&status, 0) {
+    clock::preflight(&status, 100_000_000).unwrap();
+    match clock::preflight(&status, 0) {
         Err(PreflightError::ErrorBoundTooLarge {
             clock_source,
             error_bound_ns,
@@ -201,7 +201,7 @@ fn chronyd_pair_on_loopback_is_read_by_chrony_status() {
     assert!(server.is_local_reference() && server.synced(), "{server:?}");
 
     // Detection prefers the chronyd that answers.
-    let mut detected = sync::auto_detect_with(
+    let mut detected = clock::auto_detect_with(
         client,
         PtpStatus::new().with_socket(dir.join("no-ptp4l-here")),
     );
@@ -291,7 +291,7 @@ fn ptp4l_in_two_namespaces_is_read_by_ptp_status() {
         status.detail
     );
     assert!(status.detail.contains(&ts.gm_identity), "{}", status.detail);
-    match sync::preflight(&status, u64::MAX) {
+    match clock::preflight(&status, u64::MAX) {
         Err(PreflightError::Unsynchronised { clock_source, .. }) => {
             assert_eq!(clock_source, ClockSource::Ptp);
         }
@@ -315,7 +315,7 @@ fn ptp4l_in_two_namespaces_is_read_by_ptp_status() {
     assert!(other_domain.is_err(), "{other_domain:?}");
 
     // Detection falls through a missing chronyd to the ptp4l that answers.
-    let mut detected = sync::auto_detect_with(
+    let mut detected = clock::auto_detect_with(
         ChronyStatus::new().with_host(dir.join("no-chronyd-here").display().to_string()),
         slave,
     );
@@ -337,7 +337,7 @@ fn ptp4l_in_two_namespaces_is_read_by_ptp_status() {
 #[test]
 fn detection_falls_back_to_the_kernel() {
     let dir = scratch_dir("nothing");
-    let mut detected = sync::auto_detect_with(
+    let mut detected = clock::auto_detect_with(
         ChronyStatus::new().with_host(dir.join("no-chronyd").display().to_string()),
         PtpStatus::new().with_socket(dir.join("no-ptp4l")),
     );

@@ -1,0 +1,48 @@
+//! The collector options of every subcommand that reports stamps (`publish`, `tap`,
+//! `refpipe store|processor`): one clap group, turned into the probe's one link
+//! configuration, [`ExporterConfig`].
+
+use std::path::PathBuf;
+
+use hoptrace_format::units;
+use hoptrace_probe::{ClockReporting, ExporterConfig};
+
+/// Where and how to report to the collector.
+#[derive(Debug, clap::Args)]
+pub struct CollectorArgs {
+    /// Collector address (`hoptrace collect --listen`); without it, nothing is reported.
+    #[arg(long)]
+    pub collector: Option<String>,
+    /// Token the collector requires.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Speak TLS to the collector, trusting the CA certificates of this PEM file.
+    #[arg(long, env = "HOPTRACE_COLLECTOR_CA")]
+    pub collector_ca: Option<PathBuf>,
+    /// The name the collector's certificate carries (default: the host of --collector).
+    #[arg(long, requires = "collector_ca")]
+    pub collector_tls_name: Option<String>,
+    /// Records kept until the collector says they are on its disk: sent again after it
+    /// restarts, and held while it is unreachable (`64MiB`, `512KiB`). When full, the
+    /// oldest are dropped, counted, and lost if the collector never got them. `0`: none;
+    /// records are sent once and not kept (protocol version 1), so a collector killed
+    /// loses what it had not written, and nothing counts as evicted.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = units::parse_bytes)]
+    pub collector_retention: u64,
+}
+
+impl CollectorArgs {
+    /// The link to the collector these options describe, announcing `process`, or `None`
+    /// without `--collector`. The command's own probes report the clock status of the
+    /// daemon that keeps this host's clock (chronyd, ptp4l, else the kernel).
+    pub fn exporter_config(&self, process: &str) -> Option<ExporterConfig> {
+        let addr = self.collector.as_ref()?;
+        let mut c = ExporterConfig::new(addr, process);
+        c.token.clone_from(&self.token);
+        c.tls_ca.clone_from(&self.collector_ca);
+        c.tls_server_name.clone_from(&self.collector_tls_name);
+        c.retention_bytes = usize::try_from(self.collector_retention).unwrap_or(usize::MAX);
+        c.clock = ClockReporting::Detect;
+        Some(c)
+    }
+}
