@@ -230,7 +230,7 @@ fn the_analysis_reads_what_a_store_tap_cost_from_a_real_runs_probes_parquet() {
     let mut config = StoreTapConfig::new(StoreUrl::parse(&url).unwrap());
     config.poll_interval = Duration::from_millis(20);
     config.counters_interval = Duration::from_millis(200);
-    config.collector = Some(ExporterConfig::new(&listen, "store-tap-cost-test"));
+    config.collector = Some(ExporterConfig::new(&listen, "hoptrace-tap"));
     let tap = StoreTap::start(config).unwrap();
     let live = tap.live();
     let stop = Arc::new(AtomicBool::new(false));
