@@ -20,6 +20,18 @@ fn hop_list(hops: &[String]) -> String {
     hops.join(", ")
 }
 
+/// The run.json at `path`, or an error naming it and saying to choose another run id.
+fn read_run_json(path: &Path) -> anyhow::Result<RunSummary> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{} does not read ({e}): choose another --run-id",
+            path.display()
+        )
+    })
+}
+
 /// Refuses to write into `dir` when it holds a run that closed cleanly (unless
 /// `continue_run`) or data of another pipeline (always): either would leave a directory
 /// that no reader can make sense of. A directory a killed collector left (part files, no
@@ -32,14 +44,7 @@ pub fn check(dir: &Path, spec: &PipelineSpec, continue_run: bool) -> anyhow::Res
     let our_names: Vec<String> = ours.iter().map(|(n, _)| n.clone()).collect();
     let run_json = dir.join("run.json");
     if run_json.exists() {
-        let text = std::fs::read_to_string(&run_json)
-            .with_context(|| format!("reading {}", run_json.display()))?;
-        let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
-            anyhow::anyhow!(
-                "{} holds a run.json that does not read ({e}): choose another --run-id",
-                dir.display()
-            )
-        })?;
+        let prev = read_run_json(&run_json)?;
         if hop_ids(&prev.pipeline) != ours {
             bail!(
                 "{} holds run {:?} of pipeline {:?} (hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
@@ -126,14 +131,7 @@ pub fn check_group(dir: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     for m in &names {
         let run_json = m.join("run.json");
         if run_json.exists() {
-            let text = std::fs::read_to_string(&run_json)
-                .with_context(|| format!("reading {}", run_json.display()))?;
-            let prev: RunSummary = serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!(
-                    "{} does not read ({e}): choose another --run-id",
-                    run_json.display()
-                )
-            })?;
+            let prev = read_run_json(&run_json)?;
             if hop_ids(&prev.pipeline) != ours {
                 bail!(
                     "{} holds group run {:?} of pipeline {:?} (member {}, hops {}), not of this pipeline {:?} (hops {}): choose another --run-id",
