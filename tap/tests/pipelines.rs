@@ -343,10 +343,33 @@ fn kafka_clickhouse() {
     assert!(p.contains(&format!("sent {N} messages")), "{p}");
     let s = finish(&dir, "store-tap", tap, 60);
     eprintln!("{s}");
-    assert!(s.contains(&format!("keys: {N} found")), "{s}");
+    // What the table holds, asked directly: the tap must have found exactly these keys.
+    // ClickHouse 18.16's Kafka engine can lose a block when an insert fails under load; the
+    // shortfall is then ClickHouse's and hoptrace must report it as incomplete traces (the
+    // server's errors are printed so that such a run says why).
+    let stored = clickhouse_scalar(&format!(
+        "SELECT count(DISTINCT hoptrace) FROM hoptrace.{table}"
+    ));
+    if stored != N {
+        eprintln!(
+            "ClickHouse holds {stored} of the {N} keys sent; its errors:\n{}",
+            clickhouse_errors()
+        );
+    }
+    assert!(
+        stored * 100 >= N * 99,
+        "ClickHouse holds only {stored} of {N} keys:\n{}",
+        clickhouse_errors()
+    );
+    assert!(s.contains(&format!("keys: {stored} found")), "{s}");
     let run = collector.stop();
-    let (complete, _) = assert_accounted(&run, id);
-    assert_eq!(complete, N, "{}", run["accounting"]);
+    let (complete, incomplete) = assert_accounted(&run, id);
+    assert_eq!(
+        (complete, incomplete),
+        (stored, N - stored),
+        "{}",
+        run["accounting"]
+    );
     // The shape: rows become visible in batches, about one a second, not one by one.
     let batches = sql(
         &dir.join("t"),
@@ -369,4 +392,25 @@ fn kafka_clickhouse() {
         let _ = ureq::post("http://127.0.0.1:18123/").send_string(&stmt);
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// One number from ClickHouse over HTTP.
+fn clickhouse_scalar(query: &str) -> u64 {
+    let body = ureq::post("http://127.0.0.1:18123/")
+        .send_string(query)
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .into_string()
+        .unwrap();
+    body.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{query}: {body:?}: {e}"))
+}
+
+/// The last lines of ClickHouse's error log (infra/stores/clickhouse.sh keeps it there).
+fn clickhouse_errors() -> String {
+    let run = std::env::var("HOPTRACE_RUN").unwrap_or_else(|_| "/tmp/hoptrace-infra".into());
+    let log = Path::new(&run).join("clickhouse/log/clickhouse-server.err.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| format!("{}: {e}", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
