@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use hoptrace_format::units;
-use hoptrace_runner::soak::{self, SoakOptions};
+use hoptrace_runner::soak::{self, External, SoakOptions};
 
 /// Options of `hoptrace soak`.
 #[derive(Debug, clap::Args)]
@@ -59,6 +59,8 @@ pub struct Args {
     #[arg(long, value_parser = crate::units::parse_run_id)]
     pub run_id: Option<String>,
     #[command(flatten)]
+    pub external: ExternalArgs,
+    #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
 }
 
@@ -69,6 +71,9 @@ impl Args {
     /// This program's path cannot be found.
     pub fn options(&self) -> anyhow::Result<SoakOptions> {
         Ok(SoakOptions {
+            external: self.external.external()?,
+            topic_root: self.external.topic_root.clone(),
+            payload_context: self.external.payload_context,
             program: std::env::current_exe().context("this program's path")?,
             broker: self.broker.clone(),
             rate: self.rate,
@@ -86,6 +91,83 @@ impl Args {
             max_clock_error_ns: self.preflight.max_clock_error,
             command: crate::units::command_line(),
         })
+    }
+}
+
+/// How a soak (or every cell of a sweep) runs against an external pipeline.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExternalArgs {
+    /// Measure an external pipeline (one hoptrace did not start: Node-RED, a store's
+    /// Kafka engine, ...) described by this pipeline spec, instead of the reference
+    /// processor and store. Its hops after the publisher are stamped by the --tap
+    /// children; the pipeline itself is started and stopped outside the soak.
+    #[arg(long, value_name = "FILE")]
+    pub pipeline: Option<PathBuf>,
+    /// With --pipeline: a `hoptrace tap` to run for the soak, as its arguments in one
+    /// string (repeatable), e.g. `--tap "--from mqtt://127.0.0.1:1883?version=5 --topics
+    /// t/# --hop broker"` or `--tap "--from influxdb://127.0.0.1:8086/db?measurement=m"`.
+    /// The soak adds --collector, --pipeline and --publishers.
+    #[arg(
+        long = "tap",
+        value_name = "ARGS",
+        requires = "pipeline",
+        allow_hyphen_values = true
+    )]
+    pub taps: Vec<String>,
+    /// With --pipeline: sample the CPU and RSS of the process listening on this TCP port
+    /// (repeatable; the broker's is always sampled).
+    #[arg(long = "watch-port", value_name = "PORT", requires = "pipeline")]
+    pub watch_ports: Vec<u16>,
+    /// First MQTT topic level of the published topics (default: `hoptrace-soak/<run id>`;
+    /// with --pipeline, the topic of the --broker address).
+    #[arg(long)]
+    pub topic_root: Option<String>,
+    /// Also put the trace context in the JSON payload's `hoptrace` field, for pipelines
+    /// that keep payload fields but drop MQTT user properties or Kafka headers.
+    #[arg(long)]
+    pub payload_context: bool,
+}
+
+impl ExternalArgs {
+    /// The external pipeline these options describe (`None`: the reference pipeline).
+    ///
+    /// # Errors
+    /// A `--tap` with an unclosed quote.
+    pub fn external(&self) -> anyhow::Result<Option<External>> {
+        let Some(pipeline) = &self.pipeline else {
+            return Ok(None);
+        };
+        Ok(Some(External {
+            pipeline: pipeline.clone(),
+            taps: self
+                .taps
+                .iter()
+                .map(|t| soak::split_args(t).context("--tap"))
+                .collect::<anyhow::Result<_>>()?,
+            watch_ports: self.watch_ports.clone(),
+        }))
+    }
+
+    /// These options again as `hoptrace soak` flags, for the soaks a sweep runs.
+    #[must_use]
+    pub fn soak_flags(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(p) = &self.pipeline {
+            a.extend(["--pipeline".into(), p.clone().into_os_string()]);
+        }
+        for t in &self.taps {
+            a.extend(["--tap".into(), t.into()]);
+        }
+        for port in &self.watch_ports {
+            a.extend(["--watch-port".into(), port.to_string().into()]);
+        }
+        if let Some(root) = &self.topic_root {
+            a.extend(["--topic-root".into(), root.into()]);
+        }
+        if self.payload_context {
+            a.push("--payload-context".into());
+        }
+        a
     }
 }
 
@@ -195,8 +277,9 @@ mod tests {
             run_dir: "runs/s1".into(),
             out: "out".into(),
             logs: "out/logs".into(),
-            topic_root: "hoptrace-soak/s1".into(),
+            topic_root: Some("hoptrace-soak/s1".into()),
             publisher_json: "out/publisher.json".into(),
+            publisher_id: 77,
         };
         let at = Addresses {
             collector: "127.0.0.1:7401".into(),
@@ -213,12 +296,16 @@ mod tests {
         assert_eq!(c.runs, opts.runs);
         assert_eq!(c.preflight.max_clock_error, Some(1_000_000));
         assert!(c.preflight.force_clock);
-        let Command::Refpipe(crate::refpipe_cmd::Which::Store(s)) = parse(&cmds.store) else {
+        assert!(cmds.taps.is_empty());
+        let Command::Refpipe(crate::refpipe_cmd::Which::Store(s)) =
+            parse(cmds.store.as_ref().unwrap())
+        else {
             unreachable!("refpipe store")
         };
         assert_eq!(s.listen, "127.0.0.1:7403");
         assert_eq!(s.collector.collector.as_deref(), Some("127.0.0.1:7401"));
-        let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) = parse(&cmds.processor)
+        let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) =
+            parse(cmds.processor.as_ref().unwrap())
         else {
             unreachable!("refpipe processor")
         };
@@ -242,5 +329,130 @@ mod tests {
         assert_eq!(p.topic_root.as_deref(), Some("hoptrace-soak/s1"));
         assert_eq!(p.summary_json, Some(plan.publisher_json));
         assert_eq!(p.collector.collector.as_deref(), Some("127.0.0.1:7401"));
+        assert_eq!(p.publisher_id, Some(77));
+        assert!(!p.payload_context);
+    }
+
+    /// An external pipeline: no reference processor or store; the taps as given plus
+    /// the collector, the spec and the publisher id; the publisher with the spec, the
+    /// payload context and the address's topic.
+    #[test]
+    fn an_external_pipeline_soak_runs_its_taps_with_flags_they_take() {
+        let Command::Soak(args) = Cli::parse_from([
+            "hoptrace",
+            "soak",
+            "--broker",
+            "mqtt://127.0.0.1:11883/hoptrace/nr/in/soak?version=5",
+            "--pipeline",
+            "tap/testdata/nodered-influxdb.toml",
+            "--tap",
+            "--from mqtt://127.0.0.1:11883?version=5 --topics 'hoptrace/nr/in/#' --hop broker",
+            "--tap",
+            "--from influxdb://127.0.0.1:18086/hoptrace?measurement=nodered --poll-interval 20ms",
+            "--watch-port",
+            "11880",
+            "--payload-context",
+        ])
+        .command
+        else {
+            unreachable!("a soak")
+        };
+        let opts = args.options().unwrap();
+        let x = opts.external.as_ref().unwrap();
+        assert_eq!(x.watch_ports, [11880]);
+        assert_eq!(x.taps[0][3], "hoptrace/nr/in/#");
+        let plan = Plan {
+            run_id: "s2".into(),
+            run_dir: "runs/s2".into(),
+            out: "out".into(),
+            logs: "out/logs".into(),
+            topic_root: None,
+            publisher_json: "out/publisher.json".into(),
+            publisher_id: 9,
+        };
+        let at = Addresses {
+            collector: "127.0.0.1:7401".into(),
+            metrics: "127.0.0.1:7402".parse().unwrap(),
+            store: "127.0.0.1:7403".into(),
+        };
+        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        assert!(cmds.store.is_none() && cmds.processor.is_none());
+        let spec = std::path::PathBuf::from("tap/testdata/nodered-influxdb.toml");
+        let Command::Collect(c) = parse(&cmds.collector) else {
+            unreachable!("collect")
+        };
+        assert_eq!(c.pipeline.as_ref(), Some(&spec));
+        assert_eq!(cmds.taps.len(), 2);
+        let Command::Tap(t) = parse(&cmds.taps[0]) else {
+            unreachable!("tap")
+        };
+        assert_eq!(t.from, "mqtt://127.0.0.1:11883?version=5");
+        assert_eq!(
+            (t.topics.as_slice(), t.hop.as_str()),
+            (&["hoptrace/nr/in/#".to_owned()][..], "broker")
+        );
+        assert_eq!(t.publishers, [9]);
+        assert_eq!(t.collector.collector.as_deref(), Some("127.0.0.1:7401"));
+        assert_eq!(t.hop_spec.pipeline.as_ref(), Some(&spec));
+        let Command::Tap(t) = parse(&cmds.taps[1]) else {
+            unreachable!("tap")
+        };
+        assert_eq!(
+            t.from,
+            "influxdb://127.0.0.1:18086/hoptrace?measurement=nodered"
+        );
+        assert_eq!(t.store.poll_interval, std::time::Duration::from_millis(20));
+        let Command::Publish(p) = parse(&cmds.publisher) else {
+            unreachable!("publish")
+        };
+        assert_eq!(p.to, "mqtt://127.0.0.1:11883/hoptrace/nr/in/soak?version=5");
+        assert_eq!(p.topic_root, None);
+        assert!(p.payload_context);
+        assert_eq!(p.publisher_id, Some(9));
+        assert_eq!(p.hop_spec.pipeline.as_ref(), Some(&spec));
+    }
+
+    #[test]
+    fn an_external_pipeline_soak_refuses_taps_that_cannot_work() {
+        let soak = |extra: &[&str]| {
+            let line = ["hoptrace", "soak", "--broker", "mqtt://127.0.0.1:11883"]
+                .iter()
+                .chain(extra);
+            let Command::Soak(args) = Cli::try_parse_from(line)?.command else {
+                unreachable!("a soak")
+            };
+            Ok::<_, clap::Error>(args.options().and_then(|o| o.check().map(|_| ())))
+        };
+        let spec = "tap/testdata/nodered-influxdb.toml";
+        // A tap without a pipeline spec is refused by the command line.
+        assert!(soak(&["--tap", "--from mqtt://h:1"]).is_err());
+        let e = soak(&["--pipeline", spec])
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least one --tap"), "{e}");
+        let e = soak(&["--pipeline", spec, "--tap", "--hop broker"])
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no --from"), "{e}");
+        let e = soak(&[
+            "--pipeline",
+            spec,
+            "--tap",
+            "--from mqtt://h:1 --collector 1.2.3.4:5",
+        ])
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--collector is the soak's to set"), "{e}");
+        let e = soak(&["--pipeline", spec, "--tap", "--from 'mqtt://h:1"])
+            .unwrap()
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("unclosed '"), "{e:#}");
+        let e = soak(&["--pipeline", "no/such.toml", "--tap", "--from mqtt://h:1"])
+            .unwrap()
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("no/such.toml"), "{e:#}");
     }
 }

@@ -69,6 +69,8 @@ pub struct Args {
     /// matrix is resumed.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub external: crate::soak::ExternalArgs,
 }
 
 impl Args {
@@ -77,7 +79,11 @@ impl Args {
     /// # Errors
     /// This program's path cannot be found.
     pub fn options(&self) -> anyhow::Result<SweepOptions> {
+        if let Some(x) = self.external.external()? {
+            x.check()?;
+        }
         Ok(SweepOptions {
+            soak_flags: self.external.soak_flags(),
             program: std::env::current_exe().context("this program's path")?,
             broker: self.broker.clone(),
             rate: self.rate.clone(),
@@ -204,5 +210,72 @@ mod tests {
         assert_eq!(soak.run_id.as_deref(), Some("s.x"));
         assert_eq!(soak.runs, Path::new("out/runs"));
         assert_eq!(soak.out.as_deref(), Some(Path::new("out/cells/x")));
+        assert!(soak.external.pipeline.is_none());
+    }
+
+    /// A sweep of an external pipeline gives every cell's soak the same pipeline, taps
+    /// and watched ports.
+    #[test]
+    fn a_sweep_of_an_external_pipeline_passes_it_to_every_soak() {
+        let tap =
+            "--from influxdb://127.0.0.1:18086/hoptrace?measurement=nodered --poll-interval 20ms";
+        let Command::Sweep(args) = Cli::parse_from([
+            "hoptrace",
+            "sweep",
+            "--broker",
+            "mqtt://127.0.0.1:11883/hoptrace/nr/in/sweep?version=5",
+            "--rate",
+            "1k,2k",
+            "--pipeline",
+            "tap/testdata/nodered-influxdb.toml",
+            "--tap",
+            tap,
+            "--watch-port",
+            "18086",
+            "--payload-context",
+        ])
+        .command
+        else {
+            unreachable!("a sweep")
+        };
+        let opts = args.options().unwrap();
+        let checked = hoptrace_runner::sweep::check(&opts).unwrap();
+        let line = hoptrace_runner::sweep::soak_args(
+            &opts,
+            &checked.cells()[0],
+            "s.x",
+            Path::new("out/runs"),
+            Path::new("out/cells/x"),
+        );
+        let line = std::iter::once(OsString::from("hoptrace")).chain(line);
+        let Command::Soak(soak) = Cli::try_parse_from(line).unwrap().command else {
+            unreachable!("a soak")
+        };
+        let x = soak.external;
+        assert_eq!(
+            x.pipeline.as_deref(),
+            Some(Path::new("tap/testdata/nodered-influxdb.toml"))
+        );
+        assert_eq!(x.taps, [tap]);
+        assert_eq!(x.watch_ports, [18086]);
+        assert!(x.payload_context);
+        assert_eq!(x.topic_root, None);
+        // A bad tap is refused before any cell runs.
+        let Command::Sweep(args) = Cli::parse_from([
+            "hoptrace",
+            "sweep",
+            "--broker",
+            "mqtt://127.0.0.1:11883",
+            "--rate",
+            "1k",
+            "--pipeline",
+            "tap/testdata/nodered-influxdb.toml",
+        ])
+        .command
+        else {
+            unreachable!("a sweep")
+        };
+        let e = args.options().unwrap_err().to_string();
+        assert!(e.contains("at least one --tap"), "{e}");
     }
 }

@@ -1,10 +1,11 @@
 //! Child processes of a run (the soak's collector, store, processor and publisher; the
-//! sweep's soaks): each logs its stderr to a file of its own, says `ready` on stdout
-//! when it serves, and is stopped with SIGTERM and a deadline, or killed when dropped.
+//! sweep's soaks, the taps of an external pipeline): each logs its stderr to a file of its
+//! own, says `ready` on stdout (or, for a tap, a line on stderr) when it serves, and is
+//! stopped with SIGTERM and a deadline, or killed when dropped.
 
 use std::io::{BufRead as _, BufReader};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ pub struct Part {
     role: String,
     child: Child,
     stdout: Option<mpsc::Receiver<String>>,
+    log: PathBuf,
     terminated: bool,
 }
 
@@ -26,7 +28,8 @@ impl Part {
     /// # Errors
     /// The log cannot be created or the program cannot start.
     pub fn spawn(role: &str, cmd: &mut Command, logs: &Path) -> anyhow::Result<Self> {
-        let log = std::fs::File::create(logs.join(format!("{role}.log")))
+        let path = logs.join(format!("{role}.log"));
+        let log = std::fs::File::create(&path)
             .with_context(|| format!("creating the log of the {role}"))?;
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -39,6 +42,7 @@ impl Part {
             role: role.to_owned(),
             child,
             stdout,
+            log: path,
             terminated: false,
         })
     }
@@ -68,22 +72,71 @@ impl Part {
     /// # Errors
     /// The child exits first, or does not say `ready` in time.
     pub fn ready(&mut self, within: Duration) -> anyhow::Result<()> {
-        let rx = self.stdout.as_ref().context("no stdout")?;
-        let deadline = Instant::now() + within;
-        loop {
+        let rx = self.stdout.take().context("no stdout")?;
+        let r = self.wait_until(within, || {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.starts_with("ready") => return Ok(()),
+                Ok(line) if line.starts_with("ready") => return true,
                 Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 // Its stdout closed: it is exiting; wait for the status.
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
+            false
+        });
+        self.stdout = Some(rx);
+        r
+    }
+
+    /// Waits until the child's log (its stderr) has a line starting with one of
+    /// `prefixes`, at most `within`: how `hoptrace tap` says it serves (`tapping ...`,
+    /// `polling ...`), keeping its stdout for its summary.
+    ///
+    /// # Errors
+    /// The child exits first, or does not log such a line in time.
+    pub fn logged(&mut self, prefixes: &[&str], within: Duration) -> anyhow::Result<()> {
+        let log = self.log.clone();
+        self.wait_until(within, || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text
+                .lines()
+                .any(|l| prefixes.iter().any(|p| l.starts_with(p)))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        })
+    }
+
+    /// Calls `done` (which waits a little itself) until it says yes, the child exits, or
+    /// `within` has passed.
+    fn wait_until(
+        &mut self,
+        within: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            if done() {
+                return Ok(());
+            }
             if let Some(status) = self.child.try_wait()? {
-                bail!("the {} exited ({status}) before it was ready", self.role);
+                let tail = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!(
+                    "the {} exited ({status}) before it was ready: {}",
+                    self.role,
+                    tail.join(" | ")
+                );
             }
             if Instant::now() >= deadline {
-                bail!("the {} was not ready within {within:?}", self.role);
+                bail!(
+                    "the {} was not ready within {within:?} (see {})",
+                    self.role,
+                    self.log.display()
+                );
             }
         }
     }
@@ -213,6 +266,35 @@ mod tests {
         let e = p.ready(Duration::from_millis(300)).unwrap_err().to_string();
         assert!(e.contains("not ready"), "{e}");
         drop(p); // killed, not left behind
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_tap_is_ready_once_its_log_says_so_and_keeps_its_stdout() {
+        let dir = logs("tap");
+        let mut p = Part::spawn(
+            "tap-1",
+            &mut sh("trap 'echo keys: 3 found; exit 0' TERM; sleep 0.2; echo polling influxdb >&2; while :; do sleep 0.05; done"),
+            &dir,
+        )
+        .unwrap();
+        p.logged(&["tapping", "polling"], Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(p.stop(Duration::from_secs(10)).unwrap(), ["keys: 3 found"]);
+        let mut p = Part::spawn(
+            "tap-2",
+            &mut sh("echo 'error: no such database' >&2; exit 1"),
+            &dir,
+        )
+        .unwrap();
+        let e = p
+            .logged(&["polling"], Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tap-2 exited") && e.contains("no such database"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -70,6 +70,9 @@ pub struct SweepOptions {
     pub out: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
+    /// More flags for every cell's `hoptrace soak`: those of an external pipeline
+    /// (`--pipeline`, `--tap`, `--watch-port`, `--topic-root`, `--payload-context`).
+    pub soak_flags: Vec<OsString>,
 }
 
 /// Metrics per message when the sweep does not vary it.
@@ -572,6 +575,7 @@ pub fn soak_args(
         "--out".into(),
         cell_dir.as_os_str().to_owned(),
     ]);
+    args.extend(opts.soak_flags.iter().cloned());
     args
 }
 
@@ -769,6 +773,7 @@ mod tests {
             tick: Duration::from_micros(500),
             out: None,
             command: line.into(),
+            soak_flags: Vec::new(),
         };
         let words: Vec<&str> = line.split_whitespace().collect();
         for pair in words.chunks(2) {

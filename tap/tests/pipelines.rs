@@ -414,3 +414,117 @@ fn clickhouse_errors() -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
+
+/// `hoptrace soak` against the external pipeline Mosquitto → Node-RED → InfluxDB: the soak
+/// starts only the collector, the two taps and the publisher; the pipeline is the one
+/// the infra scripts run. Everything sent is accounted for, every stage measured, the
+/// pipeline's processes sampled, and the taps' summaries in the report.
+#[test]
+#[ignore = "needs the stores, Node-RED and the brokers: infra/test.sh runs it"]
+fn soak_of_mosquitto_nodered_influxdb() {
+    reachable("127.0.0.1:11883");
+    let _influx = store("influxdb");
+    let _nodered = NodeRed::up();
+    let dir = tempdir("nodered-soak");
+    let spec = testdata("nodered-influxdb.toml");
+    let topic = format!("hoptrace/nr/in/soak-{}", unique());
+    // 2,000 metrics/s, 10 per message: 200 messages/s, 2,000 messages, 20,000 points.
+    let broker_tap =
+        format!("--from mqtt://127.0.0.1:11883?version=5 --topics {topic}/# --hop broker");
+    let store_tap = "--from influxdb://127.0.0.1:18086/hoptrace?measurement=nodered";
+    let out = Command::new(bin())
+        .args(["soak", "--broker"])
+        .arg(format!("mqtt://127.0.0.1:11883/{topic}?version=5"))
+        .args([
+            "--rate",
+            "2k",
+            "--metrics-per-message",
+            "10",
+            "--streams",
+            "10",
+        ])
+        .args(["--duration", "10s", "--warmup", "2s", "--payload-context"])
+        .arg("--pipeline")
+        .arg(&spec)
+        .args(["--tap", &broker_tap, "--tap", store_tap])
+        .args(["--watch-port", "11880", "--watch-port", "18086"])
+        .arg("--runs")
+        .arg(dir.join("runs"))
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--run-id", "s"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "soak failed:\n{text}");
+    let soak: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("out/soak.json")).unwrap()).unwrap();
+    let sent = soak["publisher"]["messages"].as_u64().unwrap();
+    assert_eq!(sent, 2000, "{}", soak["publisher"]);
+    assert_eq!(soak["drained"], true, "{text}");
+    assert_eq!(soak["pipeline"], spec.to_str().unwrap());
+    let taps = soak["taps"].as_array().unwrap();
+    assert_eq!(taps.len(), 2, "{soak}");
+    let summaries: Vec<String> = taps
+        .iter()
+        .map(|t| {
+            t["summary"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    assert!(
+        summaries[0].contains(&format!("traced {sent}")),
+        "{}",
+        summaries[0]
+    );
+    assert!(
+        summaries[1].contains(&format!("keys: {sent} found")),
+        "{}",
+        summaries[1]
+    );
+    assert!(summaries[1].contains("cost: "), "{}", summaries[1]);
+    // The pipeline's own processes were sampled, by the ports they listen on.
+    let processes: Vec<&str> = soak["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["process"].as_str().unwrap())
+        .collect();
+    for port in ["(port 11880)", "(port 18086)"] {
+        assert!(processes.iter().any(|p| p.ends_with(port)), "{processes:?}");
+    }
+    assert!(
+        processes.iter().any(|p| p.starts_with("broker (mosquitto")),
+        "{processes:?}"
+    );
+    assert!(
+        processes.contains(&"tap-1") && processes.contains(&"tap-2"),
+        "{processes:?}"
+    );
+    let run: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("runs/s/run.json")).unwrap()).unwrap();
+    let id = run["accounting"]["publishers"][0]["publisher"]
+        .as_u64()
+        .unwrap();
+    let (complete, incomplete) = assert_accounted(&run, u16::try_from(id).unwrap());
+    assert_eq!((complete, incomplete), (sent, 0), "{}", run["accounting"]);
+    for st in run["stages"].as_array().unwrap() {
+        assert_eq!(st["count"], sent, "{st}");
+    }
+    let report = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
+    assert!(report.contains("Pipeline: external"), "{report}");
+    assert!(
+        report.contains("### Tap 2: `--from influxdb://"),
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

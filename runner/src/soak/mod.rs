@@ -3,6 +3,12 @@
 //! with the CPU and RSS of every process (the broker's included) sampled every second;
 //! then the report, with a resource section and the soak's targets, each met or not.
 //!
+//! Or, with [`External`], a pipeline hoptrace did not start (Mosquitto → Node-RED →
+//! InfluxDB, Kafka → ClickHouse): no reference processor or store; the soak publishes into
+//! it, runs the `hoptrace tap`s that stamp its hops (broker taps, store taps) and the
+//! collector with the pipeline's own spec, and samples the processes listening on the
+//! ports it is given as well as the broker.
+//!
 //! Every child is the `hoptrace` program itself ([`SoakOptions::program`]) running one of
 //! its commands; [`PartCommands`] holds their command lines, the contract between the soak
 //! and its children. Every child logs to `<out>/logs/`; the collector's run directory holds
@@ -35,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker_process::BrokerProcess;
 use crate::pipeline::{self, Parts};
+use crate::procfs;
 use crate::sampler::{Sampler, Watched};
 use crate::supervisor::{Part, free_port};
 pub use targets::{TARGET_BYTES_PER_TRACE, TARGET_RATE_RATIO, TARGET_REPORT_S, Target};
@@ -75,18 +82,149 @@ pub struct SoakOptions {
     pub max_clock_error_ns: Option<u64>,
     /// The command line, for the report.
     pub command: String,
+    /// A pipeline hoptrace did not start, measured by taps (`None`: the reference
+    /// pipeline).
+    pub external: Option<External>,
+    /// First topic level of the MQTT topics (default: `hoptrace-soak/<run id>`, or for an
+    /// external pipeline the topic of the broker address).
+    pub topic_root: Option<String>,
+    /// The trace context also in the JSON payload's `hoptrace` field (for pipelines that
+    /// keep fields but drop MQTT user properties or Kafka headers).
+    pub payload_context: bool,
+}
+
+/// A pipeline under test that hoptrace did not start (the user or an `infra/` script
+/// starts and stops it), described by its own spec and stamped by `hoptrace tap`s.
+#[derive(Debug, Clone)]
+pub struct External {
+    /// Its pipeline spec (hops, stages, join window).
+    pub pipeline: PathBuf,
+    /// Each tap's own arguments (`--from`, `--topics`, `--hop`, store options); the soak
+    /// adds `--collector`, `--pipeline` and `--publishers`.
+    pub taps: Vec<Vec<String>>,
+    /// TCP ports whose listening processes (the pipeline's own parts) are sampled.
+    pub watch_ports: Vec<u16>,
+}
+
+impl External {
+    /// Checks the pipeline: its spec loads, it has taps, each with `--from` and without
+    /// the flags the soak sets itself. Returns the spec.
+    ///
+    /// # Errors
+    /// What is wrong, naming the option.
+    pub fn check(&self) -> anyhow::Result<PipelineSpec> {
+        let spec = PipelineSpec::load(&self.pipeline)
+            .with_context(|| format!("--pipeline {}", self.pipeline.display()))?;
+        if self.taps.is_empty() {
+            bail!(
+                "--pipeline: give at least one --tap to stamp the pipeline's hops after the publisher"
+            );
+        }
+        for tap in &self.taps {
+            if !tap
+                .iter()
+                .any(|a| a == "--from" || a.starts_with("--from="))
+            {
+                bail!("--tap {:?}: no --from", tap.join(" "));
+            }
+            if let Some(a) = tap.iter().find(|a| {
+                ["--collector", "--pipeline", "--publishers"]
+                    .iter()
+                    .any(|f| a == f || a.starts_with(&format!("{f}=")))
+            }) {
+                bail!(
+                    "--tap {:?}: {a} is the soak's to set (it adds --collector, --pipeline and --publishers)",
+                    tap.join(" ")
+                );
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// A `--tap` value as arguments: split at whitespace, `'...'` and `"..."` quoting (no
+/// escapes inside single quotes; `\"` and `\\` inside double quotes).
+///
+/// ```
+/// use hoptrace_runner::soak::split_args;
+/// assert_eq!(
+///     split_args(r#"--from 'mqtt://h:1?version=5' --topics "a b/#""#).unwrap(),
+///     ["--from", "mqtt://h:1?version=5", "--topics", "a b/#"]
+/// );
+/// ```
+///
+/// # Errors
+/// A quote that is not closed.
+pub fn split_args(line: &str) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                let word = cur.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => bail!("unclosed ' in {line:?}"),
+                    }
+                }
+            }
+            '"' => {
+                let word = cur.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => bail!("unclosed \" in {line:?}"),
+                        },
+                        Some(c) => word.push(c),
+                        None => bail!("unclosed \" in {line:?}"),
+                    }
+                }
+            }
+            c if c.is_whitespace() => out.extend(cur.take()),
+            c => cur.get_or_insert_with(String::new).push(c),
+        }
+    }
+    out.extend(cur);
+    Ok(out)
 }
 
 impl SoakOptions {
     /// Checks the options; returns the broker address.
     ///
     /// # Errors
-    /// A count that is not positive, or a broker address that does not parse.
+    /// A count that is not positive, a broker address that does not parse, an external
+    /// pipeline whose spec does not load or that has no tap, or a tap given a flag the
+    /// soak sets itself.
     pub fn check(&self) -> anyhow::Result<Endpoint> {
         if self.rate == 0 || self.streams == 0 || self.metrics_per_message == 0 {
             bail!("--rate, --streams and --metrics-per-message must be positive");
         }
-        Endpoint::parse(&self.broker).context("--broker")
+        let endpoint = Endpoint::parse(&self.broker).context("--broker")?;
+        if let Some(x) = &self.external {
+            x.check()?;
+        }
+        Ok(endpoint)
+    }
+
+    /// The pipeline spec of the run: the external pipeline's, or the reference one.
+    ///
+    /// # Errors
+    /// The external pipeline's spec does not load.
+    pub fn spec(&self) -> anyhow::Result<PipelineSpec> {
+        match &self.external {
+            Some(x) => PipelineSpec::load(&x.pipeline)
+                .with_context(|| format!("--pipeline {}", x.pipeline.display())),
+            None => Ok(PipelineSpec::default_pipeline()),
+        }
     }
 }
 
@@ -101,10 +239,13 @@ pub struct Plan {
     pub out: PathBuf,
     /// The children's logs.
     pub logs: PathBuf,
-    /// The first topic level of the run's MQTT topics (the Kafka topic is the address's).
-    pub topic_root: String,
+    /// The first topic level of the run's MQTT topics (the Kafka topic is the address's);
+    /// `None`: the topic of the broker address.
+    pub topic_root: Option<String>,
     /// Where the publisher writes its end summary.
     pub publisher_json: PathBuf,
+    /// The publisher id in the run's trace keys (the taps report only this one's).
+    pub publisher_id: u16,
 }
 
 impl Plan {
@@ -119,15 +260,25 @@ impl Plan {
             format!("soak-{}", hoptrace_probe::clock::realtime_ns() / 1_000_000)
         });
         let run_dir = opts.runs.join(&run_id);
-        crate::rundir::check(&run_dir, &PipelineSpec::default_pipeline(), false)?;
+        crate::rundir::check(&run_dir, &opts.spec()?, false)?;
         let out = opts
             .out
             .clone()
             .unwrap_or_else(|| opts.runs.join(format!("{run_id}-report")));
         let logs = out.join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        let topic_root = match (&opts.topic_root, &opts.external) {
+            (Some(root), _) => Some(root.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(format!("hoptrace-soak/{run_id}")),
+        };
+        // Not 0 (the default of a publisher that sets none), different between soaks.
+        let publisher_id =
+            1 + u16::try_from(hoptrace_probe::clock::realtime_ns() / 1_000_000 % 65_535)
+                .expect("below 65,535");
         Ok(Self {
-            topic_root: format!("hoptrace-soak/{run_id}"),
+            topic_root,
+            publisher_id,
             publisher_json: out.join("publisher.json"),
             run_id,
             run_dir,
@@ -163,16 +314,18 @@ impl Addresses {
 }
 
 /// The command lines of the soak's parts (without the program): the flags of
-/// `hoptrace collect`, `refpipe store`, `refpipe processor` and `publish` that the soak
-/// relies on.
+/// `hoptrace collect`, `refpipe store`, `refpipe processor`, `tap` and `publish` that the
+/// soak relies on.
 #[derive(Debug, Clone)]
 pub struct PartCommands {
     /// `hoptrace collect ...`.
     pub collector: Vec<OsString>,
-    /// `hoptrace refpipe store ...`.
-    pub store: Vec<OsString>,
-    /// `hoptrace refpipe processor ...`.
-    pub processor: Vec<OsString>,
+    /// `hoptrace refpipe store ...` (the reference pipeline).
+    pub store: Option<Vec<OsString>>,
+    /// `hoptrace refpipe processor ...` (the reference pipeline).
+    pub processor: Option<Vec<OsString>>,
+    /// `hoptrace tap ...`, one per tap (an external pipeline).
+    pub taps: Vec<Vec<OsString>>,
     /// `hoptrace publish ...`.
     pub publisher: Vec<OsString>,
 }
@@ -197,6 +350,13 @@ impl PartCommands {
             "--metrics".into(),
             at.metrics.to_string().into(),
         ]);
+        let pipeline = opts
+            .external
+            .as_ref()
+            .map(|x| x.pipeline.clone().into_os_string());
+        if let Some(p) = &pipeline {
+            collector.extend(["--pipeline".into(), p.clone()]);
+        }
         if let Some(max) = opts.max_clock_error_ns {
             collector.extend(args([
                 "--max-clock-error",
@@ -204,6 +364,28 @@ impl PartCommands {
                 "--force-clock",
             ]));
         }
+        let publisher_id = plan.publisher_id.to_string();
+        let taps = opts
+            .external
+            .iter()
+            .flat_map(|x| &x.taps)
+            .map(|tap| {
+                let mut a = args(["tap"]);
+                a.extend(tap.iter().map(OsString::from));
+                a.extend(args([
+                    "--collector",
+                    &at.collector,
+                    "--publishers",
+                    &publisher_id,
+                ]));
+                a.extend(
+                    pipeline
+                        .iter()
+                        .flat_map(|p| ["--pipeline".into(), p.clone()]),
+                );
+                a
+            })
+            .collect();
         let store = args([
             "refpipe",
             "store",
@@ -226,8 +408,8 @@ impl PartCommands {
             "--linger",
             &format!("{}us", opts.linger.as_micros()),
         ]);
-        if mqtt {
-            processor.extend(args(["--topics", &format!("{}/#", plan.topic_root)]));
+        if let (true, Some(root)) = (mqtt, &plan.topic_root) {
+            processor.extend(args(["--topics", &format!("{root}/#")]));
         }
         let mut publisher = args([
             "publish",
@@ -245,19 +427,30 @@ impl PartCommands {
             &opts.zipf.to_string(),
             "--tick",
             &format!("{}us", opts.tick.as_micros()),
-            "--topic-root",
-            &plan.topic_root,
             "--collector",
             &at.collector,
+            "--publisher-id",
+            &publisher_id,
         ]);
+        if let Some(root) = &plan.topic_root {
+            publisher.extend(args(["--topic-root", root]));
+        }
+        if opts.payload_context {
+            publisher.push("--payload-context".into());
+        }
+        if let Some(p) = &pipeline {
+            publisher.extend(["--pipeline".into(), p.clone()]);
+        }
         publisher.extend([
             "--summary-json".into(),
             plan.publisher_json.clone().into_os_string(),
         ]);
+        let reference = opts.external.is_none();
         Self {
             collector,
-            store,
-            processor,
+            store: reference.then_some(store),
+            processor: reference.then_some(processor),
+            taps,
             publisher,
         }
     }
@@ -283,6 +476,9 @@ pub struct SoakMeasured {
     /// What the publisher, the processor and the store printed on stdout (their
     /// summaries), in that order.
     pub output: Vec<String>,
+    /// What each tap printed on stdout when it stopped (its summary; a store tap's says
+    /// what its polling cost), in the order of the taps.
+    pub taps: Vec<Vec<String>>,
 }
 
 /// Runs the soak's pipeline to its end: plans the run, starts the parts, publishes,
@@ -294,10 +490,15 @@ pub fn measure(opts: &SoakOptions, stop: &AtomicBool) -> anyhow::Result<SoakMeas
     let endpoint = opts.check()?;
     let plan = Plan::new(opts)?;
     let (parts, broker) = start_parts(opts, &plan, &endpoint)?;
-    let window = Duration::from_millis(PipelineSpec::default_pipeline().join.window_ms);
+    let window = Duration::from_millis(opts.spec()?.join.window_ms);
     let m = pipeline::measure(parts, stop, window)?;
-    let (output, samples) = m.stopped;
+    let Stopped {
+        output,
+        samples,
+        taps,
+    } = m.stopped;
     Ok(SoakMeasured {
+        taps,
         plan,
         broker: endpoint.display(),
         broker_version: broker.map_or_else(|| "unknown".to_owned(), |b| b.version),
@@ -312,8 +513,9 @@ pub fn measure(opts: &SoakOptions, stop: &AtomicBool) -> anyhow::Result<SoakMeas
 /// The soak's parts as child processes.
 struct Processes {
     collector: Part,
-    store: Part,
-    processor: Part,
+    store: Option<Part>,
+    processor: Option<Part>,
+    taps: Vec<Part>,
     publisher: Option<Part>,
     publisher_json: PathBuf,
     publisher_out: Vec<String>,
@@ -325,8 +527,9 @@ struct Processes {
     planned: Duration,
 }
 
-/// Starts the collector, the store, the processor and the publisher, in that order, each
-/// once the one before serves; finds the broker's process.
+/// Starts the collector, the store and the processor (or the taps of an external
+/// pipeline) and the publisher, in that order, each once the one before serves; finds the
+/// broker's process and those on the watched ports.
 fn start_parts(
     opts: &SoakOptions,
     plan: &Plan,
@@ -345,10 +548,29 @@ fn start_parts(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut store = part("store", &cmds.store)?;
-    store.ready(Duration::from_secs(20))?;
-    let mut processor = part("processor", &cmds.processor)?;
-    processor.ready(Duration::from_secs(30))?;
+    let store = match &cmds.store {
+        Some(args) => {
+            let mut store = part("store", args)?;
+            store.ready(Duration::from_secs(20))?;
+            Some(store)
+        }
+        None => None,
+    };
+    let processor = match &cmds.processor {
+        Some(args) => {
+            let mut processor = part("processor", args)?;
+            processor.ready(Duration::from_secs(30))?;
+            Some(processor)
+        }
+        None => None,
+    };
+    let mut taps = Vec::with_capacity(cmds.taps.len());
+    for (i, args) in cmds.taps.iter().enumerate() {
+        let mut tap = part(&format!("tap-{}", i + 1), args)?;
+        // A store tap may wait for its store (`--wait-for-store`).
+        tap.logged(&["tapping ", "polling "], Duration::from_secs(120))?;
+        taps.push(tap);
+    }
     let started = Instant::now();
     let publisher = part("publisher", &cmds.publisher)?;
 
@@ -362,17 +584,16 @@ fn start_parts(
         }
     };
     let broker = BrokerProcess::find(broker_port);
-    let mut watched: Vec<Watched> = [
-        ("publisher", &publisher),
-        ("processor", &processor),
-        ("store", &store),
-        ("collector", &collector),
-    ]
-    .map(|(role, p)| Watched {
-        role: role.into(),
-        pid: p.pid(),
-    })
-    .to_vec();
+    let mut watched: Vec<Watched> = std::iter::once(&publisher)
+        .chain(&processor)
+        .chain(&store)
+        .chain(&taps)
+        .chain(std::iter::once(&collector))
+        .map(|p| Watched {
+            role: p.role().into(),
+            pid: p.pid(),
+        })
+        .collect();
     match &broker {
         Some(b) => watched.push(Watched {
             role: b.role.clone(),
@@ -382,14 +603,32 @@ fn start_parts(
             "soak: no process listens on port {broker_port} that this user can see; the broker's resources are not sampled"
         ),
     }
+    for &port in opts.external.iter().flat_map(|x| &x.watch_ports) {
+        match procfs::listener_pid(port) {
+            Some(pid) if watched.iter().all(|w| w.pid != pid) => watched.push(Watched {
+                role: procfs::command_name(procfs::Pid::Other(pid))
+                    .map_or_else(|| format!("port {port}"), |n| format!("{n} (port {port})")),
+                pid,
+            }),
+            Some(_) => {}
+            None => eprintln!(
+                "soak: no process listens on port {port} that this user can see; its resources are not sampled"
+            ),
+        }
+    }
     eprintln!(
-        "hoptrace soak: {} metrics/s ({} per message) for {:.0} s over {} streams through {} ({}); run {}",
+        "hoptrace soak: {} metrics/s ({} per message) for {:.0} s over {} streams through {} ({}){}; run {}",
         units::rate(opts.rate as f64),
         opts.metrics_per_message,
         opts.duration.as_secs_f64(),
         opts.streams,
         endpoint.display(),
         broker.as_ref().map_or("unknown", |b| b.version.as_str()),
+        opts.external.as_ref().map_or_else(String::new, |x| format!(
+            ", pipeline {} measured by {} tap(s)",
+            x.pipeline.display(),
+            x.taps.len()
+        )),
         plan.run_id
     );
     let mut sampler = Sampler::new(started, watched);
@@ -399,6 +638,7 @@ fn start_parts(
             collector,
             store,
             processor,
+            taps,
             publisher: Some(publisher),
             publisher_json: plan.publisher_json.clone(),
             publisher_out: Vec::new(),
@@ -413,9 +653,18 @@ fn start_parts(
     ))
 }
 
+/// What the soak's parts leave when they stop.
+struct Stopped {
+    /// The publisher's, the processor's and the store's stdout lines.
+    output: Vec<String>,
+    /// The resource samples.
+    samples: Vec<Sample>,
+    /// Each tap's stdout lines.
+    taps: Vec<Vec<String>>,
+}
+
 impl Parts for Processes {
-    /// The children's stdout lines, and the resource samples.
-    type Stopped = (Vec<String>, Vec<Sample>);
+    type Stopped = Stopped;
 
     fn poll_publisher(&mut self) -> anyhow::Result<Option<PublishReport>> {
         let Some(publisher) = &mut self.publisher else {
@@ -470,13 +719,22 @@ impl Parts for Processes {
     }
 
     fn stop(self) -> anyhow::Result<Self::Stopped> {
-        let processor = self.processor.stop(Duration::from_secs(30))?;
-        let store = self.store.stop(Duration::from_secs(30))?;
+        let mut output = self.publisher_out;
+        // Upstream first.
+        for part in self.processor.into_iter().chain(self.store) {
+            output.extend(part.stop(Duration::from_secs(30))?);
+        }
+        let taps = self
+            .taps
+            .into_iter()
+            .map(|tap| tap.stop(Duration::from_secs(30)))
+            .collect::<anyhow::Result<_>>()?;
         self.collector.stop(Duration::from_secs(120))?;
-        let mut out = self.publisher_out;
-        out.extend(processor);
-        out.extend(store);
-        Ok((out, self.sampler.into_samples()))
+        Ok(Stopped {
+            output,
+            samples: self.sampler.into_samples(),
+            taps,
+        })
     }
 }
 
@@ -511,6 +769,22 @@ pub struct SoakResult {
     pub report_s: f64,
     /// Whether everything published reached the collector before the pipeline stopped.
     pub drained: bool,
+    /// The external pipeline's spec, when the soak measured one (`None`: the reference
+    /// pipeline).
+    #[serde(default)]
+    pub pipeline: Option<String>,
+    /// The taps of an external pipeline: their arguments and their summaries.
+    #[serde(default)]
+    pub taps: Vec<TapResult>,
+}
+
+/// One tap of an external pipeline's soak.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TapResult {
+    /// Its arguments, as given to `--tap`.
+    pub args: String,
+    /// What it printed on stdout when it stopped.
+    pub summary: Vec<String>,
 }
 
 /// What a soak ends with.
@@ -564,6 +838,20 @@ pub fn report(opts: &SoakOptions, m: SoakMeasured) -> anyhow::Result<SoakOutcome
         resources: per_process,
         report_s,
         drained: m.drained,
+        pipeline: opts
+            .external
+            .as_ref()
+            .map(|x| x.pipeline.display().to_string()),
+        taps: opts
+            .external
+            .iter()
+            .flat_map(|x| &x.taps)
+            .zip(&m.taps)
+            .map(|(args, summary)| TapResult {
+                args: args.join(" "),
+                summary: summary.clone(),
+            })
+            .collect(),
     };
     // The report again, now with the soak's own section (the figures above are final).
     let written = report::write_with(
@@ -611,45 +899,57 @@ fn timed_report(
 /// The report's `## Soak` section: the command, the broker, the load, the drain and the
 /// targets.
 fn soak_section(r: &SoakResult) -> Section {
-    Section {
-        blocks: vec![
-            Block::Heading(2, "Soak".into()),
-            Block::Bullets(vec![
-                format!("Command: `{}`", r.command),
-                format!("Broker: {} ({})", r.broker, r.broker_version),
-                format!(
-                    "Load: {} metrics/s, {} metrics per message, {} streams, {:.0} s; every part a process of its own",
-                    units::rate(r.rate as f64),
-                    r.metrics_per_message,
-                    r.streams,
-                    r.duration_s
+    let mut blocks = vec![
+        Block::Heading(2, "Soak".into()),
+        Block::Bullets(vec![
+            format!("Command: `{}`", r.command),
+            format!("Broker: {} ({})", r.broker, r.broker_version),
+            match &r.pipeline {
+                Some(spec) => format!(
+                    "Pipeline: external (started and stopped outside hoptrace), spec `{spec}`, its hops stamped by {} tap(s)",
+                    r.taps.len()
                 ),
-                format!(
-                    "Drained: {}",
-                    if r.drained {
-                        "every published trace reached the collector before the pipeline stopped"
-                    } else {
-                        "NO: the pipeline stopped with traces outstanding (they count as incomplete)"
-                    }
-                ),
-            ]),
-            Block::Table(
-                ["Target", "Aim", "Measured", "Met"]
-                    .map(str::to_owned)
-                    .to_vec(),
-                r.targets
-                    .iter()
-                    .map(|t| {
-                        vec![
-                            t.name.clone(),
-                            t.target.clone(),
-                            t.measured.clone(),
-                            if t.met { "yes" } else { "NO" }.into(),
-                        ]
-                    })
-                    .collect(),
+                None => "Pipeline: the reference pipeline (hoptrace's processor and store)".into(),
+            },
+            format!(
+                "Load: {} metrics/s, {} metrics per message, {} streams, {:.0} s; every part a process of its own",
+                units::rate(r.rate as f64),
+                r.metrics_per_message,
+                r.streams,
+                r.duration_s
             ),
-        ],
+            format!(
+                "Drained: {}",
+                if r.drained {
+                    "every published trace reached the collector before the pipeline stopped"
+                } else {
+                    "NO: the pipeline stopped with traces outstanding (they count as incomplete)"
+                }
+            ),
+        ]),
+        Block::Table(
+            ["Target", "Aim", "Measured", "Met"]
+                .map(str::to_owned)
+                .to_vec(),
+            r.targets
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.name.clone(),
+                        t.target.clone(),
+                        t.measured.clone(),
+                        if t.met { "yes" } else { "NO" }.into(),
+                    ]
+                })
+                .collect(),
+        ),
+    ];
+    for (i, tap) in r.taps.iter().enumerate() {
+        blocks.push(Block::Heading(3, format!("Tap {}: `{}`", i + 1, tap.args)));
+        blocks.push(Block::Bullets(tap.summary.clone()));
+    }
+    Section {
+        blocks,
         charts: Vec::new(),
     }
 }
