@@ -186,6 +186,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     for line in &measured.output {
         println!("{line}");
     }
+    for e in &measured.exited {
+        eprintln!("warning: a sampled process died during the run: {e}");
+    }
     if measured.interrupted {
         eprintln!(
             "interrupted: published for {:.0} s of the planned {:.0} s; the run and its report say so",

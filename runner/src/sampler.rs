@@ -17,6 +17,28 @@ pub struct Watched {
     pub pid: u32,
 }
 
+/// A watched process that was read at least once and then was gone: a part of the
+/// pipeline under test that died during the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exited {
+    /// Its role.
+    pub role: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Seconds after the start when it was first found gone.
+    pub t_s: f64,
+}
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (pid {}) was gone at {:.0} s",
+            self.role, self.pid, self.t_s
+        )
+    }
+}
+
 /// Samples CPU and RSS of a set of processes.
 #[derive(Debug)]
 pub struct Sampler {
@@ -24,6 +46,7 @@ pub struct Sampler {
     procs: Vec<Watched>,
     last: BTreeMap<u32, (Instant, u64)>,
     samples: Vec<Sample>,
+    exited: Vec<Exited>,
 }
 
 impl Sampler {
@@ -35,6 +58,7 @@ impl Sampler {
             procs,
             last: BTreeMap::new(),
             samples: Vec::new(),
+            exited: Vec::new(),
         }
     }
 
@@ -45,12 +69,20 @@ impl Sampler {
     }
 
     /// Reads every process once. A process's first reading only sets its baseline (CPU
-    /// is a difference); a process that is gone is skipped. Returns this round's samples.
+    /// is a difference); a process that is gone is skipped, and one that was read before
+    /// is recorded as exited ([`Sampler::exited`]). Returns this round's samples.
     pub fn sample(&mut self) -> &[Sample] {
         let now = Instant::now();
         let first_new = self.samples.len();
         for w in &self.procs {
             let Some(ticks) = procfs::process_ticks(Pid::Other(w.pid)) else {
+                if self.last.contains_key(&w.pid) && self.exited.iter().all(|e| e.pid != w.pid) {
+                    self.exited.push(Exited {
+                        role: w.role.clone(),
+                        pid: w.pid,
+                        t_s: now.duration_since(self.started).as_secs_f64(),
+                    });
+                }
                 continue;
             };
             let rss = procfs::status_bytes(Pid::Other(w.pid), "VmRSS:").unwrap_or(0);
@@ -76,6 +108,18 @@ impl Sampler {
     #[must_use]
     pub fn samples(&self) -> &[Sample] {
         &self.samples
+    }
+
+    /// Stops sampling `pid` (a part that finished its work and exited, as it should):
+    /// its samples so far are kept, its going is not an exit.
+    pub fn unwatch(&mut self, pid: u32) {
+        self.procs.retain(|w| w.pid != pid);
+    }
+
+    /// The processes that were read and then were gone, in the order found.
+    #[must_use]
+    pub fn exited(&self) -> &[Exited] {
+        &self.exited
     }
 
     /// Every sample, the sampler used up.
@@ -137,5 +181,26 @@ mod tests {
         assert!(b.rss_bytes > 0 && i.rss_bytes > 0, "{round:?}");
         assert!(b.t_s >= 1.4, "{b:?}");
         assert_eq!(s.samples().len(), 2);
+        // Never read: not an exit. Read, then killed: an exit, found once.
+        assert!(s.exited().is_empty(), "{:?}", s.exited());
+        let pid = busy.0.id();
+        drop(busy);
+        s.sample();
+        s.sample();
+        assert_eq!(s.exited().len(), 1, "{:?}", s.exited());
+        assert_eq!(
+            (s.exited()[0].role.as_str(), s.exited()[0].pid),
+            ("busy", pid)
+        );
+        assert!(
+            s.exited()[0]
+                .to_string()
+                .starts_with(&format!("busy (pid {pid}) was gone at "))
+        );
+        // A part that finished as it should is unwatched before it goes.
+        s.unwatch(idle.0.id());
+        drop(idle);
+        s.sample();
+        assert_eq!(s.exited().len(), 1, "{:?}", s.exited());
     }
 }

@@ -466,6 +466,7 @@ fn soak_of_mosquitto_nodered_influxdb() {
     let sent = soak["publisher"]["messages"].as_u64().unwrap();
     assert_eq!(sent, 2000, "{}", soak["publisher"]);
     assert_eq!(soak["drained"], true, "{text}");
+    assert_eq!(soak["exited"], serde_json::json!([]), "{text}");
     assert_eq!(soak["pipeline"], spec.to_str().unwrap());
     let taps = soak["taps"].as_array().unwrap();
     assert_eq!(taps.len(), 2, "{soak}");

@@ -479,6 +479,8 @@ pub struct SoakMeasured {
     /// What each tap printed on stdout when it stopped (its summary; a store tap's says
     /// what its polling cost), in the order of the taps.
     pub taps: Vec<Vec<String>>,
+    /// Sampled processes that died during the run (a part of the pipeline under test).
+    pub exited: Vec<String>,
 }
 
 /// Runs the soak's pipeline to its end: plans the run, starts the parts, publishes,
@@ -496,9 +498,11 @@ pub fn measure(opts: &SoakOptions, stop: &AtomicBool) -> anyhow::Result<SoakMeas
         output,
         samples,
         taps,
+        exited,
     } = m.stopped;
     Ok(SoakMeasured {
         taps,
+        exited,
         plan,
         broker: endpoint.display(),
         broker_version: broker.map_or_else(|| "unknown".to_owned(), |b| b.version),
@@ -661,6 +665,8 @@ struct Stopped {
     samples: Vec<Sample>,
     /// Each tap's stdout lines.
     taps: Vec<Vec<String>>,
+    /// Sampled processes that died during the run.
+    exited: Vec<String>,
 }
 
 impl Parts for Processes {
@@ -674,6 +680,8 @@ impl Parts for Processes {
             return Ok(None);
         };
         let publisher = self.publisher.take().expect("checked above");
+        // Reaped: its pid is gone from /proc, as it should be.
+        self.sampler.unwatch(publisher.pid());
         self.publisher_out = publisher.stop(Duration::from_secs(5)).unwrap_or_default();
         if !status.success() {
             bail!(
@@ -730,10 +738,17 @@ impl Parts for Processes {
             .map(|tap| tap.stop(Duration::from_secs(30)))
             .collect::<anyhow::Result<_>>()?;
         self.collector.stop(Duration::from_secs(120))?;
+        let exited = self
+            .sampler
+            .exited()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         Ok(Stopped {
             output,
             samples: self.sampler.into_samples(),
             taps,
+            exited,
         })
     }
 }
@@ -776,6 +791,10 @@ pub struct SoakResult {
     /// The taps of an external pipeline: their arguments and their summaries.
     #[serde(default)]
     pub taps: Vec<TapResult>,
+    /// Sampled processes (the broker, the watched ports' processes) that died during the
+    /// run: `<role> (pid N) was gone at T s`.
+    #[serde(default)]
+    pub exited: Vec<String>,
 }
 
 /// One tap of an external pipeline's soak.
@@ -852,6 +871,7 @@ pub fn report(opts: &SoakOptions, m: SoakMeasured) -> anyhow::Result<SoakOutcome
                 summary: summary.clone(),
             })
             .collect(),
+        exited: m.exited.clone(),
     };
     // The report again, now with the soak's own section (the figures above are final).
     let written = report::write_with(
@@ -918,6 +938,14 @@ fn soak_section(r: &SoakResult) -> Section {
                 r.streams,
                 r.duration_s
             ),
+            if r.exited.is_empty() {
+                "Processes that died during the run: none of those sampled".into()
+            } else {
+                format!(
+                    "**Processes that died during the run: {}**",
+                    r.exited.join("; ")
+                )
+            },
             format!(
                 "Drained: {}",
                 if r.drained {
