@@ -1,0 +1,224 @@
+//! Kafka topic administration: checking that topics exist before a consumer joins,
+//! creating a topic with a layout, and reading a topic's layout back.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::{KafkaError, QuietContext};
+
+/// How long [`check_topics`] waits for a broker to answer.
+pub const BROKER_WAIT: Duration = Duration::from_secs(6);
+
+/// Checks, before a consumer joins, that a broker at `brokers` answers and that every
+/// topic of `topics` exists: a consumer would otherwise wait forever, logging. Gives up
+/// after `within`, or as soon as `stop` is set. Returns the partition count of the first
+/// topic.
+///
+/// # Errors
+/// [`KafkaError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
+/// missing topic and how to create it, or the interruption.
+pub fn check_topics(
+    brokers: &str,
+    topics: &[&str],
+    stop: &AtomicBool,
+    within: Duration,
+) -> Result<i32, KafkaError> {
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let deadline = Instant::now() + within;
+    let metadata = loop {
+        if stop.load(Relaxed) {
+            return Err(KafkaError::Config(format!(
+                "interrupted while waiting for a Kafka broker at {brokers}"
+            )));
+        }
+        match client.fetch_metadata(None, Duration::from_millis(500)) {
+            Ok(md) if !md.brokers().is_empty() => break md,
+            Ok(_) => {}
+            Err(e) if Instant::now() >= deadline => {
+                return Err(KafkaError::Config(format!(
+                    "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
+                    within.as_secs()
+                )));
+            }
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Config(format!(
+                "no Kafka broker reachable at {brokers} within {}s: check the address, and that Kafka runs",
+                within.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for topic in topics {
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == *topic && t.error().is_none());
+        if !exists {
+            return Err(KafkaError::Config(format!(
+                "topic {topic} does not exist at {brokers}: create it, e.g. by starting `hoptrace relay --to kafka://{brokers}/{}` (which creates the records and control topics), or with kafka-topics.sh --create --topic {topic}",
+                topic.strip_suffix(".control").unwrap_or(topic)
+            )));
+        }
+    }
+    Ok(topics
+        .first()
+        .and_then(|first| metadata.topics().iter().find(|t| t.name() == *first))
+        .map_or(1, |t| {
+            i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)
+        }))
+}
+
+/// Creates `topic` with `partitions` partitions, `replication` replicas and the topic
+/// settings `config` (`("min.insync.replicas", "2")`) unless it exists, and returns its
+/// partition count once every partition has a leader (an existing topic keeps its own
+/// count and settings: [`topic_layout`] tells them). A just-created topic reaches every
+/// broker's metadata some time after the controller accepts it, so this waits up to
+/// `METADATA_WAIT` for it.
+///
+/// # Errors
+/// When Kafka refuses the topic for another reason than its existing, or it has no
+/// leader for every partition in time.
+pub fn ensure_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    config: &[(&str, &str)],
+) -> Result<i32, KafkaError> {
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let led = || led_topic(&client, brokers, topic).map(|t| t.map(|(n, _)| n));
+    if let Some(n) = led()? {
+        return Ok(n);
+    }
+    let admin: AdminClient<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let new = config.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(replication)),
+        |t, (k, v)| t.set(k, v),
+    );
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for r in block_on(admin.create_topics([&new], &opts))? {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => return Err(KafkaError::Config(format!("creating topic {t}: {e}"))),
+        }
+    }
+    wait_led(topic, led)
+}
+
+/// How long a topic may take to reach every broker's metadata with a leader for each
+/// partition.
+const METADATA_WAIT: Duration = Duration::from_secs(30);
+
+/// Asks `led` until it answers, for up to [`METADATA_WAIT`].
+fn wait_led<T>(
+    topic: &str,
+    led: impl Fn() -> Result<Option<T>, KafkaError>,
+) -> Result<T, KafkaError> {
+    let deadline = Instant::now() + METADATA_WAIT;
+    loop {
+        if let Some(n) = led()? {
+            return Ok(n);
+        }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Config(format!(
+                "topic {topic} does not exist or has no leader for every partition after {}s",
+                METADATA_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `topic`'s partitions and the replicas of its least replicated partition, once the
+/// broker asked knows it with a leader for every partition (`None` before).
+fn led_topic(
+    client: &BaseConsumer<QuietContext>,
+    brokers: &str,
+    topic: &str,
+) -> Result<Option<(i32, i32)>, KafkaError> {
+    let md = client
+        .fetch_metadata(Some(topic), BROKER_WAIT)
+        .map_err(|e| {
+            KafkaError::Config(format!(
+                "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
+                BROKER_WAIT.as_secs()
+            ))
+        })?;
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    Ok(md.topics().first().and_then(|t| {
+        let parts = t.partitions();
+        let all_led = t.error().is_none()
+            && !parts.is_empty()
+            && parts.iter().all(|p| p.error().is_none() && p.leader() >= 0);
+        all_led.then(|| {
+            let replicas = parts.iter().map(|p| p.replicas().len()).min().unwrap_or(0);
+            (count(parts.len()), count(replicas))
+        })
+    }))
+}
+
+/// How an existing topic is laid out: what a benchmark of durability modes must state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// Partitions.
+    pub partitions: i32,
+    /// Replicas of its least replicated partition.
+    pub replication: i32,
+    /// Its `min.insync.replicas` (the topic's own or the broker's default).
+    pub min_insync_replicas: Option<i32>,
+}
+
+/// The layout of `topic` as the cluster reports it: partitions and replicas from the
+/// metadata (waiting, as [`ensure_topic`] does, for a just-created topic to reach the
+/// broker asked), `min.insync.replicas` from the topic's configuration.
+///
+/// # Errors
+/// No broker reachable, the topic missing, or the configuration not readable.
+pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, KafkaError> {
+    let client: BaseConsumer<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let (partitions, replication) = wait_led(topic, || led_topic(&client, brokers, topic))?;
+    let admin: AdminClient<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let opts = AdminOptions::new().request_timeout(Some(BROKER_WAIT));
+    let described = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))?;
+    let mut min_insync_replicas = None;
+    for r in described {
+        let r = r.map_err(|e| {
+            KafkaError::Config(format!("reading the configuration of topic {topic}: {e}"))
+        })?;
+        min_insync_replicas = r
+            .get("min.insync.replicas")
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.parse().ok());
+    }
+    Ok(TopicLayout {
+        partitions,
+        replication,
+        min_insync_replicas,
+    })
+}
+
+/// Runs a future to completion on a small runtime (the admin API is async).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(f)
+}
