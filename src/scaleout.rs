@@ -60,18 +60,18 @@ pub struct RelayArgs {
 pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     let target = KafkaTarget::parse(&args.to)?;
-    let relay = Relay::start(RelayConfig {
-        listen: args.listen.clone(),
-        spec: crate::collect::load_spec(args.pipeline.as_deref())?,
-        target: target.clone(),
-        partitions: args.partitions,
-        replication: args.replication,
-        token: args.token.clone(),
-        tls_cert: args.tls_cert.clone(),
-        tls_key: args.tls_key.clone(),
-        run_id: args.run_id.clone(),
-    })
-    .context("starting the relay")?;
+    let mut cfg = RelayConfig::new(
+        args.listen.clone(),
+        crate::collect::load_spec(args.pipeline.as_deref())?,
+        target.clone(),
+        args.run_id.clone(),
+    );
+    cfg.partitions = args.partitions;
+    cfg.replication = args.replication;
+    cfg.token.clone_from(&args.token);
+    cfg.tls_cert.clone_from(&args.tls_cert);
+    cfg.tls_key.clone_from(&args.tls_key);
+    let relay = Relay::start(cfg).context("starting the relay")?;
     eprintln!(
         "relaying probes on {} to {} (SIGINT or SIGTERM stops and flushes)",
         relay.local_addr(),

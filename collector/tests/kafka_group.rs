@@ -142,17 +142,12 @@ fn keys(files: &[std::path::PathBuf]) -> Vec<(u16, u32, u64)> {
 fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
     let tag = format!("{:x}", hoptrace_probe::clock::realtime_ns());
     let target = KafkaTarget::parse(&format!("kafka://{}/ht-e2e-{tag}", kafka())).unwrap();
-    let relay = Relay::start(RelayConfig {
-        listen: "127.0.0.1:0".into(),
-        spec: spec(),
-        target: target.clone(),
-        partitions: 3,
-        replication: 1,
-        token: None,
-        tls_cert: None,
-        tls_key: None,
-        run_id: "e2e".into(),
-    })
+    let relay = Relay::start(RelayConfig::new(
+        "127.0.0.1:0",
+        spec(),
+        target.clone(),
+        "e2e",
+    ))
     .unwrap();
     // The stamping probe announces a and b; the idle one announces c and sends nothing.
     let mut stamping = Raw::connect(
@@ -195,16 +190,9 @@ fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
     relay.stop().unwrap();
 
     let stop = AtomicBool::new(false);
-    let cfg = MemberConfig {
-        target,
-        group: format!("ht-e2e-{tag}"),
-        member: "m1".into(),
-        spec: spec(),
-        out_dir: dir.to_owned(),
-        run_id: "e2e".into(),
-        commit_interval: Duration::from_secs(1),
-        stop_timeout: Duration::from_secs(30),
-    };
+    let mut cfg = MemberConfig::new(target, format!("ht-e2e-{tag}"), "m1", spec(), dir, "e2e");
+    cfg.commit_interval = Duration::from_secs(1);
+    cfg.stop_timeout = Duration::from_secs(30);
     // Stops once every record was read (or after a minute), then reads to the end.
     let want = MESSAGES * 2;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

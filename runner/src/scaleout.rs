@@ -62,16 +62,15 @@ pub fn collect_group(
         .member
         .clone()
         .unwrap_or_else(|| format!("{}-{}", hoptrace_clock::hostname(), std::process::id()));
-    let cfg = MemberConfig {
+    let mut cfg = MemberConfig::new(
         target,
-        group: opts.group.clone(),
-        member: member.clone(),
-        spec: opts.spec.clone(),
-        out_dir: opts.runs.clone(),
-        run_id: opts.run_id.clone(),
-        commit_interval: opts.commit_interval.max(Duration::from_millis(100)),
-        stop_timeout: Duration::from_secs(60),
-    };
+        opts.group.clone(),
+        member.clone(),
+        opts.spec.clone(),
+        opts.runs.clone(),
+        opts.run_id.clone(),
+    );
+    cfg.commit_interval = opts.commit_interval.max(Duration::from_millis(100));
     // Before the clock of the duration starts.
     kafka::check_topics(
         &cfg.target.brokers,

@@ -31,8 +31,10 @@ use super::{
     QuietContext, SOURCE_HEADER, check_topics, io_err, quiet,
 };
 
-/// How a group member runs.
+/// How a group member runs: [`MemberConfig::new`], then set what differs from its
+/// defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MemberConfig {
     /// Where the records are.
     pub target: KafkaTarget,
@@ -50,6 +52,32 @@ pub struct MemberConfig {
     pub commit_interval: Duration,
     /// On stop, how long to keep reading to reach the end of the assigned partitions.
     pub stop_timeout: Duration,
+}
+
+impl MemberConfig {
+    /// Member `member` of consumer group `group`, reading `target` for the run `run_id`
+    /// of `spec` and writing under `out_dir`: a checkpoint every 5 s, up to 60 s on stop
+    /// to read to the end of its partitions.
+    #[must_use]
+    pub fn new(
+        target: KafkaTarget,
+        group: impl Into<String>,
+        member: impl Into<String>,
+        spec: PipelineSpec,
+        out_dir: impl Into<PathBuf>,
+        run_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            target,
+            group: group.into(),
+            member: member.into(),
+            spec,
+            out_dir: out_dir.into(),
+            run_id: run_id.into(),
+            commit_interval: Duration::from_secs(5),
+            stop_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Live figures of a member.

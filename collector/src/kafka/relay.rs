@@ -30,8 +30,9 @@ use super::{
     ensure_topic, io_err, quiet,
 };
 
-/// How a relay runs.
+/// How a relay runs: [`RelayConfig::new`], then set what differs from its defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RelayConfig {
     /// Address probes connect to.
     pub listen: String,
@@ -52,6 +53,30 @@ pub struct RelayConfig {
     pub tls_key: Option<PathBuf>,
     /// Run id told to probes.
     pub run_id: String,
+}
+
+impl RelayConfig {
+    /// A relay on `listen` for the hops of `spec`, writing to `target` for the run
+    /// `run_id`: topics it creates get 3 partitions and replication 1; no token, no TLS.
+    #[must_use]
+    pub fn new(
+        listen: impl Into<String>,
+        spec: PipelineSpec,
+        target: KafkaTarget,
+        run_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            listen: listen.into(),
+            spec,
+            target,
+            partitions: 3,
+            replication: 1,
+            token: None,
+            tls_cert: None,
+            tls_key: None,
+            run_id: run_id.into(),
+        }
+    }
 }
 
 /// Live and final figures of a relay.
