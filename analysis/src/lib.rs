@@ -43,6 +43,7 @@ pub mod sql;
 pub mod stats;
 pub mod summary;
 pub mod sweep;
+pub mod weighted;
 
 pub use datafusion;
 pub use session::{Run, RunSet};

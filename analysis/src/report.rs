@@ -107,13 +107,25 @@ fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
             exact(s.max_ns.map(|v| duration_f64(v as f64))),
         ]
         .concat(),
-        [vec!["Mean".to_owned()], exact(s.mean_ns.map(duration_f64))].concat(),
-        [
-            vec!["Std Dev".to_owned()],
-            exact(s.stddev_ns.map(duration_f64)),
-        ]
-        .concat(),
     ];
+    // Per metric when the summary has the weighted moments (summaries written before
+    // they were kept have only the per-message ones, and say so).
+    let weighted = s
+        .per_metric
+        .as_ref()
+        .filter(|_| per_metric)
+        .and_then(|m| Some((m.mean_ns?, m.stddev_ns?)));
+    let (mean, sd, note) = match weighted {
+        Some((mean, sd)) => (Some(mean), Some(sd), "exact, per metric"),
+        None => (s.mean_ns, s.stddev_ns, exact_note),
+    };
+    for (name, v) in [("Mean", mean), ("Std Dev", sd)] {
+        rows.push(vec![
+            name.to_owned(),
+            v.map_or_else(|| "-".into(), duration_f64),
+            note.into(),
+        ]);
+    }
     for p in percentiles {
         rows.push(vec![
             p.label.clone(),
@@ -157,7 +169,7 @@ fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
 fn counting(s: &Summary) -> String {
     if s.per_metric() {
         format!(
-            "Counted per metric: every trace weighted by the metrics its message carried ({} metrics in {} messages), as `hdr_percentile(<stage>_ns, q, metric_count)` computes; Count and the percentiles are over metrics, Min, Max, Mean and Std Dev over messages; summary.json holds both (`percentiles` per message, `per_metric`); the charts count messages",
+            "Counted per metric: every trace weighted by the metrics its message carried ({} metrics in {} messages), as `hdr_percentile(<stage>_ns, q, metric_count)` computes; Count, Mean, Std Dev and the percentiles are over metrics (Mean and Std Dev exact, from the weighted sums), Min and Max over messages (the same unless a message carried no metric); summary.json holds both (`percentiles` per message, `per_metric`); the charts count messages",
             count(s.totals.metrics),
             count(s.totals.messages)
         )

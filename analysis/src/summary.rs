@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::AnalysisError;
 use crate::session::{RunSet, quote_ident, stage_column};
 use crate::stats::{self, TraceCounts};
+use crate::weighted::WeightedMoments;
 
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -207,36 +208,57 @@ pub struct StageSummary {
 pub struct PerMetric {
     /// Metrics carried by the traces with both hops (the sum of their `metric_count`).
     pub count: u64,
+    /// Mean over those metrics (exact weighted sum over the weight); absent in summaries
+    /// written before it was kept.
+    #[serde(default)]
+    pub mean_ns: Option<f64>,
+    /// Population standard deviation over those metrics.
+    #[serde(default)]
+    pub stddev_ns: Option<f64>,
     /// HDR percentiles over those metrics, at the quantiles of `percentiles`.
     pub percentiles: Vec<PercentileValue>,
 }
 
-/// The weighted histograms of one stage: values `>= 0` and magnitudes of values `< 0`,
-/// each trace counted `metric_count` times.
+/// The weighted histograms of one stage (values `>= 0` and magnitudes of values `< 0`)
+/// and its weighted moments, each trace counted `metric_count` times.
 #[derive(Debug, Clone, Default)]
 struct Weighted {
     pos: HdrCounts,
     neg: HdrCounts,
+    moments: WeightedMoments,
 }
 
 impl Weighted {
-    fn decode(v: Option<&[u8]>) -> Result<Self, AnalysisError> {
-        let Some(bytes) = v else {
-            return Ok(Self::default());
+    /// From `hdr_histogram(ns, metric_count)` and `weighted_moments(ns, metric_count)`.
+    fn decode(hist: Option<&[u8]>, moments: Option<&[u8]>) -> Result<Self, AnalysisError> {
+        let moments = match moments {
+            Some(b) => WeightedMoments::decode(b).ok_or_else(|| {
+                AnalysisError::Render("internal: malformed weighted moments".into())
+            })?,
+            None => WeightedMoments::default(),
+        };
+        let Some(bytes) = hist else {
+            return Ok(Self {
+                moments,
+                ..Self::default()
+            });
         };
         let (pos, neg) = crate::hdr::deserialize_signed(bytes)
             .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?;
-        Ok(Self { pos, neg })
+        Ok(Self { pos, neg, moments })
     }
 
     fn merge(&mut self, other: &Self) {
         self.pos.merge(&other.pos);
         self.neg.merge(&other.neg);
+        self.moments.merge(&other.moments);
     }
 
     fn summary(&self) -> PerMetric {
         PerMetric {
             count: self.pos.len() + self.neg.len(),
+            mean_ns: self.moments.mean_ns(),
+            stddev_ns: self.moments.stddev_ns(),
             percentiles: QUANTILES
                 .iter()
                 .filter_map(|&q| signed_percentile(&self.pos, &self.neg, q))
@@ -910,6 +932,9 @@ async fn scan_buckets(
         let weighted_cols = (0..stages.len())
             .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
             .collect::<Result<Vec<_>, AnalysisError>>()?;
+        let moment_cols = (0..stages.len())
+            .map(|i| Ok(column(&format!("m_{i}"))?.as_binary::<i32>()))
+            .collect::<Result<Vec<_>, AnalysisError>>()?;
         for r in 0..batch.num_rows() {
             let u = |a: &Int64Array| {
                 if a.is_valid(r) {
@@ -928,7 +953,13 @@ async fn scan_buckets(
                     .collect::<Result<_, _>>()?,
                 weighted: weighted_cols
                     .iter()
-                    .map(|c| Weighted::decode(c.is_valid(r).then(|| c.value(r))))
+                    .zip(&moment_cols)
+                    .map(|(c, m)| {
+                        Weighted::decode(
+                            c.is_valid(r).then(|| c.value(r)),
+                            m.is_valid(r).then(|| m.value(r)),
+                        )
+                    })
                     .collect::<Result<_, _>>()?,
             });
         }
@@ -937,7 +968,8 @@ async fn scan_buckets(
 }
 
 /// The aggregates every scan of the traces computes: `messages`, `metrics`, `s_<i>`, the
-/// [`SignedStats`] of stage `i`, and `w_<i>`, its histogram weighted by `metric_count`.
+/// [`SignedStats`] of stage `i`, and `w_<i>` and `m_<i>`, its histogram and its moments
+/// weighted by `metric_count`.
 fn trace_aggregates(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
@@ -948,6 +980,7 @@ fn trace_aggregates(
             .alias("metrics"),
     ];
     let stage_stats = stats::stage_stats_udaf();
+    let moments = crate::weighted::weighted_moments_udaf();
     for (i, st) in stages.iter().enumerate() {
         aggregates.push(
             stage_stats
@@ -960,6 +993,11 @@ fn trace_aggregates(
                 quote_ident(&stage_column(&st.name))
             ))?
             .alias(format!("w_{i}")),
+        );
+        aggregates.push(
+            moments
+                .call(vec![ident(stage_column(&st.name)), ident("metric_count")])
+                .alias(format!("m_{i}")),
         );
     }
     Ok(aggregates)
@@ -1285,10 +1323,14 @@ pub async fn window(
                 .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?,
             _ => SignedStats::default(),
         };
-        let weighted = match scalar(batch, &format!("w_{i}"))? {
-            ScalarValue::Binary(Some(b)) => Weighted::decode(Some(&b))?,
-            _ => Weighted::default(),
+        let binary = |name: String| -> Result<Option<Vec<u8>>, AnalysisError> {
+            Ok(match scalar(batch, &name)? {
+                ScalarValue::Binary(b) => b,
+                _ => None,
+            })
         };
+        let (hist, moments) = (binary(format!("w_{i}"))?, binary(format!("m_{i}"))?);
+        let weighted = Weighted::decode(hist.as_deref(), moments.as_deref())?;
         stages.push(stage_summary(st, &figures, &weighted, &env.hosts, &polled));
     }
     Ok(WindowSummary {

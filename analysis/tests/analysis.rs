@@ -454,6 +454,40 @@ fn sql_functions_agree_with_the_summary() {
             .unwrap()
             .value(0);
         assert_eq!(v, p99.value_ns);
+        // The per-metric mean and standard deviation are the weighted ones SQL computes
+        // (DataFusion's Float64 sums: equal to a relative 1e-9).
+        let m = total.per_metric.as_ref().unwrap();
+        let one = |q: String| {
+            let ctx = &ctx;
+            async move {
+                let b = hoptrace_analysis::sql::query(ctx, &q).await.unwrap();
+                let c = datafusion::arrow::compute::cast(
+                    b[0].column(0),
+                    &datafusion::arrow::datatypes::DataType::Float64,
+                )
+                .unwrap();
+                c.as_any()
+                    .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                    .unwrap()
+                    .value(0)
+            }
+        };
+        let w = one("SELECT sum(metric_count) FROM traces WHERE total_ingestion_ns IS NOT NULL".into()).await;
+        let mean = one("SELECT sum(CAST(total_ingestion_ns AS DOUBLE) * metric_count) / sum(CAST(metric_count AS DOUBLE)) \
+                        FROM traces WHERE total_ingestion_ns IS NOT NULL".into()).await;
+        assert_eq!(m.count as f64, w);
+        let got = m.mean_ns.unwrap();
+        assert!((got - mean).abs() <= 1e-9 * mean.abs(), "{got} vs {mean}");
+        let sd = one(format!(
+            "SELECT sqrt(sum(metric_count * power(CAST(total_ingestion_ns AS DOUBLE) - {mean}, 2)) / sum(CAST(metric_count AS DOUBLE))) \
+             FROM traces WHERE total_ingestion_ns IS NOT NULL"
+        ))
+        .await;
+        let got = m.stddev_ns.unwrap();
+        assert!((got - sd).abs() <= 1e-6 * sd, "{got} vs {sd}");
+        // Every message of this run carries 25 metrics: per metric and per message agree.
+        let per_message = total.mean_ns.unwrap();
+        assert!((m.mean_ns.unwrap() - per_message).abs() <= 1e-9 * per_message.abs());
         // Tables over the run.
         let b = hoptrace_analysis::sql::query(&ctx, "SELECT count(*) FROM clock WHERE host = 'host-b'")
             .await

@@ -161,6 +161,11 @@ def test_batches_are_counted_per_metric_and_agree_with_duckdb(tmp_path):
         assert pm["count"] == n == 10 * st["count"], (name, pm["count"], n)
         for p, exact in zip(pm["percentiles"], disc):
             assert abs(p["value_ns"] - exact) <= p["precision_ns"], (name, p, exact)
+        # Mean and population std dev over the repeated rows, as DuckDB computes them.
+        mean, sd = con.execute(
+            f"SELECT avg(d), stddev_pop(d) FROM ({deltas}), range(w)").fetchone()
+        assert abs(pm["mean_ns"] - mean) <= 1e-9 * abs(mean) + 1e-6, (name, pm["mean_ns"], mean)
+        assert abs(pm["stddev_ns"] - sd) <= 1e-6 * sd + 1e-6, (name, pm["stddev_ns"], sd)
         col = st["column"]
         q = (f"SELECT hdr_percentile({col}, 0.99, metric_count) AS p99, "
              f"hdr_count(hdr_histogram({col}, metric_count)) AS n FROM traces")
@@ -171,6 +176,7 @@ def test_batches_are_counted_per_metric_and_agree_with_duckdb(tmp_path):
     assert "Counted per metric" in md and "per metric (every trace weighted" in md
     head = next(st for st in summary["stages"] if st["headline"])
     assert f"| Count | {head['per_metric']['count']:,} | metrics ({head['count']:,} messages) |" in md
+    assert "| Mean |" in md and "exact, per metric |" in md
 
 
 def test_single_metric_messages_are_counted_per_message(report):
