@@ -5,8 +5,8 @@ Mosquitto as the `broker` hop, and `hoptrace publish` through Mosquitto, each a 
 of its own. Chromium (driven over the DevTools protocol on a pipe, no outside package)
 loads the page the collector serves and, once it has updated at least twice:
 - every figure of the stage table, of the throughput and of the accounting equals what
-  /live.json said for the same interval (fetched just before and after the DOM is read:
-  the page is at most one update behind);
+  /live.json said for the interval the page shows, which must be the latest or the one
+  before (the page is at most one update behind);
 - the stage of the run has measured values, over the last interval and the whole run;
 - the probe host's clock row is there;
 - the page made no request to anything but the collector's loopback address, and logged
