@@ -13,7 +13,7 @@
 #   Stores:          InfluxDB, PostgreSQL 15, ClickHouse, VictoriaMetrics (Debian packages,
 #                    infra/stores/stores.sh install) and Node-RED with its InfluxDB node
 #                    (npm, infra/nodered/nodered.sh install), for the store taps' tests
-#   --browser:       also Debian's chromium, for the report's headless browser test
+#   --browser:       also Debian's chromium, for the headless browser tests (report, live view)
 #   --demo:          only what `hoptrace demo` needs (infra/demo.sh): mold and the chart
 #                    libraries; no brokers, stores, Kafka jars or Node-RED
 #   --web:           only the chart libraries (npm; no root needed), for the fast tier of

@@ -76,7 +76,7 @@ set -e
 step "the 3-node Kafka cluster"
 start_cluster || rc=1
 
-step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium"
+step "python: trace format reference implementation; HdrHistogram logs read by Java; reports checked by DuckDB and Chromium; the live view in Chromium"
 # The binary cargo test built (the quick profile, as the demo's): the runs these tests make
 # are small, and a release build of DataFusion would add a quarter of an hour on 2 cores.
 export HOPTRACE_BIN=$CARGO_TARGET_DIR/quick/hoptrace

@@ -61,6 +61,18 @@ pub struct Args {
     /// JSON at /progress.json).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     pub metrics: Option<String>,
+    /// Serve the live view at http://HOST:PORT/: a self-contained page (nothing loaded
+    /// from elsewhere) showing, updated every second, per-stage percentiles over the last
+    /// interval and the whole run, throughput against --target-rate, the accounting and
+    /// each probe host's clock; its figures are at /live.json. The same server answers
+    /// /metrics and /progress.json too: --metrics with the same address is that one
+    /// server, with another address a second one. `:0` picks a free port (printed).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub ui: Option<String>,
+    /// The rate the run is meant to publish, metrics per second (`100k`), for the live
+    /// view's throughput against it; the collector itself does not use it.
+    #[arg(long, value_name = "METRICS_PER_S", value_parser = units::parse_rate)]
+    pub target_rate: Option<f64>,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
     /// Read probe records from Kafka instead of listening
@@ -220,16 +232,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             eprintln!("recovered: {name} does not read ({err}); set aside as .corrupt");
         }
     }
-    let _metrics = match &args.metrics {
-        Some(addr) => {
-            let c = std::sync::Arc::clone(&collector);
-            let server = MetricsServer::start(addr, std::sync::Arc::new(move || c.progress()))
-                .with_context(|| format!("serving metrics on {addr}"))?;
-            eprintln!("metrics on http://{}/metrics", server.local_addr());
-            Some(server)
-        }
-        None => None,
-    };
+    let servers = serve(&collector, args)?;
 
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
@@ -268,10 +271,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     live.finish();
     eprintln!("stopping: waiting for probes to flush, then closing every file");
-    drop(_metrics);
     let collector = std::sync::Arc::try_unwrap(collector)
         .map_err(|_| anyhow::anyhow!("the metrics server still holds the collector"))?;
     let summary = collector.stop().context("stopping the collector")?;
+    // Served until the run is written, so the live view shows it finished.
+    drop(servers);
     println!(
         "run {} written to {}",
         summary.run_id,
@@ -279,6 +283,51 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     print_accounting(&summary);
     Ok(())
+}
+
+/// Starts the HTTP servers of `--metrics` and `--ui`: one when both name the same address
+/// (or only one is given), two otherwise. They read the collector's figures through a
+/// [`hoptrace_collector::run::Watch`], so they can answer until after it stopped.
+///
+/// # Errors
+/// An address cannot be bound.
+fn serve(collector: &Collector, args: &Args) -> anyhow::Result<Vec<MetricsServer>> {
+    let mut servers = Vec::new();
+    if let Some(addr) = &args.ui {
+        let server = start_ui(collector, addr, args.target_rate)?;
+        if args.metrics.as_ref() == Some(addr) {
+            eprintln!("metrics on http://{}/metrics", server.local_addr());
+        }
+        servers.push(server);
+    }
+    if let Some(addr) = args
+        .metrics
+        .as_ref()
+        .filter(|m| args.ui.as_ref() != Some(*m))
+    {
+        let w = collector.watch();
+        let server = MetricsServer::start(addr, std::sync::Arc::new(move || w.progress()))
+            .with_context(|| format!("serving metrics on {addr}"))?;
+        eprintln!("metrics on http://{}/metrics", server.local_addr());
+        servers.push(server);
+    }
+    Ok(servers)
+}
+
+/// Serves the live view of `collector` (and `/metrics`, `/progress.json`) on `addr`,
+/// showing `target_rate` (metrics per second) as the target, and says where on stderr.
+///
+/// # Errors
+/// The address cannot be bound.
+fn start_ui(
+    collector: &Collector,
+    addr: &str,
+    target_rate: Option<f64>,
+) -> anyhow::Result<MetricsServer> {
+    let server = MetricsServer::start_live(addr, &collector.watch(), target_rate)
+        .with_context(|| format!("serving the live view on {addr}"))?;
+    eprintln!("live view on http://{}/", server.local_addr());
+    Ok(server)
 }
 
 /// For a collector started without `--run-id`: the unfinished runs under `--runs` (their
@@ -354,6 +403,7 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
         ("--no-log", args.no_log),
         ("--resume", args.resume),
         ("--metrics", args.metrics.is_some()),
+        ("--ui", args.ui.is_some()),
         ("--token", !from_env("HOPTRACE_TOKEN", args.token.clone())),
         (
             "--tls-cert",

@@ -58,6 +58,10 @@ pub struct Args {
     pub store_clock_bound: u64,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
+    /// Serve the collector's live view at http://HOST:PORT/ while the demo runs
+    /// (`hoptrace collect --ui`), with --rate as its target; `:0` picks a free port.
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::units::parse_listen)]
+    pub ui: Option<String>,
 }
 
 impl Args {
@@ -77,6 +81,7 @@ impl Args {
             store_clock_offset_ns: self.store_clock_offset,
             store_clock_bound_ns: self.store_clock_bound,
             max_clock_error_ns: self.preflight.max_clock_error,
+            ui: self.ui.clone(),
         }
     }
 }

@@ -62,6 +62,10 @@ pub struct Args {
     pub external: ExternalArgs,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
+    /// Serve the collector's live view at http://HOST:PORT/ while the soak runs
+    /// (`hoptrace collect --ui`), with --rate as its target; `:0` picks a free port.
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::units::parse_listen)]
+    pub ui: Option<String>,
 }
 
 impl Args {
@@ -89,6 +93,7 @@ impl Args {
             out: self.out.clone(),
             run_id: self.run_id.clone(),
             max_clock_error_ns: self.preflight.max_clock_error,
+            ui: self.ui.clone(),
             command: crate::units::command_line(),
         })
     }
@@ -288,6 +293,7 @@ mod tests {
             collector: "127.0.0.1:7401".into(),
             metrics: "127.0.0.1:7402".parse().unwrap(),
             store: "127.0.0.1:7403".into(),
+            ui: Some("127.0.0.1:7404".into()),
         };
         let cmds = PartCommands::new(&opts, &plan, &at, true);
         let Command::Collect(c) = parse(&cmds.collector) else {
@@ -295,6 +301,9 @@ mod tests {
         };
         assert_eq!(c.listen.as_deref(), Some("127.0.0.1:7401"));
         assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:7402"));
+        // The live view, with the soak's rate as its target.
+        assert_eq!(c.ui.as_deref(), Some("127.0.0.1:7404"));
+        assert_eq!(c.target_rate, Some(opts.rate as f64));
         assert_eq!(c.run_id.as_deref(), Some("s1"));
         assert_eq!(c.runs, opts.runs);
         assert_eq!(c.preflight.max_clock_error, Some(1_000_000));
@@ -377,6 +386,7 @@ mod tests {
             collector: "127.0.0.1:7401".into(),
             metrics: "127.0.0.1:7402".parse().unwrap(),
             store: "127.0.0.1:7403".into(),
+            ui: None,
         };
         let cmds = PartCommands::new(&opts, &plan, &at, true);
         assert!(cmds.store.is_none() && cmds.processor.is_none());

@@ -19,6 +19,8 @@
 //! - [`run`]: a whole run: listen, join, write, account.
 //! - [`metrics`]: `/metrics` for Prometheus, and `/progress.json` ([`run::Progress`]) for
 //!   programs that watch a collector in another process.
+//! - [`live`]: the live view, `/` and `/live.json` ([`live::Live`]): per-stage
+//!   percentiles over the last interval and the run, throughput, accounting, clocks.
 //!
 //! ```no_run
 //! use hoptrace_collector::run::{Collector, CollectorConfig};
@@ -43,6 +45,7 @@ pub mod join;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod keys;
+pub mod live;
 pub mod metrics;
 pub mod partition;
 pub mod run;

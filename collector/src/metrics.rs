@@ -5,9 +5,15 @@
 //!   collector in another process (`hoptrace soak` waits on it to drain); read it with
 //!   [`fetch_progress`], which returns the same type.
 //!
+//! With the live view (`hoptrace collect --ui`, [`MetricsServer::start_with`] given a
+//! [`Live`] source), also:
+//!
+//! - `GET /`: the live view's page ([`crate::live::PAGE`]), self-contained;
+//! - `GET /live.json`: the collector's [`Live`] figures, which the page polls.
+//!
 //! Minimal on purpose: one short-lived thread per request, at most
 //! [`MAX_CONCURRENT_REQUESTS`] at once (more are answered 503 without a thread), a 2 s
-//! read and write timeout, requests larger than 8 KiB refused, and nothing but these two
+//! read and write timeout, requests larger than 8 KiB refused, and nothing but these
 //! paths answered.
 
 use std::fmt::Write as _;
@@ -18,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::live::Live;
 use crate::run::Progress;
 
 /// Requests answered at once; a scraper needs one.
@@ -27,6 +34,31 @@ pub const MAX_CONCURRENT_REQUESTS: usize = 8;
 pub const METRICS_PATH: &str = "/metrics";
 /// The path of the JSON progress.
 pub const PROGRESS_PATH: &str = "/progress.json";
+/// The path of the live view's page.
+pub const UI_PATH: &str = "/";
+/// The path of the live view's figures.
+pub const LIVE_PATH: &str = "/live.json";
+
+/// A source of figures, read for each request.
+pub type Source<T> = Arc<dyn Fn() -> T + Send + Sync>;
+
+/// What a [`MetricsServer`] serves: [`METRICS_PATH`] and [`PROGRESS_PATH`] from
+/// `progress`, and with `live` the live view, [`UI_PATH`] and [`LIVE_PATH`].
+#[derive(Clone)]
+pub struct Endpoints {
+    /// The figures of `/metrics` and `/progress.json`.
+    pub progress: Source<Progress>,
+    /// The figures of `/live.json`; `None`: no live view (`/` and `/live.json` are 404).
+    pub live: Option<Source<Live>>,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field("live", &self.live.is_some())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Serves [`METRICS_PATH`] and [`PROGRESS_PATH`] until dropped.
 #[derive(Debug)]
@@ -41,10 +73,22 @@ impl MetricsServer {
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub fn start(
-        addr: &str,
-        progress: Arc<dyn Fn() -> Progress + Send + Sync>,
-    ) -> std::io::Result<Self> {
+    pub fn start(addr: &str, progress: Source<Progress>) -> std::io::Result<Self> {
+        Self::start_with(
+            addr,
+            Endpoints {
+                progress,
+                live: None,
+            },
+        )
+    }
+
+    /// Listens on `addr` and serves `endpoints`, read for each request.
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub fn start_with(addr: &str, endpoints: Endpoints) -> std::io::Result<Self> {
+        let endpoints = Arc::new(endpoints);
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -63,11 +107,11 @@ impl MetricsServer {
                                 continue;
                             }
                             busy.fetch_add(1, Relaxed);
-                            let (progress, done) = (Arc::clone(&progress), Arc::clone(&busy));
+                            let (endpoints, done) = (Arc::clone(&endpoints), Arc::clone(&busy));
                             let spawned = std::thread::Builder::new()
                                 .name("collector-metrics-request".into())
                                 .spawn(move || {
-                                    let _ = answer(stream, &*progress);
+                                    let _ = answer(stream, &endpoints);
                                     done.fetch_sub(1, Relaxed);
                                 });
                             if spawned.is_err() {
@@ -83,6 +127,30 @@ impl MetricsServer {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// Serves the live view of the collector `watch` watches on `addr`, with `/metrics`
+    /// and `/progress.json`; `target_metrics_per_s` is shown as the throughput's target.
+    ///
+    /// # Errors
+    /// The address cannot be bound.
+    pub fn start_live(
+        addr: &str,
+        watch: &crate::run::Watch,
+        target_metrics_per_s: Option<f64>,
+    ) -> std::io::Result<Self> {
+        let (w, l) = (watch.clone(), watch.clone());
+        Self::start_with(
+            addr,
+            Endpoints {
+                progress: Arc::new(move || w.progress()),
+                live: Some(Arc::new(move || {
+                    let mut live = l.live();
+                    live.throughput.target_metrics_per_s = target_metrics_per_s;
+                    live
+                })),
+            },
+        )
     }
 
     /// The bound address.
@@ -101,7 +169,8 @@ impl Drop for MetricsServer {
     }
 }
 
-fn answer(mut stream: TcpStream, progress: &dyn Fn() -> Progress) -> std::io::Result<()> {
+fn answer(mut stream: TcpStream, endpoints: &Endpoints) -> std::io::Result<()> {
+    let progress = &*endpoints.progress;
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -128,6 +197,23 @@ fn answer(mut stream: TcpStream, progress: &dyn Fn() -> Progress) -> std::io::Re
     } else if asks(PROGRESS_PATH) {
         let body = serde_json::to_string(&progress()).map_err(std::io::Error::other)?;
         ("200 OK", "application/json", body)
+    } else if let Some(live) = endpoints.live.as_deref()
+        && asks(LIVE_PATH)
+    {
+        let body = serde_json::to_string(&live()).map_err(std::io::Error::other)?;
+        ("200 OK", "application/json", body)
+    } else if endpoints.live.is_some() && asks(UI_PATH) {
+        (
+            "200 OK",
+            "text/html; charset=utf-8",
+            crate::live::PAGE.into(),
+        )
+    } else if endpoints.live.is_some() {
+        (
+            "404 Not Found",
+            "text/plain",
+            format!("only {UI_PATH}, {LIVE_PATH}, {METRICS_PATH} and {PROGRESS_PATH} are served\n"),
+        )
     } else {
         (
             "404 Not Found",
@@ -135,9 +221,16 @@ fn answer(mut stream: TcpStream, progress: &dyn Fn() -> Progress) -> std::io::Re
             format!("only {METRICS_PATH} and {PROGRESS_PATH} are served\n"),
         )
     };
+    // The page is served as it is: nothing it loads comes from elsewhere, and the
+    // browser is told to fetch nothing from anywhere else either.
+    let policy = if kind.starts_with("text/html") {
+        "content-security-policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'\r\ncache-control: no-store\r\n"
+    } else {
+        "cache-control: no-store\r\n"
+    };
     write!(
         stream,
-        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\n{policy}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
 }

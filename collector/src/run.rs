@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::accounting::{self, Rows};
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
+use crate::live::{HostClock, Live, LiveAccounting, Throughput};
 use crate::server::{self, ConnectionCounters, DurableSeqs, Event, ServerConfig};
 use crate::stages::StageRecorder;
 use crate::tables::{CounterRow, write_clock, write_probes};
@@ -169,6 +170,29 @@ pub struct Progress {
     pub checkpoints: u64,
 }
 
+/// The live figures of a collector ([`Collector::watch`]): read for each request of
+/// `/metrics`, `/progress.json` and `/live.json`, also once the collector stopped (then
+/// [`Live::running`] is false).
+#[derive(Debug, Clone)]
+pub struct Watch {
+    progress: Arc<Mutex<Progress>>,
+    live: Arc<Mutex<Live>>,
+}
+
+impl Watch {
+    /// The figures of `/progress.json`.
+    #[must_use]
+    pub fn progress(&self) -> Progress {
+        self.progress.lock().expect("progress poisoned").clone()
+    }
+
+    /// The figures of `/live.json`.
+    #[must_use]
+    pub fn live(&self) -> Live {
+        self.live.lock().expect("live poisoned").clone()
+    }
+}
+
 /// A running collector.
 #[derive(Debug)]
 pub struct Collector {
@@ -177,6 +201,7 @@ pub struct Collector {
     continued: Option<hoptrace_format::run::Restart>,
     run_dir: PathBuf,
     progress: Arc<Mutex<Progress>>,
+    live: Arc<Mutex<Live>>,
     /// The accept thread and the join thread.
     service: server::Service<Result<RunSummary, CollectorError>>,
 }
@@ -283,6 +308,7 @@ impl Collector {
         };
 
         let progress = Arc::new(Mutex::new(Progress::default()));
+        let live = Arc::new(Mutex::new(Live::default()));
         let counters = Arc::new(ConnectionCounters::default());
         let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
         let continued;
@@ -298,6 +324,8 @@ impl Collector {
                 }
                 None => StageRecorder::new(&spec, &run_dir, started_unix_ns).map_err(hdr_err)?,
             };
+            *live.lock().expect("live poisoned") =
+                Live::starting(&run_id, started_unix_ns, stages.live_stages());
             let control = Control {
                 max_clock_error_ns: cfg.max_clock_error_ns,
                 ..Control::default()
@@ -330,6 +358,9 @@ impl Collector {
                 backpressure_episodes: 0,
                 out: Vec::with_capacity(1024),
                 progress: Arc::clone(&progress),
+                live: Arc::clone(&live),
+                metrics_written: 0,
+                at_last_interval: (0, 0),
                 counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
                 checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
@@ -390,6 +421,7 @@ impl Collector {
             continued,
             run_dir,
             progress,
+            live,
             service,
         })
     }
@@ -423,6 +455,22 @@ impl Collector {
     #[must_use]
     pub fn progress(&self) -> Progress {
         self.progress.lock().expect("progress poisoned").clone()
+    }
+
+    /// The live view's figures, as of the last interval's end.
+    #[must_use]
+    pub fn live(&self) -> Live {
+        self.live.lock().expect("live poisoned").clone()
+    }
+
+    /// A handle on the live figures that outlives a borrow of the collector, for servers
+    /// that run until after it stopped.
+    #[must_use]
+    pub fn watch(&self) -> Watch {
+        Watch {
+            progress: Arc::clone(&self.progress),
+            live: Arc::clone(&self.live),
+        }
     }
 
     /// Stops accepting, waits (up to the stop timeout) for connected probes to finish,
@@ -512,6 +560,12 @@ struct JoinState {
     backpressure_episodes: u64,
     out: Vec<JoinedTrace>,
     progress: Arc<Mutex<Progress>>,
+    /// The live view's figures, taken as each interval ends.
+    live: Arc<Mutex<Live>>,
+    /// Metrics of the traces written (each trace's `metric_count`).
+    metrics_written: u64,
+    /// Traces and metrics written when the last interval ended.
+    at_last_interval: (u64, u64),
     counters: Arc<ConnectionCounters>,
     stop_timeout: Duration,
     checkpoints: Checkpoints,
@@ -806,6 +860,28 @@ impl Control {
             clock_alerts: snap.clock_alerts,
             clock_alert_kinds: snap.clock_alert_kinds,
         }
+    }
+
+    /// Every probe host (of a connection now or before), with its connections open and
+    /// its clock as its probes' last Clock frame said (unknown without one), by name.
+    pub(crate) fn host_clocks(&self) -> Vec<HostClock> {
+        let mut open: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in self.probes.values() {
+            *open.entry(p.hello.host.as_str()).or_default() += u64::from(p.open);
+        }
+        // The rows come in the order the frames arrived: the last one of a host is its
+        // latest report.
+        let mut last: BTreeMap<&str, &ClockRow> = BTreeMap::new();
+        for r in &self.clock {
+            last.insert(r.host.as_str(), r);
+        }
+        let mut hosts: Vec<&str> = open.keys().chain(last.keys()).copied().collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        hosts
+            .into_iter()
+            .map(|h| HostClock::new(h, open.get(h).copied().unwrap_or(0), last.get(h).copied()))
+            .collect()
     }
 
     /// Probe connections still open.
@@ -1202,15 +1278,18 @@ impl JoinState {
             }
         }
         if realtime_ns - self.interval_start_ns >= 1_000_000_000 {
-            self.interval_start_ns = realtime_ns;
+            let start = std::mem::replace(&mut self.interval_start_ns, realtime_ns);
             if let Some(st) = self.stages.as_mut() {
                 let interval = st.interval_p50_p99();
+                let figures = st.interval_figures();
                 st.end_interval(realtime_ns)
                     .map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
                         source,
                     })?;
+                let run = st.run_figures();
                 self.progress.lock().expect("progress poisoned").stages = interval;
+                self.publish_live((start, realtime_ns), &figures, &run, true);
             }
         }
         if self.checkpoints.wanted && self.wal.is_some() {
@@ -1342,6 +1421,15 @@ impl JoinState {
                 )
             })
             .collect();
+        // The live view's throughput counts from here: the traces written before are not
+        // in the next interval, and the checkpoint does not keep their metrics.
+        self.at_last_interval = (
+            self.tallies
+                .values()
+                .map(|t| t.complete + t.incomplete)
+                .sum(),
+            self.metrics_written,
+        );
         self.logged_seq = m.logged_seq.into_iter().collect();
         self.instances = m.instances.into_iter().collect();
         self.control = Control::restore(m.control, max_clock_error_ns);
@@ -1462,6 +1550,7 @@ impl JoinState {
         let watch = ck.enabled && self.wal.is_some();
         for t in self.out.drain(..) {
             st.record(&t);
+            self.metrics_written += u64::from(t.metric_count);
             let tally = self.tallies.entry(t.key.publisher).or_default();
             if t.complete {
                 tally.complete += 1;
@@ -1495,6 +1584,89 @@ impl JoinState {
         p.checkpoints = self.checkpoints.taken;
     }
 
+    /// Takes the live view's figures at the end of the interval `start..end`: the
+    /// stages' `interval` and `run` figures (in the spec's order), throughput over the
+    /// interval, the counts so far and the hosts' clocks. Once per interval.
+    fn publish_live(
+        &mut self,
+        (start, end): (i64, i64),
+        interval: &[crate::live::Figures],
+        run: &[crate::live::Figures],
+        running: bool,
+    ) {
+        let stats = self.joiner.stats();
+        let complete: u64 = self.tallies.values().map(|t| t.complete).sum();
+        let incomplete: u64 = self.tallies.values().map(|t| t.incomplete).sum();
+        let written = (complete + incomplete, self.metrics_written);
+        let (messages, metrics) = (
+            written.0.saturating_sub(self.at_last_interval.0),
+            written.1.saturating_sub(self.at_last_interval.1),
+        );
+        self.at_last_interval = written;
+        let length_s = (end - start) as f64 / 1e9;
+        let per_s = |n: u64| {
+            if length_s > 0.0 {
+                n as f64 / length_s
+            } else {
+                0.0
+            }
+        };
+        let names = self.spec.hop_names();
+        let accounting = LiveAccounting {
+            records: self.records,
+            complete,
+            incomplete,
+            pending: self.joiner.pending() as u64,
+            published_messages: self.control.sent().values().map(|e| e.messages).sum(),
+            published_metrics: self.control.sent().values().map(|e| e.metrics).sum(),
+            late_records: stats.late,
+            duplicate_records: stats.duplicates,
+            duplicate_traces: stats.duplicate_traces,
+            negative_delta_traces: stats.negative_delta_traces,
+            implausible_records: stats.implausible,
+            unknown_hop_records: stats.unknown_hop,
+            unannounced_hop_records: self.counters.unannounced_hop_records.load(Relaxed),
+            records_lost_by_probes: self.control.records_lost(),
+            missing_by_hop: names
+                .iter()
+                .zip(stats.missing_by_hop.iter())
+                .filter(|(_, n)| **n > 0)
+                .map(|(h, n)| (h.clone(), *n))
+                .collect(),
+            backpressure_episodes: self.backpressure_episodes,
+            resent_records_dropped: self.resent_dropped,
+        };
+        let connections = self.control.open() as u64;
+        let clocks = self.control.host_clocks();
+        let mut live = self.live.lock().expect("live poisoned");
+        live.run_id.clone_from(&self.run_id);
+        live.running = running;
+        live.started_unix_ns = self.started_unix_ns;
+        live.updated_unix_ns = end;
+        live.elapsed_s = (end - self.started_unix_ns) as f64 / 1e9;
+        live.intervals += 1;
+        live.interval = Some(crate::live::Interval {
+            start_unix_ns: start,
+            end_unix_ns: end,
+            length_s,
+        });
+        for ((s, i), r) in live.stages.iter_mut().zip(interval).zip(run) {
+            s.interval = *i;
+            s.run = *r;
+        }
+        live.throughput = Throughput {
+            messages,
+            metrics,
+            messages_per_s: per_s(messages),
+            metrics_per_s: per_s(metrics),
+            // Not the collector's to know: the server of the live view adds it.
+            target_metrics_per_s: None,
+        };
+        live.accounting = accounting;
+        live.connections = connections;
+        live.clocks = clocks;
+    }
+
     fn finish(&mut self) -> Result<RunSummary, CollectorError> {
         self.joiner.drain(&mut self.out);
         self.write_out()?;
@@ -1504,13 +1676,19 @@ impl JoinState {
             .map(TraceWriter::finish)
             .transpose()?
             .unwrap_or_default();
+        let end_unix_ns = hoptrace_clock::realtime_ns();
         let stages = match self.stages.take() {
-            Some(st) => {
-                st.finish(hoptrace_clock::realtime_ns())
+            Some(mut st) => {
+                let last = st.interval_figures();
+                let stages = st
+                    .finish(end_unix_ns)
                     .map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
                         source,
-                    })?
+                    })?;
+                let run: Vec<_> = stages.iter().map(crate::live::Figures::of_stage).collect();
+                self.publish_live((self.interval_start_ns, end_unix_ns), &last, &run, false);
+                stages
             }
             None => Vec::new(),
         };

@@ -387,6 +387,44 @@ impl StageRecorder {
             .collect()
     }
 
+    /// Every stage, in the spec's order, with no figures yet: for the live view before
+    /// its first interval ends.
+    #[must_use]
+    pub fn live_stages(&self) -> Vec<crate::live::LiveStage> {
+        self.stages
+            .iter()
+            .map(|a| crate::live::LiveStage {
+                name: a.stage.name.clone(),
+                from: a.from.clone(),
+                to: a.to.clone(),
+                headline: a.stage.headline,
+                ..crate::live::LiveStage::default()
+            })
+            .collect()
+    }
+
+    /// The figures of the open interval per stage, in the spec's order: what its interval
+    /// histograms hold, taken just before [`Self::end_interval`] writes them.
+    pub fn interval_figures(&mut self) -> Vec<crate::live::Figures> {
+        self.stages
+            .iter_mut()
+            .map(|a| {
+                a.flush();
+                crate::live::Figures::of(&a.interval)
+            })
+            .collect()
+    }
+
+    /// The figures over every interval ended so far per stage, in the spec's order (the
+    /// cumulative histograms each interval is merged into as it ends).
+    #[must_use]
+    pub fn run_figures(&self) -> Vec<crate::live::Figures> {
+        self.stages
+            .iter()
+            .map(|a| crate::live::Figures::of(&a.total))
+            .collect()
+    }
+
     /// Appends every stage's interval histograms to its logs and starts a new interval.
     ///
     /// # Errors
@@ -593,6 +631,98 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(format!("{original:?}"), format!("{resumed:?}"));
         assert_eq!(before, again);
+    }
+
+    /// The live view's figures: those of the open interval before it ends, and those of
+    /// every interval ended after (a sorted set as the oracle of each percentile).
+    #[test]
+    fn live_figures_are_the_interval_and_the_whole_run() {
+        use crate::live::Figures;
+        use hoptrace_format::spec::PipelineSpec;
+        let spec = PipelineSpec::default_pipeline().resolve().unwrap();
+        let dir = std::env::temp_dir().join(format!("hoptrace-stages-live-{}", std::process::id()));
+        let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
+        let stage = spec.stages()[0].clone();
+        let trace = |delta: i64| {
+            let mut t = JoinedTrace {
+                key: hoptrace_protocol::TraceKey {
+                    publisher: 1,
+                    stream: 1,
+                    sequence: 1,
+                },
+                metric_count: 1,
+                intended_ns: 0,
+                otel_trace_id: None,
+                present_mask: (1 << stage.from_index) | (1 << stage.to_index),
+                stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
+                complete: true,
+                missing_mask: 0,
+                flags: 0,
+            };
+            t.stamps_ns[stage.to_index] = delta;
+            t
+        };
+        let first = [-40, 7, 9, 1_500, 3_001];
+        let second = [100_003, 2_000_000, 5, 6];
+        for d in first {
+            r.record(&trace(d));
+        }
+        let live = r.live_stages();
+        assert_eq!(live.len(), spec.stages().len());
+        assert_eq!(live[0].name, stage.name);
+        let i1 = r.interval_figures();
+        assert_eq!(
+            i1[0],
+            Figures {
+                count: 5,
+                negative: 1,
+                min_ns: Some(-40),
+                p50_ns: Some(9),
+                p90_ns: Some(3_001),
+                p99_ns: Some(3_001),
+                p999_ns: Some(3_001),
+                max_ns: Some(3_001),
+            }
+        );
+        // Before the interval ends, the whole run holds nothing yet.
+        assert_eq!(r.run_figures()[0], Figures::default());
+        assert_eq!(i1[1], Figures::default());
+        r.end_interval(1_000_000_000).unwrap();
+        assert_eq!(r.run_figures()[0], i1[0]);
+        for d in second {
+            r.record(&trace(d));
+        }
+        let i2 = r.interval_figures();
+        r.end_interval(2_000_000_000).unwrap();
+        let run = r.run_figures();
+        let _ = r.finish(2_000_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
+        let check = |f: &Figures, values: &[i64]| {
+            let mut v = values.to_vec();
+            v.sort_unstable();
+            let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+            assert_eq!(f.count, v.len() as u64);
+            assert_eq!(
+                (f.min_ns, f.max_ns),
+                (v.first().copied(), v.last().copied())
+            );
+            for (q, got) in [
+                (0.5, f.p50_ns),
+                (0.9, f.p90_ns),
+                (0.99, f.p99_ns),
+                (0.999, f.p999_ns),
+            ] {
+                let (e, got) = (at(q), got.unwrap());
+                assert!(
+                    got.abs_diff(e) <= e.unsigned_abs() / 2048 + 1,
+                    "p{q}: {got} vs {e}"
+                );
+            }
+        };
+        check(&i2[0], &second);
+        let all: Vec<i64> = first.iter().chain(&second).copied().collect();
+        check(&run[0], &all);
+        assert_eq!(run[0].negative, 1);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::{RunSet, Summary, report as reports};
+use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::run::Progress;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
@@ -63,6 +64,8 @@ pub struct DemoOptions {
     pub store_clock_bound_ns: u64,
     /// The collector's clock check of every probe host, ns.
     pub max_clock_error_ns: Option<u64>,
+    /// Serve the collector's live view (and `/metrics`, `/progress.json`) here.
+    pub ui: Option<String>,
 }
 
 impl DemoOptions {
@@ -120,6 +123,16 @@ pub fn measure(opts: &DemoOptions, stop: &AtomicBool) -> anyhow::Result<DemoMeas
     cfg.max_clock_error_ns = opts.max_clock_error_ns;
     let collector = Collector::start(cfg).context("starting the collector")?;
     let run_dir = collector.run_dir().to_owned();
+    // Served until the demo's run is written (then it shows it finished).
+    let _ui = match &opts.ui {
+        Some(addr) => {
+            let server = MetricsServer::start_live(addr, &collector.watch(), Some(opts.rate))
+                .with_context(|| format!("serving the live view on {addr}"))?;
+            eprintln!("live view on http://{}/", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
     // Until the run is written whole, a failure removes its directory: a run that never
     // finished would only get in the way of `hoptrace sql 'runs/*'`.
     let unfinished = RemoveUnlessKept(Some(run_dir.clone()));

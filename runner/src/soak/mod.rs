@@ -80,6 +80,9 @@ pub struct SoakOptions {
     /// The collector's `--max-clock-error`, ns (it then records every probe host's
     /// clock against it; the soak forces it, as its own preflight already ran).
     pub max_clock_error_ns: Option<u64>,
+    /// Where the collector serves its live view (`hoptrace collect --ui`); a port of 0
+    /// is replaced by a free one, so the address can be printed before it starts.
+    pub ui: Option<String>,
     /// The command line, for the report.
     pub command: String,
     /// A pipeline hoptrace did not start, measured by taps (`None`: the reference
@@ -297,6 +300,8 @@ pub struct Addresses {
     pub metrics: SocketAddr,
     /// The store, for the processor's writes.
     pub store: String,
+    /// The collector's live view, when asked for.
+    pub ui: Option<String>,
 }
 
 impl Addresses {
@@ -309,7 +314,26 @@ impl Addresses {
             collector: format!("127.0.0.1:{}", free_port()?),
             metrics: format!("127.0.0.1:{}", free_port()?).parse()?,
             store: format!("127.0.0.1:{}", free_port()?),
+            ui: None,
         })
+    }
+
+    /// The live view's address `asked`, with a free port for a port of 0.
+    ///
+    /// # Errors
+    /// `asked` is not HOST:PORT, or no port can be bound.
+    pub fn ui(asked: &str) -> anyhow::Result<String> {
+        let (host, port) = asked
+            .rsplit_once(':')
+            .with_context(|| format!("--ui {asked}: expected HOST:PORT"))?;
+        if port == "0" {
+            let free = std::net::TcpListener::bind((host.trim_matches(['[', ']']), 0))
+                .with_context(|| format!("--ui {asked}"))?
+                .local_addr()?
+                .port();
+            return Ok(format!("{host}:{free}"));
+        }
+        Ok(asked.to_owned())
     }
 }
 
@@ -356,6 +380,9 @@ impl PartCommands {
             .map(|x| x.pipeline.clone().into_os_string());
         if let Some(p) = &pipeline {
             collector.extend(["--pipeline".into(), p.clone()]);
+        }
+        if let Some(ui) = &at.ui {
+            collector.extend(args(["--ui", ui, "--target-rate", &opts.rate.to_string()]));
         }
         if let Some(max) = opts.max_clock_error_ns {
             collector.extend(args([
@@ -539,7 +566,11 @@ fn start_parts(
     plan: &Plan,
     endpoint: &Endpoint,
 ) -> anyhow::Result<(Processes, Option<BrokerProcess>)> {
-    let at = Addresses::free()?;
+    let mut at = Addresses::free()?;
+    at.ui = opts.ui.as_deref().map(Addresses::ui).transpose()?;
+    if let Some(ui) = &at.ui {
+        eprintln!("live view on http://{ui}/");
+    }
     let cmds = PartCommands::new(opts, plan, &at, matches!(endpoint, Endpoint::Mqtt(_)));
     let part = |role: &str, args: &[OsString]| {
         Part::spawn(role, Command::new(&opts.program).args(args), &plan.logs)
@@ -990,4 +1021,18 @@ pub fn read_result(dir: &Path) -> anyhow::Result<SoakResult> {
     let path = dir.join("soak.json");
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_view_gets_a_free_port_for_port_0() {
+        assert_eq!(Addresses::ui("127.0.0.1:7404").unwrap(), "127.0.0.1:7404");
+        let picked = Addresses::ui("127.0.0.1:0").unwrap();
+        let port: u16 = picked.strip_prefix("127.0.0.1:").unwrap().parse().unwrap();
+        assert_ne!(port, 0);
+        assert!(Addresses::ui("no-port").is_err());
+    }
 }

@@ -1,0 +1,247 @@
+//! The live view of a running collector over HTTP: a real exporter reports a small known
+//! set of traces, and `/live.json` must show exactly their figures: counts, the exact
+//! minimum and maximum, percentiles of the collector's histograms (within their bucket of
+//! the exact order statistic), throughput that adds up to the traces written, the
+//! accounting and the probe host's clock. `/` must be the page, loading nothing from
+//! elsewhere.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use hoptrace_collector::live::Live;
+use hoptrace_collector::metrics::MetricsServer;
+use hoptrace_collector::{Collector, CollectorConfig};
+use hoptrace_format::hist::SignedStats;
+use hoptrace_format::spec::PipelineSpec;
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+
+/// The Broker Time (publish -> flow_in) of each trace, ns: one negative (clock error), the
+/// rest spread over three decades.
+const BROKER_TIME_NS: [i64; 7] = [-3_000, 1_000, 2_047, 5_001, 8_193, 130_017, 2_100_000];
+
+fn get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+fn live(addr: SocketAddr) -> Live {
+    let (head, body) = get(addr, "/live.json");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/json"), "{head}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The value of rank `max(1, ceil(q n))` of `sorted`.
+fn exact(sorted: &[i64], q: f64) -> i64 {
+    let n = sorted.len();
+    let r = ((q * n as f64).ceil() as usize).clamp(1, n);
+    sorted[r - 1]
+}
+
+#[test]
+fn live_json_shows_the_figures_of_the_traces_written() {
+    let tmp = hoptrace_testkit::tempdir("live-view");
+    let spec = PipelineSpec::default_pipeline();
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec.clone(), &tmp);
+    cfg.run_id = Some("live-test".into());
+    let collector = Collector::start(cfg).unwrap();
+    let server = MetricsServer::start_live("127.0.0.1:0", &collector.watch(), Some(70.0)).unwrap();
+    let addr = server.local_addr();
+
+    // Before anything arrives: the run and its stages, no figures.
+    let first = live(addr);
+    assert_eq!(first.run_id, "live-test");
+    assert!(first.running);
+    assert_eq!(first.significant_digits, 3);
+    let names: Vec<&str> = spec.stages.iter().map(|s| s.name.as_str()).collect();
+    let shown: Vec<&str> = first.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(shown, names);
+    assert_eq!(first.throughput.target_metrics_per_s, Some(70.0));
+
+    let hops: Vec<(HopId, &str)> = spec
+        .hops
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
+        .collect();
+    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "live-test");
+    ecfg.backoff_min = Duration::from_millis(5);
+    let exporter = Exporter::start(ecfg, &hops).unwrap();
+    let clock = ManualClock::new(0);
+    let probes: Vec<_> = hops
+        .iter()
+        .map(|(h, _)| exporter.probe_with_clock(*h, clock.clone()).unwrap())
+        .collect();
+    let now = hoptrace_probe::clock::realtime_ns();
+    let base = now - now % 1_000_000_000 - 30_000_000_000;
+    for (seq, d) in BROKER_TIME_NS.iter().enumerate() {
+        let publish = base + seq as i64 * 10_000_000;
+        let mut ctx = TraceContext::new(
+            TraceKey {
+                publisher: 4,
+                stream: 0,
+                sequence: seq as u64,
+            },
+            10,
+            publish,
+        );
+        // publish, flow_in (the stage under test), then 1 µs per hop.
+        let stamps = [
+            publish,
+            publish + d,
+            publish + d + 1_000,
+            publish + d + 2_000,
+            publish + d + 3_000,
+            publish + d + 4_000,
+        ];
+        for (probe, stamp) in probes.iter().zip(stamps) {
+            clock.set(stamp);
+            probe.try_record(&mut ctx).unwrap();
+        }
+    }
+
+    // Every update seen, by interval: until the whole run holds the 7 traces and one more
+    // interval has ended.
+    let mut seen: Vec<Live> = vec![first];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l = live(addr);
+        let done = l.stages[0].run.count == 7
+            && !l.clocks.is_empty()
+            && l.clocks[0].source.is_some()
+            && seen
+                .iter()
+                .any(|s| s.stages[0].run.count == 7 && s.intervals < l.intervals);
+        if seen.last().is_none_or(|s| s.intervals != l.intervals) {
+            seen.push(l.clone());
+        }
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "live view never showed the traces: {l:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let last = seen.last().unwrap().clone();
+
+    // Whole run, Broker Time: the collector's histograms of exactly these deltas.
+    let st = &last.stages[0];
+    assert_eq!(
+        (st.name.as_str(), st.from.as_str(), st.to.as_str()),
+        ("Broker Time", "publish", "flow_in")
+    );
+    let mut oracle = SignedStats::default();
+    oracle.add_values(&BROKER_TIME_NS);
+    assert_eq!(st.run, hoptrace_collector::live::Figures::of(&oracle));
+    let mut sorted = BROKER_TIME_NS.to_vec();
+    sorted.sort_unstable();
+    assert_eq!((st.run.count, st.run.negative), (7, 1));
+    assert_eq!(
+        (st.run.min_ns, st.run.max_ns),
+        (Some(-3_000), Some(2_100_000))
+    );
+    for (q, got) in [
+        (0.5, st.run.p50_ns),
+        (0.9, st.run.p90_ns),
+        (0.99, st.run.p99_ns),
+        (0.999, st.run.p999_ns),
+    ] {
+        let (e, got) = (exact(&sorted, q), got.unwrap());
+        // 3 significant digits: within half a bucket, at most 1/2048 of the value.
+        assert!(
+            got.abs_diff(e) <= e.unsigned_abs() / 2048 + 1,
+            "p{q}: {got} against the exact {e}"
+        );
+    }
+    // Flow Internal is 1 µs for every trace; the other stages too.
+    assert_eq!(last.stages[1].run.count, 7);
+    assert_eq!(last.stages[1].run.min_ns, Some(1_000));
+    assert_eq!(last.stages[1].run.max_ns, Some(1_000));
+    assert_eq!(last.stages[1].run.p99_ns, Some(1_000));
+
+    // Each interval's figures are what the whole run gained in it, and the throughput
+    // counts the same traces: every update seen right after the one before.
+    let (mut gained, mut gaps) = (0, 0);
+    for w in seen.windows(2) {
+        if w[1].intervals != w[0].intervals + 1 {
+            gaps += 1;
+            continue;
+        }
+        let (a, b) = (&w[0].stages[0], &w[1].stages[0]);
+        assert_eq!(b.run.count - a.run.count, b.interval.count, "{w:#?}");
+        assert_eq!(
+            w[1].accounting.complete - w[0].accounting.complete,
+            w[1].throughput.messages
+        );
+        assert_eq!(w[1].throughput.metrics, 10 * w[1].throughput.messages);
+        let len = w[1].interval.unwrap().length_s;
+        assert!((1.0..5.0).contains(&len), "{len}");
+        let rate = w[1].throughput.messages as f64 / len;
+        assert!((w[1].throughput.messages_per_s - rate).abs() < 1e-9);
+        gained += b.interval.count;
+        if b.interval.count > 0 {
+            assert!(b.interval.min_ns.is_some() && b.interval.p50_ns.is_some());
+        } else {
+            assert_eq!(b.interval.p50_ns, None);
+        }
+    }
+    // Seen from before the first trace, every update: the intervals hold every trace.
+    if gaps == 0 {
+        assert_eq!(gained, 7);
+    } else {
+        assert!(gained <= 7);
+    }
+
+    // Accounting and clocks, as counted.
+    let a = &last.accounting;
+    assert_eq!(
+        (a.records, a.complete, a.incomplete, a.pending),
+        (42, 7, 0, 0)
+    );
+    assert_eq!((a.late_records, a.duplicate_records), (0, 0));
+    assert_eq!(a.negative_delta_traces, 1);
+    assert_eq!(last.connections, 1);
+    let c = &last.clocks[0];
+    assert_eq!(c.host, hoptrace_clock::hostname());
+    assert_eq!(c.connections, 1);
+    assert!(c.synced.is_some() && c.error_bound_ns.is_some() && c.at_unix_ns.is_some());
+    assert!(last.elapsed_s > 0.0 && last.updated_unix_ns > last.started_unix_ns);
+
+    // The page: served whole, pointing nowhere but this server.
+    let (head, page) = get(addr, "/");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("text/html"),
+        "{head}"
+    );
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
+    assert!(page.contains("fetch(\"live.json\""));
+    assert!(
+        get(addr, "/metrics")
+            .1
+            .contains("hoptrace_records_total 42")
+    );
+    assert!(get(addr, "/nothing").0.starts_with("HTTP/1.1 404"));
+
+    let s = exporter.shutdown();
+    assert!(s.clean, "{s:?}");
+    let summary = collector.stop().unwrap();
+    // Once stopped, the view says so, with the run's final figures.
+    let end = live(addr);
+    assert!(!end.running);
+    assert_eq!(end.stages[0].run.count, 7);
+    assert_eq!(end.stages[0].run.p50_ns, st.run.p50_ns);
+    assert_eq!(summary.stages[0].count, 7);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
