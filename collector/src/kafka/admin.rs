@@ -183,7 +183,8 @@ pub struct TopicLayout {
 
 /// The layout of `topic` as the cluster reports it: partitions and replicas from the
 /// metadata (waiting, as [`ensure_topic`] does, for a just-created topic to reach the
-/// broker asked), `min.insync.replicas` from the topic's configuration.
+/// broker asked), `min.insync.replicas` from the topic's configuration (asked again until
+/// the broker answering knows the topic, at most as long).
 ///
 /// # Errors
 /// No broker reachable, the topic missing, or the configuration not readable.
@@ -196,17 +197,37 @@ pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, KafkaErro
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
     let opts = AdminOptions::new().request_timeout(Some(BROKER_WAIT));
-    let described = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))?;
-    let mut min_insync_replicas = None;
-    for r in described {
-        let r = r.map_err(|e| {
-            KafkaError::Config(format!("reading the configuration of topic {topic}: {e}"))
-        })?;
-        min_insync_replicas = r
-            .get("min.insync.replicas")
-            .and_then(|e| e.value.as_deref())
-            .and_then(|v| v.parse().ok());
-    }
+    // A broker that has not yet learned of a just-created topic answers without its
+    // configuration (or with an unknown-topic error): ask again until the entry is there,
+    // as long as the metadata wait.
+    let deadline = Instant::now() + METADATA_WAIT;
+    let min_insync_replicas = loop {
+        let described =
+            block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))?;
+        let mut found = None;
+        let mut error = None;
+        for r in described {
+            match r {
+                Ok(r) => {
+                    found = r
+                        .get("min.insync.replicas")
+                        .and_then(|e| e.value.as_deref())
+                        .and_then(|v| v.parse().ok());
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        match (found, error) {
+            (Some(v), _) => break Some(v),
+            (None, Some(e)) if Instant::now() >= deadline => {
+                return Err(KafkaError::Config(format!(
+                    "reading the configuration of topic {topic}: {e}"
+                )));
+            }
+            (None, None) if Instant::now() >= deadline => break None,
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
     Ok(TopicLayout {
         partitions,
         replication,
