@@ -157,6 +157,26 @@ mod tests {
 
     use crate::{Cli, Command};
 
+    /// The soak a sweep starts for `cell` (run `s.x`, under `out/`), as this program
+    /// parses its command line.
+    fn cell_soak(
+        opts: &hoptrace_runner::sweep::SweepOptions,
+        cell: &hoptrace_runner::sweep::Planned,
+    ) -> crate::soak::Args {
+        let line = hoptrace_runner::sweep::soak_args(
+            opts,
+            cell,
+            "s.x",
+            Path::new("out/runs"),
+            Path::new("out/cells/x"),
+        );
+        let line = std::iter::once(OsString::from("hoptrace")).chain(line);
+        let Command::Soak(soak) = Cli::try_parse_from(line).unwrap().command else {
+            unreachable!("a soak")
+        };
+        soak
+    }
+
     /// Each cell is a soak started with this program's own `soak` flags: they parse,
     /// with the values the sweep means.
     #[test]
@@ -187,18 +207,7 @@ mod tests {
         };
         let opts = args.options().unwrap();
         let checked = hoptrace_runner::sweep::check(&opts).unwrap();
-        let cell = &checked.cells()[1];
-        let line = hoptrace_runner::sweep::soak_args(
-            &opts,
-            cell,
-            "s.x",
-            Path::new("out/runs"),
-            Path::new("out/cells/x"),
-        );
-        let line = std::iter::once(OsString::from("hoptrace")).chain(line);
-        let Command::Soak(soak) = Cli::try_parse_from(line).unwrap().command else {
-            unreachable!("a soak")
-        };
+        let soak = cell_soak(&opts, &checked.cells()[1]);
         assert_eq!(
             soak.broker,
             "kafka://127.0.0.1:19092/t-p3?linger_ms=1&acks=all"
@@ -240,17 +249,7 @@ mod tests {
         };
         let opts = args.options().unwrap();
         let checked = hoptrace_runner::sweep::check(&opts).unwrap();
-        let line = hoptrace_runner::sweep::soak_args(
-            &opts,
-            &checked.cells()[0],
-            "s.x",
-            Path::new("out/runs"),
-            Path::new("out/cells/x"),
-        );
-        let line = std::iter::once(OsString::from("hoptrace")).chain(line);
-        let Command::Soak(soak) = Cli::try_parse_from(line).unwrap().command else {
-            unreachable!("a soak")
-        };
+        let soak = cell_soak(&opts, &checked.cells()[0]);
         let x = soak.external;
         assert_eq!(
             x.pipeline.as_deref(),

@@ -2,13 +2,15 @@
 //! which joins them and writes Parquet and run.json. The Parquet is read back here, and
 //! by pyarrow (an independent reader) through `check_run.py`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 5_000;
@@ -43,20 +45,8 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
     cfg.run_id = Some("test-run".into());
     let collector = Collector::start(cfg).unwrap();
 
-    let hops: Vec<(HopId, &str)> = spec
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
-        .collect();
-    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "collect-test");
-    ecfg.backoff_min = Duration::from_millis(5);
-    let exporter = Exporter::start(ecfg, &hops).unwrap();
-    let clock = ManualClock::new(0);
-    let probes: Vec<_> = hops
-        .iter()
-        .map(|(h, _)| exporter.probe_with_clock(*h, clock.clone()).unwrap())
-        .collect();
+    let (exporter, probes, clock) =
+        common::manual_probes(&spec, collector.local_addr(), "collect-test");
     let mut sent = SentFrame {
         publisher: 3,
         entries: vec![],

@@ -3,14 +3,15 @@
 //! are kept, and their keys are written already. A late stamp for one of them is a late
 //! record, never a second row, and its message is recovered, not unseen.
 
+mod common;
+
 use std::path::Path;
-use std::time::Duration;
 
 use arrow::array::AsArray as _;
 use arrow::datatypes::UInt64Type;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_probe::{TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -28,20 +29,8 @@ fn session(dir: &Path, durable: bool, traces: &[(u64, Option<usize>)], sent: u64
     cfg.run_id = Some("continued".into());
     cfg.durable = durable;
     let collector = Collector::start(cfg).unwrap();
-    let hops: Vec<(HopId, &str)> = spec
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
-        .collect();
-    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "continued-test");
-    ecfg.backoff_min = Duration::from_millis(5);
-    let exporter = Exporter::start(ecfg, &hops).unwrap();
-    let clock = ManualClock::new(0);
-    let probes: Vec<_> = hops
-        .iter()
-        .map(|(h, _)| exporter.probe_with_clock(*h, clock.clone()).unwrap())
-        .collect();
+    let (exporter, probes, clock) =
+        common::manual_probes(&spec, collector.local_addr(), "continued-test");
     let base = base_ns();
     for &(seq, only) in traces {
         let t = base + seq as i64 * 1_000;
@@ -54,7 +43,7 @@ fn session(dir: &Path, durable: bool, traces: &[(u64, Option<usize>)], sent: u64
             10,
             t,
         );
-        let which: Vec<usize> = only.map_or_else(|| (0..hops.len()).collect(), |h| vec![h]);
+        let which: Vec<usize> = only.map_or_else(|| (0..probes.len()).collect(), |h| vec![h]);
         for i in which {
             clock.set(t + i as i64 * 1_000);
             probes[i].try_record(&mut ctx).unwrap();

@@ -5,6 +5,8 @@
 //! accounting and the probe host's clock. `/` must be the page, loading nothing from
 //! elsewhere.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::hist::SignedStats;
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_probe::{TraceContext, TraceKey};
 
 /// The Broker Time (publish -> flow_in) of each trace, ns: one negative (clock error), the
 /// rest spread over three decades.
@@ -64,20 +66,8 @@ fn live_json_shows_the_figures_of_the_traces_written() {
     assert_eq!(shown, names);
     assert_eq!(first.throughput.target_metrics_per_s, Some(70.0));
 
-    let hops: Vec<(HopId, &str)> = spec
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), h.name.as_str()))
-        .collect();
-    let mut ecfg = ExporterConfig::new(collector.local_addr().to_string(), "live-test");
-    ecfg.backoff_min = Duration::from_millis(5);
-    let exporter = Exporter::start(ecfg, &hops).unwrap();
-    let clock = ManualClock::new(0);
-    let probes: Vec<_> = hops
-        .iter()
-        .map(|(h, _)| exporter.probe_with_clock(*h, clock.clone()).unwrap())
-        .collect();
+    let (exporter, probes, clock) =
+        common::manual_probes(&spec, collector.local_addr(), "live-test");
     let now = hoptrace_probe::clock::realtime_ns();
     let base = now - now % 1_000_000_000 - 30_000_000_000;
     for (seq, d) in BROKER_TIME_NS.iter().enumerate() {
