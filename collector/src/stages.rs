@@ -515,6 +515,27 @@ pub fn unix_ns(t: SystemTime) -> i64 {
 mod tests {
     use super::*;
 
+    /// A complete trace whose only delta is `delta` on `stage` (from 0 to `delta`).
+    fn stage_trace(stage: &ResolvedStage, delta: i64) -> JoinedTrace {
+        let mut t = JoinedTrace {
+            key: hoptrace_protocol::TraceKey {
+                publisher: 1,
+                stream: 1,
+                sequence: 1,
+            },
+            metric_count: 1,
+            intended_ns: 0,
+            otel_trace_id: None,
+            present_mask: (1 << stage.from_index) | (1 << stage.to_index),
+            stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
+            complete: true,
+            missing_mask: 0,
+            flags: 0,
+        };
+        t.stamps_ns[stage.to_index] = delta;
+        t
+    }
+
     #[test]
     fn the_total_holds_every_interval() {
         use hoptrace_format::spec::PipelineSpec;
@@ -567,25 +588,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("hoptrace-stages-resume-{}", std::process::id()));
         let stage = spec.stages()[0].clone();
-        let trace = |delta: i64| {
-            let mut t = JoinedTrace {
-                key: hoptrace_protocol::TraceKey {
-                    publisher: 1,
-                    stream: 1,
-                    sequence: 1,
-                },
-                metric_count: 1,
-                intended_ns: 0,
-                otel_trace_id: None,
-                present_mask: (1 << stage.from_index) | (1 << stage.to_index),
-                stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
-                complete: true,
-                missing_mask: 0,
-                flags: 0,
-            };
-            t.stamps_ns[stage.to_index] = delta;
-            t
-        };
+        let trace = |delta: i64| stage_trace(&stage, delta);
         // After the snapshot: the rest of the open interval (negative deltas among them,
         // so a log of negative deltas appears) and one more interval.
         let after = |r: &mut StageRecorder| {
@@ -643,25 +646,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hoptrace-stages-live-{}", std::process::id()));
         let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
         let stage = spec.stages()[0].clone();
-        let trace = |delta: i64| {
-            let mut t = JoinedTrace {
-                key: hoptrace_protocol::TraceKey {
-                    publisher: 1,
-                    stream: 1,
-                    sequence: 1,
-                },
-                metric_count: 1,
-                intended_ns: 0,
-                otel_trace_id: None,
-                present_mask: (1 << stage.from_index) | (1 << stage.to_index),
-                stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
-                complete: true,
-                missing_mask: 0,
-                flags: 0,
-            };
-            t.stamps_ns[stage.to_index] = delta;
-            t
-        };
+        let trace = |delta: i64| stage_trace(&stage, delta);
         let first = [-40, 7, 9, 1_500, 3_001];
         let second = [100_003, 2_000_000, 5, 6];
         for d in first {
