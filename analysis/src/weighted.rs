@@ -70,7 +70,7 @@ impl WeightedMoments {
         for (v, w) in rows.filter(|&(_, w)| w > 0) {
             weight += w;
             sum += i128::from(v) * i128::from(w);
-            let d = (v - shift) as f64;
+            let d = (i128::from(v) - i128::from(shift)) as f64;
             squares += w as f64 * d * d;
         }
         // sum(w (v - mean)^2) = sum(w (v - s)^2) - W (mean - s)^2
