@@ -542,6 +542,13 @@ test('protocol version 2: the real collector killed and restarted twice mid-run,
             if (j % 20 === 0) await new Promise((r) => setTimeout(r, 5));
           }
           await startCollector();
+          // Both exporters back on the new collector before the next kill: otherwise one
+          // still in its backoff from this break would see the two as one.
+          const deadline = Date.now() + 30000;
+          while (![pub, proc].every((e) => e.snapshot().reconnects === starts - 1)) {
+            assert.ok(Date.now() < deadline, `exporters did not reconnect: ${JSON.stringify([pub.snapshot(), proc.snapshot()])}`);
+            await new Promise((r) => setTimeout(r, 10));
+          }
           continue;
         }
         one(i);
