@@ -146,6 +146,17 @@ async function waitFor(p, pattern, ms) {
   }
 }
 
+/** `promise`, or a failure naming `what` after `ms`. */
+async function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms); });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** SIGTERM to the process group, SIGKILL after `ms`. */
 async function stop(p, ms = 20000) {
   if (!p || p.exited) return p && p.exited;
@@ -518,10 +529,14 @@ test('protocol version 2: the real collector killed and restarted twice mid-run,
       const opts = { collector: address, clock, clockStatus: new ClockStatusReader(clock), backoffMinMs: 20, backoffMaxMs: 200 };
       const pub = new Exporter({ ...opts, process: 'durable-publisher' });
       pub.setHops([[0, 'publish']]);
-      pub.start();
       const proc = new Exporter({ ...opts, process: 'durable-processor' });
       proc.setHops([[1, 'flow_in'], [2, 'flow_out']]);
+      // Both exporters on the first collector before its kill: an exporter whose first
+      // connection is to the second collector would count no reconnection at all.
+      const first = Promise.all([pub, proc].map((e) => new Promise((r) => e.once('connected', r))));
+      pub.start();
       proc.start();
+      await within(first, 30000, 'the exporters did not connect to the first collector');
       const N = 4000;
       const STREAMS = 4;
       const killsAt = new Set([1200, 2600]);
