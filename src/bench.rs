@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use hoptrace_broker::url::Endpoint;
 use hoptrace_format::units;
 use hoptrace_publisher::payload::PayloadFormat;
-use hoptrace_publisher::url::Endpoint;
 use hoptrace_runner::bench::collector::{self as bench, BenchOptions};
 use hoptrace_runner::bench::publisher::{PublisherBenchOptions, Step};
 use hoptrace_runner::bench::report::{ReportBenchOptions, SizeResult};

@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use hoptrace_broker::target::TargetStats;
+use hoptrace_broker::url::{Carrier, Endpoint};
 use hoptrace_probe::HopId;
 use hoptrace_publisher::accounting::LagSummary;
 use hoptrace_publisher::capture::{self, RecordConfig};
@@ -15,9 +17,7 @@ use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher, Repl
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
-use hoptrace_publisher::target::TargetStats;
 use hoptrace_publisher::uns::TopicScheme;
-use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use crate::collector_args::CollectorArgs;
 use hoptrace_format::units;
@@ -265,10 +265,11 @@ fn publish_config(args: &PublishArgs) -> anyhow::Result<PublishConfig> {
         c.hop = args.hop_spec.resolve(&args.hop)?;
         c.collector = Some(exporter);
     }
-    c.replay = args.replay.as_ref().map(|path| ReplayConfig {
-        path: path.clone(),
-        speed: args.speed,
-        fanout: args.fanout,
+    c.replay = args.replay.as_ref().map(|path| {
+        let mut r = ReplayConfig::new(path.clone());
+        r.speed = args.speed;
+        r.fanout = args.fanout;
+        r
     });
     c.flush_timeout = args.flush_timeout;
     c.tick = args.tick;
@@ -618,13 +619,13 @@ fn print_tap_summary(s: &TapSummary) {
 /// Invalid options, an unusable broker, an unwritable file.
 pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
-    let c = RecordConfig {
-        source: Endpoint::parse(&args.from).context("--from")?,
-        topics: args.topics.clone(),
-        out: args.out.clone(),
-        duration: args.duration,
-        max_messages: args.messages,
-    };
+    let mut c = RecordConfig::new(
+        Endpoint::parse(&args.from).context("--from")?,
+        args.out.clone(),
+    );
+    c.topics.clone_from(&args.topics);
+    c.duration = args.duration;
+    c.max_messages = args.messages;
     eprintln!(
         "recording {} into {} (SIGINT or SIGTERM stops and closes the file)",
         c.source.display(),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_publisher::url::Endpoint;
+use hoptrace_broker::url::Endpoint;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 

@@ -103,7 +103,7 @@ pub(crate) struct Meta {
     /// Checkpoints taken in the run, this one included.
     pub(crate) checkpoints: u64,
     /// What probes said.
-    pub(crate) control: crate::run::ControlSnapshot,
+    pub(crate) control: crate::control::ControlSnapshot,
 }
 
 /// What a run had reached at a checkpoint.
@@ -499,7 +499,7 @@ mod tests {
                 }],
                 hops: 3,
                 checkpoints: 1,
-                control: crate::run::ControlSnapshot::default(),
+                control: crate::control::ControlSnapshot::default(),
             },
             written,
             stages: StagesSnapshot {

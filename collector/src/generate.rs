@@ -23,6 +23,7 @@ use hoptrace_protocol::TraceKey;
 
 /// What to generate.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GenerateOptions {
     /// Traces (messages).
     pub traces: u64,

@@ -40,6 +40,7 @@
 
 mod accounting;
 mod checkpoint;
+mod control;
 pub mod generate;
 pub mod join;
 #[cfg(feature = "kafka")]

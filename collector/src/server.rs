@@ -66,6 +66,7 @@ pub struct ConnectionCounters {
 
 /// Network settings of the collector.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// Token probes must present; required on non-loopback listeners.
     pub token: Option<String>,

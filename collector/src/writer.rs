@@ -74,6 +74,7 @@ pub enum WriteError {
 
 /// How traces are written.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TraceWriterConfig {
     /// Directory of the part files (`runs/<run-id>/traces`).
     pub dir: PathBuf,

@@ -32,8 +32,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use crate::target::{self, BrokerTime, Received, TargetError};
-use crate::url::Endpoint;
+use hoptrace_broker::target::{self, BrokerTime, Received, TargetError};
+use hoptrace_broker::url::Endpoint;
 
 /// Rows per record batch (and row group flush unit) while recording.
 const BATCH_ROWS: usize = 8192;
@@ -366,8 +366,9 @@ pub fn read_capture(path: &Path) -> Result<Vec<CapturedMessage>, CaptureError> {
     Ok(out)
 }
 
-/// What to record.
+/// What to record: [`RecordConfig::new`], then set what differs from its defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RecordConfig {
     /// The broker.
     pub source: Endpoint,
@@ -379,6 +380,21 @@ pub struct RecordConfig {
     pub duration: Option<Duration>,
     /// Stop after this many messages.
     pub max_messages: Option<u64>,
+}
+
+impl RecordConfig {
+    /// Records every topic of `source` (`#`, or the address's Kafka topics) into `out`
+    /// until stopped.
+    #[must_use]
+    pub fn new(source: Endpoint, out: impl Into<PathBuf>) -> Self {
+        Self {
+            source,
+            topics: Vec::new(),
+            out: out.into(),
+            duration: None,
+            max_messages: None,
+        }
+    }
 }
 
 /// What a recording wrote.

@@ -16,10 +16,11 @@
 //! It depends on the probe; it must never depend on the collector, the analysis or the
 //! runner (they receive what it reports, or start it).
 //!
-//! - [`url`]: broker addresses and their options.
+//! Broker addresses and their options ([`Endpoint`]) and the transports behind the
+//! [`Target`] and [`Source`] traits are `hoptrace-broker`'s.
+//!
 //! - [`schedule`]: the open-loop schedule (rate, streams, Zipf, ramp-up, bursts).
 //! - [`uns`]: ISA-95 style topic trees; [`payload`]: payload formats.
-//! - [`target`]: the transports, one module each behind the `Target` and `Source` traits.
 //! - [`publish`]: a whole publish run; [`tap`]: a broker tap; [`capture`]: record/replay.
 //! - [`accounting`]: Sent frames and the schedule lag histogram.
 //! - [`report`]: the end summary as a file (`hoptrace publish --summary-json`), read back
@@ -33,7 +34,7 @@
 //! use hoptrace_probe::ExporterConfig;
 //! use hoptrace_publisher::publish::{self, PublishConfig};
 //! use hoptrace_publisher::schedule::LoadShape;
-//! use hoptrace_publisher::url::Endpoint;
+//! use hoptrace_broker::url::Endpoint;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut shape = LoadShape::uniform(100_000.0, 3000); // metrics/s over 3000 streams
@@ -62,14 +63,12 @@ pub mod publish;
 pub mod report;
 pub mod schedule;
 pub mod tap;
-pub mod target;
 pub mod uns;
-pub mod url;
 
+pub use hoptrace_broker::target::{Source, Target, TargetError};
+pub use hoptrace_broker::url::{Carrier, Endpoint, UrlError};
 pub use publish::{
     LiveSnapshot, PublishConfig, PublishError, PublishSummary, Publisher, ReplayConfig,
 };
 pub use schedule::{Burst, LoadShape, Schedule};
 pub use tap::{Tap, TapConfig, TapError, TapSummary};
-pub use target::{Source, Target, TargetError};
-pub use url::{Carrier, Endpoint, UrlError};

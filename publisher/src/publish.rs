@@ -17,9 +17,9 @@ use crate::accounting::{LagHistogram, LagSummary, SentLedger};
 use crate::capture::{CaptureError, CapturedMessage};
 use crate::payload::PayloadFormat;
 use crate::schedule::{LoadShape, Schedule, ShapeError};
-use crate::target::{self, Outgoing, SendError, Target, TargetError, TargetStats};
 use crate::uns::TopicScheme;
-use crate::url::{Carrier, Endpoint, UrlError};
+use hoptrace_broker::target::{self, Outgoing, SendError, Target, TargetError, TargetStats};
+use hoptrace_broker::url::{Carrier, Endpoint, UrlError};
 
 /// Why a publish run could not start or finish. Each variant says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +47,10 @@ pub enum PublishError {
     Capture(#[from] CaptureError),
 }
 
-/// A capture to replay instead of generated load.
+/// A capture to replay instead of generated load: [`ReplayConfig::new`], then set what
+/// differs from its defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReplayConfig {
     /// The capture file (`hoptrace record`).
     pub path: PathBuf,
@@ -59,8 +61,21 @@ pub struct ReplayConfig {
     pub fanout: u32,
 }
 
+impl ReplayConfig {
+    /// Replays the capture at `path` once, at the speed it was captured.
+    #[must_use]
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            speed: 1.0,
+            fanout: 1,
+        }
+    }
+}
+
 /// What to publish, where, and how fast.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PublishConfig {
     /// The broker.
     pub target: Endpoint,

@@ -18,7 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::publish::PublishSummary;
-use crate::target::TargetStats;
+use hoptrace_broker::target::TargetStats;
 
 /// A publish run's end summary, as written to `--summary-json`.
 ///
@@ -189,7 +189,7 @@ impl PublishReport {
 mod tests {
     use super::*;
     use crate::accounting::{LagSummary, Quantile};
-    use crate::url::Carrier;
+    use hoptrace_broker::url::Carrier;
 
     fn summary() -> PublishSummary {
         PublishSummary {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use hoptrace_probe::{CarrierError, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe};
 
 use crate::accounting::{LagHistogram, LagSummary};
-use crate::target::{self, BrokerTime, Source, TargetError};
-use crate::url::{Carrier, Endpoint, UrlError};
+use hoptrace_broker::target::{self, BrokerTime, Source, TargetError};
+use hoptrace_broker::url::{Carrier, Endpoint, UrlError};
 
 /// Resolution of Kafka's LogAppendTime, ns.
 pub const LOG_APPEND_TIME_RESOLUTION_NS: u64 = 1_000_000;
@@ -48,6 +48,7 @@ pub enum TapError {
 
 /// What to tap and where to report.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TapConfig {
     /// The broker.
     pub source: Endpoint,

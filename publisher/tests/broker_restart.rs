@@ -14,10 +14,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{closed_port, collector, flag, link, tempdir, unique_id, wait_for};
+use hoptrace_broker::target;
 use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
-use hoptrace_publisher::target;
 use hoptrace_publisher::{Carrier, Endpoint};
 
 const MOSQUITTO: &str = "/usr/sbin/mosquitto";

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use common::{broker, closed_port, collector, flag, link, tempdir, unique_id, wait_for};
+use hoptrace_broker::target::{self, Meta, TargetError};
 use hoptrace_collector::RunSummary;
 use hoptrace_probe::carrier::HEADER;
 use hoptrace_probe::{ExporterConfig, ExporterError, HopId};
@@ -17,7 +18,6 @@ use hoptrace_publisher::capture::{self, RecordConfig};
 use hoptrace_publisher::publish::{self, PublishConfig, PublishError, PublishSummary};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
-use hoptrace_publisher::target::{self, Meta, TargetError};
 use hoptrace_publisher::{Carrier, Endpoint, ReplayConfig};
 
 struct Outcome {
@@ -462,13 +462,9 @@ fn record_and_replay_keep_order_payloads_and_scaled_timing() {
     // Record while a publisher sends.
     let src_ep = Endpoint::parse(&format!("mqtt://{mqtt}?qos=1")).unwrap();
     let mut src = target::open_source(&src_ep, &[format!("{prefix}/#")], "test").unwrap();
-    let rc = RecordConfig {
-        source: src_ep.clone(),
-        topics: vec![],
-        out: capture_path.clone(),
-        duration: Some(Duration::from_secs(30)),
-        max_messages: Some(n),
-    };
+    let mut rc = RecordConfig::new(src_ep.clone(), capture_path.clone());
+    rc.duration = Some(Duration::from_secs(30));
+    rc.max_messages = Some(n);
     let recorder =
         std::thread::spawn(move || capture::record_from(src.as_mut(), &rc, &flag()).unwrap());
     let mut pc = PublishConfig::new(
@@ -496,11 +492,10 @@ fn record_and_replay_keep_order_payloads_and_scaled_timing() {
         LoadShape::uniform(1.0, 1),
     );
     rc.publisher_id = replay_id;
-    rc.replay = Some(ReplayConfig {
-        path: capture_path,
-        speed: 2.0,
-        fanout: 2,
-    });
+    let mut replay = ReplayConfig::new(capture_path);
+    replay.speed = 2.0;
+    replay.fanout = 2;
+    rc.replay = Some(replay);
     let replayed = publish::run(rc, flag()).unwrap();
     assert_eq!(replayed.messages, 2 * n);
     assert_eq!(replayed.streams, 2 * 5);
@@ -553,57 +548,23 @@ fn record_and_replay_keep_order_payloads_and_scaled_timing() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Kafka topics for the tests, through the admin API.
+/// Kafka topics for the tests.
 mod kafka_admin {
-    use std::time::Duration;
+    use hoptrace_broker::kafka;
 
-    use rdkafka::ClientConfig;
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::producer::{BaseProducer, Producer as _};
-
-    fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-        ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .create()
-            .unwrap()
-    }
-
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-
-    /// Creates `name` and waits until its metadata lists every partition.
+    /// Creates `name` and waits until every partition has a leader.
     pub fn create_topic(bootstrap: &str, name: &str, partitions: i32, log_append_time: bool) {
-        let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-        if log_append_time {
-            t = t.set("message.timestamp.type", "LogAppendTime");
-        }
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-        for r in block_on(admin(bootstrap).create_topics([&t], &opts)).unwrap() {
-            r.unwrap();
-        }
-        let p: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .create()
-            .unwrap();
-        super::wait_for("topic metadata", || {
-            p.client()
-                .fetch_metadata(Some(name), Duration::from_secs(1))
-                .is_ok_and(|m| {
-                    m.topics().first().is_some_and(|t| {
-                        t.error().is_none() && t.partitions().len() == partitions as usize
-                    })
-                })
-        });
+        let config: &[(&str, &str)] = if log_append_time {
+            &[("message.timestamp.type", "LogAppendTime")]
+        } else {
+            &[]
+        };
+        let n = kafka::ensure_topic(bootstrap, name, partitions, 1, config).unwrap();
+        assert_eq!(n, partitions, "topic {name} existed with another layout");
     }
 
     pub fn delete_topic(bootstrap: &str, name: &str) {
-        let _ = block_on(admin(bootstrap).delete_topics(&[name], &AdminOptions::new()));
+        kafka::delete_topic(bootstrap, name).unwrap();
     }
 }
 

@@ -16,8 +16,9 @@
 //! - [`broker`]: an in-process MQTT broker (rumqttd) for the demo's default;
 //! - [`wire`]: the store's protocol.
 //!
-//! It depends on the probe (embedded as a user would embed it) and on the publisher's
-//! broker clients; it must never depend on the collector, the analysis or the runner,
+//! It depends on the probe (embedded as a user would embed it) and on `hoptrace-broker`'s
+//! clients; it must never depend on the load generator (the publisher), the collector,
+//! the analysis or the runner,
 //! and nothing of the measuring tool depends on it but the runner (which drives it in
 //! the demo and the soak) and the command.
 //!
@@ -27,7 +28,7 @@
 //! (`queryable - query_start`).
 //!
 //! ```no_run
-//! use hoptrace_publisher::url::Endpoint;
+//! use hoptrace_broker::url::Endpoint;
 //! use hoptrace_probe::ExporterConfig;
 //! use hoptrace_refpipe::{Probes, processor, server};
 //!
@@ -96,7 +97,7 @@ pub enum RefpipeError {
     },
     /// The broker cannot be used: see the message.
     #[error(transparent)]
-    Source(#[from] hoptrace_publisher::TargetError),
+    Source(#[from] hoptrace_broker::target::TargetError),
     /// A hop is not in the probe link's list: declare it (name and id as in the pipeline
     /// spec the collector runs).
     #[error("hop {0:?} is not among the probe link's hops")]

@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hoptrace_broker::target::{self, Received, Source};
+use hoptrace_broker::url::{Carrier, Endpoint};
 use hoptrace_probe::carrier::envelope;
 use hoptrace_probe::{ExportSummary, Exporter, Probe, TraceContext};
-use hoptrace_publisher::target::{self, Received, Source};
-use hoptrace_publisher::url::{Carrier, Endpoint};
 
 use crate::decode::{RowBuilder, Transform};
 use crate::wire::{self, Frame, WireError};
@@ -29,6 +29,7 @@ use crate::{HostClock, Probes, RefpipeError};
 
 /// How the processor runs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessorConfig {
     /// The broker to consume from.
     pub source: Endpoint,

@@ -27,6 +27,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 
 /// How the store server runs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreServerConfig {
     /// Address to listen on.
     pub listen: String,

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use hoptrace_broker::url::Endpoint;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::ExporterConfig;
 use hoptrace_publisher::publish::{PublishConfig, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::uns::TopicScheme;
-use hoptrace_publisher::url::Endpoint;
 use hoptrace_refpipe::Probes;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::{RunSet, Summary, report as reports};
+use hoptrace_broker::url::Endpoint;
 use hoptrace_collector::metrics::MetricsServer;
 use hoptrace_collector::run::Progress;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
@@ -28,7 +29,6 @@ use hoptrace_publisher::publish::{
 use hoptrace_publisher::report::PublishReport;
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::uns::TopicScheme;
-use hoptrace_publisher::url::Endpoint;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use hoptrace_broker::kafka;
 use hoptrace_collector::RunSummary;
-use hoptrace_collector::kafka::{self, KafkaTarget, MemberConfig, MemberProgress, run_member};
+use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, MemberProgress, run_member};
 use hoptrace_format::spec::PipelineSpec;
 
 /// What a member reads and where it writes.

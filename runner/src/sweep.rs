@@ -21,9 +21,9 @@ use hoptrace_analysis::sweep::{
     self, CELL_FILE, Cell, CellProcess, RATE, Setting, SloResult, SweepInfo, SweepReport,
 };
 use hoptrace_analysis::{RunSet, summary};
+use hoptrace_broker::url::{self, Endpoint, KafkaEndpoint};
 use hoptrace_collector::run::host_info;
 use hoptrace_format::units;
-use hoptrace_publisher::url::Endpoint;
 
 use crate::progress::LiveLine;
 use crate::supervisor::Part;
@@ -130,27 +130,6 @@ fn dimensions(args: &SweepOptions) -> Vec<(String, Vec<String>)> {
     d
 }
 
-/// `base` with `key=value` appended to its query.
-fn with_option(base: &str, key: &str, value: &str) -> String {
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}{key}={value}")
-}
-
-/// `kafka://host:port/topic?opts` with the topic replaced by `topic`.
-fn with_topic(base: &str, topic: &str) -> anyhow::Result<String> {
-    let (head, query) = base
-        .split_once('?')
-        .map_or((base, None), |(h, q)| (h, Some(q)));
-    let (server, _) = head
-        .rsplit_once('/')
-        .filter(|(s, _)| s.contains("://") && !s.ends_with('/'))
-        .context("--broker: a Kafka address needs a topic: kafka://host:port/topic")?;
-    Ok(match query {
-        Some(q) => format!("{server}/{topic}?{q}"),
-        None => format!("{server}/{topic}"),
-    })
-}
-
 /// Every cell of the matrix, the rate varying fastest.
 fn plan(args: &SweepOptions, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>> {
     let kafka = matches!(endpoint, Endpoint::Kafka(_));
@@ -231,11 +210,11 @@ fn plan(args: &SweepOptions, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>
             let partitions = get("partitions").map(|v| v.parse()).transpose()?;
             let mut broker = args.broker.clone();
             if let (Some(p), Endpoint::Kafka(k)) = (partitions, endpoint) {
-                broker = with_topic(&broker, &cell_topic(k, p, args)?)?;
+                broker = url::with_path(&broker, &cell_topic(k, p, args)?)?;
             }
             for key in ["acks", "qos", "connections"] {
                 if let Some(v) = get(key) {
-                    broker = with_option(&broker, key, &v);
+                    broker = url::with_option(&broker, key, &v)?;
                 }
             }
             Ok(Planned {
@@ -250,7 +229,7 @@ fn plan(args: &SweepOptions, endpoint: &Endpoint) -> anyhow::Result<Vec<Planned>
 }
 
 /// The one topic of a Kafka address a partition sweep suffixes.
-fn one_topic(k: &hoptrace_publisher::url::KafkaEndpoint) -> anyhow::Result<&str> {
+fn one_topic(k: &KafkaEndpoint) -> anyhow::Result<&str> {
     match k.topics.as_slice() {
         [t] => Ok(t),
         _ => bail!("--partitions needs a Kafka address with exactly one topic"),
@@ -259,11 +238,7 @@ fn one_topic(k: &hoptrace_publisher::url::KafkaEndpoint) -> anyhow::Result<&str>
 
 /// The topic of a cell with `partitions` partitions: `<topic>-p<N>`, and `-r<R>` when
 /// replicated, so that topics of different layouts never share a name.
-fn cell_topic(
-    k: &hoptrace_publisher::url::KafkaEndpoint,
-    partitions: u32,
-    opts: &SweepOptions,
-) -> anyhow::Result<String> {
+fn cell_topic(k: &KafkaEndpoint, partitions: u32, opts: &SweepOptions) -> anyhow::Result<String> {
     let stem = one_topic(k)?;
     Ok(match opts.replication {
         1 => format!("{stem}-p{partitions}"),
@@ -280,7 +255,7 @@ fn ensure_topic(
     partitions: u32,
     opts: &SweepOptions,
 ) -> anyhow::Result<()> {
-    use hoptrace_collector::kafka;
+    use hoptrace_broker::kafka;
     let want = i32::try_from(partitions)?;
     let min_insync = opts.min_insync_replicas.map(|m| m.to_string());
     let config: Vec<(&str, &str)> = min_insync
@@ -873,8 +848,20 @@ mod tests {
     }
 
     #[test]
-    fn a_kafka_address_needs_a_topic_to_suffix() {
-        assert!(with_topic("kafka://h:1", "x").is_err());
-        assert_eq!(with_topic("kafka://h:1/a", "b").unwrap(), "kafka://h:1/b");
+    fn a_cell_gets_its_topic_and_its_settings_once() {
+        let a = args(
+            "--broker kafka://127.0.0.1:19092/t?acks=1&linger_ms=5 --rate 1k --partitions 3 --acks all",
+        );
+        let e = Endpoint::parse(&a.broker).unwrap();
+        let cells = plan(&a, &e).unwrap();
+        assert_eq!(
+            cells[0].broker,
+            "kafka://127.0.0.1:19092/t-p3?acks=all&linger_ms=5"
+        );
+        // A partition sweep suffixes the address's one topic.
+        let a = args("--broker kafka://127.0.0.1:19092 --rate 1k --partitions 3");
+        let e = Endpoint::parse(&a.broker).unwrap();
+        let err = plan(&a, &e).unwrap_err().to_string();
+        assert!(err.contains("exactly one topic"), "{err}");
     }
 }

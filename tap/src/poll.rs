@@ -139,6 +139,7 @@ pub mod counter_id {
 
 /// What to poll, how often, and what to report.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreTapConfig {
     /// The store.
     pub url: StoreUrl,

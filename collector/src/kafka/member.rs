@@ -17,18 +17,20 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::control::Control;
 use crate::join::JoinedTrace;
 use crate::partition::{Checkpoint, PartitionJoin};
-use crate::run::{Control, host_info};
+use crate::run::host_info;
 use crate::server::Event;
 use crate::writer::{TraceWriter, TraceWriterConfig};
 use hoptrace_format::group::{self, Ownership, Segment};
 use hoptrace_format::run::{GroupInfo, PartFile, RunSummary};
 use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
+use hoptrace_broker::kafka::{BROKER_WAIT, QuietContext, check_topics, quiet};
+
 use super::{
-    BROKER_WAIT, CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER,
-    QuietContext, SOURCE_HEADER, check_topics, io_err, quiet,
+    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER, SOURCE_HEADER, io_err,
 };
 
 /// How a group member runs: [`MemberConfig::new`], then set what differs from its
@@ -410,7 +412,7 @@ impl ClientContext for MemberContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+        quiet().client_error(&error, reason);
     }
 }
 

@@ -9,25 +9,19 @@
 //! probe says (hello, clock, counters, sent, goodbye) goes to `TOPIC.control`, one
 //! partition, which every member reads whole.
 //!
-//! This module holds what both sides share (the address, the errors, the headers, the
-//! client logging) and the topic administration ([`admin`]); [`relay`] and [`member`]
-//! are the two sides.
+//! This module holds what both sides share (the address, the errors, the headers);
+//! [`relay`] and [`member`] are the two sides. Topic administration and the summarised
+//! client logs are `hoptrace-broker`'s ([`hoptrace_broker::kafka`]).
 
-pub mod admin;
 pub mod member;
 pub mod relay;
 
-pub use admin::{BROKER_WAIT, TopicLayout, check_topics, ensure_topic, topic_layout};
 pub use member::{MemberConfig, MemberProgress, run_member};
 pub use relay::{Relay, RelayConfig, RelayStats};
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
-use rdkafka::consumer::ConsumerContext;
+use hoptrace_broker::url::{Endpoint, UrlError};
 
 /// Header naming the probe connection a control message came from.
 const SOURCE_HEADER: &str = "hoptrace-source";
@@ -49,26 +43,34 @@ pub struct KafkaTarget {
 }
 
 impl KafkaTarget {
-    /// Parses `kafka://brokers/topic`.
+    /// Parses `kafka://brokers/topic`: one topic, and no options (the relay and the
+    /// members set their clients up themselves).
     ///
     /// # Errors
-    /// A message naming what is missing.
+    /// A message naming the address and what is missing or too much.
     pub fn parse(url: &str) -> Result<Self, KafkaError> {
-        let rest = url.strip_prefix("kafka://").ok_or_else(|| {
-            KafkaError::Config(format!("{url:?}: expected kafka://HOST:PORT[,...]/TOPIC"))
-        })?;
-        let (brokers, topic) = rest.split_once('/').ok_or_else(|| {
-            KafkaError::Config(format!("{url:?}: no topic (kafka://HOST:PORT/TOPIC)"))
-        })?;
-        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
-            return Err(KafkaError::Config(format!(
-                "{url:?}: expected kafka://HOST:PORT[,...]/TOPIC"
-            )));
+        const FORM: &str = "expected kafka://HOST:PORT[,...]/TOPIC";
+        let bad = |why: &str| KafkaError::Config(format!("{url:?}: {why}"));
+        if !url.trim().starts_with("kafka://") {
+            return Err(bad(FORM));
         }
-        Ok(Self {
-            brokers: brokers.to_owned(),
-            topic: topic.to_owned(),
-        })
+        if url.contains('?') {
+            return Err(bad("takes no options (kafka://HOST:PORT[,...]/TOPIC)"));
+        }
+        let k = match Endpoint::parse(url) {
+            Ok(Endpoint::Kafka(k)) => k,
+            Ok(Endpoint::Mqtt(_)) => return Err(bad(FORM)),
+            Err(UrlError::MissingHost(_)) => return Err(bad(&format!("no host, {FORM}"))),
+            Err(e) => return Err(KafkaError::Config(e.to_string())),
+        };
+        match k.topics.as_slice() {
+            [] => Err(bad("no topic (kafka://HOST:PORT/TOPIC)")),
+            [t] if !t.contains('/') => Ok(Self {
+                brokers: k.bootstrap_servers(),
+                topic: t.clone(),
+            }),
+            _ => Err(bad("one topic, without '/' (kafka://HOST:PORT/TOPIC)")),
+        }
     }
 
     /// The control topic.
@@ -87,6 +89,9 @@ pub enum KafkaError {
     /// Kafka refused or failed.
     #[error("kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// A topic could not be checked or created.
+    #[error(transparent)]
+    Admin(#[from] hoptrace_broker::kafka::AdminError),
     /// The collector side failed (spec, listen, files).
     #[error(transparent)]
     Collector(#[from] crate::CollectorError),
@@ -110,116 +115,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KafkaError + '_ {
     }
 }
 
-/// librdkafka's log lines and errors, summarised: a client that cannot reach its brokers
-/// says so every few milliseconds, each line with new counters in it. The first line of a
-/// kind is logged; its repeats are counted and told once every [`QuietLogs::EVERY`].
-#[derive(Debug, Default)]
-pub struct QuietLogs {
-    seen: Mutex<BTreeMap<String, (u64, Instant)>>,
-}
-
-impl QuietLogs {
-    /// How often repeats are summarised.
-    pub const EVERY: Duration = Duration::from_secs(30);
-
-    /// Logs `message` at `level`, or counts it when a line of its kind was logged
-    /// within [`Self::EVERY`]; returns whether it was logged.
-    pub fn log(&self, level: tracing::Level, message: &str) -> bool {
-        // Lines of a kind differ in numbers (times, counts, ports of new connections).
-        let mut kind = String::new();
-        for c in message.chars().take(160) {
-            if !c.is_ascii_digit() {
-                kind.push(c);
-            } else if !kind.ends_with('#') {
-                kind.push('#');
-            }
-        }
-        let repeats = {
-            let mut seen = self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let entry = seen
-                .entry(kind)
-                .or_insert((0, Instant::now() - Self::EVERY));
-            if entry.1.elapsed() < Self::EVERY {
-                entry.0 += 1;
-                return false;
-            }
-            let repeats = entry.0;
-            *entry = (0, Instant::now());
-            repeats
-        };
-        let also = if repeats > 0 {
-            format!(
-                " (and {repeats} more like it in the last {}s)",
-                Self::EVERY.as_secs()
-            )
-        } else {
-            String::new()
-        };
-        match level {
-            tracing::Level::ERROR => tracing::error!("{message}{also}"),
-            tracing::Level::WARN => tracing::warn!("{message}{also}"),
-            tracing::Level::INFO => tracing::info!("{message}{also}"),
-            _ => tracing::debug!("{message}{also}"),
-        }
-        true
-    }
-
-    /// For [`ClientContext::log`].
-    fn client_log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        use rdkafka::config::RDKafkaLogLevel as L;
-        let level = match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => tracing::Level::ERROR,
-            L::Warning => tracing::Level::WARN,
-            L::Notice | L::Info => tracing::Level::INFO,
-            L::Debug => tracing::Level::DEBUG,
-        };
-        self.log(level, &format!("kafka: {fac} {message}"));
-    }
-}
-
-/// The summariser every Kafka client of this process logs through.
-fn quiet() -> &'static QuietLogs {
-    static QUIET: std::sync::OnceLock<QuietLogs> = std::sync::OnceLock::new();
-    QUIET.get_or_init(QuietLogs::default)
-}
-
-/// A client context with nothing but summarised logs.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct QuietContext;
-
-impl ClientContext for QuietContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        quiet().client_log(level, fac, message);
-    }
-
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
-    }
-}
-
-impl ConsumerContext for QuietContext {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn repeated_client_logs_are_counted_not_printed() {
-        let q = QuietLogs::default();
-        let line = |port: u16| format!("127.0.0.1:{port}/bootstrap: Connect failed: refused");
-        assert!(q.log(tracing::Level::ERROR, &line(1)));
-        // The same kind of line, other numbers: counted.
-        for port in 2..100 {
-            assert!(!q.log(tracing::Level::ERROR, &line(port)));
-        }
-        // Another kind: logged.
-        assert!(q.log(tracing::Level::ERROR, "topic t: unknown topic"));
-        let seen = q.seen.lock().unwrap();
-        assert_eq!(seen.values().map(|(n, _)| n).sum::<u64>(), 98);
-    }
 
     #[test]
     fn kafka_targets_parse_and_name_what_is_wrong() {

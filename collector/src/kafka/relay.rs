@@ -25,9 +25,10 @@ use crate::partition;
 use crate::server::{self, ConnectionCounters, Event, ServerConfig};
 use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
+use hoptrace_broker::kafka::{ensure_topic, quiet};
+
 use super::{
-    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER, SOURCE_HEADER,
-    ensure_topic, io_err, quiet,
+    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER, SOURCE_HEADER, io_err,
 };
 
 /// How a relay runs: [`RelayConfig::new`], then set what differs from its defaults.
@@ -110,7 +111,7 @@ impl ClientContext for RelayContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        quiet().log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+        quiet().client_error(&error, reason);
     }
 }
 

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::procfs::{Pid, USER_HZ, process_ticks};
 use anyhow::Context as _;
+use hoptrace_broker::url::Endpoint;
 use hoptrace_publisher::payload::PayloadFormat;
 use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
-use hoptrace_publisher::url::Endpoint;
 use serde::Serialize;
 
 /// What to search.

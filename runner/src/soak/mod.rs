@@ -31,12 +31,12 @@ use anyhow::{Context as _, bail};
 use hoptrace_analysis::report::{self, Block, Section};
 use hoptrace_analysis::resources::{self, ProcessResources, Sample};
 use hoptrace_analysis::{RunSet, Summary};
+use hoptrace_broker::url::Endpoint;
 use hoptrace_collector::metrics::fetch_progress;
 use hoptrace_collector::run::Progress;
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_format::units;
 use hoptrace_publisher::report::PublishReport;
-use hoptrace_publisher::url::Endpoint;
 use serde::{Deserialize, Serialize};
 
 use crate::broker_process::BrokerProcess;
@@ -637,6 +637,19 @@ fn start_parts(
         None => eprintln!(
             "soak: no process listens on port {broker_port} that this user can see; the broker's resources are not sampled"
         ),
+    }
+    // A cluster on this host: the other bootstrap brokers are sampled too.
+    if let Endpoint::Kafka(k) = endpoint {
+        for &(_, port) in k.bootstrap.iter().skip(1) {
+            if let Some(b) = BrokerProcess::find(port)
+                && watched.iter().all(|w| w.pid != b.pid)
+            {
+                watched.push(Watched {
+                    role: format!("{} (port {port})", b.role),
+                    pid: b.pid,
+                });
+            }
+        }
     }
     for &port in opts.external.iter().flat_map(|x| &x.watch_ports) {
         match procfs::listener_pid(port) {

@@ -399,6 +399,85 @@ pub fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// `url` with its path replaced by `path`: a Kafka address's topics (`topic[,topic...]`)
+/// or an MQTT address's topic prefix. The scheme, hosts, credentials and options stay as
+/// written.
+///
+/// # Errors
+/// [`UrlError`] when `url`, or the address with the new path, does not parse.
+pub fn with_path(url: &str, path: &str) -> Result<String, UrlError> {
+    let (scheme, rest) = scheme_and_rest(url)?;
+    let (authority, _, query) = split(rest);
+    let path = path.trim_matches('/');
+    let mut out = format!("{scheme}://{authority}");
+    if !path.is_empty() {
+        out.push('/');
+        out.push_str(path);
+    }
+    if !query.is_empty() {
+        out.push('?');
+        out.push_str(query);
+    }
+    Endpoint::parse(&out)?;
+    Ok(out)
+}
+
+/// `url` with the option `key` set to `value`: an earlier value of `key` is replaced,
+/// every other option kept in its place, and `value` percent-encoded where it must be.
+///
+/// # Errors
+/// [`UrlError`] when `url` does not parse, or the option is unknown to its scheme or its
+/// value is not one the option takes.
+pub fn with_option(url: &str, key: &str, value: &str) -> Result<String, UrlError> {
+    let (scheme, rest) = scheme_and_rest(url)?;
+    let (head, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut pairs: Vec<String> = Vec::new();
+    let mut replaced = false;
+    let encoded = format!("{}={}", percent_encode(key), percent_encode(value));
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let k = pair.split_once('=').map_or(pair, |(k, _)| k);
+        if percent_decode(k)? == key {
+            if !replaced {
+                pairs.push(encoded.clone());
+                replaced = true;
+            }
+        } else {
+            pairs.push(pair.to_owned());
+        }
+    }
+    if !replaced {
+        pairs.push(encoded);
+    }
+    let out = format!("{scheme}://{head}?{}", pairs.join("&"));
+    Endpoint::parse(&out)?;
+    Ok(out)
+}
+
+/// `mqtt` or `kafka`, and what follows `://`.
+fn scheme_and_rest(url: &str) -> Result<(&'static str, &str), UrlError> {
+    let url = url.trim();
+    if let Some(rest) = url.strip_prefix("mqtt://") {
+        Ok(("mqtt", rest))
+    } else if let Some(rest) = url.strip_prefix("kafka://") {
+        Ok(("kafka", rest))
+    } else {
+        Err(UrlError::UnknownScheme(url.to_owned()))
+    }
+}
+
+/// `s` with the characters that mean something in an address's query (`%&=?#/` and
+/// space) percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' | '&' | '=' | '?' | '#' | '/' | ' ' => out.push_str(&format!("%{:02X}", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Splits `authority/path?query`.
 fn split(rest: &str) -> (&str, &str, &str) {
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -743,6 +822,55 @@ fn parse_kafka(url: &str, rest: &str) -> Result<KafkaEndpoint, UrlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_gets_a_new_path_and_keeps_the_rest() {
+        assert_eq!(
+            with_path("kafka://h:1,h:2/a?acks=1&linger_ms=5", "b-p3").unwrap(),
+            "kafka://h:1,h:2/b-p3?acks=1&linger_ms=5"
+        );
+        assert_eq!(with_path("kafka://h:1", "x").unwrap(), "kafka://h:1/x");
+        assert_eq!(
+            with_path("mqtt://u:p@h:1883/old?qos=1", "/new/").unwrap(),
+            "mqtt://u:p@h:1883/new?qos=1"
+        );
+        assert!(matches!(
+            with_path("amqp://h/x", "y"),
+            Err(UrlError::UnknownScheme(_))
+        ));
+    }
+
+    #[test]
+    fn an_option_is_set_once_and_checked() {
+        assert_eq!(
+            with_option("kafka://h:1/t", "acks", "all").unwrap(),
+            "kafka://h:1/t?acks=all"
+        );
+        // An earlier value is replaced in its place, not followed by a second one.
+        assert_eq!(
+            with_option("kafka://h:1/t?acks=1&linger_ms=5&acks=0", "acks", "all").unwrap(),
+            "kafka://h:1/t?acks=all&linger_ms=5"
+        );
+        assert_eq!(
+            with_option("mqtt://h:1?qos=0", "connections", "4").unwrap(),
+            "mqtt://h:1?qos=0&connections=4"
+        );
+        let group = with_option("kafka://h:1/t", "group", "a&b=c").unwrap();
+        assert_eq!(group, "kafka://h:1/t?group=a%26b%3Dc");
+        match Endpoint::parse(&group).unwrap() {
+            Endpoint::Kafka(k) => assert_eq!(k.group.as_deref(), Some("a&b=c")),
+            Endpoint::Mqtt(_) => unreachable!(),
+        }
+        // What the scheme does not take is refused, naming it.
+        assert!(matches!(
+            with_option("mqtt://h:1", "acks", "all"),
+            Err(UrlError::UnknownOption { .. })
+        ));
+        assert!(matches!(
+            with_option("mqtt://h:1", "qos", "7"),
+            Err(UrlError::BadValue { .. })
+        ));
+    }
 
     fn mqtt(s: &str) -> MqttEndpoint {
         match Endpoint::parse(s).unwrap() {

@@ -1,15 +1,127 @@
-//! Kafka topic administration: checking that topics exist before a consumer joins,
-//! creating a topic with a layout, and reading a topic's layout back.
+//! Kafka plumbing every hoptrace client shares: librdkafka's logs summarised
+//! ([`QuietLogs`], [`QuietContext`]), and topic administration: checking that topics exist
+//! before a consumer joins ([`check_topics`]), creating a topic with a layout
+//! ([`ensure_topic`]), and reading a topic's layout back ([`topic_layout`]).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{KafkaError, QuietContext};
+/// Why a topic could not be checked, created or described.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No broker answered, the topic is missing or was refused: the message says which,
+    /// with the address, and what to do.
+    #[error("{0}")]
+    Config(String),
+    /// The client failed.
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
+/// librdkafka's log lines and errors, summarised: a client that cannot reach its brokers
+/// says so every few milliseconds, each line with new counters in it. The first line of a
+/// kind is logged; its repeats are counted and told once every [`QuietLogs::EVERY`].
+#[derive(Debug, Default)]
+pub struct QuietLogs {
+    seen: Mutex<BTreeMap<String, (u64, Instant)>>,
+}
+
+impl QuietLogs {
+    /// How often repeats are summarised.
+    pub const EVERY: Duration = Duration::from_secs(30);
+
+    /// Logs `message` at `level`, or counts it when a line of its kind was logged
+    /// within [`Self::EVERY`]; returns whether it was logged.
+    pub fn log(&self, level: tracing::Level, message: &str) -> bool {
+        // Lines of a kind differ in numbers (times, counts, ports of new connections).
+        let mut kind = String::new();
+        for c in message.chars().take(160) {
+            if !c.is_ascii_digit() {
+                kind.push(c);
+            } else if !kind.ends_with('#') {
+                kind.push('#');
+            }
+        }
+        let repeats = {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = seen
+                .entry(kind)
+                .or_insert((0, Instant::now() - Self::EVERY));
+            if entry.1.elapsed() < Self::EVERY {
+                entry.0 += 1;
+                return false;
+            }
+            let repeats = entry.0;
+            *entry = (0, Instant::now());
+            repeats
+        };
+        let also = if repeats > 0 {
+            format!(
+                " (and {repeats} more like it in the last {}s)",
+                Self::EVERY.as_secs()
+            )
+        } else {
+            String::new()
+        };
+        match level {
+            tracing::Level::ERROR => tracing::error!("{message}{also}"),
+            tracing::Level::WARN => tracing::warn!("{message}{also}"),
+            tracing::Level::INFO => tracing::info!("{message}{also}"),
+            _ => tracing::debug!("{message}{also}"),
+        }
+        true
+    }
+
+    /// A line of librdkafka's log ([`ClientContext::log`]), at the matching level.
+    pub fn client_log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        let level = match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::Level::ERROR,
+            L::Warning => tracing::Level::WARN,
+            L::Notice | L::Info => tracing::Level::INFO,
+            L::Debug => tracing::Level::DEBUG,
+        };
+        self.log(level, &format!("kafka: {fac} {message}"));
+    }
+
+    /// An error librdkafka reports ([`ClientContext::error`]).
+    pub fn client_error(&self, error: &rdkafka::error::KafkaError, reason: &str) {
+        self.log(tracing::Level::ERROR, &format!("kafka: {error}: {reason}"));
+    }
+}
+
+/// The summariser every Kafka client of this process logs through.
+pub fn quiet() -> &'static QuietLogs {
+    static QUIET: std::sync::OnceLock<QuietLogs> = std::sync::OnceLock::new();
+    QUIET.get_or_init(QuietLogs::default)
+}
+
+/// A client context with nothing but summarised logs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QuietContext;
+
+impl ClientContext for QuietContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        quiet().client_log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        quiet().client_error(&error, reason);
+    }
+}
+
+impl ConsumerContext for QuietContext {}
 
 /// How long [`check_topics`] waits for a broker to answer.
 pub const BROKER_WAIT: Duration = Duration::from_secs(6);
@@ -20,21 +132,21 @@ pub const BROKER_WAIT: Duration = Duration::from_secs(6);
 /// topic.
 ///
 /// # Errors
-/// [`KafkaError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
+/// [`AdminError::Config`] naming the brokers ("no Kafka broker reachable at ..."), the
 /// missing topic and how to create it, or the interruption.
 pub fn check_topics(
     brokers: &str,
     topics: &[&str],
     stop: &AtomicBool,
     within: Duration,
-) -> Result<i32, KafkaError> {
+) -> Result<i32, AdminError> {
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
     let deadline = Instant::now() + within;
     let metadata = loop {
         if stop.load(Relaxed) {
-            return Err(KafkaError::Config(format!(
+            return Err(AdminError::Config(format!(
                 "interrupted while waiting for a Kafka broker at {brokers}"
             )));
         }
@@ -42,7 +154,7 @@ pub fn check_topics(
             Ok(md) if !md.brokers().is_empty() => break md,
             Ok(_) => {}
             Err(e) if Instant::now() >= deadline => {
-                return Err(KafkaError::Config(format!(
+                return Err(AdminError::Config(format!(
                     "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
                     within.as_secs()
                 )));
@@ -50,7 +162,7 @@ pub fn check_topics(
             Err(_) => {}
         }
         if Instant::now() >= deadline {
-            return Err(KafkaError::Config(format!(
+            return Err(AdminError::Config(format!(
                 "no Kafka broker reachable at {brokers} within {}s: check the address, and that Kafka runs",
                 within.as_secs()
             )));
@@ -63,7 +175,7 @@ pub fn check_topics(
             .iter()
             .any(|t| t.name() == *topic && t.error().is_none());
         if !exists {
-            return Err(KafkaError::Config(format!(
+            return Err(AdminError::Config(format!(
                 "topic {topic} does not exist at {brokers}: create it, e.g. by starting `hoptrace relay --to kafka://{brokers}/{}` (which creates the records and control topics), or with kafka-topics.sh --create --topic {topic}",
                 topic.strip_suffix(".control").unwrap_or(topic)
             )));
@@ -93,7 +205,7 @@ pub fn ensure_topic(
     partitions: i32,
     replication: i32,
     config: &[(&str, &str)],
-) -> Result<i32, KafkaError> {
+) -> Result<i32, AdminError> {
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
@@ -112,10 +224,28 @@ pub fn ensure_topic(
     for r in block_on(admin.create_topics([&new], &opts))? {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(KafkaError::Config(format!("creating topic {t}: {e}"))),
+            Err((t, e)) => return Err(AdminError::Config(format!("creating topic {t}: {e}"))),
         }
     }
     wait_led(topic, led)
+}
+
+/// Deletes `topic`; a topic that does not exist is no error.
+///
+/// # Errors
+/// When Kafka refuses the deletion for another reason.
+pub fn delete_topic(brokers: &str, topic: &str) -> Result<(), AdminError> {
+    let admin: AdminClient<QuietContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create_with_context(QuietContext)?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for r in block_on(admin.delete_topics(&[topic], &opts))? {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((t, e)) => return Err(AdminError::Config(format!("deleting topic {t}: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 /// How long a topic may take to reach every broker's metadata with a leader for each
@@ -125,15 +255,15 @@ const METADATA_WAIT: Duration = Duration::from_secs(30);
 /// Asks `led` until it answers, for up to [`METADATA_WAIT`].
 fn wait_led<T>(
     topic: &str,
-    led: impl Fn() -> Result<Option<T>, KafkaError>,
-) -> Result<T, KafkaError> {
+    led: impl Fn() -> Result<Option<T>, AdminError>,
+) -> Result<T, AdminError> {
     let deadline = Instant::now() + METADATA_WAIT;
     loop {
         if let Some(n) = led()? {
             return Ok(n);
         }
         if Instant::now() >= deadline {
-            return Err(KafkaError::Config(format!(
+            return Err(AdminError::Config(format!(
                 "topic {topic} does not exist or has no leader for every partition after {}s",
                 METADATA_WAIT.as_secs()
             )));
@@ -148,11 +278,11 @@ fn led_topic(
     client: &BaseConsumer<QuietContext>,
     brokers: &str,
     topic: &str,
-) -> Result<Option<(i32, i32)>, KafkaError> {
+) -> Result<Option<(i32, i32)>, AdminError> {
     let md = client
         .fetch_metadata(Some(topic), BROKER_WAIT)
         .map_err(|e| {
-            KafkaError::Config(format!(
+            AdminError::Config(format!(
                 "no Kafka broker reachable at {brokers} within {}s ({e}): check the address, and that Kafka runs",
                 BROKER_WAIT.as_secs()
             ))
@@ -188,7 +318,7 @@ pub struct TopicLayout {
 ///
 /// # Errors
 /// No broker reachable, the topic missing, or the configuration not readable.
-pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, KafkaError> {
+pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, AdminError> {
     let client: BaseConsumer<QuietContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create_with_context(QuietContext)?;
@@ -220,7 +350,7 @@ pub fn topic_layout(brokers: &str, topic: &str) -> Result<TopicLayout, KafkaErro
         match (found, error) {
             (Some(v), _) => break Some(v),
             (None, Some(e)) if Instant::now() >= deadline => {
-                return Err(KafkaError::Config(format!(
+                return Err(AdminError::Config(format!(
                     "reading the configuration of topic {topic}: {e}"
                 )));
             }
@@ -242,4 +372,24 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .build()
         .expect("a current-thread runtime")
         .block_on(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_client_logs_are_counted_not_printed() {
+        let q = QuietLogs::default();
+        let line = |port: u16| format!("127.0.0.1:{port}/bootstrap: Connect failed: refused");
+        assert!(q.log(tracing::Level::ERROR, &line(1)));
+        // The same kind of line, other numbers: counted.
+        for port in 2..100 {
+            assert!(!q.log(tracing::Level::ERROR, &line(port)));
+        }
+        // Another kind: logged.
+        assert!(q.log(tracing::Level::ERROR, "topic t: unknown topic"));
+        let seen = q.seen.lock().unwrap();
+        assert_eq!(seen.values().map(|(n, _)| n).sum::<u64>(), 98);
+    }
 }

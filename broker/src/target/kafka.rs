@@ -220,15 +220,20 @@ impl KafkaTarget {
 
 impl Target for KafkaTarget {
     fn try_send(&mut self, msg: &Outgoing<'_>) -> Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(msg.headers.len() + 1);
-        for (k, v) in msg.headers {
-            if k != HEADER {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
-        }
+        // A record without headers gets no header list: librdkafka allocates one per record
+        // and frees it after delivery, which a bare record (the baseline) must not pay.
+        let in_header = msg.context.is_some() && self.carrier != Carrier::Envelope;
+        let mut headers = (in_header || !msg.headers.is_empty()).then(|| {
+            msg.headers.iter().filter(|(k, _)| k != HEADER).fold(
+                OwnedHeaders::new_with_capacity(msg.headers.len() + 1),
+                |h, (k, v)| {
+                    h.insert(Header {
+                        key: k,
+                        value: Some(v),
+                    })
+                },
+            )
+        });
         let enveloped;
         let payload: &[u8] = match msg.context {
             None => msg.payload,
@@ -237,13 +242,14 @@ impl Target for KafkaTarget {
                 &enveloped
             }
             Some(context) => {
-                headers = kafka_header::inject(context, headers);
+                headers = headers.map(|h| kafka_header::inject(context, h));
                 msg.payload
             }
         };
-        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic)
-            .payload(payload)
-            .headers(headers);
+        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&self.topic).payload(payload);
+        if let Some(h) = headers {
+            record = record.headers(h);
+        }
         if self.key == KeyMode::Stream {
             record = record.key(msg.topic);
         }

@@ -1,0 +1,485 @@
+//! What probes say besides their records, kept for the run: who they are (Hello), their
+//! clocks (with the preflight's alerts), their counters and what publishers sent. The TCP
+//! collector ([`crate::run`]) and the group members ([`crate::kafka`]) both keep one;
+//! checkpoints hold it whole ([`ControlSnapshot`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use hoptrace_protocol::ClockStatus;
+use hoptrace_protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
+use serde::{Deserialize, Serialize};
+
+use crate::live::HostClock;
+use crate::server::Event;
+use crate::tables::{CounterRow, write_clock, write_probes};
+use crate::writer::WriteError;
+use hoptrace_format::run::{ClockRow, ProbeInfo};
+use hoptrace_format::spec::ResolvedSpec;
+
+/// A probe connection: its Hello, where it came from, how it ended, its last counters.
+pub(crate) struct ProbeConn {
+    hello: Hello,
+    peer: SocketAddr,
+    open: bool,
+    clean: bool,
+    counters: Option<CountersFrame>,
+    /// Stamps stored in traces, by hop index.
+    pub(crate) stamps: [u64; MAX_HOPS],
+}
+
+/// What probes said besides their records: who they are, their clocks, their counters
+/// and what publishers sent. Shared by the TCP collector and group members, which read
+/// it from Kafka.
+#[derive(Default)]
+pub(crate) struct Control {
+    pub(crate) probes: BTreeMap<u64, ProbeConn>,
+    clock: Vec<ClockRow>,
+    counter_rows: Vec<CounterRow>,
+    sent: BTreeMap<(u16, u32), SentEntry>,
+    /// Exporter instances that sent Sent frames, per publisher id.
+    sent_by: BTreeMap<u16, std::collections::BTreeSet<u64>>,
+    max_clock_error_ns: Option<u64>,
+    clock_alerts: Vec<String>,
+    /// (host, reason) of each alert raised: one per host and reason.
+    clock_alert_kinds: Vec<(String, String)>,
+}
+
+/// What a checkpoint keeps of [`Control`]: everything it holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct ControlSnapshot {
+    probes: Vec<ProbeSnapshot>,
+    clock: Vec<ClockRow>,
+    counter_rows: Vec<CounterRow>,
+    /// (publisher, stream, messages, metrics, first sequence, last sequence).
+    sent: Vec<(u16, u32, u64, u64, u64, u64)>,
+    sent_by: Vec<(u16, Vec<u64>)>,
+    clock_alerts: Vec<String>,
+    clock_alert_kinds: Vec<(String, String)>,
+}
+
+/// A probe connection in a [`ControlSnapshot`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ProbeSnapshot {
+    id: u64,
+    version: u16,
+    instance_id: u64,
+    host: String,
+    process: String,
+    software: String,
+    token: String,
+    hops: Vec<(u8, String)>,
+    peer: SocketAddr,
+    open: bool,
+    clean: bool,
+    /// The last Counters frame: (at ns, values).
+    counters: Option<(i64, Vec<(u16, u64)>)>,
+    stamps: Vec<u64>,
+}
+
+/// The reason of a clock alert, for one alert per host and reason.
+fn preflight_kind(e: &hoptrace_clock::PreflightError) -> &'static str {
+    use hoptrace_clock::PreflightError as P;
+    match e {
+        P::Unsynchronised { .. } => "unsynchronised",
+        P::ErrorBoundTooLarge { .. } => "error_bound",
+    }
+}
+
+impl Control {
+    /// An empty one; a clock reporting an error bound above `max_clock_error_ns` raises
+    /// an alert.
+    pub(crate) fn new(max_clock_error_ns: Option<u64>) -> Self {
+        Self {
+            max_clock_error_ns,
+            ..Self::default()
+        }
+    }
+
+    /// Takes a connection event or a control frame; records frames are not its business.
+    pub(crate) fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::FrameWithBytes(id, f, _) => self.handle(Event::Frame(id, f)),
+            Event::Connected(id, peer, hello) => {
+                self.probes.insert(
+                    id,
+                    ProbeConn {
+                        hello,
+                        peer,
+                        open: true,
+                        clean: false,
+                        counters: None,
+                        stamps: [0; MAX_HOPS],
+                    },
+                );
+            }
+            Event::Closed(id, clean) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    p.open = false;
+                    p.clean = clean;
+                }
+            }
+            Event::Frame(id, Frame::Clock(c)) => {
+                let host = self
+                    .probes
+                    .get(&id)
+                    .map(|p| p.hello.host.clone())
+                    .unwrap_or_default();
+                let instance_id = self.probes.get(&id).map_or(0, |p| p.hello.instance_id);
+                if let Some(max) = self.max_clock_error_ns
+                    && let Err(e) = hoptrace_clock::preflight_host(&host, &c, max)
+                {
+                    let alert = e.to_string();
+                    // One alert per host and reason; the bound in the text may vary.
+                    let reason = preflight_kind(&e);
+                    let seen = self
+                        .clock_alert_kinds
+                        .iter()
+                        .any(|(h, r)| *h == host && r == reason);
+                    if !seen {
+                        tracing::warn!("clock preflight: {alert}");
+                        self.clock_alert_kinds
+                            .push((host.clone(), reason.to_owned()));
+                        self.clock_alerts.push(alert);
+                    }
+                }
+                self.clock.push(clock_row(host, instance_id, &c));
+            }
+            Event::Frame(id, Frame::Counters(c)) => {
+                if let Some(p) = self.probes.get_mut(&id) {
+                    self.counter_rows.push(CounterRow {
+                        instance_id: p.hello.instance_id,
+                        host: p.hello.host.clone(),
+                        process: p.hello.process.clone(),
+                        at_ns: c.at_ns,
+                        values: c.values.clone(),
+                    });
+                    p.counters = Some(c);
+                }
+            }
+            Event::Frame(id, Frame::Sent(s)) => {
+                if let Some(p) = self.probes.get(&id) {
+                    self.sent_by
+                        .entry(s.publisher)
+                        .or_default()
+                        .insert(p.hello.instance_id);
+                }
+                for e in s.entries {
+                    self.sent.insert((s.publisher, e.stream), e);
+                }
+            }
+            Event::Frame(..) => {}
+        }
+    }
+
+    /// Everything it holds, for a checkpoint.
+    pub(crate) fn snapshot(&self) -> ControlSnapshot {
+        ControlSnapshot {
+            probes: self
+                .probes
+                .iter()
+                .map(|(&id, p)| ProbeSnapshot {
+                    id,
+                    version: p.hello.version,
+                    instance_id: p.hello.instance_id,
+                    host: p.hello.host.clone(),
+                    process: p.hello.process.clone(),
+                    software: p.hello.software.clone(),
+                    token: p.hello.token.clone(),
+                    hops: p.hello.hops.iter().map(|(h, n)| (h.0, n.clone())).collect(),
+                    peer: p.peer,
+                    open: p.open,
+                    clean: p.clean,
+                    counters: p.counters.as_ref().map(|c| (c.at_ns, c.values.clone())),
+                    stamps: p.stamps.to_vec(),
+                })
+                .collect(),
+            clock: self.clock.clone(),
+            counter_rows: self.counter_rows.clone(),
+            sent: self
+                .sent
+                .iter()
+                .map(|(&(p, s), e)| {
+                    (
+                        p,
+                        s,
+                        e.messages,
+                        e.metrics,
+                        e.first_sequence,
+                        e.last_sequence,
+                    )
+                })
+                .collect(),
+            sent_by: self
+                .sent_by
+                .iter()
+                .map(|(p, i)| (*p, i.iter().copied().collect()))
+                .collect(),
+            clock_alerts: self.clock_alerts.clone(),
+            clock_alert_kinds: self.clock_alert_kinds.clone(),
+        }
+    }
+
+    /// What a checkpoint held; `max_clock_error_ns` is this collector's.
+    pub(crate) fn restore(snap: ControlSnapshot, max_clock_error_ns: Option<u64>) -> Self {
+        Self {
+            probes: snap
+                .probes
+                .into_iter()
+                .map(|p| {
+                    let mut stamps = [0u64; MAX_HOPS];
+                    for (d, s) in stamps.iter_mut().zip(&p.stamps) {
+                        *d = *s;
+                    }
+                    let conn = ProbeConn {
+                        hello: Hello {
+                            version: p.version,
+                            instance_id: p.instance_id,
+                            host: p.host,
+                            process: p.process,
+                            software: p.software,
+                            token: p.token,
+                            hops: p
+                                .hops
+                                .into_iter()
+                                .map(|(h, n)| (hoptrace_protocol::HopId(h), n))
+                                .collect(),
+                        },
+                        peer: p.peer,
+                        open: p.open,
+                        clean: p.clean,
+                        counters: p
+                            .counters
+                            .map(|(at_ns, values)| CountersFrame { at_ns, values }),
+                        stamps,
+                    };
+                    (p.id, conn)
+                })
+                .collect(),
+            clock: snap.clock,
+            counter_rows: snap.counter_rows,
+            sent: snap
+                .sent
+                .into_iter()
+                .map(
+                    |(p, stream, messages, metrics, first_sequence, last_sequence)| {
+                        (
+                            (p, stream),
+                            SentEntry {
+                                stream,
+                                messages,
+                                metrics,
+                                first_sequence,
+                                last_sequence,
+                            },
+                        )
+                    },
+                )
+                .collect(),
+            sent_by: snap
+                .sent_by
+                .into_iter()
+                .map(|(p, i)| (p, i.into_iter().collect()))
+                .collect(),
+            max_clock_error_ns,
+            clock_alerts: snap.clock_alerts,
+            clock_alert_kinds: snap.clock_alert_kinds,
+        }
+    }
+
+    /// Every probe host (of a connection now or before), with its connections open and
+    /// its clock as its probes' last Clock frame said (unknown without one), by name.
+    pub(crate) fn host_clocks(&self) -> Vec<HostClock> {
+        let mut open: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in self.probes.values() {
+            *open.entry(p.hello.host.as_str()).or_default() += u64::from(p.open);
+        }
+        // The rows come in the order the frames arrived: the last one of a host is its
+        // latest report.
+        let mut last: BTreeMap<&str, &ClockRow> = BTreeMap::new();
+        for r in &self.clock {
+            last.insert(r.host.as_str(), r);
+        }
+        let mut hosts: Vec<&str> = open.keys().chain(last.keys()).copied().collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        hosts
+            .into_iter()
+            .map(|h| HostClock::new(h, open.get(h).copied().unwrap_or(0), last.get(h).copied()))
+            .collect()
+    }
+
+    /// Probe connections still open.
+    pub(crate) fn open(&self) -> usize {
+        self.probes.values().filter(|p| p.open).count()
+    }
+
+    /// Ids of the probe connections still open.
+    pub(crate) fn open_ids(&self) -> Vec<u64> {
+        self.probes
+            .iter()
+            .filter(|(_, p)| p.open)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Writes `clock.parquet` and `probes.parquet` into `run_dir`.
+    pub(crate) fn write_tables(&self, run_dir: &Path) -> Result<(), WriteError> {
+        write_clock(&run_dir.join("clock.parquet"), &self.clock)?;
+        write_probes(&run_dir.join("probes.parquet"), &self.counter_rows)
+    }
+
+    /// What publishers said they sent, per (publisher, stream): their last Sent entries.
+    pub(crate) fn sent(&self) -> &BTreeMap<(u16, u32), SentEntry> {
+        &self.sent
+    }
+
+    /// What publishers said they sent, per publisher: (messages, metrics).
+    #[cfg(feature = "kafka")]
+    pub(crate) fn sent_by_publisher(&self) -> BTreeMap<u16, (u64, u64)> {
+        let mut out: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
+        for ((p, _), e) in &self.sent {
+            let t = out.entry(*p).or_default();
+            t.0 += e.messages;
+            t.1 += e.metrics;
+        }
+        out
+    }
+
+    /// The records a relay forwarded from connection `id`, by hop wire id (counter id):
+    /// the group member's count of that probe's stamps, by hop index.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn forwarded(&mut self, id: u64, c: &CountersFrame, spec: &ResolvedSpec) {
+        let Some(p) = self.probes.get_mut(&id) else {
+            return;
+        };
+        p.stamps = [0; MAX_HOPS];
+        for (hop, n) in &c.values {
+            let index = u8::try_from(*hop)
+                .ok()
+                .and_then(|h| spec.hop_index(hoptrace_protocol::HopId(h)));
+            if let Some(i) = index {
+                p.stamps[i] = *n;
+            }
+        }
+    }
+
+    /// Counter `id` summed over exporter instances, each at its latest Counters frame.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn latest_counter_sum(&self, id: u16) -> u64 {
+        let mut last: BTreeMap<u64, &CountersFrame> = BTreeMap::new();
+        for p in self.probes.values() {
+            if let Some(c) = &p.counters {
+                let e = last.entry(p.hello.instance_id).or_insert(c);
+                if c.at_ns >= e.at_ns {
+                    *e = c;
+                }
+            }
+        }
+        last.values().map(|c| c.get(id)).sum()
+    }
+
+    /// Every probe connection, for `run.json`; with the pipeline's hop names when its
+    /// stamps per hop are known (this collector joined them, or a relay counted them).
+    /// `durable`: this is a collector with a log, whose version 2 connections were
+    /// acknowledged (`None`: a group member, which does not know).
+    pub(crate) fn probe_infos(
+        &self,
+        hop_names: Option<&[String]>,
+        durable: Option<bool>,
+    ) -> Vec<ProbeInfo> {
+        self.probes
+            .values()
+            .map(|p| ProbeInfo {
+                instance_id: p.hello.instance_id,
+                host: p.hello.host.clone(),
+                process: p.hello.process.clone(),
+                software: p.hello.software.clone(),
+                hops: p.hello.hops.iter().map(|(_, n)| n.clone()).collect(),
+                peer: p.peer.to_string(),
+                clean_close: p.clean,
+                counters: p
+                    .counters
+                    .iter()
+                    .flat_map(|c| c.values.iter())
+                    .map(|(id, v)| {
+                        (
+                            counter_id::name(*id)
+                                .map_or_else(|| format!("counter_{id}"), str::to_owned),
+                            *v,
+                        )
+                    })
+                    .collect(),
+                stamps_by_hop: hop_names.map(|names| {
+                    p.hello
+                        .hops
+                        .iter()
+                        .map(|(_, name)| {
+                            let n = names
+                                .iter()
+                                .position(|h| h == name)
+                                .map_or(0, |i| p.stamps[i]);
+                            (name.clone(), n)
+                        })
+                        .collect()
+                }),
+                protocol_version: Some(p.hello.version),
+                durable: durable.map(|d| d && p.hello.version >= 2),
+            })
+            .collect()
+    }
+
+    /// Records probes could not deliver (queue full, send failed, evicted from the retention
+    /// buffer before the collector had them), from each exporter's last counters. Counters are
+    /// cumulative per exporter instance, across its
+    /// reconnections: an instance that connected several times counts once, with the
+    /// latest of its Counters frames.
+    pub(crate) fn records_lost(&self) -> u64 {
+        let mut last: BTreeMap<u64, &CountersFrame> = BTreeMap::new();
+        for p in self.probes.values() {
+            if let Some(c) = &p.counters {
+                let e = last.entry(p.hello.instance_id).or_insert(c);
+                if c.at_ns >= e.at_ns {
+                    *e = c;
+                }
+            }
+        }
+        last.values()
+            .map(|c| {
+                c.get(counter_id::QUEUE_FULL)
+                    + c.get(counter_id::SEND_FAILED)
+                    + c.get(counter_id::LOST_UNACKED)
+            })
+            .sum()
+    }
+
+    /// Publisher ids whose Sent frames came from more than one exporter instance: their
+    /// snapshots overwrite each other, so their accounting cannot hold.
+    pub(crate) fn shared_publisher_ids(&self) -> Vec<(u16, usize)> {
+        self.sent_by
+            .iter()
+            .filter(|(_, instances)| instances.len() > 1)
+            .map(|(p, instances)| (*p, instances.len()))
+            .collect()
+    }
+
+    /// Clock statuses received, and the preflight's alerts.
+    pub(crate) fn clock(&self) -> (&[ClockRow], &[String]) {
+        (&self.clock, &self.clock_alerts)
+    }
+}
+
+fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
+    ClockRow {
+        host,
+        instance_id,
+        at_ns: c.at_ns,
+        source: c.source.name().to_owned(),
+        synced: c.synced,
+        offset_ns: c.offset_ns,
+        error_bound_ns: c.error_bound_ns,
+        leap: c.leap.name().to_owned(),
+        detail: c.detail.clone(),
+    }
+}
