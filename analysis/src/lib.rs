@@ -35,7 +35,9 @@ use std::path::PathBuf;
 
 pub mod charts;
 pub mod compare;
+mod counts;
 pub mod hdr;
+mod polled;
 pub mod report;
 pub mod resources;
 pub mod session;

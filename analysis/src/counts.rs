@@ -1,0 +1,800 @@
+//! `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`
+//! ([`trace_counts_udaf`]): rows, complete rows, the rows with each bit of `flags` and of
+//! `missing_mask` set, the distinct streams and publishers, and the distinct trace keys
+//! (publisher, stream, sequence) with the rows that repeat one, as a [`TraceCounts`] in
+//! its compact binary encoding ([`TraceCounts::decode`] reads it; the encoding is this
+//! module's own and may change between versions: it is not for storing).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
+use datafusion::arrow::datatypes::{
+    ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
+};
+
+use crate::stats::corrupt;
+
+/// First byte of an encoded [`TraceCounts`].
+const COUNTS_TAG: u8 = 0x54;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads what the `put_*` functions wrote.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    what: &'static str,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8> {
+        let (&b, rest) = self.bytes.split_first().ok_or_else(|| corrupt(self.what))?;
+        self.bytes = rest;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0_u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt(self.what))
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(corrupt(self.what))
+        }
+    }
+}
+
+/// A set of ids: a bitmap while they are small, a hash set beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IdSet {
+    Bits(Vec<u64>),
+    Hashed(HashSet<u64>),
+}
+
+/// Ids below this are kept in a bitmap (at most 512 KiB).
+const BITMAP_IDS: u64 = 1 << 22;
+
+impl Default for IdSet {
+    fn default() -> Self {
+        Self::Bits(Vec::new())
+    }
+}
+
+impl IdSet {
+    #[inline]
+    fn insert(&mut self, id: u64) {
+        match self {
+            Self::Bits(words) if id < BITMAP_IDS => {
+                let w = (id >> 6) as usize;
+                if w >= words.len() {
+                    words.resize(w + 1, 0);
+                }
+                words[w] |= 1 << (id & 63);
+            }
+            Self::Bits(_) => {
+                let mut set: HashSet<u64> = self.ids().collect();
+                set.insert(id);
+                *self = Self::Hashed(set);
+            }
+            Self::Hashed(set) => {
+                set.insert(id);
+            }
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Self::Bits(words) => words.iter().map(|w| u64::from(w.count_ones())).sum(),
+            Self::Hashed(set) => set.len() as u64,
+        }
+    }
+
+    /// The ids, in ascending order for a bitmap.
+    fn ids(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match self {
+            Self::Bits(words) => Box::new(words.iter().enumerate().flat_map(|(i, &w)| {
+                let base = (i as u64) << 6;
+                (0..64)
+                    .filter(move |b| w & (1 << b) != 0)
+                    .map(move |b| base + b)
+            })),
+            Self::Hashed(set) => Box::new(set.iter().copied()),
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        match (&mut *self, other) {
+            (Self::Bits(a), Self::Bits(b)) => {
+                if a.len() < b.len() {
+                    a.resize(b.len(), 0);
+                }
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x |= y;
+                }
+            }
+            _ => other.ids().for_each(|id| self.insert(id)),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut ids: Vec<u64> = self.ids().collect();
+        ids.sort_unstable();
+        put_varint(out, ids.len() as u64);
+        let mut prev = 0;
+        for id in ids {
+            put_varint(out, id - prev);
+            prev = id;
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self> {
+        let n = r.varint()?;
+        let mut set = Self::default();
+        let mut id = 0_u64;
+        for _ in 0..n {
+            id = id.checked_add(r.varint()?).ok_or_else(|| corrupt(r.what))?;
+            set.insert(id);
+        }
+        Ok(set)
+    }
+}
+
+/// Sequences per block of a [`KeySet`].
+const KEY_BLOCK: u64 = 4096;
+/// A block's sequences are listed until they are this many, then a bitmap (512 bytes).
+const SPARSE_MAX: usize = 256;
+
+/// The sequences of one block of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Block {
+    /// Sorted offsets within the block.
+    Sparse(Vec<u16>),
+    /// One bit per offset.
+    Dense(Box<[u64; (KEY_BLOCK / 64) as usize]>),
+}
+
+impl Block {
+    /// Adds offset `o`; `false` when it was there.
+    fn insert(&mut self, o: u16) -> bool {
+        match self {
+            Self::Sparse(v) => match v.binary_search(&o) {
+                Ok(_) => false,
+                Err(at) => {
+                    v.insert(at, o);
+                    if v.len() > SPARSE_MAX {
+                        let mut bits = Box::new([0u64; (KEY_BLOCK / 64) as usize]);
+                        for &x in v.iter() {
+                            bits[usize::from(x >> 6)] |= 1 << (x & 63);
+                        }
+                        *self = Self::Dense(bits);
+                    }
+                    true
+                }
+            },
+            Self::Dense(bits) => {
+                let (w, b) = (usize::from(o >> 6), o & 63);
+                let new = bits[w] & (1 << b) == 0;
+                bits[w] |= 1 << b;
+                new
+            }
+        }
+    }
+
+    fn offsets(&self) -> Vec<u16> {
+        match self {
+            Self::Sparse(v) => v.clone(),
+            Self::Dense(bits) => (0..KEY_BLOCK as u16)
+                .filter(|o| bits[usize::from(o >> 6)] & (1 << (o & 63)) != 0)
+                .collect(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Sparse(v) => v.capacity() * 2,
+            Self::Dense(_) => (KEY_BLOCK / 8) as usize,
+        }
+    }
+}
+
+/// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
+/// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
+/// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
+/// per key, in any order of rows, files or partitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeySet {
+    blocks: std::collections::HashMap<(u64, u64, u64), Block>,
+    keys: u64,
+    repeated: u64,
+}
+
+impl KeySet {
+    #[inline]
+    fn insert(&mut self, publisher: u64, stream: u64, sequence: u64) {
+        let o = u16::try_from(sequence % KEY_BLOCK).expect("below the block size");
+        let fresh = self
+            .blocks
+            .entry((publisher, stream, sequence / KEY_BLOCK))
+            .or_insert_with(|| Block::Sparse(Vec::new()))
+            .insert(o);
+        if fresh {
+            self.keys += 1;
+        } else {
+            self.repeated += 1;
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.repeated += other.repeated;
+        for (&(p, st, b), block) in &other.blocks {
+            for o in block.offsets() {
+                self.insert(p, st, b * KEY_BLOCK + u64::from(o));
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.blocks.capacity() * 48 + self.blocks.values().map(Block::bytes).sum::<usize>()
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.repeated);
+        put_varint(out, self.blocks.len() as u64);
+        for (&(p, st, b), block) in &self.blocks {
+            for v in [p, st, b] {
+                put_varint(out, v);
+            }
+            let offsets = block.offsets();
+            put_varint(out, offsets.len() as u64);
+            let mut prev = 0;
+            for o in offsets {
+                put_varint(out, u64::from(o - prev));
+                prev = o;
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self> {
+        let repeated = r.varint()?;
+        let mut set = Self::default();
+        for _ in 0..r.varint()? {
+            let (p, st, b) = (r.varint()?, r.varint()?, r.varint()?);
+            let n = r.varint()?;
+            if n > KEY_BLOCK {
+                return Err(corrupt(r.what));
+            }
+            let mut o = 0u64;
+            for _ in 0..n {
+                o += r.varint()?;
+                if o >= KEY_BLOCK {
+                    return Err(corrupt(r.what));
+                }
+                let base = b.checked_mul(KEY_BLOCK).ok_or_else(|| corrupt(r.what))?;
+                set.insert(p, st, base + o);
+            }
+        }
+        set.repeated += repeated;
+        Ok(set)
+    }
+}
+
+/// Figures of a run's small columns, from `trace_counts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceCounts {
+    /// Rows.
+    pub rows: u64,
+    /// Rows whose `complete` argument is true.
+    pub complete: u64,
+    /// Rows with each bit of `flags` set.
+    pub flag_bits: Vec<u64>,
+    /// Rows with each bit of `missing_mask` set.
+    pub missing_bits: Vec<u64>,
+    streams: IdSet,
+    publishers: IdSet,
+    keys: KeySet,
+}
+
+/// An id, flag or mask of any integer type as a u64 (negative ones wrap around: they
+/// stay distinct, and their bits are their two's complement).
+#[inline(always)]
+fn to_u64<N: ArrowNativeType>(v: N) -> u64 {
+    v.as_usize() as u64
+}
+
+/// Adds the rows with each bit set to `bits[bit]`, over the valid values.
+fn count_bits<T: ArrowPrimitiveType>(bits: &mut Vec<u64>, values: &PrimitiveArray<T>) {
+    let raw = values.values();
+    let nulls = values.nulls().filter(|n| n.null_count() > 0);
+    let any = match nulls {
+        None => raw.iter().fold(0, |a, &v| a | to_u64(v)),
+        Some(n) => n.valid_indices().fold(0, |a, i| a | to_u64(raw[i])),
+    };
+    // Flags and masks are mostly zero: only the bits seen at all are counted.
+    let mut rest = any;
+    while rest != 0 {
+        let b = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        let set = |v: T::Native| (to_u64(v) >> b) & 1 != 0;
+        let n = match nulls {
+            None => raw.iter().filter(|&&v| set(v)).count(),
+            Some(n) => n.valid_indices().filter(|&i| set(raw[i])).count(),
+        };
+        if bits.len() <= b {
+            bits.resize(b + 1, 0);
+        }
+        bits[b] += n as u64;
+    }
+}
+
+fn insert_ids<T: ArrowPrimitiveType>(set: &mut IdSet, values: &PrimitiveArray<T>) {
+    if values.null_count() > 0 {
+        for (i, &v) in values.values().iter().enumerate() {
+            if values.is_valid(i) {
+                set.insert(to_u64(v));
+            }
+        }
+        return;
+    }
+    let raw = values.values();
+    let (min, max) = raw.iter().fold((u64::MAX, 0), |(lo, hi), &v| {
+        let v = to_u64(v);
+        (lo.min(v), hi.max(v))
+    });
+    if min == max {
+        // One id throughout (a single publisher).
+        set.insert(min);
+    } else if let IdSet::Bits(words) = set
+        && max < BITMAP_IDS
+    {
+        let need = (max >> 6) as usize + 1;
+        if words.len() < need {
+            words.resize(need, 0);
+        }
+        for &v in raw.iter() {
+            let v = to_u64(v);
+            words[(v >> 6) as usize] |= 1 << (v & 63);
+        }
+    } else {
+        raw.iter().for_each(|&v| set.insert(to_u64(v)));
+    }
+}
+
+/// Calls `$f` with `$array` as the primitive array of its integer type.
+macro_rules! with_integers {
+    ($array:expr, $f:ident, $($arg:expr),*) => {
+        match $array.data_type() {
+            DataType::UInt8 => $f($($arg,)* $array.as_primitive::<UInt8Type>()),
+            DataType::UInt16 => $f($($arg,)* $array.as_primitive::<UInt16Type>()),
+            DataType::UInt32 => $f($($arg,)* $array.as_primitive::<UInt32Type>()),
+            DataType::UInt64 => $f($($arg,)* $array.as_primitive::<UInt64Type>()),
+            DataType::Int64 => $f($($arg,)* $array.as_primitive::<Int64Type>()),
+            other => return exec_err!("trace_counts: unexpected argument type {other}"),
+        }
+    };
+}
+
+impl TraceCounts {
+    /// Distinct streams.
+    #[must_use]
+    pub fn streams(&self) -> u64 {
+        self.streams.len()
+    }
+
+    /// Distinct publishers.
+    #[must_use]
+    pub fn publishers(&self) -> u64 {
+        self.publishers.len()
+    }
+
+    /// Distinct trace keys (publisher, stream, sequence).
+    #[must_use]
+    pub fn distinct_keys(&self) -> u64 {
+        self.keys.keys
+    }
+
+    /// Rows whose trace key an earlier row already had: `rows - distinct_keys`.
+    #[must_use]
+    pub fn repeated_keys(&self) -> u64 {
+        self.keys.repeated
+    }
+
+    /// Rows with bit `bit` of `flags` set.
+    #[must_use]
+    pub fn flag(&self, bit: usize) -> u64 {
+        self.flag_bits.get(bit).copied().unwrap_or(0)
+    }
+
+    /// Rows with bit `bit` of `missing_mask` set.
+    #[must_use]
+    pub fn missing(&self, bit: usize) -> u64 {
+        self.missing_bits.get(bit).copied().unwrap_or(0)
+    }
+
+    fn update(&mut self, cols: &[ArrayRef]) -> Result<()> {
+        let [stream, publisher, complete, flags, missing, sequence] = cols else {
+            return plan_err!("trace_counts takes six arguments");
+        };
+        self.rows += stream.len() as u64;
+        let complete = complete.as_boolean();
+        self.complete += match complete.nulls() {
+            Some(n) => (complete.values() & n.inner()).count_set_bits(),
+            None => complete.values().count_set_bits(),
+        } as u64;
+        with_integers!(stream, insert_ids, &mut self.streams);
+        with_integers!(publisher, insert_ids, &mut self.publishers);
+        with_integers!(flags, count_bits, &mut self.flag_bits);
+        with_integers!(missing, count_bits, &mut self.missing_bits);
+        let [p, st, q] = [publisher, stream, sequence]
+            .map(|c| datafusion::arrow::compute::cast(c, &DataType::UInt64));
+        let (p, st, q) = (p?, st?, q?);
+        let (p, st, q) = (
+            p.as_primitive::<UInt64Type>(),
+            st.as_primitive::<UInt64Type>(),
+            q.as_primitive::<UInt64Type>(),
+        );
+        for i in 0..q.len() {
+            if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
+                self.keys.insert(p.value(i), st.value(i), q.value(i));
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.rows += other.rows;
+        self.complete += other.complete;
+        for (mine, theirs) in [
+            (&mut self.flag_bits, &other.flag_bits),
+            (&mut self.missing_bits, &other.missing_bits),
+        ] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a += b;
+            }
+        }
+        self.streams.merge(&other.streams);
+        self.publishers.merge(&other.publishers);
+        self.keys.merge(&other.keys);
+    }
+
+    /// The binary form `trace_counts` returns.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![COUNTS_TAG];
+        put_varint(&mut out, self.rows);
+        put_varint(&mut out, self.complete);
+        for bits in [&self.flag_bits, &self.missing_bits] {
+            put_varint(&mut out, bits.len() as u64);
+            bits.iter().for_each(|&b| put_varint(&mut out, b));
+        }
+        self.streams.encode(&mut out);
+        self.publishers.encode(&mut out);
+        self.keys.encode(&mut out);
+        out
+    }
+
+    /// Reads [`TraceCounts::encode`]'s bytes.
+    ///
+    /// # Errors
+    /// When `bytes` are not such an encoding.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader {
+            bytes,
+            what: "trace_counts",
+        };
+        if r.byte()? != COUNTS_TAG {
+            return Err(corrupt(r.what));
+        }
+        let rows = r.varint()?;
+        let complete = r.varint()?;
+        let mut bits = || -> Result<Vec<u64>> {
+            let n = r.varint()?;
+            if n > 64 {
+                return Err(corrupt(r.what));
+            }
+            (0..n).map(|_| r.varint()).collect()
+        };
+        let flag_bits = bits()?;
+        let missing_bits = bits()?;
+        let streams = IdSet::decode(&mut r)?;
+        let publishers = IdSet::decode(&mut r)?;
+        let keys = KeySet::decode(&mut r)?;
+        r.finish()?;
+        Ok(Self {
+            rows,
+            complete,
+            flag_bits,
+            missing_bits,
+            streams,
+            publishers,
+            keys,
+        })
+    }
+}
+
+/// `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TraceCountsAgg {
+    signature: Signature,
+}
+
+/// The `trace_counts` aggregate (not registered in sessions: its result is this module's
+/// own encoding, read with [`TraceCounts::decode`]).
+#[must_use]
+pub fn trace_counts_udaf() -> AggregateUDF {
+    AggregateUDF::from(TraceCountsAgg {
+        signature: Signature::user_defined(Volatility::Immutable),
+    })
+}
+
+impl AggregateUDFImpl for TraceCountsAgg {
+    fn name(&self) -> &str {
+        "trace_counts"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        // Unsigned integers are read as they are; signed ones as Int64.
+        let int = |t: &DataType| match t {
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+                Ok(t.clone())
+            }
+            DataType::Null => Ok(DataType::UInt64),
+            t if t.is_integer() => Ok(DataType::Int64),
+            t => plan_err!("trace_counts: ids, flags and masks are integers, not {t}"),
+        };
+        match arg_types {
+            [stream, publisher, complete, flags, missing, sequence] => {
+                if !matches!(complete, DataType::Boolean | DataType::Null) {
+                    return plan_err!("trace_counts: `complete` is a boolean, not {complete}");
+                }
+                Ok(vec![
+                    int(stream)?,
+                    int(publisher)?,
+                    DataType::Boolean,
+                    int(flags)?,
+                    int(missing)?,
+                    int(sequence)?,
+                ])
+            }
+            _ => plan_err!("trace_counts takes six arguments"),
+        }
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Binary)
+    }
+
+    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        Ok(Box::new(TraceCountsAccumulator::default()))
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        Ok(vec![Arc::new(Field::new(
+            format!("{}_counts", args.name),
+            DataType::Binary,
+            true,
+        ))])
+    }
+}
+
+#[derive(Debug, Default)]
+struct TraceCountsAccumulator {
+    counts: TraceCounts,
+}
+
+impl Accumulator for TraceCountsAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.counts.update(values)
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        Ok(ScalarValue::Binary(Some(self.counts.encode())))
+    }
+
+    fn size(&self) -> usize {
+        let set = |s: &IdSet| match s {
+            IdSet::Bits(w) => w.capacity() * 8,
+            IdSet::Hashed(h) => h.capacity() * 16,
+        };
+        std::mem::size_of_val(self)
+            + set(&self.counts.streams)
+            + set(&self.counts.publishers)
+            + self.counts.keys.bytes()
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![self.evaluate()?])
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        if let Some(s) = states.first() {
+            for bytes in s.as_binary::<i32>().iter().flatten() {
+                self.counts.merge(&TraceCounts::decode(bytes)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{BooleanArray, UInt64Array};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn trace_counts_count_and_round_trip(
+            rows in prop::collection::vec(
+                (
+                    prop_oneof![0_u64..5_000, 0_u64..u64::MAX],
+                    0_u64..3,
+                    any::<bool>(),
+                    0_u64..4,
+                    0_u64..64,
+                    prop_oneof![0_u64..30, 0_u64..u64::MAX],
+                ),
+                0..200,
+            ),
+            split in 0_usize..200,
+        ) {
+            type Row = (u64, u64, bool, u64, u64, u64);
+            let split = split.min(rows.len());
+            let batch = |rows: &[Row]| -> Vec<ArrayRef> {
+                let u = |f: fn(&Row) -> u64| -> ArrayRef {
+                    Arc::new(UInt64Array::from_iter_values(rows.iter().map(f)))
+                };
+                vec![
+                    u(|r| r.0),
+                    u(|r| r.1),
+                    Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.2)))),
+                    u(|r| r.3),
+                    u(|r| r.4),
+                    u(|r| r.5),
+                ]
+            };
+            let (mut a, mut b) = (TraceCounts::default(), TraceCounts::default());
+            a.update(&batch(&rows[..split])).unwrap();
+            b.update(&batch(&rows[split..])).unwrap();
+            let mut c = TraceCounts::decode(&a.encode()).unwrap();
+            c.merge(&TraceCounts::decode(&b.encode()).unwrap());
+            let distinct = |f: fn(&Row) -> u64| {
+                rows.iter().map(f).collect::<HashSet<u64>>().len() as u64
+            };
+            let bit = |f: fn(&Row) -> u64, b: usize| {
+                rows.iter().filter(|r| f(r) & (1 << b) != 0).count() as u64
+            };
+            prop_assert_eq!(c.rows, rows.len() as u64);
+            prop_assert_eq!(c.complete, rows.iter().filter(|r| r.2).count() as u64);
+            prop_assert_eq!(c.streams(), distinct(|r| r.0));
+            prop_assert_eq!(c.publishers(), distinct(|r| r.1));
+            for b in 0..8 {
+                prop_assert_eq!(c.flag(b), bit(|r| r.3, b));
+                prop_assert_eq!(c.missing(b), bit(|r| r.4, b));
+            }
+            let keys = rows
+                .iter()
+                .map(|r| (r.1, r.0, r.5))
+                .collect::<HashSet<_>>()
+                .len() as u64;
+            prop_assert_eq!(c.distinct_keys(), keys);
+            prop_assert_eq!(c.repeated_keys(), rows.len() as u64 - keys);
+        }
+    }
+
+    /// Through DataFusion, over the collector's column types, against its own aggregates.
+    #[test]
+    fn trace_counts_in_sql_agrees_with_the_standard_aggregates() {
+        use datafusion::arrow::array::{StringArray, UInt8Array, UInt16Array, UInt32Array};
+        use datafusion::arrow::datatypes::Schema;
+        use datafusion::datasource::MemTable;
+        use datafusion::prelude::{SessionConfig, SessionContext};
+
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("stream", DataType::UInt32, false),
+            Field::new("publisher", DataType::UInt16, true),
+            Field::new("status", DataType::Utf8, false),
+            Field::new("flags", DataType::UInt8, false),
+            Field::new("missing_mask", DataType::UInt16, false),
+            Field::new("sequence", DataType::UInt64, false),
+        ]));
+        let part = |seed: u32| {
+            let n = 3_000_u32;
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(UInt32Array::from_iter_values((0..n).map(|i| {
+                    (i * 7 + seed) % 101 + u32::from(i % 500 == 0) * 9_000_000
+                }))),
+                Arc::new(UInt16Array::from_iter(
+                    (0..n).map(|i| (i % 13 != 0).then_some((i / 1_000 + seed) as u16)),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| if i % 7 == 0 { "incomplete" } else { "complete" }),
+                )),
+                Arc::new(UInt8Array::from_iter_values(
+                    (0..n).map(|i| (i % 5 == 0) as u8 * 3),
+                )),
+                Arc::new(UInt16Array::from_iter_values(
+                    (0..n).map(|i| if i % 7 == 0 { 1 << (i % 6) } else { 0 }),
+                )),
+                // Rows 101 apart share their stream, and their sequence: keys repeat.
+                Arc::new(UInt64Array::from_iter_values(
+                    (0..n).map(|i| u64::from(i % 101)),
+                )),
+            ];
+            datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns).unwrap()
+        };
+        let table = MemTable::try_new(schema.clone(), vec![vec![part(0)], vec![part(5)]]).unwrap();
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        ctx.register_udaf(trace_counts_udaf());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let q = "SELECT trace_counts(stream, publisher, status = 'complete', flags, missing_mask, sequence), \
+                 count(*), count(DISTINCT stream), count(DISTINCT publisher), \
+                 count(*) FILTER (WHERE status = 'complete'), \
+                 count(*) FILTER (WHERE (flags & 1) <> 0), count(*) FILTER (WHERE (flags & 2) <> 0), \
+                 count(*) FILTER (WHERE (missing_mask & 1) <> 0), \
+                 count(*) FILTER (WHERE (missing_mask & 32) <> 0) FROM t";
+        let batches = rt
+            .block_on(async { ctx.sql(q).await?.collect().await })
+            .unwrap();
+        let b = &batches[0];
+        let c = TraceCounts::decode(b.column(0).as_binary::<i32>().value(0)).unwrap();
+        let n = |i: usize| b.column(i).as_primitive::<Int64Type>().value(0) as u64;
+        assert_eq!(
+            [c.rows, c.streams(), c.publishers(), c.complete],
+            [n(1), n(2), n(3), n(4)]
+        );
+        assert_eq!(
+            [c.flag(0), c.flag(1), c.missing(0), c.missing(5)],
+            [n(5), n(6), n(7), n(8)]
+        );
+        assert!(c.missing(5) > 0 && c.flag(1) > 0 && c.streams() > 101);
+        let keys = rt
+            .block_on(async {
+                ctx.sql(
+                    "SELECT (SELECT count(*) FROM (SELECT DISTINCT publisher, stream, sequence \
+                     FROM t WHERE publisher IS NOT NULL)) AS keys, \
+                     (SELECT count(*) FROM t WHERE publisher IS NOT NULL) AS keyed",
+                )
+                .await?
+                .collect()
+                .await
+            })
+            .unwrap();
+        let n = |i: usize| keys[0].column(i).as_primitive::<Int64Type>().value(0) as u64;
+        assert_eq!(c.distinct_keys(), n(0));
+        assert_eq!(c.repeated_keys(), n(1) - n(0));
+        assert!(c.repeated_keys() > 0, "keys repeat");
+    }
+}
