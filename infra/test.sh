@@ -24,6 +24,12 @@ else
     infra/services.sh up
     stop_at_exit+=("infra/services.sh down")
 fi
+# The stores and Node-RED: tests start what they need, and what was not running before this
+# run is stopped at its end, whichever test left it running.
+for store in influxdb postgres clickhouse victoriametrics; do
+    infra/stores/$store.sh status >/dev/null 2>&1 || stop_at_exit+=("infra/stores/$store.sh stop")
+done
+infra/nodered/nodered.sh status >/dev/null 2>&1 || stop_at_exit+=("infra/nodered/nodered.sh stop")
 # The 3-node Kafka cluster (the consumer-group tests, MirrorMaker 2) is started once, just
 # before the suites that need it, from fresh state when none of its nodes runs (test topics
 # of earlier runs would otherwise pile up and slow every start); the suites find it running
