@@ -50,12 +50,22 @@ require_ports_free() {
 # pid_from FILE PATTERN: prints the pid in FILE (its first line) when that process is alive and
 # its command line contains PATTERN (a guard against pid reuse), or fails.
 pid_from() {
-    local file=$1 pattern=$2 pid
+    local file=$1 pattern=$2 pid try
     [[ -f $file ]] || return 1
     pid=$(head -n 1 "$file")
-    [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" || return 1
-    echo "$pid"
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    # A process in the middle of exec (the launcher's shell becoming the server) can show an
+    # empty command line for a moment, on a busy machine for longer: read it again before
+    # calling the pid someone else's.
+    for try in 1 2 3 4 5 6; do
+        alive "$pid" || return 1
+        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"; then
+            echo "$pid"
+            return 0
+        fi
+        ((try < 6)) && sleep 0.1
+    done
+    return 1
 }
 
 # rss_mib PID: resident memory of a process in MiB.
