@@ -296,12 +296,9 @@ impl Endpoint {
     /// A [`UrlError`] naming what is wrong and what to write instead.
     pub fn parse(url: &str) -> Result<Self, UrlError> {
         let url = url.trim();
-        if let Some(rest) = url.strip_prefix("mqtt://") {
-            parse_mqtt(url, rest).map(Self::Mqtt)
-        } else if let Some(rest) = url.strip_prefix("kafka://") {
-            parse_kafka(url, rest).map(Self::Kafka)
-        } else {
-            Err(UrlError::UnknownScheme(url.to_owned()))
+        match scheme_and_rest(url)? {
+            ("mqtt", rest) => parse_mqtt(url, rest).map(Self::Mqtt),
+            (_, rest) => parse_kafka(url, rest).map(Self::Kafka),
         }
     }
 
@@ -453,7 +450,7 @@ pub fn with_option(url: &str, key: &str, value: &str) -> Result<String, UrlError
     Ok(out)
 }
 
-/// `mqtt` or `kafka`, and what follows `://`.
+/// `mqtt` or `kafka`, and what follows `://` (of `url`, trimmed).
 fn scheme_and_rest(url: &str) -> Result<(&'static str, &str), UrlError> {
     let url = url.trim();
     if let Some(rest) = url.strip_prefix("mqtt://") {

@@ -543,21 +543,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hoptrace-stages-{}", std::process::id()));
         let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
         let stage = &spec.stages()[0];
-        let mut t = JoinedTrace {
-            key: hoptrace_protocol::TraceKey {
-                publisher: 1,
-                stream: 1,
-                sequence: 1,
-            },
-            metric_count: 1,
-            intended_ns: 0,
-            otel_trace_id: None,
-            present_mask: (1 << stage.from_index) | (1 << stage.to_index),
-            stamps_ns: [0; hoptrace_protocol::MAX_HOPS],
-            complete: true,
-            missing_mask: 0,
-            flags: 0,
-        };
+        let mut t = stage_trace(stage, 0);
         // Three intervals of 1000 values each: 1..=1000 µs, then 1001..=2000, ...
         for interval in 0..3i64 {
             for i in 1..=1_000i64 {

@@ -51,15 +51,12 @@ impl KafkaTarget {
     pub fn parse(url: &str) -> Result<Self, KafkaError> {
         const FORM: &str = "expected kafka://HOST:PORT[,...]/TOPIC";
         let bad = |why: &str| KafkaError::Config(format!("{url:?}: {why}"));
-        if !url.trim().starts_with("kafka://") {
-            return Err(bad(FORM));
-        }
         if url.contains('?') {
             return Err(bad("takes no options (kafka://HOST:PORT[,...]/TOPIC)"));
         }
         let k = match Endpoint::parse(url) {
             Ok(Endpoint::Kafka(k)) => k,
-            Ok(Endpoint::Mqtt(_)) => return Err(bad(FORM)),
+            Ok(Endpoint::Mqtt(_)) | Err(UrlError::UnknownScheme(_)) => return Err(bad(FORM)),
             Err(UrlError::MissingHost(_)) => return Err(bad(&format!("no host, {FORM}"))),
             Err(e) => return Err(KafkaError::Config(e.to_string())),
         };
