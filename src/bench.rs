@@ -114,6 +114,10 @@ pub struct ReportArgs {
     /// Rows per generated Parquet file.
     #[arg(long, default_value = "1M", value_parser = units::parse_count)]
     pub rows_per_file: u64,
+    /// Most messages per processor batch in the generated runs: from `flow_out` on, a
+    /// batch is stamped once, as in real pipelines; 1 stamps every hop per message.
+    #[arg(long, default_value_t = hoptrace_collector::generate::DEFAULT_BATCH_MAX, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_max: u32,
     /// Python with the `duckdb` package.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -256,6 +260,7 @@ fn report(args: &ReportArgs) -> anyhow::Result<()> {
         dir: args.dir.clone(),
         keep: args.keep,
         rows_per_file: args.rows_per_file,
+        batch_max: args.batch_max,
         python: args.python.clone(),
         no_duckdb: args.no_duckdb,
     };

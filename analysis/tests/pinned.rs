@@ -95,6 +95,8 @@ fn the_report_of_a_fixed_generated_run_is_as_pinned() {
     let mut o = GenerateOptions::new(20_000, &dir, "pinned");
     o.rows_per_file = 8_000;
     o.streams = 40;
+    // The per-message shape the pinned files were made with.
+    o.batch_max = 1;
     let g = generate(&o, |_| {}).unwrap();
     pin_host(&g.run_dir);
     let runs = RunSet::open(&[&g.run_dir]).unwrap();

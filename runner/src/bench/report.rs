@@ -40,6 +40,9 @@ pub struct ReportBenchOptions {
     pub keep: bool,
     /// Rows per generated Parquet file.
     pub rows_per_file: u64,
+    /// Most messages per processor batch in the generated runs (1: every hop stamped
+    /// per message).
+    pub batch_max: u32,
     /// Python with the `duckdb` package.
     pub python: String,
     /// Skip DuckDB (only time the report).
@@ -116,6 +119,8 @@ struct DuckStage {
 pub struct SizeResult {
     /// Traces in the run.
     pub traces: u64,
+    /// Most messages per processor batch of the generated run.
+    pub batch_max: u32,
     /// Parquet files and bytes.
     pub files: usize,
     /// Bytes of Parquet.
@@ -182,7 +187,8 @@ pub fn run(
 }
 
 fn one_size(args: &ReportBenchOptions, traces: u64, script: &Path) -> anyhow::Result<SizeResult> {
-    let run_id = format!("generated-{traces}");
+    // The shape is in the name, so a kept run of another shape is not reused.
+    let run_id = format!("generated-{traces}-batch{}", args.batch_max);
     let run_dir = args.dir.join(&run_id);
     let (files, parquet_bytes, generate_s) = match reusable(&run_dir, traces) {
         Some((files, bytes)) => {
@@ -198,6 +204,7 @@ fn one_size(args: &ReportBenchOptions, traces: u64, script: &Path) -> anyhow::Re
             }
             let mut opts = GenerateOptions::new(traces, &args.dir, &run_id);
             opts.rows_per_file = args.rows_per_file;
+            opts.batch_max = args.batch_max;
             let mut live = LiveLine::new();
             let g = generate(&opts, |p| {
                 let rate = p.traces as f64 / p.elapsed_s.max(1e-9);
@@ -243,6 +250,7 @@ fn one_size(args: &ReportBenchOptions, traces: u64, script: &Path) -> anyhow::Re
     .context("the report's summary.json")?;
     let mut result = SizeResult {
         traces,
+        batch_max: args.batch_max,
         files,
         parquet_bytes,
         generate_s,
