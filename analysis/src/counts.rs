@@ -6,65 +6,21 @@
 //! module's own and may change between versions: it is not for storing).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
 use datafusion::arrow::datatypes::{
-    ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Int64Type, UInt8Type,
-    UInt16Type, UInt32Type, UInt64Type,
+    ArrowNativeType, ArrowPrimitiveType, DataType, Int64Type, UInt8Type, UInt16Type, UInt32Type,
+    UInt64Type,
 };
-use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
-};
+use datafusion::common::{Result, exec_err, plan_err};
+use datafusion::logical_expr::AggregateUDF;
+use hoptrace_format::varint::{DecodeError, Reader, put};
 
+use crate::binary_agg::{self, BinaryState};
 use crate::stats::corrupt;
 
 /// First byte of an encoded [`TraceCounts`].
 const COUNTS_TAG: u8 = 0x54;
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Reads what the `put_*` functions wrote.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    what: &'static str,
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8> {
-        let (&b, rest) = self.bytes.split_first().ok_or_else(|| corrupt(self.what))?;
-        self.bytes = rest;
-        Ok(b)
-    }
-
-    fn varint(&mut self) -> Result<u64> {
-        let mut v = 0_u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7F) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(corrupt(self.what))
-    }
-
-    fn finish(&self) -> Result<()> {
-        if self.bytes.is_empty() {
-            Ok(())
-        } else {
-            Err(corrupt(self.what))
-        }
-    }
-}
 
 /// A set of ids: a bitmap while they are small, a hash set beyond.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,20 +97,20 @@ impl IdSet {
     fn encode(&self, out: &mut Vec<u8>) {
         let mut ids: Vec<u64> = self.ids().collect();
         ids.sort_unstable();
-        put_varint(out, ids.len() as u64);
+        put(out, ids.len() as u64);
         let mut prev = 0;
         for id in ids {
-            put_varint(out, id - prev);
+            put(out, id - prev);
             prev = id;
         }
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self> {
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let n = r.varint()?;
         let mut set = Self::default();
         let mut id = 0_u64;
         for _ in 0..n {
-            id = id.checked_add(r.varint()?).ok_or_else(|| corrupt(r.what))?;
+            id = id.checked_add(r.varint()?).ok_or(DecodeError)?;
             set.insert(id);
         }
         Ok(set)
@@ -163,6 +119,8 @@ impl IdSet {
 
 /// Sequences per block of a [`KeySet`].
 const KEY_BLOCK: u64 = 4096;
+/// Words of a block's bitmap.
+const BLOCK_WORDS: usize = (KEY_BLOCK / 64) as usize;
 /// A block's sequences are listed until they are this many, then a bitmap (512 bytes).
 const SPARSE_MAX: usize = 256;
 
@@ -172,7 +130,7 @@ enum Block {
     /// Sorted offsets within the block.
     Sparse(Vec<u16>),
     /// One bit per offset.
-    Dense(Box<[u64; (KEY_BLOCK / 64) as usize]>),
+    Dense(Box<[u64; BLOCK_WORDS]>),
 }
 
 impl Block {
@@ -184,7 +142,7 @@ impl Block {
                 Err(at) => {
                     v.insert(at, o);
                     if v.len() > SPARSE_MAX {
-                        let mut bits = Box::new([0u64; (KEY_BLOCK / 64) as usize]);
+                        let mut bits = Box::new([0u64; BLOCK_WORDS]);
                         for &x in v.iter() {
                             bits[usize::from(x >> 6)] |= 1 << (x & 63);
                         }
@@ -202,6 +160,30 @@ impl Block {
         }
     }
 
+    /// Sequences in the block.
+    fn len(&self) -> u64 {
+        match self {
+            Self::Sparse(v) => v.len() as u64,
+            Self::Dense(bits) => bits.iter().map(|w| u64::from(w.count_ones())).sum(),
+        }
+    }
+
+    /// Adds `other`'s offsets: (offsets new here, offsets already here).
+    fn union(&mut self, other: &Self) -> (u64, u64) {
+        if let (Self::Dense(mine), Self::Dense(theirs)) = (&mut *self, other) {
+            let (mut fresh, mut seen) = (0, 0);
+            for (a, &b) in mine.iter_mut().zip(theirs.iter()) {
+                fresh += u64::from((b & !*a).count_ones());
+                seen += u64::from((b & *a).count_ones());
+                *a |= b;
+            }
+            return (fresh, seen);
+        }
+        let offsets = other.offsets();
+        let fresh = offsets.iter().filter(|&&o| self.insert(o)).count() as u64;
+        (fresh, offsets.len() as u64 - fresh)
+    }
+
     fn offsets(&self) -> Vec<u16> {
         match self {
             Self::Sparse(v) => v.clone(),
@@ -211,21 +193,117 @@ impl Block {
         }
     }
 
-    fn bytes(&self) -> usize {
+    /// A list (0, the count, the offsets' differences) or a bitmap (1, 64 words).
+    fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Self::Sparse(v) => v.capacity() * 2,
-            Self::Dense(_) => (KEY_BLOCK / 8) as usize,
+            Self::Sparse(v) => {
+                put(out, 0);
+                put(out, v.len() as u64);
+                let mut prev = 0;
+                for &o in v {
+                    put(out, u64::from(o - prev));
+                    prev = o;
+                }
+            }
+            Self::Dense(bits) => {
+                put(out, 1);
+                for w in bits.iter() {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
         }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.varint()? {
+            0 => {
+                let n = r.varint()?;
+                if n > SPARSE_MAX as u64 {
+                    return Err(DecodeError);
+                }
+                let mut v = Vec::with_capacity(n as usize);
+                let mut o = 0u64;
+                for i in 0..n {
+                    let d = r.varint()?;
+                    // Strictly increasing: only the first difference may be 0.
+                    if d == 0 && i > 0 {
+                        return Err(DecodeError);
+                    }
+                    o = o
+                        .checked_add(d)
+                        .filter(|&o| o < KEY_BLOCK)
+                        .ok_or(DecodeError)?;
+                    v.push(o as u16);
+                }
+                Ok(Self::Sparse(v))
+            }
+            1 => {
+                let mut bits = Box::new([0u64; BLOCK_WORDS]);
+                for w in bits.iter_mut() {
+                    *w = u64::from_le_bytes(r.fixed()?);
+                }
+                Ok(Self::Dense(bits))
+            }
+            _ => Err(DecodeError),
+        }
+    }
+}
+
+/// The hasher of a [`KeySet`]'s map: a multiply-rotate mix of the three words of a
+/// (publisher, stream, block) key, about a nanosecond where SipHash takes tens (the map
+/// is probed once per row). It starts from a random seed per set, so keys read from
+/// files cannot be chosen to collide.
+#[derive(Debug, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        // The multiplications mix upwards: bring the best-mixed bits to the bottom, where
+        // the map takes its bucket index.
+        self.0.rotate_left(26)
+    }
+}
+
+/// Builds [`KeyHasher`]s from one random seed.
+#[derive(Debug, Clone)]
+struct KeyHashing(u64);
+
+impl Default for KeyHashing {
+    fn default() -> Self {
+        use std::hash::BuildHasher as _;
+        Self(std::collections::hash_map::RandomState::new().hash_one(0x6b65_7973_u64))
+    }
+}
+
+impl std::hash::BuildHasher for KeyHashing {
+    type Hasher = KeyHasher;
+
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(self.0)
     }
 }
 
 /// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
 /// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
 /// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
-/// per key, in any order of rows, files or partitions.
+/// per key, in any order of rows, files or partitions. Sets merge block by block.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct KeySet {
-    blocks: std::collections::HashMap<(u64, u64, u64), Block>,
+    blocks: std::collections::HashMap<(u64, u64, u64), Block, KeyHashing>,
     keys: u64,
     repeated: u64,
 }
@@ -246,54 +324,55 @@ impl KeySet {
         }
     }
 
-    fn merge(&mut self, other: &Self) {
-        self.repeated += other.repeated;
-        for (&(p, st, b), block) in &other.blocks {
-            for o in block.offsets() {
-                self.insert(p, st, b * KEY_BLOCK + u64::from(o));
+    /// Adds block `block` of key `k`.
+    fn add_block(&mut self, k: (u64, u64, u64), block: Block) {
+        use std::collections::hash_map::Entry;
+        match self.blocks.entry(k) {
+            Entry::Vacant(e) => {
+                self.keys += block.len();
+                e.insert(block);
+            }
+            Entry::Occupied(mut e) => {
+                let (fresh, seen) = e.get_mut().union(&block);
+                self.keys += fresh;
+                self.repeated += seen;
             }
         }
     }
 
+    fn merge(&mut self, other: &Self) {
+        self.repeated += other.repeated;
+        for (&k, block) in &other.blocks {
+            self.add_block(k, block.clone());
+        }
+    }
+
+    /// An upper bound of the heap bytes held, in constant time (DataFusion asks after
+    /// every batch): a block lists at most 256 two-byte offsets or holds a 512-byte bitmap.
     fn bytes(&self) -> usize {
-        self.blocks.capacity() * 48 + self.blocks.values().map(Block::bytes).sum::<usize>()
+        self.blocks.capacity() * 48 + self.blocks.len() * (KEY_BLOCK / 8) as usize
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
-        put_varint(out, self.repeated);
-        put_varint(out, self.blocks.len() as u64);
+        put(out, self.repeated);
+        put(out, self.blocks.len() as u64);
         for (&(p, st, b), block) in &self.blocks {
             for v in [p, st, b] {
-                put_varint(out, v);
+                put(out, v);
             }
-            let offsets = block.offsets();
-            put_varint(out, offsets.len() as u64);
-            let mut prev = 0;
-            for o in offsets {
-                put_varint(out, u64::from(o - prev));
-                prev = o;
-            }
+            block.encode(out);
         }
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self> {
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let repeated = r.varint()?;
         let mut set = Self::default();
         for _ in 0..r.varint()? {
             let (p, st, b) = (r.varint()?, r.varint()?, r.varint()?);
-            let n = r.varint()?;
-            if n > KEY_BLOCK {
-                return Err(corrupt(r.what));
+            if b.checked_mul(KEY_BLOCK).is_none() {
+                return Err(DecodeError);
             }
-            let mut o = 0u64;
-            for _ in 0..n {
-                o += r.varint()?;
-                if o >= KEY_BLOCK {
-                    return Err(corrupt(r.what));
-                }
-                let base = b.checked_mul(KEY_BLOCK).ok_or_else(|| corrupt(r.what))?;
-                set.insert(p, st, base + o);
-            }
+            set.add_block((p, st, b), Block::decode(r)?);
         }
         set.repeated += repeated;
         Ok(set)
@@ -432,7 +511,7 @@ impl TraceCounts {
         self.missing_bits.get(bit).copied().unwrap_or(0)
     }
 
-    fn update(&mut self, cols: &[ArrayRef]) -> Result<()> {
+    fn add_batch(&mut self, cols: &[ArrayRef]) -> Result<()> {
         let [stream, publisher, complete, flags, missing, sequence] = cols else {
             return plan_err!("trace_counts takes six arguments");
         };
@@ -462,7 +541,7 @@ impl TraceCounts {
         Ok(())
     }
 
-    fn merge(&mut self, other: &Self) {
+    fn add_counts(&mut self, other: &Self) {
         self.rows += other.rows;
         self.complete += other.complete;
         for (mine, theirs) in [
@@ -485,11 +564,11 @@ impl TraceCounts {
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![COUNTS_TAG];
-        put_varint(&mut out, self.rows);
-        put_varint(&mut out, self.complete);
+        put(&mut out, self.rows);
+        put(&mut out, self.complete);
         for bits in [&self.flag_bits, &self.missing_bits] {
-            put_varint(&mut out, bits.len() as u64);
-            bits.iter().for_each(|&b| put_varint(&mut out, b));
+            put(&mut out, bits.len() as u64);
+            bits.iter().for_each(|&b| put(&mut out, b));
         }
         self.streams.encode(&mut out);
         self.publishers.encode(&mut out);
@@ -502,19 +581,20 @@ impl TraceCounts {
     /// # Errors
     /// When `bytes` are not such an encoding.
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let mut r = Reader {
-            bytes,
-            what: "trace_counts",
-        };
+        Self::read(bytes).map_err(|_| corrupt("trace_counts"))
+    }
+
+    fn read(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(bytes);
         if r.byte()? != COUNTS_TAG {
-            return Err(corrupt(r.what));
+            return Err(DecodeError);
         }
         let rows = r.varint()?;
         let complete = r.varint()?;
-        let mut bits = || -> Result<Vec<u64>> {
+        let mut bits = || -> Result<Vec<u64>, DecodeError> {
             let n = r.varint()?;
             if n > 64 {
-                return Err(corrupt(r.what));
+                return Err(DecodeError);
             }
             (0..n).map(|_| r.varint()).collect()
         };
@@ -536,31 +616,20 @@ impl TraceCounts {
     }
 }
 
-/// `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct TraceCountsAgg {
-    signature: Signature,
-}
-
 /// The `trace_counts` aggregate (not registered in sessions: its result is this module's
 /// own encoding, read with [`TraceCounts::decode`]).
 #[must_use]
 pub fn trace_counts_udaf() -> AggregateUDF {
-    AggregateUDF::from(TraceCountsAgg {
-        signature: Signature::user_defined(Volatility::Immutable),
-    })
+    binary_agg::udaf::<TraceCounts>()
 }
 
-impl AggregateUDFImpl for TraceCountsAgg {
-    fn name(&self) -> &str {
-        "trace_counts"
-    }
+impl BinaryState for TraceCounts {
+    const NAME: &'static str = "trace_counts";
+    const STATE: &'static str = "counts";
+    // One group (the whole run): no groups accumulator.
+    const GROUPED: bool = false;
 
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
         // Unsigned integers are read as they are; signed ones as Int64.
         let int = |t: &DataType| match t {
             DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
@@ -588,64 +657,36 @@ impl AggregateUDFImpl for TraceCountsAgg {
         }
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Binary)
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.add_batch(values)
     }
 
-    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(TraceCountsAccumulator::default()))
+    fn merge(&mut self, other: &Self) {
+        self.add_counts(other);
     }
 
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format!("{}_counts", args.name),
-            DataType::Binary,
-            true,
-        ))])
-    }
-}
-
-#[derive(Debug, Default)]
-struct TraceCountsAccumulator {
-    counts: TraceCounts,
-}
-
-impl Accumulator for TraceCountsAccumulator {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        self.counts.update(values)
+    fn encode(&self) -> Vec<u8> {
+        TraceCounts::encode(self)
     }
 
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Binary(Some(self.counts.encode())))
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        TraceCounts::decode(bytes)
     }
 
-    fn size(&self) -> usize {
+    fn allocated_bytes(&self) -> usize {
         let set = |s: &IdSet| match s {
             IdSet::Bits(w) => w.capacity() * 8,
             IdSet::Hashed(h) => h.capacity() * 16,
         };
-        std::mem::size_of_val(self)
-            + set(&self.counts.streams)
-            + set(&self.counts.publishers)
-            + self.counts.keys.bytes()
-    }
-
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![self.evaluate()?])
-    }
-
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        if let Some(s) = states.first() {
-            for bytes in s.as_binary::<i32>().iter().flatten() {
-                self.counts.merge(&TraceCounts::decode(bytes)?);
-            }
-        }
-        Ok(())
+        set(&self.streams) + set(&self.publishers) + self.keys.bytes()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::datatypes::Field;
+    use std::sync::Arc;
+
     use datafusion::arrow::array::{BooleanArray, UInt64Array};
     use proptest::prelude::*;
 
@@ -683,10 +724,10 @@ mod tests {
                 ]
             };
             let (mut a, mut b) = (TraceCounts::default(), TraceCounts::default());
-            a.update(&batch(&rows[..split])).unwrap();
-            b.update(&batch(&rows[split..])).unwrap();
+            a.add_batch(&batch(&rows[..split])).unwrap();
+            b.add_batch(&batch(&rows[split..])).unwrap();
             let mut c = TraceCounts::decode(&a.encode()).unwrap();
-            c.merge(&TraceCounts::decode(&b.encode()).unwrap());
+            c.add_counts(&TraceCounts::decode(&b.encode()).unwrap());
             let distinct = |f: fn(&Row) -> u64| {
                 rows.iter().map(f).collect::<HashSet<u64>>().len() as u64
             };
@@ -708,6 +749,55 @@ mod tests {
                 .len() as u64;
             prop_assert_eq!(c.distinct_keys(), keys);
             prop_assert_eq!(c.repeated_keys(), rows.len() as u64 - keys);
+        }
+    }
+
+    /// Key sets whose blocks turn into bitmaps merge block by block, through their binary
+    /// form, to the keys and repeats counted one by one; a malformed block is refused.
+    #[test]
+    fn dense_key_sets_merge_and_round_trip() {
+        // Stream 7: sequences 0..9000 in one set, 4000..13000 (and 5000 twice) in the
+        // other; stream 8: a few sparse ones in both.
+        let (mut a, mut b) = (KeySet::default(), KeySet::default());
+        let mut all: Vec<(u64, u64, u64)> = Vec::new();
+        for q in 0..9_000 {
+            a.insert(1, 7, q);
+            all.push((1, 7, q));
+        }
+        for q in (4_000..13_000).chain([5_000]) {
+            b.insert(1, 7, q);
+            all.push((1, 7, q));
+        }
+        for q in [3, 90, 4_095, 4_096] {
+            a.insert(1, 8, q);
+            b.insert(1, 8, q);
+            all.extend([(1, 8, q), (1, 8, q)]);
+        }
+        assert!(a.blocks.values().any(|b| matches!(b, Block::Dense(_))));
+        let decode = |s: &KeySet| {
+            let mut out = Vec::new();
+            s.encode(&mut out);
+            let mut r = Reader::new(&out);
+            let back = KeySet::decode(&mut r).unwrap();
+            r.finish().unwrap();
+            back
+        };
+        let mut merged = decode(&a);
+        assert_eq!(merged, a);
+        merged.merge(&decode(&b));
+        let distinct = all.iter().collect::<HashSet<_>>().len() as u64;
+        assert_eq!(merged.keys, distinct);
+        assert_eq!(merged.keys + merged.repeated, all.len() as u64);
+
+        // A list whose offsets do not increase, a list too long, an unknown kind.
+        for bad in [vec![0, 2, 5, 0], vec![0, 300], vec![2]] {
+            let mut bytes = Vec::new();
+            bad.iter().for_each(|&v| put(&mut bytes, v));
+            assert_eq!(
+                Block::decode(&mut Reader::new(&bytes)),
+                Err(DecodeError),
+                "{bad:?}"
+            );
         }
     }
 

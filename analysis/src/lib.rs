@@ -33,6 +33,7 @@
 
 use std::path::PathBuf;
 
+mod binary_agg;
 pub mod charts;
 pub mod compare;
 mod counts;

@@ -25,19 +25,14 @@
 //! assert_eq!(back, s);
 //! ```
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use datafusion::arrow::buffer::BooleanBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
-use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
-};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::hist::SignedStats;
+
+use crate::binary_agg::{self, BinaryState};
 
 pub use crate::counts::{TraceCounts, trace_counts_udaf};
 
@@ -109,212 +104,74 @@ fn add_grouped(
     }
 }
 
-fn binary_of<'a>(items: impl Iterator<Item = &'a SignedStats>) -> ArrayRef {
-    let mut b = BinaryBuilder::new();
-    for s in items {
-        b.append_value(s.encode());
-    }
-    Arc::new(b.finish())
-}
-
-/// `stage_stats(ns)`.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct SignedStatsAgg {
-    signature: Signature,
-}
-
 /// The `stage_stats` aggregate (not registered in sessions: its result is this module's
 /// own encoding, read with [`SignedStats::decode`]).
 #[must_use]
 pub fn stage_stats_udaf() -> AggregateUDF {
-    AggregateUDF::from(SignedStatsAgg {
-        signature: Signature::user_defined(Volatility::Immutable),
-    })
+    binary_agg::udaf::<SignedStats>()
 }
 
-impl AggregateUDFImpl for SignedStatsAgg {
-    fn name(&self) -> &str {
-        "stage_stats"
-    }
+impl BinaryState for SignedStats {
+    const NAME: &'static str = "stage_stats";
+    const STATE: &'static str = "stats";
+    const GROUPED: bool = true;
 
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
         match arg_types {
-            [t] => Ok(vec![crate::hdr::coerce_ns(self.name(), t)?]),
+            [t] => Ok(vec![crate::hdr::coerce_ns(Self::NAME, t)?]),
             _ => plan_err!("stage_stats takes one argument"),
         }
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Binary)
-    }
-
-    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(SignedStatsAccumulator::default()))
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format!("{}_stats", args.name),
-            DataType::Binary,
-            true,
-        ))])
-    }
-
-    fn groups_accumulator_supported(&self, _args: AccumulatorArgs) -> bool {
-        true
-    }
-
-    fn create_groups_accumulator(
-        &self,
-        _args: AccumulatorArgs,
-    ) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(SignedStatsGroups::default()))
-    }
-}
-
-#[derive(Debug, Default)]
-struct SignedStatsAccumulator {
-    stats: SignedStats,
-}
-
-impl Accumulator for SignedStatsAccumulator {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
         if let Some(v) = values.first() {
             let array = v.as_primitive::<Int64Type>();
             let kept = kept_rows(array, None);
-            add_rows(
-                &mut self.stats,
-                array.values(),
-                0..array.len(),
-                kept.as_ref(),
-            );
+            add_rows(self, array.values(), 0..array.len(), kept.as_ref());
         }
         Ok(())
     }
 
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Binary(Some(self.stats.encode())))
-    }
-
-    fn size(&self) -> usize {
-        std::mem::size_of_val(self) + self.stats.allocated_bytes()
-    }
-
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![self.evaluate()?])
-    }
-
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        if let Some(s) = states.first() {
-            for bytes in s.as_binary::<i32>().iter().flatten() {
-                self.stats
-                    .merge(&SignedStats::decode(bytes).map_err(|_| corrupt("stage_stats"))?);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `stage_stats` of every group at once.
-#[derive(Debug, Default)]
-struct SignedStatsGroups {
-    groups: Vec<SignedStats>,
-}
-
-impl SignedStatsGroups {
-    fn emit(&mut self, emit_to: EmitTo) -> ArrayRef {
-        let taken = emit_to.take_needed(&mut self.groups);
-        binary_of(taken.iter())
-    }
-}
-
-impl GroupsAccumulator for SignedStatsGroups {
-    fn update_batch(
-        &mut self,
+    fn update_groups(
+        groups: &mut [Self],
         values: &[ArrayRef],
         group_indices: &[usize],
-        opt_filter: Option<&BooleanArray>,
-        total_num_groups: usize,
+        filter: Option<&BooleanArray>,
     ) -> Result<()> {
-        self.groups
-            .resize_with(total_num_groups, SignedStats::default);
-        if let Some(v) = values.first() {
-            add_grouped(&mut self.groups, v, group_indices, opt_filter);
-        }
-        Ok(())
-    }
-
-    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        Ok(self.emit(emit_to))
-    }
-
-    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        Ok(vec![self.emit(emit_to)])
-    }
-
-    fn merge_batch(
-        &mut self,
-        values: &[ArrayRef],
-        group_indices: &[usize],
-        total_num_groups: usize,
-    ) -> Result<()> {
-        self.groups
-            .resize_with(total_num_groups, SignedStats::default);
-        let Some(states) = values.first() else {
-            return Ok(());
-        };
-        let states: &BinaryArray = states.as_binary::<i32>();
-        for (bytes, &g) in states.iter().zip(group_indices) {
-            if let Some(bytes) = bytes {
-                self.groups[g]
-                    .merge(&SignedStats::decode(bytes).map_err(|_| corrupt("stage_stats"))?);
+        match values.first() {
+            Some(v) => {
+                add_grouped(groups, v, group_indices, filter);
+                Ok(())
             }
+            None => plan_err!("stage_stats takes one argument"),
         }
-        Ok(())
     }
 
-    fn convert_to_state(
-        &self,
-        values: &[ArrayRef],
-        opt_filter: Option<&BooleanArray>,
-    ) -> Result<Vec<ArrayRef>> {
-        let Some(v) = values.first() else {
-            return plan_err!("stage_stats takes one argument");
-        };
-        let array = v.as_primitive::<Int64Type>();
-        let kept = kept_rows(array, opt_filter);
-        let rows = (0..array.len()).map(|i| {
-            let mut s = SignedStats::default();
-            if kept.as_ref().is_none_or(|k| k.value(i)) {
-                s.add_values(&[array.value(i)]);
-            }
-            s
-        });
-        let mut b = BinaryBuilder::new();
-        for s in rows {
-            b.append_value(s.encode());
-        }
-        Ok(vec![Arc::new(b.finish())])
+    fn merge(&mut self, other: &Self) {
+        SignedStats::merge(self, other);
     }
 
-    fn size(&self) -> usize {
-        // Groups are few (time buckets): summing them per batch is cheap.
-        self.groups.capacity() * std::mem::size_of::<SignedStats>()
-            + self
-                .groups
-                .iter()
-                .map(SignedStats::allocated_bytes)
-                .sum::<usize>()
+    fn encode(&self) -> Vec<u8> {
+        SignedStats::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        SignedStats::decode(bytes).map_err(|_| corrupt(Self::NAME))
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        SignedStats::allocated_bytes(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::common::ScalarValue;
+    use std::sync::Arc;
+
     use datafusion::arrow::array::Int64Array;
+    use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
     use hoptrace_format::hist::{HdrCounts, MAX_TRACKABLE_NS};
     use proptest::prelude::*;
 
@@ -395,7 +252,7 @@ mod tests {
             .collect()
     }
 
-    fn feed(acc: &mut SignedStatsGroups, rows: &[(usize, Option<i64>, bool)], filtered: bool) {
+    fn feed(acc: &mut dyn GroupsAccumulator, rows: &[(usize, Option<i64>, bool)], filtered: bool) {
         for chunk in rows.chunks(37) {
             let values: ArrayRef = Arc::new(Int64Array::from_iter(chunk.iter().map(|r| r.1)));
             let groups: Vec<usize> = chunk.iter().map(|r| r.0).collect();
@@ -423,8 +280,8 @@ mod tests {
             if sorted {
                 rows.sort_by_key(|r| r.0);
             }
-            let mut acc = SignedStatsGroups::default();
-            feed(&mut acc, &rows, filtered);
+            let mut acc = binary_agg::groups::<SignedStats>();
+            feed(acc.as_mut(), &rows, filtered);
             let got = decode_all(&acc.evaluate(EmitTo::All).unwrap());
             for (g, w) in got.iter().zip(expected(&rows, filtered)) {
                 assert_same(g, &w);
@@ -434,17 +291,17 @@ mod tests {
         #[test]
         fn partial_states_merge_to_the_whole(rows in rows(), split in 0_usize..300) {
             let split = split.min(rows.len());
-            let (mut a, mut b) = (SignedStatsGroups::default(), SignedStatsGroups::default());
-            feed(&mut a, &rows[..split], false);
-            feed(&mut b, &rows[split..], false);
-            let mut fin = SignedStatsGroups::default();
+            let (mut a, mut b) = (binary_agg::groups::<SignedStats>(), binary_agg::groups::<SignedStats>());
+            feed(a.as_mut(), &rows[..split], false);
+            feed(b.as_mut(), &rows[split..], false);
+            let mut fin = binary_agg::groups::<SignedStats>();
             for part in [&mut a, &mut b] {
                 let state = part.state(EmitTo::All).unwrap();
                 let n = state[0].len();
                 fin.merge_batch(&state, &(0..n).collect::<Vec<_>>(), 4).unwrap();
             }
             // Rows converted one by one to states merge to the same figures.
-            let mut each = SignedStatsGroups::default();
+            let mut each = binary_agg::groups::<SignedStats>();
             let values: ArrayRef = Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1)));
             let state = each.convert_to_state(&[values], None).unwrap();
             let groups: Vec<usize> = rows.iter().map(|r| r.0).collect();

@@ -1,7 +1,8 @@
-//! `weighted_moments(ns, weight)`: the mean and the population standard deviation of a
-//! stage with every value counted `weight` times (the metrics its message carried), as a
-//! [`WeightedMoments`] in a fixed binary form. The report's per-metric Mean and Std Dev
-//! come from it, beside the per-metric percentiles of `hdr_histogram(ns, metric_count)`.
+//! A stage with every value counted `weight` times (the metrics its message carried):
+//! `weighted_moments(ns, weight)`, its mean and population standard deviation as a
+//! [`WeightedMoments`] in a fixed binary form, and `per_metric(ns, weight)`, those moments
+//! together with the weighted histograms as a [`WeightedStage`], which is what the
+//! report's per-metric percentiles, Mean and Std Dev come from (one pass over the rows).
 //!
 //! The weighted sum is exact (an `i128`); the second moment is summed per batch about the
 //! batch's first value and batches are merged with the weighted form of Chan's update, so
@@ -21,15 +22,15 @@
 //! assert_eq!(WeightedMoments::decode(&m.encode()), Some(m));
 //! ```
 
-use std::sync::Arc;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::{Result, exec_err, plan_err};
+use datafusion::logical_expr::AggregateUDF;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
-use datafusion::common::{DataFusionError, Result, ScalarValue, exec_err, plan_err};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
-};
+use hoptrace_format::hist::{HdrCounts, MAX_TRACKABLE_NS, SignedStats, hdr_index};
+
+use crate::binary_agg::{self, BinaryState};
+use crate::stats::corrupt;
 
 /// First byte of an encoded [`WeightedMoments`].
 const TAG: u8 = 0x57;
@@ -70,7 +71,12 @@ impl WeightedMoments {
         for (v, w) in rows.filter(|&(_, w)| w > 0) {
             weight += w;
             sum += i128::from(v) * i128::from(w);
-            let d = (i128::from(v) - i128::from(shift)) as f64;
+            // In i64 unless the difference overflows it (values of opposite extreme
+            // signs): converting an i128 to f64 is a slow library call.
+            let d = match v.checked_sub(shift) {
+                Some(d) => d as f64,
+                None => (i128::from(v) - i128::from(shift)) as f64,
+            };
             squares += w as f64 * d * d;
         }
         // sum(w (v - mean)^2) = sum(w (v - s)^2) - W (mean - s)^2
@@ -133,8 +139,90 @@ impl WeightedMoments {
     }
 }
 
-fn corrupt() -> DataFusionError {
-    DataFusionError::Execution("internal: malformed weighted_moments state".into())
+/// First byte of an encoded [`WeightedStage`].
+const STAGE_TAG: u8 = 0x58;
+
+/// A stage per metric: its histograms (values `>= 0`, and magnitudes of values `< 0`, each
+/// clamped to the histogram's range) and its [`WeightedMoments`], every value counted
+/// `weight` times. The report's per-metric percentiles, mean and standard deviation come
+/// from it, through one aggregate, `per_metric(ns, weight)` ([`per_metric_udaf`]), that
+/// reads each row once for both.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightedStage {
+    /// Values `>= 0`, weighted.
+    pub pos: HdrCounts,
+    /// Magnitudes of values `< 0`, weighted.
+    pub neg: HdrCounts,
+    /// Weighted mean and second moment.
+    pub moments: WeightedMoments,
+}
+
+impl WeightedStage {
+    /// Adds `(row, value, weight)` rows (weights above 0).
+    fn add_rows(&mut self, rows: &[(usize, i64, u64)]) {
+        self.moments.add_slice(rows.iter().map(|&(_, v, w)| (v, w)));
+        for &(_, v, w) in rows.iter().filter(|r| r.2 > 0) {
+            if v >= 0 {
+                self.pos
+                    .add_at(hdr_index((v as u64).min(MAX_TRACKABLE_NS)), w);
+            } else {
+                self.neg
+                    .add_at(hdr_index(v.unsigned_abs().min(MAX_TRACKABLE_NS)), w);
+            }
+        }
+    }
+
+    /// The stage per metric when every message carried `metrics` metrics: the stage's
+    /// figures over the same rows with each value counted `metrics` times, which is what
+    /// `per_metric(ns, metric_count)` gives, without reading the rows again.
+    #[must_use]
+    pub fn scaled(stats: &SignedStats, metrics: u64) -> Self {
+        if metrics == 0 || stats.count == 0 {
+            return Self::default();
+        }
+        let scale = |h: &HdrCounts| {
+            let mut out = HdrCounts::new();
+            for (i, n) in h.non_zero() {
+                out.add_at(i, n * metrics);
+            }
+            out
+        };
+        Self {
+            pos: scale(&stats.pos),
+            neg: scale(&stats.neg),
+            moments: WeightedMoments {
+                weight: stats.count * metrics,
+                sum: stats.sum * i128::from(metrics),
+                m2: stats.m2 * metrics as f64,
+            },
+        }
+    }
+
+    /// Adds `other`'s values.
+    pub fn merge(&mut self, other: &Self) {
+        self.pos.merge(&other.pos);
+        self.neg.merge(&other.neg);
+        self.moments.merge(&other.moments);
+    }
+
+    /// A binary form, for aggregate states; not for storing.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![STAGE_TAG];
+        out.extend(self.moments.encode());
+        out.extend(crate::hdr::serialize_signed(&self.pos, &self.neg));
+        out
+    }
+
+    /// Reads [`Self::encode`]'s bytes; `None` for anything else.
+    #[must_use]
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let rest = bytes.strip_prefix(&[STAGE_TAG])?;
+        let (moments, hist) = rest.split_at_checked(ENCODED_LEN)?;
+        let moments = WeightedMoments::decode(moments)?;
+        let (pos, neg) = crate::hdr::deserialize_signed(hist).ok()?;
+        Some(Self { pos, neg, moments })
+    }
 }
 
 /// The rows of a batch as (value, weight) pairs, NULLs and rows outside `filter` left
@@ -160,196 +248,139 @@ fn rows<'a>(
     Ok(out)
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct WeightedMomentsAgg {
-    signature: Signature,
-}
-
 /// The `weighted_moments(ns, weight)` aggregate (not registered in sessions: its result
 /// is this module's own encoding, read with [`WeightedMoments::decode`]).
 #[must_use]
 pub fn weighted_moments_udaf() -> AggregateUDF {
-    AggregateUDF::from(WeightedMomentsAgg {
-        signature: Signature::user_defined(Volatility::Immutable),
-    })
+    binary_agg::udaf::<WeightedMoments>()
 }
 
-impl AggregateUDFImpl for WeightedMomentsAgg {
-    fn name(&self) -> &str {
-        "weighted_moments"
+impl BinaryState for WeightedMoments {
+    const NAME: &'static str = "weighted_moments";
+    const STATE: &'static str = "moments";
+    const GROUPED: bool = true;
+
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        coerce_value_and_weight(Self::NAME, arg_types)
     }
 
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        match arg_types {
-            [t, w] if w.is_integer() || *w == DataType::Null => Ok(vec![
-                crate::hdr::coerce_ns(self.name(), t)?,
-                DataType::Int64,
-            ]),
-            _ => plan_err!("weighted_moments takes (ns, integer weight)"),
-        }
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Binary)
-    }
-
-    fn accumulator(&self, _args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(MomentsAccumulator::default()))
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format!("{}_moments", args.name),
-            DataType::Binary,
-            true,
-        ))])
-    }
-
-    fn groups_accumulator_supported(&self, _args: AccumulatorArgs) -> bool {
-        true
-    }
-
-    fn create_groups_accumulator(
-        &self,
-        _args: AccumulatorArgs,
-    ) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(MomentsGroups::default()))
-    }
-}
-
-#[derive(Debug, Default)]
-struct MomentsAccumulator {
-    m: WeightedMoments,
-}
-
-impl Accumulator for MomentsAccumulator {
-    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
         if let [v, w] = values {
             let r = rows(v, w, None)?;
-            self.m.add_slice(r.iter().map(|&(_, v, w)| (v, w)));
+            self.add_slice(r.iter().map(|&(_, v, w)| (v, w)));
         }
         Ok(())
     }
 
-    fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Binary(Some(self.m.encode())))
-    }
-
-    fn size(&self) -> usize {
-        std::mem::size_of_val(self)
-    }
-
-    fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![self.evaluate()?])
-    }
-
-    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        if let Some(s) = states.first() {
-            for bytes in s.as_binary::<i32>().iter().flatten() {
-                self.m
-                    .merge(&WeightedMoments::decode(bytes).ok_or_else(corrupt)?);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `weighted_moments` of every group at once.
-#[derive(Debug, Default)]
-struct MomentsGroups {
-    groups: Vec<WeightedMoments>,
-}
-
-impl MomentsGroups {
-    fn emit(&mut self, emit_to: EmitTo) -> ArrayRef {
-        let taken = emit_to.take_needed(&mut self.groups);
-        Arc::new(BinaryArray::from_iter_values(
-            taken.iter().map(WeightedMoments::encode),
-        ))
-    }
-}
-
-impl GroupsAccumulator for MomentsGroups {
-    fn update_batch(
-        &mut self,
+    fn update_groups(
+        groups: &mut [Self],
         values: &[ArrayRef],
         group_indices: &[usize],
-        opt_filter: Option<&BooleanArray>,
-        total_num_groups: usize,
+        filter: Option<&BooleanArray>,
     ) -> Result<()> {
-        self.groups
-            .resize_with(total_num_groups, WeightedMoments::default);
-        let [v, w] = values else {
-            return plan_err!("weighted_moments takes (ns, integer weight)");
-        };
-        let r = rows(v, w, opt_filter)?;
-        // Rows of one group come in stretches (time buckets are contiguous in a run's
-        // files): each stretch is one slice.
-        let mut start = 0;
-        while start < r.len() {
-            let g = group_indices[r[start].0];
-            let end = start
-                + r[start..]
-                    .iter()
-                    .take_while(|&&(i, _, _)| group_indices[i] == g)
-                    .count();
-            self.groups[g].add_slice(r[start..end].iter().map(|&(_, v, w)| (v, w)));
-            start = end;
+        for_stretches(values, group_indices, filter, |g, rows| {
+            groups[g].add_slice(rows.iter().map(|&(_, v, w)| (v, w)));
+        })
+    }
+
+    fn merge(&mut self, other: &Self) {
+        WeightedMoments::merge(self, other);
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        WeightedMoments::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        WeightedMoments::decode(bytes).ok_or_else(|| corrupt(Self::NAME))
+    }
+}
+
+/// The `per_metric(ns, weight)` aggregate (not registered in sessions: its result is
+/// [`WeightedStage::encode`]'s form, read with [`WeightedStage::decode`]).
+#[must_use]
+pub fn per_metric_udaf() -> AggregateUDF {
+    binary_agg::udaf::<WeightedStage>()
+}
+
+impl BinaryState for WeightedStage {
+    const NAME: &'static str = "per_metric";
+    const STATE: &'static str = "per_metric";
+    const GROUPED: bool = true;
+
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        coerce_value_and_weight(Self::NAME, arg_types)
+    }
+
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
+        if let [v, w] = values {
+            self.add_rows(&rows(v, w, None)?);
         }
         Ok(())
     }
 
-    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        Ok(self.emit(emit_to))
-    }
-
-    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        Ok(vec![self.emit(emit_to)])
-    }
-
-    fn merge_batch(
-        &mut self,
+    fn update_groups(
+        groups: &mut [Self],
         values: &[ArrayRef],
         group_indices: &[usize],
-        total_num_groups: usize,
+        filter: Option<&BooleanArray>,
     ) -> Result<()> {
-        self.groups
-            .resize_with(total_num_groups, WeightedMoments::default);
-        let Some(states) = values.first() else {
-            return Ok(());
-        };
-        for (bytes, &g) in states.as_binary::<i32>().iter().zip(group_indices) {
-            if let Some(bytes) = bytes {
-                self.groups[g].merge(&WeightedMoments::decode(bytes).ok_or_else(corrupt)?);
-            }
-        }
-        Ok(())
+        for_stretches(values, group_indices, filter, |g, rows| {
+            groups[g].add_rows(rows);
+        })
     }
 
-    fn convert_to_state(
-        &self,
-        values: &[ArrayRef],
-        opt_filter: Option<&BooleanArray>,
-    ) -> Result<Vec<ArrayRef>> {
-        let [v, w] = values else {
-            return plan_err!("weighted_moments takes (ns, integer weight)");
-        };
-        let mut states = vec![WeightedMoments::default(); v.len()];
-        for (i, v, w) in rows(v, w, opt_filter)? {
-            states[i].add(v, w);
-        }
-        Ok(vec![Arc::new(BinaryArray::from_iter_values(
-            states.iter().map(WeightedMoments::encode),
-        ))])
+    fn merge(&mut self, other: &Self) {
+        WeightedStage::merge(self, other);
     }
 
-    fn size(&self) -> usize {
-        self.groups.capacity() * std::mem::size_of::<WeightedMoments>()
+    fn encode(&self) -> Vec<u8> {
+        WeightedStage::encode(self)
     }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        WeightedStage::decode(bytes).ok_or_else(|| corrupt(Self::NAME))
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.pos.allocated_bytes() + self.neg.allocated_bytes()
+    }
+}
+
+/// `(ns, integer weight)`: the value as a duration, the weight as Int64.
+fn coerce_value_and_weight(name: &str, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+    match arg_types {
+        [t, w] if w.is_integer() || *w == DataType::Null => {
+            Ok(vec![crate::hdr::coerce_ns(name, t)?, DataType::Int64])
+        }
+        _ => plan_err!("{name} takes (ns, integer weight)"),
+    }
+}
+
+/// Calls `add(group, rows)` for each stretch of consecutive counted rows of one group
+/// (time buckets are contiguous in a run's files, so stretches are long).
+fn for_stretches(
+    values: &[ArrayRef],
+    group_indices: &[usize],
+    filter: Option<&BooleanArray>,
+    mut add: impl FnMut(usize, &[(usize, i64, u64)]),
+) -> Result<()> {
+    let [v, w] = values else {
+        return plan_err!("this aggregate takes (ns, integer weight)");
+    };
+    let r = rows(v, w, filter)?;
+    let mut start = 0;
+    while start < r.len() {
+        let g = group_indices[r[start].0];
+        let end = start
+            + r[start..]
+                .iter()
+                .take_while(|&&(i, _, _)| group_indices[i] == g)
+                .count();
+        add(g, &r[start..end]);
+        start = end;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -405,5 +436,90 @@ mod tests {
         assert_eq!(whole.sum, pieces.sum);
         assert_eq!(WeightedMoments::default().mean_ns(), None);
         assert_eq!(WeightedMoments::decode(&[TAG, 1, 2]), None);
+    }
+
+    /// `per_metric` per group, through the groups accumulator and its partial states,
+    /// equals the histograms and moments built row by row (NULLs, zero weights, negative
+    /// and out-of-range values included).
+    #[test]
+    fn per_metric_groups_match_row_by_row() {
+        use std::sync::Arc;
+
+        use datafusion::logical_expr::EmitTo;
+
+        let rows: Vec<(usize, Option<i64>, Option<i64>)> = (0..5_000_i64)
+            .map(|i| {
+                let v = match i % 7 {
+                    0 => None,
+                    1 => Some(-(i * 13)),
+                    2 => Some(i64::MAX),
+                    _ => Some(i * 1_009 % 3_000_000),
+                };
+                let w = if i % 11 == 0 { None } else { Some(i % 5) };
+                ((i / 1_000) as usize % 3, v, w)
+            })
+            .collect();
+        let mut want = vec![WeightedStage::default(); 3];
+        for &(g, v, w) in &rows {
+            if let (Some(v), Some(w)) = (v, w)
+                && w > 0
+            {
+                let w = w as u64;
+                want[g].moments.add(v, w);
+                let (h, m) = if v >= 0 {
+                    (&mut want[g].pos, v as u64)
+                } else {
+                    (&mut want[g].neg, v.unsigned_abs())
+                };
+                h.add_at(hdr_index(m.min(MAX_TRACKABLE_NS)), w);
+            }
+        }
+        let mut acc = binary_agg::groups::<WeightedStage>();
+        let mut fin = binary_agg::groups::<WeightedStage>();
+        for chunk in rows.chunks(333) {
+            let v: ArrayRef = Arc::new(Int64Array::from_iter(chunk.iter().map(|r| r.1)));
+            let w: ArrayRef = Arc::new(Int64Array::from_iter(chunk.iter().map(|r| r.2)));
+            let groups: Vec<usize> = chunk.iter().map(|r| r.0).collect();
+            acc.update_batch(&[v, w], &groups, None, 3).unwrap();
+        }
+        let state = acc.state(EmitTo::All).unwrap();
+        fin.merge_batch(&state, &[0, 1, 2], 3).unwrap();
+        let got = fin.evaluate(EmitTo::All).unwrap();
+        for (g, want) in want.iter().enumerate() {
+            let got = WeightedStage::decode(got.as_binary::<i32>().value(g)).unwrap();
+            assert_eq!((&got.pos, &got.neg), (&want.pos, &want.neg), "group {g}");
+            assert_eq!(got.moments.weight, want.moments.weight);
+            assert_eq!(got.moments.sum, want.moments.sum);
+            let close = (got.moments.m2 - want.moments.m2).abs() <= 1e-9 * want.moments.m2;
+            assert!(close, "{} vs {}", got.moments.m2, want.moments.m2);
+        }
+    }
+
+    /// With one weight for every row, the stage's figures scaled give what `per_metric`
+    /// computes row by row.
+    #[test]
+    fn scaled_stage_figures_equal_per_metric_with_a_constant_weight() {
+        let values: Vec<i64> = (0..20_000_i64)
+            .map(|i| match i % 9 {
+                0 => -(i * 7),
+                1 => 5_000_000_000_000 + i,
+                _ => (i * 7_919) % 40_000_000,
+            })
+            .collect();
+        let mut stats = SignedStats::default();
+        stats.add_values(&values);
+        for metrics in [0_u64, 1, 20, 1_000] {
+            let mut want = WeightedStage::default();
+            let rows: Vec<(usize, i64, u64)> = values.iter().map(|&v| (0, v, metrics)).collect();
+            want.add_rows(&rows);
+            let got = WeightedStage::scaled(&stats, metrics);
+            assert_eq!((&got.pos, &got.neg), (&want.pos, &want.neg), "{metrics}");
+            assert_eq!(
+                (got.moments.weight, got.moments.sum),
+                (want.moments.weight, want.moments.sum)
+            );
+            let tolerance = 1e-9 * want.moments.m2.abs();
+            assert!((got.moments.m2 - want.moments.m2).abs() <= tolerance);
+        }
     }
 }

@@ -19,6 +19,7 @@
 //!   about the mean, merged with Chan's parallel formula; the standard deviation is the
 //!   population one (divided by `n`).
 
+use crate::varint::{Reader, put, put_zigzag};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -292,9 +293,7 @@ pub fn signed_percentile(pos: &HdrCounts, neg: &HdrCounts, q: f64) -> Option<Per
 }
 
 /// Why [`SignedStats::decode`] failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("malformed stage statistics state")]
-pub struct DecodeError;
+pub use crate::varint::DecodeError;
 
 /// A stage's figures over a group of deltas, every sign included.
 ///
@@ -425,78 +424,29 @@ impl SlicePass {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_zigzag(out: &mut Vec<u8>, v: i64) {
-    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-/// Reads what the `put_*` functions wrote.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, DecodeError> {
-        let (&b, rest) = self.bytes.split_first().ok_or(DecodeError)?;
-        self.bytes = rest;
-        Ok(b)
-    }
-
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let (head, rest) = self.bytes.split_first_chunk::<N>().ok_or(DecodeError)?;
-        self.bytes = rest;
-        Ok(*head)
-    }
-
-    fn varint(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0_u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7F) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
+/// A histogram written by [`put_counts`].
+fn read_counts(r: &mut Reader<'_>) -> Result<HdrCounts, DecodeError> {
+    let mut h = HdrCounts::new();
+    let buckets = r.varint()?;
+    let mut next = 0_usize;
+    for _ in 0..buckets {
+        let skip = usize::try_from(r.varint()?).map_err(|_| DecodeError)?;
+        let index = next.checked_add(skip).ok_or(DecodeError)?;
+        if index >= HDR_LEN {
+            return Err(DecodeError);
         }
-        Err(DecodeError)
+        h.add_at(index, r.varint()?);
+        next = index + 1;
     }
-
-    fn zigzag(&mut self) -> Result<i64, DecodeError> {
-        let v = self.varint()?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
-    }
-
-    /// A histogram written by [`put_counts`].
-    fn counts(&mut self) -> Result<HdrCounts, DecodeError> {
-        let mut h = HdrCounts::new();
-        let buckets = self.varint()?;
-        let mut next = 0_usize;
-        for _ in 0..buckets {
-            let skip = usize::try_from(self.varint()?).map_err(|_| DecodeError)?;
-            let index = next.checked_add(skip).ok_or(DecodeError)?;
-            if index >= HDR_LEN {
-                return Err(DecodeError);
-            }
-            h.add_at(index, self.varint()?);
-            next = index + 1;
-        }
-        Ok(h)
-    }
+    Ok(h)
 }
-
 /// Non-empty buckets as their number, then (zeros skipped, count) pairs.
 fn put_counts(out: &mut Vec<u8>, h: &HdrCounts) {
-    put_varint(out, h.non_zero().count() as u64);
+    put(out, h.non_zero().count() as u64);
     let mut next = 0;
     for (i, c) in h.non_zero() {
-        put_varint(out, (i - next) as u64);
-        put_varint(out, c);
+        put(out, (i - next) as u64);
+        put(out, c);
         next = i + 1;
     }
 }
@@ -644,9 +594,9 @@ impl SignedStats {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.push(STATS_TAG);
-        put_varint(&mut out, self.count);
-        put_varint(&mut out, self.negative);
-        put_varint(&mut out, self.clamped);
+        put(&mut out, self.count);
+        put(&mut out, self.negative);
+        put(&mut out, self.clamped);
         put_zigzag(&mut out, self.min);
         put_zigzag(&mut out, self.max);
         out.extend_from_slice(&self.sum.to_le_bytes());
@@ -661,7 +611,7 @@ impl SignedStats {
     /// # Errors
     /// When `bytes` are not such an encoding.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut r = Reader { bytes };
+        let mut r = Reader::new(bytes);
         if r.byte()? != STATS_TAG {
             return Err(DecodeError);
         }
@@ -673,10 +623,11 @@ impl SignedStats {
             max: r.zigzag()?,
             sum: i128::from_le_bytes(r.fixed()?),
             m2: f64::from_le_bytes(r.fixed()?),
-            pos: r.counts()?,
-            neg: r.counts()?,
+            pos: read_counts(&mut r)?,
+            neg: read_counts(&mut r)?,
         };
-        if !r.bytes.is_empty() || s.pos.len() + s.neg.len() != s.count {
+        r.finish()?;
+        if s.pos.len() + s.neg.len() != s.count {
             return Err(DecodeError);
         }
         Ok(s)

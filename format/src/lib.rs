@@ -7,6 +7,8 @@
 //!   3 significant digits), one rank rule for quantiles, one percentile type with its
 //!   precision, and [`hist::SignedStats`], the statistics of a stage over *all* its known
 //!   deltas, negative ones (clock error) included.
+//! - [`varint`]: the varints and reader that the binary forms of aggregate states (the
+//!   statistics above, the analysis's trace counts) are built from.
 //!
 //! This crate must never depend on the collector, the analysis, DataFusion, a network
 //! client or an async runtime: it is the small common ground both sides build on.
@@ -30,3 +32,4 @@ pub mod run;
 pub mod schema;
 pub mod spec;
 pub mod units;
+pub mod varint;
