@@ -15,8 +15,7 @@ use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
 use hoptrace_format::hist::{
-    HdrCounts, MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, SignedStats, new_histogram,
-    signed_percentile,
+    MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, SignedStats, new_histogram, signed_percentile,
 };
 use hoptrace_format::run::HostInfo;
 use hoptrace_format::spec::StageSpec;
@@ -28,7 +27,7 @@ pub use crate::polled::{
 };
 use crate::session::{RunSet, quote_ident, stage_column};
 use crate::stats::{self, TraceCounts};
-use crate::weighted::WeightedMoments;
+use crate::weighted::WeightedStage;
 
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -222,58 +221,31 @@ pub struct PerMetric {
     pub percentiles: Vec<PercentileValue>,
 }
 
-/// The weighted histograms of one stage (values `>= 0` and magnitudes of values `< 0`)
-/// and its weighted moments, each trace counted `metric_count` times.
-#[derive(Debug, Clone, Default)]
-struct Weighted {
-    pos: HdrCounts,
-    neg: HdrCounts,
-    moments: WeightedMoments,
+/// The per-metric figures of one stage from its weighted histograms and moments.
+fn per_metric(w: &WeightedStage) -> PerMetric {
+    PerMetric {
+        count: w.pos.len() + w.neg.len(),
+        mean_ns: w.moments.mean_ns(),
+        stddev_ns: w.moments.stddev_ns(),
+        percentiles: QUANTILES
+            .iter()
+            .filter_map(|&q| signed_percentile(&w.pos, &w.neg, q))
+            .map(|p| PercentileValue {
+                label: quantile_label(p.quantile),
+                quantile: p.quantile,
+                value_ns: p.value_ns,
+                precision_ns: p.precision_ns,
+            })
+            .collect(),
+    }
 }
 
-impl Weighted {
-    /// From `hdr_histogram(ns, metric_count)` and `weighted_moments(ns, metric_count)`.
-    fn decode(hist: Option<&[u8]>, moments: Option<&[u8]>) -> Result<Self, AnalysisError> {
-        let moments = match moments {
-            Some(b) => WeightedMoments::decode(b).ok_or_else(|| {
-                AnalysisError::Render("internal: malformed weighted moments".into())
-            })?,
-            None => WeightedMoments::default(),
-        };
-        let Some(bytes) = hist else {
-            return Ok(Self {
-                moments,
-                ..Self::default()
-            });
-        };
-        let (pos, neg) = crate::hdr::deserialize_signed(bytes)
-            .map_err(|e| AnalysisError::Render(format!("internal: {e}")))?;
-        Ok(Self { pos, neg, moments })
-    }
-
-    fn merge(&mut self, other: &Self) {
-        self.pos.merge(&other.pos);
-        self.neg.merge(&other.neg);
-        self.moments.merge(&other.moments);
-    }
-
-    fn summary(&self) -> PerMetric {
-        PerMetric {
-            count: self.pos.len() + self.neg.len(),
-            mean_ns: self.moments.mean_ns(),
-            stddev_ns: self.moments.stddev_ns(),
-            percentiles: QUANTILES
-                .iter()
-                .filter_map(|&q| signed_percentile(&self.pos, &self.neg, q))
-                .map(|p| PercentileValue {
-                    label: quantile_label(p.quantile),
-                    quantile: p.quantile,
-                    value_ns: p.value_ns,
-                    precision_ns: p.precision_ns,
-                })
-                .collect(),
-        }
-    }
+/// A `per_metric` result: its stage, or an empty one for NULL.
+fn weighted_stage(bytes: Option<&[u8]>) -> Result<WeightedStage, AnalysisError> {
+    bytes.map_or(Ok(WeightedStage::default()), |b| {
+        WeightedStage::decode(b)
+            .ok_or_else(|| AnalysisError::Render("internal: malformed per-metric state".into()))
+    })
 }
 
 impl StageSummary {
@@ -520,17 +492,37 @@ struct BucketScan {
     metrics: u64,
     stages: Vec<SignedStats>,
     /// Every stage weighted by metrics.
-    weighted: Vec<Weighted>,
+    weighted: Vec<WeightedStage>,
+}
+
+/// The metrics every message of the run carried, when that is one number (read from the
+/// files' statistics where they answer): then each stage per metric is its per-message
+/// figures scaled ([`WeightedStage::scaled`]) and the scans compute no `per_metric`.
+async fn constant_metric_count(ctx: &SessionContext) -> Result<Option<u64>, AnalysisError> {
+    let row = one_row(
+        ctx,
+        "SELECT count(*) AS rows, count(metric_count) AS counted, \
+         min(metric_count) AS lo, max(metric_count) AS hi FROM traces_raw",
+    )
+    .await?;
+    let (lo, hi) = (as_i64(&scalar(&row, "lo")?), as_i64(&scalar(&row, "hi")?));
+    let every_row = as_u64(&scalar(&row, "rows")?) == as_u64(&scalar(&row, "counted")?);
+    Ok(match (lo, hi) {
+        (Some(lo), Some(hi)) if lo == hi && every_row => u64::try_from(lo).ok(),
+        _ => None,
+    })
 }
 
 /// The one scan of the stage columns: per time bucket of `bucket_ns` from `t_min`, the
-/// traces, their metrics and [`SignedStats`] of every stage.
+/// traces, their metrics and [`SignedStats`] of every stage, and every stage per metric
+/// (scaled from its figures when every message carried `constant_metrics`).
 async fn scan_buckets(
     runs: &RunSet,
     ctx: &SessionContext,
     time_col: &str,
     t_min: i64,
     bucket_ns: i64,
+    constant_metrics: Option<u64>,
 ) -> Result<Vec<BucketScan>, AnalysisError> {
     let stages = &runs.pipeline().stages;
     let df = ctx.table("traces").await?;
@@ -539,7 +531,7 @@ async fn scan_buckets(
             "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
         ))?
         .alias("b");
-    let aggregates = trace_aggregates(&df, stages)?;
+    let aggregates = trace_aggregates(&df, stages, constant_metrics.is_none())?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
     let mut out = Vec::new();
     for batch in &batches {
@@ -554,12 +546,12 @@ async fn scan_buckets(
         let stage_cols = (0..stages.len())
             .map(|i| Ok(column(&format!("s_{i}"))?.as_binary::<i32>()))
             .collect::<Result<Vec<_>, AnalysisError>>()?;
-        let weighted_cols = (0..stages.len())
-            .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
-            .collect::<Result<Vec<_>, AnalysisError>>()?;
-        let moment_cols = (0..stages.len())
-            .map(|i| Ok(column(&format!("m_{i}"))?.as_binary::<i32>()))
-            .collect::<Result<Vec<_>, AnalysisError>>()?;
+        let weighted_cols = match constant_metrics {
+            Some(_) => Vec::new(),
+            None => (0..stages.len())
+                .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
+                .collect::<Result<Vec<_>, AnalysisError>>()?,
+        };
         for r in 0..batch.num_rows() {
             let u = |a: &Int64Array| {
                 if a.is_valid(r) {
@@ -568,24 +560,26 @@ async fn scan_buckets(
                     0
                 }
             };
+            let figures: Vec<SignedStats> = stage_cols
+                .iter()
+                .map(|c| SignedStats::decode(c.value(r)))
+                .collect::<Result<_, _>>()?;
+            let weighted = match constant_metrics {
+                Some(m) => figures
+                    .iter()
+                    .map(|f| WeightedStage::scaled(f, m))
+                    .collect(),
+                None => weighted_cols
+                    .iter()
+                    .map(|c| weighted_stage(c.is_valid(r).then(|| c.value(r))))
+                    .collect::<Result<_, _>>()?,
+            };
             out.push(BucketScan {
                 bucket: b.is_valid(r).then(|| b.value(r)),
                 messages: u(messages),
                 metrics: u(metrics),
-                stages: stage_cols
-                    .iter()
-                    .map(|c| SignedStats::decode(c.value(r)))
-                    .collect::<Result<_, _>>()?,
-                weighted: weighted_cols
-                    .iter()
-                    .zip(&moment_cols)
-                    .map(|(c, m)| {
-                        Weighted::decode(
-                            c.is_valid(r).then(|| c.value(r)),
-                            m.is_valid(r).then(|| m.value(r)),
-                        )
-                    })
-                    .collect::<Result<_, _>>()?,
+                stages: figures,
+                weighted,
             });
         }
     }
@@ -593,11 +587,12 @@ async fn scan_buckets(
 }
 
 /// The aggregates every scan of the traces computes: `messages`, `metrics`, `s_<i>`, the
-/// [`SignedStats`] of stage `i`, and `w_<i>` and `m_<i>`, its histogram and its moments
-/// weighted by `metric_count`.
+/// [`SignedStats`] of stage `i`, and with `per_metric`, `w_<i>`, its histograms and
+/// moments weighted by `metric_count` (a [`WeightedStage`]).
 fn trace_aggregates(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
+    per_metric: bool,
 ) -> Result<Vec<datafusion::prelude::Expr>, AnalysisError> {
     let mut aggregates = vec![
         df.parse_sql_expr("count(*)")?.alias("messages"),
@@ -605,25 +600,20 @@ fn trace_aggregates(
             .alias("metrics"),
     ];
     let stage_stats = stats::stage_stats_udaf();
-    let moments = crate::weighted::weighted_moments_udaf();
+    let weighted = crate::weighted::per_metric_udaf();
     for (i, st) in stages.iter().enumerate() {
         aggregates.push(
             stage_stats
                 .call(vec![ident(stage_column(&st.name))])
                 .alias(format!("s_{i}")),
         );
-        aggregates.push(
-            df.parse_sql_expr(&format!(
-                "hdr_histogram({}, metric_count)",
-                quote_ident(&stage_column(&st.name))
-            ))?
-            .alias(format!("w_{i}")),
-        );
-        aggregates.push(
-            moments
-                .call(vec![ident(stage_column(&st.name)), ident("metric_count")])
-                .alias(format!("m_{i}")),
-        );
+        if per_metric {
+            aggregates.push(
+                weighted
+                    .call(vec![ident(stage_column(&st.name)), ident("metric_count")])
+                    .alias(format!("w_{i}")),
+            );
+        }
     }
     Ok(aggregates)
 }
@@ -661,7 +651,9 @@ async fn scan_counts(ctx: &SessionContext) -> Result<TraceCounts, AnalysisError>
 /// time buckets, each bucket holding every stage's exact figures and histogram (the
 /// whole run is their merge); once for the small columns (status, flags, missing hops,
 /// streams, publishers). Before both, the first and last stamps (which place the time
-/// buckets) come from Parquet statistics.
+/// buckets) come from Parquet statistics, and so does whether every message carried the
+/// same number of metrics: then the per-metric figures are the per-message ones scaled,
+/// and the scan computes them only otherwise.
 ///
 /// # Errors
 /// When a query fails (unreadable Parquet, a spec whose hops are not columns).
@@ -685,7 +677,8 @@ pub async fn compute(
     let bucket_ns = bucket_s * 1_000_000_000;
     let nbuckets = usize::try_from((t_max - t_min) / bucket_ns + 1).unwrap_or(1);
 
-    let scanned = scan_buckets(runs, ctx, &time_col, t_min, bucket_ns).await?;
+    let constant_metrics = constant_metric_count(ctx).await?;
+    let scanned = scan_buckets(runs, ctx, &time_col, t_min, bucket_ns, constant_metrics).await?;
     let counts = scan_counts(ctx).await?;
 
     let rows: u64 = scanned.iter().map(|s| s.messages).sum();
@@ -706,7 +699,7 @@ pub async fn compute(
         })
         .collect();
     let mut whole = vec![SignedStats::default(); pipeline.stages.len()];
-    let mut whole_weighted = vec![Weighted::default(); pipeline.stages.len()];
+    let mut whole_weighted = vec![WeightedStage::default(); pipeline.stages.len()];
     let mut by_time: Vec<Vec<Option<&SignedStats>>> =
         vec![vec![None; nbuckets]; pipeline.stages.len()];
     for s in &scanned {
@@ -929,7 +922,8 @@ pub async fn window(
         "CAST(intended_ns AS BIGINT) >= {from} AND CAST(intended_ns AS BIGINT) < {to}"
     ))?;
     let df = df.filter(due)?;
-    let mut aggregates = trace_aggregates(&df, &pipeline.stages)?;
+    let constant_metrics = constant_metric_count(ctx).await?;
+    let mut aggregates = trace_aggregates(&df, &pipeline.stages, constant_metrics.is_none())?;
     aggregates.push(
         df.parse_sql_expr("sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END)")?
             .alias("complete"),
@@ -954,8 +948,10 @@ pub async fn window(
                 _ => None,
             })
         };
-        let (hist, moments) = (binary(format!("w_{i}"))?, binary(format!("m_{i}"))?);
-        let weighted = Weighted::decode(hist.as_deref(), moments.as_deref())?;
+        let weighted = match constant_metrics {
+            Some(m) => WeightedStage::scaled(&figures, m),
+            None => weighted_stage(binary(format!("w_{i}"))?.as_deref())?,
+        };
         stages.push(stage_summary(st, &figures, &weighted, &env.hosts, &polled));
     }
     Ok(WindowSummary {
@@ -972,7 +968,7 @@ pub async fn window(
 fn stage_summary(
     st: &StageSpec,
     figures: &SignedStats,
-    weighted: &Weighted,
+    weighted: &WeightedStage,
     hosts: &[HostSummary],
     polled: &[PolledHop],
 ) -> StageSummary {
@@ -1012,7 +1008,7 @@ fn stage_summary(
         clock_note: note,
         clock_warning,
         poll_bracket: poll_bracket(polled, &st.from, &st.to, p50),
-        per_metric: Some(weighted.summary()),
+        per_metric: Some(per_metric(weighted)),
     }
 }
 
