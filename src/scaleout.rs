@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hoptrace_collector::kafka::{KafkaTarget, Relay, RelayConfig};
+use hoptrace_collector::kafka::{RecordsTopic, Relay, RelayConfig};
 use hoptrace_format::spec::PipelineSpec;
 
 use crate::units::parse_listen;
@@ -59,7 +59,7 @@ pub struct RelayArgs {
 /// A bad target or spec, Kafka unreachable, a bind failure.
 pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
-    let target = KafkaTarget::parse(&args.to)?;
+    let target = RecordsTopic::parse(&args.to)?;
     let mut cfg = RelayConfig::new(
         args.listen.clone(),
         crate::collect::load_spec(args.pipeline.as_deref())?,

@@ -2,14 +2,14 @@
 //! dead broker, a run id used twice, copies of runs, typos in queries and gates. Every
 //! test runs the real binary.
 
-use std::io::Read as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    bin, broker, hoptrace_in, interrupt, list, roundtrip_run, scratch, text, wait_within,
+    OTHER_PIPELINE, bin, broker, collect_briefly, failure, hoptrace_in, list, roundtrip_run,
+    scratch, spawn_in, text,
 };
 
 /// `bash -o pipefail -c "<hoptrace ARGS> | head -1"` in `dir`: the status is hoptrace's.
@@ -101,8 +101,9 @@ fn publish_into_head_exits_cleanly() {
 fn collect_from_a_dead_broker_fails_within_seconds() {
     let dir = scratch("dead-kafka");
     let started = Instant::now();
-    let mut child = Command::new(bin())
-        .args([
+    let o = spawn_in(
+        &dir,
+        &[
             "collect",
             "--from",
             "kafka://127.0.0.1:1/cli-dead",
@@ -111,25 +112,11 @@ fn collect_from_a_dead_broker_fails_within_seconds() {
             "--duration-s",
             "5",
             "--runs",
-        ])
-        .arg(dir.join("runs"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_within(
-        &mut child,
-        Duration::from_secs(20),
-        "collect --from a dead broker",
-    );
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(!status.success(), "{err}");
+            "runs",
+        ],
+    )
+    .finish_within(Duration::from_secs(20));
+    let err = failure(&o);
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "{:?}",
@@ -151,37 +138,24 @@ fn collect_from_a_dead_broker_fails_within_seconds() {
 #[test]
 fn collect_from_honours_sigint_while_waiting_for_kafka() {
     let dir = scratch("dead-kafka-int");
-    let mut child = Command::new(bin())
-        .args([
+    let run = spawn_in(
+        &dir,
+        &[
             "collect",
             "--from",
             "kafka://127.0.0.1:1/cli-dead",
             "--run-id",
             "dead",
             "--runs",
-        ])
-        .arg(dir.join("runs"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    interrupt(&child);
-    let at = Instant::now();
-    let status = wait_within(
-        &mut child,
-        Duration::from_secs(20),
-        "collect --from after SIGINT",
+            "runs",
+        ],
     );
+    std::thread::sleep(Duration::from_millis(1500));
+    run.interrupt();
+    let at = Instant::now();
+    let o = run.finish_within(Duration::from_secs(20));
     assert!(at.elapsed() < Duration::from_secs(3), "{:?}", at.elapsed());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(!status.success(), "{err}");
+    let err = failure(&o);
     assert!(err.contains("interrupted"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -205,8 +179,7 @@ fn collect_from_a_missing_topic_says_how_to_create_it() {
             "5s",
         ],
     );
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{}", text(&o));
+    let err = failure(&o);
     assert!(
         err.contains(&format!("topic {topic} does not exist at {kafka}"))
             && err.contains("create it"),
@@ -232,8 +205,7 @@ fn relay_names_the_broker_it_cannot_reach() {
             "2s",
         ],
     );
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(
         err.contains("no Kafka broker reachable at 127.0.0.1:1"),
         "{err}"
@@ -251,19 +223,7 @@ fn relay_names_the_broker_it_cannot_reach() {
 #[test]
 fn collect_never_overwrites_a_finished_run() {
     let dir = scratch("keep");
-    let collect = |extra: &[&str]| {
-        let mut args = vec![
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--duration",
-            "1s",
-            "--run-id",
-            "keep",
-        ];
-        args.extend_from_slice(extra);
-        hoptrace_in(&dir, &args)
-    };
+    let collect = |extra: &[&str]| collect_briefly(&dir, "keep", extra);
     let first = collect(&[]);
     assert!(first.status.success(), "{}", text(&first));
     let run_json = dir.join("runs/keep/run.json");
@@ -283,12 +243,7 @@ fn collect_never_overwrites_a_finished_run() {
     );
 
     let other = dir.join("other.toml");
-    std::fs::write(
-        &other,
-        "name = \"other\"\n[[hops]]\nname = \"a\"\n[[hops]]\nname = \"b\"\n\
-         [[stages]]\nname = \"A to B\"\nfrom = \"a\"\nto = \"b\"\ndefinition = \"x\"\n",
-    )
-    .unwrap();
+    std::fs::write(&other, OTHER_PIPELINE).unwrap();
     let other = collect(&["--pipeline", other.to_str().unwrap(), "--continue"]);
     assert!(!other.status.success(), "{}", text(&other));
     assert!(
@@ -313,18 +268,7 @@ fn collect_never_overwrites_a_finished_run() {
 #[test]
 fn collect_from_never_writes_into_another_run() {
     let dir = scratch("keep-from");
-    let single = hoptrace_in(
-        &dir,
-        &[
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--duration",
-            "1s",
-            "--run-id",
-            "keep",
-        ],
-    );
+    let single = collect_briefly(&dir, "keep", &[]);
     assert!(single.status.success(), "{}", text(&single));
     let run_json = dir.join("runs/keep/run.json");
     let written = std::fs::read(&run_json).unwrap();
@@ -343,8 +287,7 @@ fn collect_from_never_writes_into_another_run() {
         )
     };
     let o = from("keep");
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(
         err.contains("single collector") && err.contains("--run-id"),
         "{err}"
@@ -359,33 +302,14 @@ fn collect_from_never_writes_into_another_run() {
 
     // A finished member of another pipeline's group run.
     let other = dir.join("other.toml");
-    std::fs::write(
-        &other,
-        "name = \"other\"\n[[hops]]\nname = \"a\"\n[[hops]]\nname = \"b\"\n\
-         [[stages]]\nname = \"A to B\"\nfrom = \"a\"\nto = \"b\"\ndefinition = \"x\"\n",
-    )
-    .unwrap();
-    let theirs = hoptrace_in(
-        &dir,
-        &[
-            "collect",
-            "--listen",
-            "127.0.0.1:0",
-            "--duration",
-            "1s",
-            "--run-id",
-            "theirs",
-            "--pipeline",
-            other.to_str().unwrap(),
-        ],
-    );
+    std::fs::write(&other, OTHER_PIPELINE).unwrap();
+    let theirs = collect_briefly(&dir, "theirs", &["--pipeline", other.to_str().unwrap()]);
     assert!(theirs.status.success(), "{}", text(&theirs));
     let member = dir.join("runs/group/members/m1");
     std::fs::create_dir_all(&member).unwrap();
     std::fs::copy(dir.join("runs/theirs/run.json"), member.join("run.json")).unwrap();
     let o = from("group");
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(err.contains("not of this pipeline"), "{err}");
     assert!(!err.contains("Kafka"), "checked before Kafka: {err}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -396,18 +320,7 @@ fn collect_from_never_writes_into_another_run() {
 fn collect_checks_the_run_id() {
     let dir = scratch("run-id");
     for bad in ["../escape", ".hidden", "a/b"] {
-        let o = hoptrace_in(
-            &dir,
-            &[
-                "collect",
-                "--listen",
-                "127.0.0.1:0",
-                "--duration",
-                "1s",
-                "--run-id",
-                bad,
-            ],
-        );
+        let o = collect_briefly(&dir, bad, &[]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
         assert!(stderr(&o).contains("use letters, digits"), "{}", text(&o));
     }
@@ -434,8 +347,7 @@ fn collect_from_refuses_listener_options_and_runs_the_preflight() {
         &["--token", "secret"],
     ] {
         let o = hoptrace_in(&dir, &[&from[..], extra].concat());
-        let err = stderr(&o);
-        assert!(!o.status.success(), "{err}");
+        let err = failure(&o);
         assert!(
             err.contains(&format!("{} cannot be used with --from", extra[0]))
                 && err.contains("hoptrace relay"),
@@ -443,8 +355,7 @@ fn collect_from_refuses_listener_options_and_runs_the_preflight() {
         );
     }
     let o = hoptrace_in(&dir, &[&from[..], &["--max-clock-error", "1ns"]].concat());
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(err.contains("clock preflight failed"), "{err}");
     assert!(!err.contains("Kafka"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -505,8 +416,7 @@ fn report_on_several_runs_needs_merge() {
     let a = roundtrip_run(&runs, "publish,store_in");
     let b = roundtrip_run(&runs, "publish,store_in");
     let o = hoptrace_in(&dir, &["report", "runs"]);
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{}", text(&o));
+    let err = failure(&o);
     assert!(
         err.contains("2 runs found") && err.contains("--merge"),
         "{err}"
@@ -570,8 +480,9 @@ fn a_failed_demo_leaves_nothing_that_breaks_later_queries() {
 #[test]
 fn an_interrupted_demo_says_so_everywhere() {
     let dir = scratch("demo-int");
-    let mut child = Command::new(bin())
-        .args([
+    let run = spawn_in(
+        &dir,
+        &[
             "demo",
             "--duration",
             "60s",
@@ -579,24 +490,17 @@ fn an_interrupted_demo_says_so_everywhere() {
             "5k",
             "--streams",
             "20",
-        ])
-        .args(["--runs", "runs", "--out", "report"])
-        .current_dir(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            "--runs",
+            "runs",
+            "--out",
+            "report",
+        ],
+    );
     std::thread::sleep(Duration::from_secs(4));
-    interrupt(&child);
-    let status = wait_within(&mut child, Duration::from_secs(60), "an interrupted demo");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(status.success(), "{err}");
+    run.interrupt();
+    let o = run.finish_within(Duration::from_secs(60));
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
     assert!(err.contains("interrupted: published for"), "{err}");
     let run = &list(&dir.join("runs"))[0];
     assert_eq!(json(&run.join("run.json"))["interrupted"], true);
@@ -722,18 +626,7 @@ fn a_stage_against_the_hop_order_is_warned_about() {
         "the default pipeline changed: update this test"
     );
     std::fs::write(dir.join("p.toml"), spec).unwrap();
-    let o = hoptrace_in(
-        &dir,
-        &[
-            "collect",
-            "--pipeline",
-            "p.toml",
-            "--listen",
-            "127.0.0.1:0",
-            "--duration",
-            "1s",
-        ],
-    );
+    let o = collect_briefly(&dir, "backwards", &["--pipeline", "p.toml"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         stderr(&o).contains(
@@ -796,8 +689,7 @@ fn sql_tells_a_query_from_a_path() {
     let dir = scratch("sql-typo");
     roundtrip_run(&dir.join("runs"), "a,b");
     let o = hoptrace_in(&dir, &["sql", "runs", "SELEC count(*) FROM traces"]);
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(!err.contains("no run directories"), "{err}");
     assert!(err.contains("SELEC"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -887,8 +779,7 @@ fn demo_asks_for_the_kafka_topic_in_the_address() {
             "runs",
         ],
     );
-    let err = stderr(&o);
-    assert!(!o.status.success(), "{err}");
+    let err = failure(&o);
     assert!(err.contains("kafka://HOST:PORT/TOPIC"), "{err}");
     assert!(!err.contains("--topics"), "{err}");
     assert!(list(&dir).is_empty(), "{:?}", list(&dir));

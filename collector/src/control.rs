@@ -16,6 +16,7 @@ use crate::server::Event;
 use crate::tables::{CounterRow, write_clock, write_probes};
 use crate::writer::WriteError;
 use hoptrace_format::run::{ClockRow, ProbeInfo};
+#[cfg(feature = "kafka")]
 use hoptrace_format::spec::ResolvedSpec;
 
 /// A probe connection: its Hello, where it came from, how it ended, its last counters.

@@ -199,7 +199,7 @@ pub fn generate(
         batch.clear();
         // Per message: the schedule lag and the broker, up to the processor's input.
         for _ in 0..size {
-            let mut t = template.clone();
+            let mut t = template;
             t.key = TraceKey {
                 publisher: 1,
                 stream: (i % streams) as u32,
@@ -219,7 +219,7 @@ pub fn generate(
             }
             batch.push(t);
             i += 1;
-            if i % 10_000_000 == 0 {
+            if i.is_multiple_of(10_000_000) {
                 progress(GenerateProgress {
                     traces: i,
                     elapsed_s: started.elapsed().as_secs_f64(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use arrow::array::AsArray as _;
 use arrow::datatypes::{UInt16Type, UInt32Type, UInt64Type};
-use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, Relay, RelayConfig, run_member};
+use hoptrace_collector::kafka::{MemberConfig, RecordsTopic, Relay, RelayConfig, run_member};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceKey};
 use hoptrace_protocol::{Frame, Hello, PROTOCOL_VERSION, Record, SentEntry, SentFrame};
@@ -141,7 +141,7 @@ fn keys(files: &[std::path::PathBuf]) -> Vec<(u16, u32, u64)> {
 
 fn run(dir: &Path) -> hoptrace_format::group::GroupRun {
     let tag = format!("{:x}", hoptrace_probe::clock::realtime_ns());
-    let target = KafkaTarget::parse(&format!("kafka://{}/ht-e2e-{tag}", kafka())).unwrap();
+    let target = RecordsTopic::parse(&format!("kafka://{}/ht-e2e-{tag}", kafka())).unwrap();
     let relay = Relay::start(RelayConfig::new(
         "127.0.0.1:0",
         spec(),

@@ -9,7 +9,10 @@
 //! it but the `hoptrace` binary. The probe, the publisher, the store taps, the collector,
 //! the analysis, the dataset format and the reference pipeline must never depend on it:
 //! they are the parts, this crate only assembles them. It holds no command-line parsing either: each
-//! run takes an options struct, which the binary fills from its clap arguments.
+//! run takes an options struct, which the binary fills from its clap arguments. Those
+//! option structs are deliberately exhaustive (no `#[non_exhaustive]`, unlike the
+//! embeddable crates' configs): the binary builds each with a struct literal, so an
+//! option added here fails to compile until the command sets it, and none is forgotten.
 //!
 //! **Output.** Results are returned as values and printed by the binary. What a run says
 //! while it runs (its live line, its start line, notes) goes to stderr through [`out`],

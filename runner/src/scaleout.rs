@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use hoptrace_broker::kafka;
 use hoptrace_collector::RunSummary;
-use hoptrace_collector::kafka::{KafkaTarget, MemberConfig, MemberProgress, run_member};
+use hoptrace_collector::kafka::{MemberConfig, MemberProgress, RecordsTopic, run_member};
 use hoptrace_format::spec::PipelineSpec;
 
 /// What a member reads and where it writes.
@@ -58,7 +58,7 @@ pub fn collect_group(
     stop: &Arc<AtomicBool>,
     on_progress: impl FnMut(&MemberProgress),
 ) -> anyhow::Result<MemberOutcome> {
-    let target = KafkaTarget::parse(&opts.from)?;
+    let target = RecordsTopic::parse(&opts.from)?;
     let member = opts
         .member
         .clone()

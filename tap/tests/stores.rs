@@ -20,7 +20,7 @@ use common::{Collector, root, sql, store, tempdir, unique, wait_for, write_spec}
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
-use hoptrace_tap::poll::StoreTapSummary;
+use hoptrace_tap::poll::{StoreTapLive, StoreTapSummary};
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// Rows written per test, besides one row already there at start and one bad key.
@@ -46,6 +46,41 @@ struct Case<'a> {
     /// Messages published and reported sent whose rows are never written: their traces
     /// must end incomplete, missing the tap's hops.
     never_land: u64,
+}
+
+/// A store tap polling on a thread of its own until [`Polling::stop`].
+struct Polling {
+    live: Arc<StoreTapLive>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<StoreTapSummary>,
+}
+
+impl Polling {
+    fn start(tap: StoreTap) -> Self {
+        let live = tap.live();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || tap.run(&stop))
+        };
+        Self { live, stop, thread }
+    }
+
+    /// Its counters, read while it runs.
+    fn live(&self) -> Arc<StoreTapLive> {
+        Arc::clone(&self.live)
+    }
+
+    /// Whether it still runs.
+    fn polls_on(&self) -> bool {
+        !self.thread.is_finished()
+    }
+
+    /// Stops it and returns its summary.
+    fn stop(self) -> StoreTapSummary {
+        self.stop.store(true, Relaxed);
+        self.thread.join().unwrap()
+    }
 }
 
 fn http() -> ureq::Agent {
@@ -103,12 +138,8 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     tc.collector = Some(ExporterConfig::new(&collector.addr, "store-tap-test"));
     tc.store_in_hop = case.store_in.then(|| (HopId(3), "store_in".to_owned()));
     let tap = StoreTap::start(tc).unwrap();
-    let live = tap.live();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || tap.run(&stop))
-    };
+    let polling = Polling::start(tap);
+    let live = polling.live();
     wait_for("the baseline poll", 10, || live.polls.load(Relaxed) >= 2);
 
     // The publisher of this run: publish stamps and a Sent frame from a real exporter.
@@ -170,8 +201,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
     // Polls after the last key: none may report a key again.
     let polls = live.polls.load(Relaxed);
     wait_for("more polls", 10, || live.polls.load(Relaxed) >= polls + 20);
-    stop.store(true, Relaxed);
-    let s = thread.join().unwrap();
+    let s = polling.stop();
     eprintln!("{}: {s:?}", case.store);
     assert_eq!(s.keys_found, N, "every key once");
     assert_eq!(s.bad_keys, 1);
@@ -436,12 +466,8 @@ fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
     assert!(!starting.is_finished(), "the tap waits for the store");
     influxd("start");
     let tap = starting.join().unwrap().unwrap();
-    let live = tap.live();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || tap.run(&stop))
-    };
+    let polling = Polling::start(tap);
+    let live = polling.live();
     wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
     let all = keys(0..2 * N);
     for k in &all[..N as usize] {
@@ -466,8 +492,7 @@ fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
     });
     let polls = live.polls.load(Relaxed);
     wait_for("more polls", 10, || live.polls.load(Relaxed) >= polls + 20);
-    stop.store(true, Relaxed);
-    let s = thread.join().unwrap();
+    let s = polling.stop();
     eprintln!("influxdb restarted: {s:?}");
     assert_eq!(s.keys_found, 2 * N, "every key, once");
     assert!(s.poll_errors > 0);
@@ -489,6 +514,47 @@ fn pg() -> postgres::Client {
         postgres::NoTls,
     )
     .unwrap()
+}
+
+/// A Postgres table of its own, a tap polling it, and the first `N` of `all` keys
+/// written and found.
+struct PgTapped {
+    c: postgres::Client,
+    /// The table.
+    t: String,
+    /// The statement that creates it.
+    create: String,
+    /// The statement that inserts rows carrying `$1`, an array of keys.
+    insert: String,
+    polling: Polling,
+    all: Vec<String>,
+}
+
+fn pg_tapped() -> PgTapped {
+    let t = format!("storetap_{}", unique());
+    let create = format!(
+        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    );
+    let mut c = pg();
+    c.batch_execute(&create).unwrap();
+    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
+    let url =
+        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
+    let polling = Polling::start(tap);
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
+    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+    PgTapped {
+        c,
+        t,
+        create,
+        insert,
+        polling,
+        all,
+    }
 }
 
 #[test]
@@ -561,26 +627,15 @@ fn postgres_refuses_a_missing_table_and_column_at_start() {
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn postgres_table_dropped_mid_run_and_created_again() {
     let _guard = store("postgres");
-    let t = format!("storetap_{}", unique());
-    let create = format!(
-        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
-    );
-    let mut c = pg();
-    c.batch_execute(&create).unwrap();
-    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
-    let url =
-        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
-    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
-    let live = tap.live();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || tap.run(&stop))
-    };
-    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
-    let all = keys(0..2 * N);
-    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
-    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+    let PgTapped {
+        mut c,
+        t,
+        create,
+        insert,
+        polling,
+        all,
+    } = pg_tapped();
+    let live = polling.live();
 
     // Dropped: the polls fail (42P01), counted; the tap goes on.
     c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
@@ -588,15 +643,14 @@ fn postgres_table_dropped_mid_run_and_created_again() {
     wait_for("failed polls", 10, || {
         live.poll_errors.load(Relaxed) >= errors + 2
     });
-    assert!(!thread.is_finished(), "the tap polls on");
+    assert!(polling.polls_on(), "the tap polls on");
     // Created again: its rows are found.
     c.batch_execute(&create).unwrap();
     c.execute(&insert, &[&&all[N as usize..]]).unwrap();
     wait_for("the new table's rows", 20, || {
         live.keys_found.load(Relaxed) >= 2 * N
     });
-    stop.store(true, Relaxed);
-    let s = thread.join().unwrap();
+    let s = polling.stop();
     eprintln!("postgres table dropped: {s:?}");
     assert_eq!(s.keys_found, 2 * N, "every key, once");
     assert!(s.poll_errors >= 2);
@@ -612,26 +666,15 @@ fn postgres_table_dropped_mid_run_and_created_again() {
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn postgres_query_failing_mid_run() {
     let _guard = store("postgres");
-    let t = format!("storetap_{}", unique());
-    let mut c = pg();
-    c.batch_execute(&format!(
-        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp())"
-    ))
-    .unwrap();
-    let insert = format!("INSERT INTO {t} (hoptrace) SELECT unnest($1::text[])");
-    let url =
-        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
-    let tap = StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap();
-    let live = tap.live();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || tap.run(&stop))
-    };
-    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
-    let all = keys(0..2 * N);
-    c.execute(&insert, &[&&all[..N as usize]]).unwrap();
-    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+    let PgTapped {
+        mut c,
+        t,
+        create: _,
+        insert,
+        polling,
+        all,
+    } = pg_tapped();
+    let live = polling.live();
 
     // The time column becomes text: the poll's `extract(epoch from ...)` fails (a query
     // error, not a missing object); counted, and the tap goes on.
@@ -641,7 +684,7 @@ fn postgres_query_failing_mid_run() {
     wait_for("failed polls", 10, || {
         live.poll_errors.load(Relaxed) >= errors + 2
     });
-    assert!(!thread.is_finished(), "the tap polls on");
+    assert!(polling.polls_on(), "the tap polls on");
     let failed = live.poll_errors.load(Relaxed);
     // Back to a timestamp: polls answer again and the new rows are found.
     c.batch_execute(&format!(
@@ -652,8 +695,7 @@ fn postgres_query_failing_mid_run() {
     wait_for("the rows after the error", 20, || {
         live.keys_found.load(Relaxed) >= 2 * N
     });
-    stop.store(true, Relaxed);
-    let s = thread.join().unwrap();
+    let s = polling.stop();
     eprintln!("postgres query failing: {s:?}");
     assert_eq!(s.keys_found, 2 * N, "every key, once");
     assert!(s.poll_errors >= failed);

@@ -21,9 +21,17 @@ pub fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-/// `hoptrace ARGS` run in `dir` to its end; a command still running after three minutes
-/// (a hang) is killed and fails the test.
-pub fn hoptrace_in(dir: &Path, args: &[&str]) -> Output {
+/// A `hoptrace` started in the background in a directory, its output drained while it
+/// runs (so a full pipe never stalls it).
+pub struct Running {
+    child: Child,
+    out: std::thread::JoinHandle<Vec<u8>>,
+    err: std::thread::JoinHandle<Vec<u8>>,
+    what: String,
+}
+
+/// Starts `hoptrace ARGS` in `dir`, stdin closed.
+pub fn spawn_in(dir: &Path, args: &[&str]) -> Running {
     let mut child = Command::new(bin())
         .args(args)
         .current_dir(dir)
@@ -43,17 +51,66 @@ pub fn hoptrace_in(dir: &Path, args: &[&str]) -> Output {
     };
     let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
     let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
-    let status = wait_within(
-        &mut child,
-        Duration::from_secs(180),
-        &format!("hoptrace {}", args.join(" ")),
-    );
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
+    Running {
+        child,
+        out,
+        err,
+        what: format!("hoptrace {}", args.join(" ")),
     }
 }
+
+impl Running {
+    /// Sends it SIGINT.
+    pub fn interrupt(&self) {
+        interrupt(&self.child);
+    }
+
+    /// Waits for its end and what it printed; a command still running after `within` (a
+    /// hang) is killed and fails the test.
+    pub fn finish_within(mut self, within: Duration) -> Output {
+        let status = wait_within(&mut self.child, within, &self.what);
+        Output {
+            status,
+            stdout: self.out.join().unwrap(),
+            stderr: self.err.join().unwrap(),
+        }
+    }
+}
+
+/// `hoptrace ARGS` run in `dir` to its end; a command still running after three minutes
+/// (a hang) is killed and fails the test.
+pub fn hoptrace_in(dir: &Path, args: &[&str]) -> Output {
+    spawn_in(dir, args).finish_within(Duration::from_secs(180))
+}
+
+/// `collect` on an ephemeral port for one second as run `run_id` in `dir`, with `extra`
+/// options.
+pub fn collect_briefly(dir: &Path, run_id: &str, extra: &[&str]) -> Output {
+    let args = [
+        &[
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--run-id",
+            run_id,
+        ][..],
+        extra,
+    ]
+    .concat();
+    hoptrace_in(dir, &args)
+}
+
+/// The stderr of a command that must have failed (the test fails if it succeeded).
+pub fn failure(o: &Output) -> String {
+    assert!(!o.status.success(), "it should have failed: {}", text(o));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A pipeline spec other than the default one: hops `a` and `b`, one stage.
+pub const OTHER_PIPELINE: &str = "name = \"other\"\n[[hops]]\nname = \"a\"\n[[hops]]\nname = \"b\"\n\
+     [[stages]]\nname = \"A to B\"\nfrom = \"a\"\nto = \"b\"\ndefinition = \"x\"\n";
 
 /// What a finished command printed, for assertion messages.
 pub fn text(o: &Output) -> String {

@@ -30,7 +30,7 @@ use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 use hoptrace_broker::kafka::{BROKER_WAIT, QuietContext, check_topics, quiet};
 
 use super::{
-    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER, SOURCE_HEADER, io_err,
+    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, PEER_HEADER, RecordsTopic, SOURCE_HEADER, io_err,
 };
 
 /// How a group member runs: [`MemberConfig::new`], then set what differs from its
@@ -39,7 +39,7 @@ use super::{
 #[non_exhaustive]
 pub struct MemberConfig {
     /// Where the records are.
-    pub target: KafkaTarget,
+    pub target: RecordsTopic,
     /// Consumer group.
     pub group: String,
     /// This member's name (its directory under `members/`); unique in the group.
@@ -62,7 +62,7 @@ impl MemberConfig {
     /// to read to the end of its partitions.
     #[must_use]
     pub fn new(
-        target: KafkaTarget,
+        target: RecordsTopic,
         group: impl Into<String>,
         member: impl Into<String>,
         spec: PipelineSpec,

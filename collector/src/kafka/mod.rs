@@ -33,16 +33,17 @@ const CLEAN_HEADER: &str = "hoptrace-clean";
 /// id), the records it forwarded from the connection named by the source header.
 const FORWARDED_HEADER: &str = "hoptrace-forwarded";
 
-/// A Kafka address `kafka://HOST:PORT[,HOST:PORT...]/TOPIC`.
+/// The Kafka topic of a scale-out run, `kafka://HOST:PORT[,HOST:PORT...]/TOPIC`: the relay
+/// writes the probes' records to it and the group's members read them from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaTarget {
+pub struct RecordsTopic {
     /// Bootstrap servers, comma-separated.
     pub brokers: String,
     /// The records topic; control messages go to `<topic>.control`.
     pub topic: String,
 }
 
-impl KafkaTarget {
+impl RecordsTopic {
     /// Parses `kafka://brokers/topic`: one topic, and no options (the relay and the
     /// members set their clients up themselves).
     ///
@@ -118,8 +119,8 @@ mod tests {
 
     #[test]
     fn kafka_targets_parse_and_name_what_is_wrong() {
-        let t =
-            KafkaTarget::parse("kafka://127.0.0.1:29092,127.0.0.1:29093/hoptrace.records").unwrap();
+        let t = RecordsTopic::parse("kafka://127.0.0.1:29092,127.0.0.1:29093/hoptrace.records")
+            .unwrap();
         assert_eq!(t.brokers, "127.0.0.1:29092,127.0.0.1:29093");
         assert_eq!(t.topic, "hoptrace.records");
         assert_eq!(t.control_topic(), "hoptrace.records.control");
@@ -130,7 +131,7 @@ mod tests {
             "kafka://h:1/",
             "kafka://h:1/a/b",
         ] {
-            let e = KafkaTarget::parse(bad).unwrap_err().to_string();
+            let e = RecordsTopic::parse(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }
     }

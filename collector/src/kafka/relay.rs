@@ -28,7 +28,7 @@ use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 use hoptrace_broker::kafka::{ensure_topic, quiet};
 
 use super::{
-    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, KafkaTarget, PEER_HEADER, SOURCE_HEADER, io_err,
+    CLEAN_HEADER, FORWARDED_HEADER, KafkaError, PEER_HEADER, RecordsTopic, SOURCE_HEADER, io_err,
 };
 
 /// How a relay runs: [`RelayConfig::new`], then set what differs from its defaults.
@@ -40,7 +40,7 @@ pub struct RelayConfig {
     /// The pipeline (hops probes may report).
     pub spec: PipelineSpec,
     /// Where records go.
-    pub target: KafkaTarget,
+    pub target: RecordsTopic,
     /// Partitions and replication of the topics when the relay creates them.
     pub partitions: i32,
     /// Replication factor of created topics.
@@ -63,7 +63,7 @@ impl RelayConfig {
     pub fn new(
         listen: impl Into<String>,
         spec: PipelineSpec,
-        target: KafkaTarget,
+        target: RecordsTopic,
         run_id: impl Into<String>,
     ) -> Self {
         Self {
@@ -255,7 +255,7 @@ impl Relay {
 
 struct Pump {
     producer: ThreadedProducer<RelayContext>,
-    target: KafkaTarget,
+    target: RecordsTopic,
     control: String,
     partitions: i32,
     relay_id: String,
