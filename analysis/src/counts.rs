@@ -297,26 +297,99 @@ impl std::hash::BuildHasher for KeyHashing {
     }
 }
 
+/// Streams numbered below this are found by index; others through the map.
+const DIRECT_STREAMS: u64 = 1 << 16;
+/// A stream's blocks within this many of its first one are found by index (16M
+/// sequences); others through the map.
+const DIRECT_SPAN: u64 = 4096;
+/// Publishers found by index; more go through the map.
+const DIRECT_PUBLISHERS: usize = 64;
+
+/// The blocks of one stream found by index: block `base + i` at `blocks[i]`.
+#[derive(Debug, Clone, Default)]
+struct StreamBlocks {
+    base: u64,
+    blocks: Vec<Option<Block>>,
+}
+
 /// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
 /// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
 /// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
 /// per key, in any order of rows, files or partitions. Sets merge block by block.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// A row finds its block by index (publisher, then stream, then block from the stream's
+/// first) in the usual case of a few publishers, streams numbered from 0 and sequences
+/// that start near 0; any other key goes through a hash map.
+#[derive(Debug, Clone, Default)]
 struct KeySet {
-    blocks: std::collections::HashMap<(u64, u64, u64), Block, KeyHashing>,
+    /// Per publisher, its streams by number.
+    direct: Vec<(u64, Vec<StreamBlocks>)>,
+    /// Blocks of keys outside `direct`'s ranges.
+    other: std::collections::HashMap<(u64, u64, u64), Option<Block>, KeyHashing>,
+    /// Blocks held, in either place.
+    blocks: usize,
     keys: u64,
     repeated: u64,
 }
 
+impl PartialEq for KeySet {
+    fn eq(&self, other: &Self) -> bool {
+        let sorted = |s: &Self| {
+            let mut v = Vec::new();
+            s.for_each_block(|k, b| v.push((k, b.clone())));
+            v.sort_by_key(|(k, _)| *k);
+            v
+        };
+        (self.keys, self.repeated) == (other.keys, other.repeated) && sorted(self) == sorted(other)
+    }
+}
+
+impl Eq for KeySet {}
+
 impl KeySet {
+    /// The place of block `b` of `(p, st)`, empty when it is new.
+    #[inline]
+    fn slot(&mut self, p: u64, st: u64, b: u64) -> &mut Option<Block> {
+        if st < DIRECT_STREAMS {
+            let at = match self.direct.iter().position(|d| d.0 == p) {
+                Some(at) => Some(at),
+                None if self.direct.len() < DIRECT_PUBLISHERS => {
+                    self.direct.push((p, Vec::new()));
+                    Some(self.direct.len() - 1)
+                }
+                None => None,
+            };
+            if let Some(at) = at {
+                let streams = &mut self.direct[at].1;
+                let st = st as usize;
+                if streams.len() <= st {
+                    streams.resize_with(st + 1, StreamBlocks::default);
+                }
+                let s = &mut streams[st];
+                if s.blocks.is_empty() {
+                    s.base = b;
+                }
+                if let Some(i) = b.checked_sub(s.base).filter(|&i| i < DIRECT_SPAN) {
+                    let i = i as usize;
+                    if s.blocks.len() <= i {
+                        s.blocks.resize_with(i + 1, || None);
+                    }
+                    return &mut s.blocks[i];
+                }
+            }
+        }
+        self.other.entry((p, st, b)).or_insert(None)
+    }
+
     #[inline]
     fn insert(&mut self, publisher: u64, stream: u64, sequence: u64) {
         let o = u16::try_from(sequence % KEY_BLOCK).expect("below the block size");
-        let fresh = self
-            .blocks
-            .entry((publisher, stream, sequence / KEY_BLOCK))
-            .or_insert_with(|| Block::Sparse(Vec::new()))
+        let slot = self.slot(publisher, stream, sequence / KEY_BLOCK);
+        let new_block = slot.is_none();
+        let fresh = slot
+            .get_or_insert_with(|| Block::Sparse(Vec::new()))
             .insert(o);
+        self.blocks += usize::from(new_block);
         if fresh {
             self.keys += 1;
         } else {
@@ -325,43 +398,63 @@ impl KeySet {
     }
 
     /// Adds block `block` of key `k`.
-    fn add_block(&mut self, k: (u64, u64, u64), block: Block) {
-        use std::collections::hash_map::Entry;
-        match self.blocks.entry(k) {
-            Entry::Vacant(e) => {
-                self.keys += block.len();
-                e.insert(block);
+    fn add_block(&mut self, (p, st, b): (u64, u64, u64), block: Block) {
+        let slot = self.slot(p, st, b);
+        let (fresh, seen, new_block) = match slot {
+            Some(mine) => {
+                let (fresh, seen) = mine.union(&block);
+                (fresh, seen, false)
             }
-            Entry::Occupied(mut e) => {
-                let (fresh, seen) = e.get_mut().union(&block);
-                self.keys += fresh;
-                self.repeated += seen;
+            None => {
+                let n = block.len();
+                *slot = Some(block);
+                (n, 0, true)
+            }
+        };
+        self.blocks += usize::from(new_block);
+        self.keys += fresh;
+        self.repeated += seen;
+    }
+
+    /// Calls `f` with every block and its key (publisher, stream, block number).
+    fn for_each_block(&self, mut f: impl FnMut((u64, u64, u64), &Block)) {
+        for (p, streams) in &self.direct {
+            for (st, s) in streams.iter().enumerate() {
+                for (i, b) in s.blocks.iter().enumerate() {
+                    if let Some(b) = b {
+                        f((*p, st as u64, s.base + i as u64), b);
+                    }
+                }
+            }
+        }
+        for (&k, b) in &self.other {
+            if let Some(b) = b {
+                f(k, b);
             }
         }
     }
 
     fn merge(&mut self, other: &Self) {
         self.repeated += other.repeated;
-        for (&k, block) in &other.blocks {
-            self.add_block(k, block.clone());
-        }
+        other.for_each_block(|k, b| self.add_block(k, b.clone()));
     }
 
     /// An upper bound of the heap bytes held, in constant time (DataFusion asks after
-    /// every batch): a block lists at most 256 two-byte offsets or holds a 512-byte bitmap.
+    /// every batch): a block lists at most 256 two-byte offsets or holds a 512-byte
+    /// bitmap, and takes a slot of at most 64 bytes.
     fn bytes(&self) -> usize {
-        self.blocks.capacity() * 48 + self.blocks.len() * (KEY_BLOCK / 8) as usize
+        self.blocks * ((KEY_BLOCK / 8) as usize + 64) + self.other.capacity() * 64
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
         put(out, self.repeated);
-        put(out, self.blocks.len() as u64);
-        for (&(p, st, b), block) in &self.blocks {
+        put(out, self.blocks as u64);
+        self.for_each_block(|(p, st, b), block| {
             for v in [p, st, b] {
                 put(out, v);
             }
             block.encode(out);
-        }
+        });
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -752,6 +845,36 @@ mod tests {
         }
     }
 
+    /// Keys the index does not hold (a 65th publisher, a stream numbered 2^16 or more,
+    /// blocks before a stream's first one or 4096 blocks after it) go through the map,
+    /// and every key is still counted once, whatever the order of rows and merges.
+    #[test]
+    fn keys_outside_the_index_count_once() {
+        let mut keys: Vec<(u64, u64, u64)> = Vec::new();
+        for p in 0..70 {
+            keys.push((p, 1, 5));
+        }
+        for st in [0, 65_535, 65_536, u64::MAX] {
+            keys.extend([(1, st, 10_000), (1, st, 3), (1, st, 10_000 + 4_096 * 4_096)]);
+        }
+        keys.extend([(2, 9, u64::MAX), (2, 9, 0), (2, 9, 1 << 40)]);
+        let distinct = keys.iter().collect::<HashSet<_>>().len() as u64;
+        // Each key twice: once in each of two sets filled in opposite orders.
+        let (mut a, mut b) = (KeySet::default(), KeySet::default());
+        for &(p, st, q) in &keys {
+            a.insert(p, st, q);
+        }
+        for &(p, st, q) in keys.iter().rev() {
+            b.insert(p, st, q);
+        }
+        assert_eq!((a.keys, a.repeated), (distinct, 0));
+        assert_eq!(a, b);
+        let mut out = Vec::new();
+        b.encode(&mut out);
+        a.merge(&KeySet::decode(&mut Reader::new(&out)).unwrap());
+        assert_eq!((a.keys, a.repeated), (distinct, distinct));
+    }
+
     /// Key sets whose blocks turn into bitmaps merge block by block, through their binary
     /// form, to the keys and repeats counted one by one; a malformed block is refused.
     #[test]
@@ -773,7 +896,9 @@ mod tests {
             b.insert(1, 8, q);
             all.extend([(1, 8, q), (1, 8, q)]);
         }
-        assert!(a.blocks.values().any(|b| matches!(b, Block::Dense(_))));
+        let mut dense = false;
+        a.for_each_block(|_, b| dense |= matches!(b, Block::Dense(_)));
+        assert!(dense);
         let decode = |s: &KeySet| {
             let mut out = Vec::new();
             s.encode(&mut out);

@@ -453,7 +453,8 @@ async fn one_row(ctx: &SessionContext, sql: &str) -> Result<RecordBatch, Analysi
 }
 
 /// The first and last publish stamps of the traces (or their intended times where the
-/// first hop is missing), Unix ns; (0, 0) without traces.
+/// first hop is missing), Unix ns, (0, 0) without traces, and whether every trace has
+/// its first hop.
 ///
 /// When every trace has its first hop, Parquet statistics answer without reading the
 /// traces; otherwise the two columns are read.
@@ -461,7 +462,7 @@ async fn time_span(
     ctx: &SessionContext,
     first_hop: &str,
     time_col: &str,
-) -> Result<(i64, i64), AnalysisError> {
+) -> Result<(i64, i64, bool), AnalysisError> {
     let row = one_row(
         ctx,
         &format!(
@@ -470,7 +471,8 @@ async fn time_span(
         ),
     )
     .await?;
-    let row = if as_u64(&scalar(&row, "rows")?) == as_u64(&scalar(&row, "stamped")?) {
+    let every_row = as_u64(&scalar(&row, "rows")?) == as_u64(&scalar(&row, "stamped")?);
+    let row = if every_row {
         row
     } else {
         one_row(
@@ -481,7 +483,7 @@ async fn time_span(
     };
     let t_min = as_i64(&scalar(&row, "t_min")?).unwrap_or(0);
     let t_max = as_i64(&scalar(&row, "t_max")?).unwrap_or(t_min);
-    Ok((t_min, t_max))
+    Ok((t_min, t_max, every_row))
 }
 
 /// One time bucket of the scan: its traces and every stage over them.
@@ -670,7 +672,14 @@ pub async fn compute(
         "CAST(coalesce({first_hop}, CASE WHEN (flags & 16) = 0 THEN intended_ns END) AS BIGINT)"
     );
 
-    let (t_min, t_max) = time_span(ctx, &first_hop, &time_col).await?;
+    let (t_min, t_max, every_row_stamped) = time_span(ctx, &first_hop, &time_col).await?;
+    // Where every trace has its first hop, that is its time: the scan then reads
+    // neither the intended times nor the flags for it.
+    let time_col = if every_row_stamped {
+        format!("CAST({first_hop} AS BIGINT)")
+    } else {
+        time_col
+    };
     let duration_s = (t_max - t_min) as f64 / 1e9;
     let span_s = ((t_max - t_min) / 1_000_000_000 + 1).max(1);
     let bucket_s = (span_s + MAX_TIME_BUCKETS - 1) / MAX_TIME_BUCKETS;
@@ -1348,6 +1357,7 @@ mod tests {
                 .build()
                 .unwrap()
                 .block_on(time_span(&ctx, &first, &time_col))
+                .map(|(a, b, _)| (a, b))
                 .unwrap()
         };
         assert_eq!(span(vec![Some(12), Some(30)], vec![10, 20]), (12, 30));
