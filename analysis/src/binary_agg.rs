@@ -1,5 +1,5 @@
 //! One adapter from an aggregate state with a compact binary encoding to DataFusion's
-//! aggregate traits. `stage_stats`, `weighted_moments` and `trace_counts` each say how
+//! aggregate traits. `stage_stats`, `per_metric` and `trace_counts` each say how
 //! their state takes its arguments, adds a batch, merges and encodes ([`BinaryState`]);
 //! the adapter supplies the rest once: the UDAF (its result and its partial state are
 //! that encoding, `Binary`), the accumulator without groups and, for states that add

@@ -1,8 +1,8 @@
 //! A stage with every value counted `weight` times (the metrics its message carried):
-//! `weighted_moments(ns, weight)`, its mean and population standard deviation as a
-//! [`WeightedMoments`] in a fixed binary form, and `per_metric(ns, weight)`, those moments
-//! together with the weighted histograms as a [`WeightedStage`], which is what the
-//! report's per-metric percentiles, Mean and Std Dev come from (one pass over the rows).
+//! `per_metric(ns, weight)` ([`per_metric_udaf`]) gives its weighted histograms and its
+//! [`WeightedMoments`] (mean and population standard deviation) as a [`WeightedStage`],
+//! in one pass over the rows; the report's per-metric percentiles, Mean and Std Dev come
+//! from it.
 //!
 //! The weighted sum is exact (an `i128`); the second moment is summed per batch about the
 //! batch's first value and batches are merged with the weighted form of Chan's update, so
@@ -241,59 +241,11 @@ fn rows<'a>(
         }
         let weight = w.value(i);
         if weight < 0 {
-            return exec_err!("weighted_moments: a weight must not be negative, got {weight}");
+            return exec_err!("per_metric: a weight must not be negative, got {weight}");
         }
         out.push((i, v.value(i), weight as u64));
     }
     Ok(out)
-}
-
-/// The `weighted_moments(ns, weight)` aggregate (not registered in sessions: its result
-/// is this module's own encoding, read with [`WeightedMoments::decode`]).
-#[must_use]
-pub fn weighted_moments_udaf() -> AggregateUDF {
-    binary_agg::udaf::<WeightedMoments>()
-}
-
-impl BinaryState for WeightedMoments {
-    const NAME: &'static str = "weighted_moments";
-    const STATE: &'static str = "moments";
-    const GROUPED: bool = true;
-
-    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        coerce_value_and_weight(Self::NAME, arg_types)
-    }
-
-    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
-        if let [v, w] = values {
-            let r = rows(v, w, None)?;
-            self.add_slice(r.iter().map(|&(_, v, w)| (v, w)));
-        }
-        Ok(())
-    }
-
-    fn update_groups(
-        groups: &mut [Self],
-        values: &[ArrayRef],
-        group_indices: &[usize],
-        filter: Option<&BooleanArray>,
-    ) -> Result<()> {
-        for_stretches(values, group_indices, filter, |g, rows| {
-            groups[g].add_slice(rows.iter().map(|&(_, v, w)| (v, w)));
-        })
-    }
-
-    fn merge(&mut self, other: &Self) {
-        WeightedMoments::merge(self, other);
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        WeightedMoments::encode(self)
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        WeightedMoments::decode(bytes).ok_or_else(|| corrupt(Self::NAME))
-    }
 }
 
 /// The `per_metric(ns, weight)` aggregate (not registered in sessions: its result is
@@ -521,5 +473,21 @@ mod tests {
             let tolerance = 1e-9 * want.moments.m2.abs();
             assert!((got.moments.m2 - want.moments.m2).abs() <= tolerance);
         }
+    }
+
+    /// A negative weight is an error naming the aggregate, not a silent skip.
+    #[test]
+    fn per_metric_refuses_a_negative_weight() {
+        use std::sync::Arc;
+
+        let v: ArrayRef = Arc::new(Int64Array::from(vec![5, 6]));
+        let w: ArrayRef = Arc::new(Int64Array::from(vec![1, -1]));
+        let e = BinaryState::update(&mut WeightedStage::default(), &[v, w])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("per_metric") && e.contains("must not be negative"),
+            "{e}"
+        );
     }
 }
