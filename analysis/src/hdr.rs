@@ -169,17 +169,24 @@ fn record_weighted(
         let Ok(n) = u64::try_from(w) else {
             return exec_err!("a weight must not be negative, got {w}");
         };
-        if n == 0 {
-            continue;
-        }
-        let (counts, magnitude) = if v >= 0 {
-            (&mut *pos, v as u64)
-        } else {
-            (&mut *neg, v.unsigned_abs())
-        };
-        counts.add_at(hdr_index(magnitude.min(MAX_TRACKABLE_NS)), n);
+        record_signed(pos, neg, v, n);
     }
     Ok(())
+}
+
+/// Counts `v` `n` times: into `pos` when `>= 0`, its magnitude into `neg` otherwise,
+/// clamped to [`MAX_TRACKABLE_NS`].
+#[inline]
+pub(crate) fn record_signed(pos: &mut HdrCounts, neg: &mut HdrCounts, v: i64, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let (counts, magnitude) = if v >= 0 {
+        (pos, v as u64)
+    } else {
+        (neg, v.unsigned_abs())
+    };
+    counts.add_at(hdr_index(magnitude.min(MAX_TRACKABLE_NS)), n);
 }
 
 fn merge_all(pos: &mut HdrCounts, neg: &mut HdrCounts, states: &BinaryArray) -> Result<()> {

@@ -27,7 +27,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{Result, exec_err, plan_err};
 use datafusion::logical_expr::AggregateUDF;
 
-use hoptrace_format::hist::{HdrCounts, MAX_TRACKABLE_NS, SignedStats, hdr_index};
+use hoptrace_format::hist::{HdrCounts, SignedStats};
 
 use crate::binary_agg::{self, BinaryState};
 use crate::stats::corrupt;
@@ -161,14 +161,8 @@ impl WeightedStage {
     /// Adds `(row, value, weight)` rows (weights above 0).
     fn add_rows(&mut self, rows: &[(usize, i64, u64)]) {
         self.moments.add_slice(rows.iter().map(|&(_, v, w)| (v, w)));
-        for &(_, v, w) in rows.iter().filter(|r| r.2 > 0) {
-            if v >= 0 {
-                self.pos
-                    .add_at(hdr_index((v as u64).min(MAX_TRACKABLE_NS)), w);
-            } else {
-                self.neg
-                    .add_at(hdr_index(v.unsigned_abs().min(MAX_TRACKABLE_NS)), w);
-            }
+        for &(_, v, w) in rows {
+            crate::hdr::record_signed(&mut self.pos, &mut self.neg, v, w);
         }
     }
 
@@ -337,6 +331,8 @@ fn for_stretches(
 
 #[cfg(test)]
 mod tests {
+    use hoptrace_format::hist::{MAX_TRACKABLE_NS, hdr_index};
+
     use super::*;
 
     /// The textbook two-pass figures over the values repeated by their weights.
