@@ -6,22 +6,36 @@
 # the members took to finish after the relay stopped, and checks that the members'
 # run.json files hold one publish record per message sent.
 #
+# PIPELINE=refpipe puts the reference pipeline's processor and store (processes of their
+# own, `hoptrace refpipe`) behind the broker, their probes reporting to the relay too:
+# every trace then has its 6 hops' records (publish, flow_in, flow_out, store_in,
+# query_start, queryable), which the members join into complete traces; the check is
+# then that every hop has one record per message sent and every trace is complete.
+#
 #   source infra/env.sh && infra/services.sh up     # Kafka and Mosquitto
 #   runner/bench/relay_bench.sh 1 100k               # MEMBERS RATE
+#   PIPELINE=refpipe runner/bench/relay_bench.sh 2 20k
 #
-# HOPTRACE: the binary (default target/release/hoptrace); OUT: where runs go.
+# HOPTRACE: the binary (default target/release/hoptrace); OUT: where runs go;
+# REPLICATION: the topics' replication factor (default 1; 3 with
+# HOPTRACE_KAFKA=$HOPTRACE_KAFKA_CLUSTER after `infra/kafka/kafka.sh start --nodes 3`).
+# The Kafka CPU is that of every Kafka broker process on the machine. RELAY_QUERY:
+# librdkafka properties for the relay's producer (`rdkafka.NAME=VALUE&...`).
 set -euo pipefail
 members=${1:?usage: relay_bench.sh MEMBERS RATE}
 rate=${2:?usage: relay_bench.sh MEMBERS RATE}
 bin=${HOPTRACE:-target/release/hoptrace}
 kafka=${HOPTRACE_KAFKA:?source infra/env.sh}
 mqtt=${HOPTRACE_MQTT:?source infra/env.sh}
-tag=relaybench-$members-$rate-$$
+pipeline=${PIPELINE:-}
+[[ -z $pipeline || $pipeline == refpipe ]] || { echo "PIPELINE: refpipe or nothing" >&2; exit 2; }
+tag=relaybench-$members-$rate${pipeline:+-$pipeline}-$$
 dir=${OUT:-/tmp/relay-bench}/$tag
 listen=127.0.0.1:7510
+store=127.0.0.1:7511
 mkdir -p "$dir"
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks() { local p t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 # The process GNU time started for the command line matching $1.
 child_of() {
   local pid
@@ -35,11 +49,11 @@ child_of() {
 }
 gone() { while kill -0 "$1" 2>/dev/null; do sleep 0.05; done; }
 
-kafka_pid=$(pgrep -f 'kafka\.Kafka' | head -1)
+mapfile -t kafka_pids < <(pgrep -f 'kafka\.Kafka')
 mqtt_pid=$(pgrep -x mosquitto | head -1)
 
 /usr/bin/time -f "%U %S %M" -o "$dir/relay.time" "$bin" relay --listen $listen \
-  --to "kafka://$kafka/$tag" --partitions 6 --run-id "$tag" >"$dir/relay.out" 2>"$dir/relay.err" &
+  --to "kafka://$kafka/$tag${RELAY_QUERY:+?$RELAY_QUERY}" --partitions 6 --replication "${REPLICATION:-1}" --run-id "$tag" >"$dir/relay.out" 2>"$dir/relay.err" &
 relay=$(child_of "relay --listen $listen")
 sleep 4 # the relay creates the topics
 member_pids=()
@@ -49,13 +63,29 @@ for i in $(seq "$members"); do
   member_pids+=("$(child_of "member m$i --run-id $tag")")
 done
 sleep 6 # the group's first assignment
+parts=()
+if [[ $pipeline == refpipe ]]; then
+  /usr/bin/time -f "%U %S %M" -o "$dir/store.time" "$bin" refpipe store --listen $store \
+    --collector $listen >"$dir/store.out" 2>"$dir/store.err" &
+  parts+=("$(child_of "refpipe store --listen $store")")
+  sleep 2
+  /usr/bin/time -f "%U %S %M" -o "$dir/processor.time" "$bin" refpipe processor \
+    --from "mqtt://$mqtt" --topics "$tag/#" --store $store --collector $listen \
+    >"$dir/processor.out" 2>"$dir/processor.err" &
+  parts=("$(child_of "refpipe processor --from mqtt://$mqtt --topics $tag/")" "${parts[@]}")
+  sleep 2
+fi
 
-k0=$(ticks "$kafka_pid")
+k0=$(ticks "${kafka_pids[@]}")
 q0=$(ticks "$mqtt_pid")
 /usr/bin/time -f "%U %S %M" -o "$dir/publisher.time" "$bin" publish --to "mqtt://$mqtt" \
   --topic-root "$tag" --rate "$rate" --streams 1000 --duration 30s --collector $listen \
   >"$dir/publisher.out" 2>"$dir/publisher.err"
 t_published=$(date +%s.%N)
+if ((${#parts[@]})); then
+  sleep 3 # what is still in the processor's batches and the store's queries
+  for p in "${parts[@]}"; do kill -INT "$p"; gone "$p"; done
+fi
 kill -INT "$relay"
 gone "$relay"
 t_relay=$(date +%s.%N)
@@ -63,7 +93,7 @@ for p in "${member_pids[@]}"; do kill -INT "$p"; done
 for p in "${member_pids[@]}"; do gone "$p"; done
 t_members=$(date +%s.%N)
 wait
-k1=$(ticks "$kafka_pid")
+k1=$(ticks "${kafka_pids[@]}")
 q1=$(ticks "$mqtt_pid")
 
 echo "== $members member(s), target $rate messages/s: $dir"
@@ -76,13 +106,21 @@ for f in "$dir"/*.time; do
   printf '%-12s %8s %8s %10d\n' "$(basename "$f" .time)" "$u" "$s" $((m / 1024))
 done
 printf '%-12s %17.2f\n' kafka "$(echo "($k1 - $k0) / 100" | bc -l)" mosquitto "$(echo "($q1 - $q0) / 100" | bc -l)"
-python3 - "$dir" <<'EOF'
+python3 - "$dir" "$pipeline" <<'EOF'
 import glob, json, sys
-records = sent = 0
+hops = ["publish"] + (["flow_in", "flow_out", "store_in", "query_start", "queryable"]
+                      if sys.argv[2] == "refpipe" else [])
+records = dict.fromkeys(hops, 0)
+sent = complete = 0
 for f in glob.glob(f"{sys.argv[1]}/runs/*/members/*/run.json"):
     a = json.load(open(f))["accounting"]
-    records += a["records_by_hop"]["publish"]
+    for h in hops:
+        records[h] += a["records_by_hop"].get(h, 0)
+    # Every member sees every Sent frame; each trace is joined by one member.
     sent = max(sent, sum(p["sent"] for p in a["publishers"]))
-print(f"members' publish records {records}, messages sent {sent}: {'all in' if records == sent else 'MISSING'}")
-sys.exit(0 if records == sent else 1)
+    complete += sum(p["complete"] for p in a["publishers"])
+ok = all(n == sent for n in records.values()) and (len(hops) == 1 or complete == sent)
+print(f"members' records by hop {records}, complete traces {complete}, messages sent {sent}: "
+      f"{'all in' if ok else 'MISSING'}")
+sys.exit(0 if ok else 1)
 EOF
