@@ -76,7 +76,8 @@ pub struct Args {
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
     /// Read probe records from Kafka instead of listening
-    /// (kafka://HOST:PORT[,HOST:PORT...]/TOPIC, written by `hoptrace relay`): this
+    /// (kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?rdkafka.NAME=VALUE&...], written by
+    /// `hoptrace relay`; the rdkafka. properties are set on this member's consumers): this
     /// collector joins the consumer group --group and writes its own files under
     /// <runs>/<run-id>/members/<member>/; the analysis reads all members as one run.
     #[arg(long, value_name = "KAFKA_URL", requires = "run_id")]

@@ -23,7 +23,8 @@ pub struct RelayArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = crate::collect::DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: String,
     /// Where records go: kafka://HOST:PORT[,HOST:PORT...]/TOPIC (probe control messages
-    /// go to TOPIC.control).
+    /// go to TOPIC.control); `?rdkafka.NAME=VALUE&...` sets librdkafka properties on the
+    /// relay's producer.
     #[arg(long, value_name = "KAFKA_URL")]
     pub to: String,
     /// Pipeline spec (TOML): the hops probes may report. Default: the built-in pipeline.

@@ -571,7 +571,8 @@ pub fn run_member(
         out: Vec::new(),
         error: None,
     }));
-    let consumer: BaseConsumer<MemberContext> = ClientConfig::new()
+    let mut client = ClientConfig::new();
+    client
         .set("bootstrap.servers", &cfg.target.brokers)
         .set("group.id", &cfg.group)
         .set("client.id", format!("hoptrace-{}", cfg.member))
@@ -581,17 +582,20 @@ pub fn run_member(
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
         .set("partition.assignment.strategy", "roundrobin")
-        .set("isolation.level", "read_committed")
-        .create_with_context(MemberContext {
-            state: Arc::clone(&state),
-        })?;
+        .set("isolation.level", "read_committed");
+    cfg.target.apply_client(&mut client);
+    let consumer: BaseConsumer<MemberContext> = client.create_with_context(MemberContext {
+        state: Arc::clone(&state),
+    })?;
     consumer.subscribe(&[&cfg.target.topic])?;
-    let control_consumer: BaseConsumer<QuietContext> = ClientConfig::new()
+    let mut client = ClientConfig::new();
+    client
         .set("bootstrap.servers", &cfg.target.brokers)
         .set("group.id", format!("{}.control.{}", cfg.group, cfg.member))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create_with_context(QuietContext)?;
+        .set("auto.offset.reset", "earliest");
+    cfg.target.apply_client(&mut client);
+    let control_consumer: BaseConsumer<QuietContext> = client.create_with_context(QuietContext)?;
     let mut ctl_tpl = TopicPartitionList::new();
     ctl_tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
     control_consumer.assign(&ctl_tpl)?;

@@ -41,19 +41,31 @@ pub struct RecordsTopic {
     pub brokers: String,
     /// The records topic; control messages go to `<topic>.control`.
     pub topic: String,
+    /// librdkafka properties given as `?rdkafka.NAME=VALUE`, set on the clients this
+    /// address creates (the relay's producer, a member's consumers) after their own
+    /// settings, so they override them.
+    pub client: Vec<(String, String)>,
 }
 
 impl RecordsTopic {
-    /// Parses `kafka://brokers/topic`: one topic, and no options (the relay and the
-    /// members set their clients up themselves).
+    /// Parses `kafka://brokers/topic[?rdkafka.NAME=VALUE&...]`: one topic, and no options
+    /// but librdkafka properties (the relay and the members choose their clients' other
+    /// settings themselves).
     ///
     /// # Errors
     /// A message naming the address and what is missing or too much.
     pub fn parse(url: &str) -> Result<Self, KafkaError> {
         const FORM: &str = "expected kafka://HOST:PORT[,...]/TOPIC";
         let bad = |why: &str| KafkaError::Config(format!("{url:?}: {why}"));
-        if url.contains('?') {
-            return Err(bad("takes no options (kafka://HOST:PORT[,...]/TOPIC)"));
+        if let Some((_, query)) = url.split_once('?') {
+            let other = query
+                .split('&')
+                .find(|kv| !kv.starts_with("rdkafka.") || !kv.contains('='));
+            if let Some(kv) = other {
+                return Err(bad(&format!(
+                    "{kv:?}: takes no options but librdkafka properties (?rdkafka.NAME=VALUE)"
+                )));
+            }
         }
         let k = match Endpoint::parse(url) {
             Ok(Endpoint::Kafka(k)) => k,
@@ -66,6 +78,7 @@ impl RecordsTopic {
             [t] if !t.contains('/') => Ok(Self {
                 brokers: k.bootstrap_servers(),
                 topic: t.clone(),
+                client: k.extra,
             }),
             _ => Err(bad("one topic, without '/' (kafka://HOST:PORT/TOPIC)")),
         }
@@ -75,6 +88,13 @@ impl RecordsTopic {
     #[must_use]
     pub fn control_topic(&self) -> String {
         format!("{}.control", self.topic)
+    }
+
+    /// Sets the address's librdkafka properties on `config`.
+    pub fn apply_client(&self, config: &mut rdkafka::ClientConfig) {
+        for (k, v) in &self.client {
+            config.set(k, v);
+        }
     }
 }
 
@@ -124,7 +144,20 @@ mod tests {
         assert_eq!(t.brokers, "127.0.0.1:29092,127.0.0.1:29093");
         assert_eq!(t.topic, "hoptrace.records");
         assert_eq!(t.control_topic(), "hoptrace.records.control");
+        assert!(t.client.is_empty());
+        let t = RecordsTopic::parse("kafka://h:1/t?rdkafka.max.in.flight=1&rdkafka.linger.ms=20")
+            .unwrap();
+        assert_eq!(
+            t.client,
+            [
+                ("max.in.flight".to_owned(), "1".to_owned()),
+                ("linger.ms".to_owned(), "20".to_owned())
+            ]
+        );
         for bad in [
+            "kafka://h:1/t?acks=all",
+            "kafka://h:1/t?rdkafka.linger.ms=5&partitions=3",
+            "kafka://h:1/t?rdkafka.linger.ms",
             "127.0.0.1:9092/t",
             "kafka://127.0.0.1:9092",
             "kafka:///t",
