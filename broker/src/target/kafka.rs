@@ -4,7 +4,7 @@
 //! Back-pressure: when librdkafka's producer queue is full, `send` gives the record back
 //! (`QueueFull`); the caller gets [`SendError::Full`], waits and retries.
 //!
-//! Delivery reports are served by the sending thread itself (every [`POLL_EVERY`] records,
+//! Delivery reports are served by the sending thread itself (every `POLL_EVERY` records,
 //! while it waits for capacity, and when counting or closing), not by a polling thread of
 //! their own: a report frees the record and its header list, which librdkafka allocated on
 //! the sending thread, and frees on another thread contend with that thread's allocations
