@@ -216,9 +216,34 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `N` different TCP ports on 127.0.0.1 that were free a moment ago: each is held until
+/// all are picked, so the system cannot hand out one of them twice (separate
+/// [`free_port`] calls can, once the first listener has closed).
+///
+/// # Errors
+/// No port can be bound.
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0u16; N];
+    for (port, l) in ports.iter_mut().zip(&held) {
+        *port = l.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_different() {
+        for _ in 0..50 {
+            let [a, b, c] = free_ports::<3>().unwrap();
+            assert!(a != b && b != c && a != c, "{a} {b} {c}");
+        }
+    }
 
     fn sh(script: &str) -> Command {
         let mut c = Command::new("sh");

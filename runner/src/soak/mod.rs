@@ -43,7 +43,7 @@ use crate::broker_process::BrokerProcess;
 use crate::pipeline::{self, Parts};
 use crate::procfs;
 use crate::sampler::{Sampler, Watched};
-use crate::supervisor::{Part, free_port};
+use crate::supervisor::{Part, free_ports};
 pub use targets::{TARGET_BYTES_PER_TRACE, TARGET_RATE_RATIO, TARGET_REPORT_S, Target};
 
 /// What to soak.
@@ -310,10 +310,12 @@ impl Addresses {
     /// # Errors
     /// No port can be bound.
     pub fn free() -> anyhow::Result<Self> {
+        // Picked together: the collector's and the metrics' ports once came out the same.
+        let [collector, metrics, store] = free_ports::<3>()?;
         Ok(Self {
-            collector: format!("127.0.0.1:{}", free_port()?),
-            metrics: format!("127.0.0.1:{}", free_port()?).parse()?,
-            store: format!("127.0.0.1:{}", free_port()?),
+            collector: format!("127.0.0.1:{collector}"),
+            metrics: format!("127.0.0.1:{metrics}").parse()?,
+            store: format!("127.0.0.1:{store}"),
             ui: None,
         })
     }
