@@ -30,8 +30,7 @@ impl EmbeddedBroker {
     /// # Errors
     /// [`RefpipeError::Broker`] when no port is free or the broker does not come up.
     pub fn start(max_payload_bytes: usize) -> Result<Self, RefpipeError> {
-        let v5 = free_port()?;
-        let v4 = free_port()?;
+        let [v5, v4] = free_ports()?;
         let connections = ConnectionSettings {
             connection_timeout_ms: 10_000,
             max_payload_size: max_payload_bytes,
@@ -148,10 +147,15 @@ fn set_nodelay_on_sockets_of(_ports: &[u16]) -> usize {
     0
 }
 
-fn free_port() -> Result<SocketAddr, RefpipeError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| RefpipeError::Broker(format!("no free loopback port: {e}")))
+/// Two different free loopback ports: both listeners are held until both are picked, so
+/// the system cannot hand out the same port twice.
+fn free_ports() -> Result<[SocketAddr; 2], RefpipeError> {
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    (|| {
+        let (a, b) = (bind()?, bind()?);
+        Ok([a.local_addr()?, b.local_addr()?])
+    })()
+    .map_err(|e: std::io::Error| RefpipeError::Broker(format!("no free loopback port: {e}")))
 }
 
 fn wait_for(addr: SocketAddr) -> Result<(), RefpipeError> {

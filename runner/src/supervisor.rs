@@ -213,7 +213,7 @@ fn lines_of(stdout: ChildStdout) -> mpsc::Receiver<String> {
 /// # Errors
 /// No port can be bound.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(free_ports::<1>()?[0])
 }
 
 /// `N` different TCP ports on 127.0.0.1 that were free a moment ago: each is held until

@@ -10,7 +10,7 @@
 //! the sending thread, and frees on another thread contend with that thread's allocations
 //! for the allocator's arena lock. With a polling thread, records carrying the
 //! trace-context header (three more allocations each) fell behind at 700k records/s on
-//! 2 cores (377k-632k achieved, 1.3-1.4 cores) where the same records with the context in
+//! 2 cores (377k-632k achieved, 1.26-1.43 cores) where the same records with the context in
 //! the payload passed at 0.8-0.9 cores (`reports/publisher-bench.md`).
 
 use std::sync::Arc;
