@@ -134,19 +134,33 @@ enum Block {
 }
 
 impl Block {
+    /// The bitmap of the listed offsets `v`.
+    fn bitmap(v: &[u16]) -> Box<[u64; BLOCK_WORDS]> {
+        let mut bits = Box::new([0u64; BLOCK_WORDS]);
+        for &x in v {
+            bits[usize::from(x >> 6)] |= 1 << (x & 63);
+        }
+        bits
+    }
+
     /// Adds offset `o`; `false` when it was there.
     fn insert(&mut self, o: u16) -> bool {
         match self {
+            // A stream's sequences mostly arrive in ascending order: append without a
+            // search.
+            Self::Sparse(v) if v.last().is_none_or(|&l| l < o) => {
+                v.push(o);
+                if v.len() > SPARSE_MAX {
+                    *self = Self::Dense(Self::bitmap(v));
+                }
+                true
+            }
             Self::Sparse(v) => match v.binary_search(&o) {
                 Ok(_) => false,
                 Err(at) => {
                     v.insert(at, o);
                     if v.len() > SPARSE_MAX {
-                        let mut bits = Box::new([0u64; BLOCK_WORDS]);
-                        for &x in v.iter() {
-                            bits[usize::from(x >> 6)] |= 1 << (x & 63);
-                        }
-                        *self = Self::Dense(bits);
+                        *self = Self::Dense(Self::bitmap(v));
                     }
                     true
                 }
@@ -387,7 +401,7 @@ impl KeySet {
         let slot = self.slot(publisher, stream, sequence / KEY_BLOCK);
         let new_block = slot.is_none();
         let fresh = slot
-            .get_or_insert_with(|| Block::Sparse(Vec::new()))
+            .get_or_insert_with(|| Block::Sparse(Vec::with_capacity(16)))
             .insert(o);
         self.blocks += usize::from(new_block);
         if fresh {

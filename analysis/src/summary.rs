@@ -533,7 +533,7 @@ async fn scan_buckets(
             "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
         ))?
         .alias("b");
-    let aggregates = trace_aggregates(&df, stages, constant_metrics.is_none())?;
+    let aggregates = trace_aggregates(&df, stages, constant_metrics)?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
     let mut out = Vec::new();
     for batch in &batches {
@@ -544,7 +544,11 @@ async fn scan_buckets(
         };
         let b = column("b")?.as_primitive::<Int64Type>();
         let messages = column("messages")?.as_primitive::<Int64Type>();
-        let metrics = column("metrics")?.as_primitive::<Int64Type>();
+        // Without a constant count the scan sums the column; with one it is not read.
+        let metrics = match constant_metrics {
+            Some(_) => None,
+            None => Some(column("metrics")?.as_primitive::<Int64Type>()),
+        };
         let stage_cols = (0..stages.len())
             .map(|i| Ok(column(&format!("s_{i}"))?.as_binary::<i32>()))
             .collect::<Result<Vec<_>, AnalysisError>>()?;
@@ -579,7 +583,7 @@ async fn scan_buckets(
             out.push(BucketScan {
                 bucket: b.is_valid(r).then(|| b.value(r)),
                 messages: u(messages),
-                metrics: u(metrics),
+                metrics: metrics.map_or_else(|| u(messages) * constant_metrics.unwrap_or(0), u),
                 stages: figures,
                 weighted,
             });
@@ -588,19 +592,24 @@ async fn scan_buckets(
     Ok(out)
 }
 
-/// The aggregates every scan of the traces computes: `messages`, `metrics`, `s_<i>`, the
-/// [`SignedStats`] of stage `i`, and with `per_metric`, `w_<i>`, its histograms and
-/// moments weighted by `metric_count` (a [`WeightedStage`]).
+/// The aggregates every scan of the traces computes: `messages`, `s_<i>`, the
+/// [`SignedStats`] of stage `i`, and unless every message carried `constant_metrics`,
+/// `metrics` (their sum) and `w_<i>`, the stage's histograms and moments weighted by
+/// `metric_count` (a [`WeightedStage`]). With a constant count, `metric_count` is not
+/// read at all.
 fn trace_aggregates(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
-    per_metric: bool,
+    constant_metrics: Option<u64>,
 ) -> Result<Vec<datafusion::prelude::Expr>, AnalysisError> {
-    let mut aggregates = vec![
-        df.parse_sql_expr("count(*)")?.alias("messages"),
-        df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
-            .alias("metrics"),
-    ];
+    let per_metric = constant_metrics.is_none();
+    let mut aggregates = vec![df.parse_sql_expr("count(*)")?.alias("messages")];
+    if per_metric {
+        aggregates.push(
+            df.parse_sql_expr("sum(CAST(metric_count AS BIGINT))")?
+                .alias("metrics"),
+        );
+    }
     let stage_stats = stats::stage_stats_udaf();
     let weighted = crate::weighted::per_metric_udaf();
     for (i, st) in stages.iter().enumerate() {
@@ -932,7 +941,7 @@ pub async fn window(
     ))?;
     let df = df.filter(due)?;
     let constant_metrics = constant_metric_count(ctx).await?;
-    let mut aggregates = trace_aggregates(&df, &pipeline.stages, constant_metrics.is_none())?;
+    let mut aggregates = trace_aggregates(&df, &pipeline.stages, constant_metrics)?;
     aggregates.push(
         df.parse_sql_expr("sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END)")?
             .alias("complete"),
@@ -963,12 +972,16 @@ pub async fn window(
         };
         stages.push(stage_summary(st, &figures, &weighted, &env.hosts, &polled));
     }
+    let messages = as_u64(&scalar(batch, "messages")?);
     Ok(WindowSummary {
         from_unix_ns: from,
         to_unix_ns: to,
-        messages: as_u64(&scalar(batch, "messages")?),
+        messages,
         complete: as_u64(&scalar(batch, "complete")?),
-        metrics: as_u64(&scalar(batch, "metrics")?),
+        metrics: match constant_metrics {
+            Some(m) => messages * m,
+            None => as_u64(&scalar(batch, "metrics")?),
+        },
         stages,
     })
 }
