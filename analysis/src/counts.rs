@@ -326,6 +326,36 @@ struct StreamBlocks {
     blocks: Vec<Option<Block>>,
 }
 
+/// The place of block `b` of stream `st` (below [`DIRECT_STREAMS`]) among `streams`,
+/// when it lies within [`DIRECT_SPAN`] blocks of the stream's first.
+#[inline]
+fn direct_slot(streams: &mut Vec<StreamBlocks>, st: u64, b: u64) -> Option<&mut Option<Block>> {
+    let st = st as usize;
+    if streams.len() <= st {
+        streams.resize_with(st + 1, StreamBlocks::default);
+    }
+    let s = &mut streams[st];
+    if s.blocks.is_empty() {
+        s.base = b;
+    }
+    let i = usize::try_from(b.checked_sub(s.base).filter(|&i| i < DIRECT_SPAN)?).ok()?;
+    if s.blocks.len() <= i {
+        s.blocks.resize_with(i + 1, || None);
+    }
+    Some(&mut s.blocks[i])
+}
+
+/// Adds offset `o` to the block in `slot` (a new one if empty): (the block is new, the
+/// offset is new).
+#[inline]
+fn add_to_slot(slot: &mut Option<Block>, o: u16) -> (bool, bool) {
+    let new_block = slot.is_none();
+    let fresh = slot
+        .get_or_insert_with(|| Block::Sparse(Vec::with_capacity(16)))
+        .insert(o);
+    (new_block, fresh)
+}
+
 /// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
 /// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
 /// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
@@ -364,50 +394,83 @@ impl KeySet {
     /// The place of block `b` of `(p, st)`, empty when it is new.
     #[inline]
     fn slot(&mut self, p: u64, st: u64, b: u64) -> &mut Option<Block> {
-        if st < DIRECT_STREAMS {
-            let at = match self.direct.iter().position(|d| d.0 == p) {
-                Some(at) => Some(at),
-                None if self.direct.len() < DIRECT_PUBLISHERS => {
-                    self.direct.push((p, Vec::new()));
-                    Some(self.direct.len() - 1)
-                }
-                None => None,
-            };
-            if let Some(at) = at {
-                let streams = &mut self.direct[at].1;
-                let st = st as usize;
-                if streams.len() <= st {
-                    streams.resize_with(st + 1, StreamBlocks::default);
-                }
-                let s = &mut streams[st];
-                if s.blocks.is_empty() {
-                    s.base = b;
-                }
-                if let Some(i) = b.checked_sub(s.base).filter(|&i| i < DIRECT_SPAN) {
-                    let i = i as usize;
-                    if s.blocks.len() <= i {
-                        s.blocks.resize_with(i + 1, || None);
-                    }
-                    return &mut s.blocks[i];
-                }
-            }
+        if let Some(at) = self.direct_publisher(p, st)
+            && let Some(slot) = direct_slot(&mut self.direct[at].1, st, b)
+        {
+            return slot;
         }
         self.other.entry((p, st, b)).or_insert(None)
+    }
+
+    /// Where publisher `p`'s streams are found by index, when stream `st` is one of
+    /// them (adding the publisher while there is room).
+    #[inline]
+    fn direct_publisher(&mut self, p: u64, st: u64) -> Option<usize> {
+        if st >= DIRECT_STREAMS {
+            return None;
+        }
+        match self.direct.iter().position(|d| d.0 == p) {
+            Some(at) => Some(at),
+            None if self.direct.len() < DIRECT_PUBLISHERS => {
+                self.direct.push((p, Vec::new()));
+                Some(self.direct.len() - 1)
+            }
+            None => None,
+        }
     }
 
     #[inline]
     fn insert(&mut self, publisher: u64, stream: u64, sequence: u64) {
         let o = u16::try_from(sequence % KEY_BLOCK).expect("below the block size");
-        let slot = self.slot(publisher, stream, sequence / KEY_BLOCK);
-        let new_block = slot.is_none();
-        let fresh = slot
-            .get_or_insert_with(|| Block::Sparse(Vec::with_capacity(16)))
-            .insert(o);
+        let (new_block, fresh) = add_to_slot(self.slot(publisher, stream, sequence / KEY_BLOCK), o);
+        self.count(new_block, fresh);
+    }
+
+    #[inline]
+    fn count(&mut self, new_block: bool, fresh: bool) {
         self.blocks += usize::from(new_block);
         if fresh {
             self.keys += 1;
         } else {
             self.repeated += 1;
+        }
+    }
+
+    /// Adds the keys of the rows valid in all three arrays. Rows of one publisher (the
+    /// usual batch) find that publisher's streams once for the whole batch.
+    fn insert_rows(
+        &mut self,
+        p: &PrimitiveArray<UInt64Type>,
+        st: &PrimitiveArray<UInt64Type>,
+        q: &PrimitiveArray<UInt64Type>,
+    ) {
+        let one_publisher = p.values().first().copied().filter(|&p0| {
+            p.null_count() + st.null_count() + q.null_count() == 0
+                && p.values().iter().all(|&x| x == p0)
+        });
+        let Some(p0) = one_publisher else {
+            for i in 0..q.len() {
+                if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
+                    self.insert(p.value(i), st.value(i), q.value(i));
+                }
+            }
+            return;
+        };
+        // The publisher's place, when its streams can be found by index at all.
+        let at = self.direct_publisher(p0, 0);
+        for (&s, &seq) in st.values().iter().zip(q.values().iter()) {
+            let o = u16::try_from(seq % KEY_BLOCK).expect("below the block size");
+            let b = seq / KEY_BLOCK;
+            let direct = match at {
+                Some(at) if s < DIRECT_STREAMS => direct_slot(&mut self.direct[at].1, s, b),
+                _ => None,
+            };
+            let slot = match direct {
+                Some(slot) => slot,
+                None => self.other.entry((p0, s, b)).or_insert(None),
+            };
+            let (new_block, fresh) = add_to_slot(slot, o);
+            self.count(new_block, fresh);
         }
     }
 
@@ -640,11 +703,7 @@ impl TraceCounts {
             st.as_primitive::<UInt64Type>(),
             q.as_primitive::<UInt64Type>(),
         );
-        for i in 0..q.len() {
-            if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
-                self.keys.insert(p.value(i), st.value(i), q.value(i));
-            }
-        }
+        self.keys.insert_rows(p, st, q);
         Ok(())
     }
 

@@ -81,11 +81,25 @@ pub const fn hdr_width(index: usize) -> u64 {
 
 /// Adds each of `values` (>= 0, clamped to [`MAX_TRACKABLE_NS`]) to its bucket of `counts`,
 /// which must reach the largest one's.
+///
+/// Equal neighbours are added as one run: every hop after a processor batch stamps the
+/// batch's messages alike, so their deltas repeat row after row, and adding them one by
+/// one would increment one counter back to back, each increment waiting for the last.
 #[inline(always)]
 fn count_into_portable(counts: &mut [u64], values: &[i64]) {
-    for &v in values {
-        counts[hdr_index((v as u64).min(MAX_TRACKABLE_NS))] += 1;
+    let Some((&first, rest)) = values.split_first() else {
+        return;
+    };
+    let (mut run_value, mut run) = (first, 1_u64);
+    for &v in rest {
+        if v == run_value {
+            run += 1;
+        } else {
+            counts[hdr_index((run_value as u64).min(MAX_TRACKABLE_NS))] += run;
+            (run_value, run) = (v, 1);
+        }
     }
+    counts[hdr_index((run_value as u64).min(MAX_TRACKABLE_NS))] += run;
 }
 
 /// [`count_into_portable`] compiled for CPUs with LZCNT: the bucket of a value is found
@@ -739,6 +753,25 @@ mod tests {
                 );
             }
             prop_assert_eq!(SignedStats::decode(&s.encode()).unwrap(), s);
+        }
+
+        #[test]
+        fn runs_of_equal_values_count_as_one_by_one(
+            runs in prop::collection::vec((0_i64..50_000_000, 1_usize..30), 1..60),
+        ) {
+            // As a batch's stamps give them: each value repeated for a run of rows.
+            let values: Vec<i64> = runs
+                .iter()
+                .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+                .collect();
+            let mut s = SignedStats::default();
+            s.add_values(&values);
+            let mut one_by_one = HdrCounts::new();
+            for &v in &values {
+                one_by_one.record(v as u64);
+            }
+            prop_assert_eq!(&s.pos, &one_by_one);
+            prop_assert_eq!(s.count, values.len() as u64);
         }
     }
 
