@@ -31,6 +31,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::hist::SignedStats;
+use hoptrace_format::varint::put;
 
 use crate::binary_agg::{self, BinaryState};
 
@@ -161,6 +162,204 @@ impl BinaryState for SignedStats {
 
     fn allocated_bytes(&self) -> usize {
         SignedStats::allocated_bytes(self)
+    }
+}
+
+/// First byte of an encoded [`BucketStats`].
+const BUCKETS_TAG: u8 = 0x42;
+/// The largest bucket number `bucket_stats` takes (a report has at most a few hundred).
+const MAX_BUCKET: i64 = 1 << 20;
+
+/// One time bucket of [`BucketStats`]: its rows and every stage's figures over them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BucketCell {
+    /// Rows (messages) in the bucket, whatever their stages.
+    pub messages: u64,
+    /// Per stage argument, in order.
+    pub stages: Vec<SignedStats>,
+}
+
+/// The state of `bucket_stats(b, ns_0, ..., ns_k)` ([`bucket_stats_udaf`]): per time
+/// bucket `b` (an integer from 0, NULL for rows without a time), the rows and the
+/// [`SignedStats`] of every stage argument. It is the report's scan without a `GROUP BY`:
+/// a bucket is found by index, not by hashing every row's bucket number, and a batch's
+/// rows (time-ordered in a run's files) mostly fall in one bucket, added as slices.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BucketStats {
+    /// By bucket number; `None` where no row fell.
+    pub cells: Vec<Option<BucketCell>>,
+    /// Rows without a time.
+    pub untimed: Option<BucketCell>,
+}
+
+/// The `bucket_stats` aggregate (not registered in sessions: its result is this module's
+/// own encoding, read with [`BucketStats::decode`]).
+#[must_use]
+pub fn bucket_stats_udaf() -> AggregateUDF {
+    binary_agg::udaf::<BucketStats>()
+}
+
+impl BucketStats {
+    fn cell(&mut self, bucket: Option<usize>, stages: usize) -> &mut BucketCell {
+        let slot = match bucket {
+            Some(b) => {
+                if self.cells.len() <= b {
+                    self.cells.resize_with(b + 1, || None);
+                }
+                &mut self.cells[b]
+            }
+            None => &mut self.untimed,
+        };
+        slot.get_or_insert_with(|| BucketCell {
+            messages: 0,
+            stages: vec![SignedStats::default(); stages],
+        })
+    }
+
+    /// Every cell with its bucket number (`None` for the rows without a time).
+    pub fn iter(&self) -> impl Iterator<Item = (Option<usize>, &BucketCell)> {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter_map(|(b, c)| c.as_ref().map(|c| (Some(b), c)))
+            .chain(self.untimed.as_ref().map(|c| (None, c)))
+    }
+
+    /// Reads the encoding `bucket_stats` returns.
+    ///
+    /// # Errors
+    /// When `bytes` are not such an encoding.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let bad = || corrupt(<Self as BinaryState>::NAME);
+        let mut r = hoptrace_format::varint::Reader::new(bytes);
+        if r.byte().map_err(|_| bad())? != BUCKETS_TAG {
+            return Err(bad());
+        }
+        let mut out = Self::default();
+        let n = r.varint().map_err(|_| bad())?;
+        for _ in 0..n {
+            let key = r.varint().map_err(|_| bad())?;
+            let bucket = match key {
+                0 => None,
+                k if k - 1 <= MAX_BUCKET as u64 => Some((k - 1) as usize),
+                _ => return Err(bad()),
+            };
+            let messages = r.varint().map_err(|_| bad())?;
+            let stages = r.varint().map_err(|_| bad())?;
+            let mut cell = BucketCell {
+                messages,
+                stages: Vec::new(),
+            };
+            for _ in 0..stages {
+                let len = usize::try_from(r.varint().map_err(|_| bad())?).map_err(|_| bad())?;
+                let part = r.take(len).map_err(|_| bad())?;
+                cell.stages
+                    .push(SignedStats::decode(part).map_err(|_| bad())?);
+            }
+            let slot = out.cell(bucket, cell.stages.len());
+            if slot.stages.len() != cell.stages.len() {
+                return Err(bad());
+            }
+            *slot = cell;
+        }
+        r.finish().map_err(|_| bad())?;
+        Ok(out)
+    }
+}
+
+impl BinaryState for BucketStats {
+    const NAME: &'static str = "bucket_stats";
+    const STATE: &'static str = "buckets";
+    const GROUPED: bool = false;
+
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        match arg_types {
+            [b, stages @ ..] if !stages.is_empty() && (b.is_integer() || b.is_null()) => {
+                let mut out = vec![DataType::Int64];
+                for t in stages {
+                    out.push(crate::hdr::coerce_ns(Self::NAME, t)?);
+                }
+                Ok(out)
+            }
+            _ => plan_err!("bucket_stats takes a bucket number and one or more stage columns"),
+        }
+    }
+
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let Some((b, stages)) = values.split_first() else {
+            return plan_err!("bucket_stats takes a bucket number and stage columns");
+        };
+        let b = b.as_primitive::<Int64Type>();
+        let stages: Vec<_> = stages
+            .iter()
+            .map(|v| {
+                let a = v.as_primitive::<Int64Type>();
+                (a.values().as_ref(), kept_rows(a, None))
+            })
+            .collect();
+        let key = |i: usize| b.is_valid(i).then(|| b.value(i));
+        let mut start = 0;
+        while start < b.len() {
+            let k = key(start);
+            let mut end = start + 1;
+            while end < b.len() && key(end) == k {
+                end += 1;
+            }
+            let bucket = match k {
+                Some(k @ 0..=MAX_BUCKET) => Some(k as usize),
+                None => None,
+                Some(k) => {
+                    return Err(DataFusionError::Execution(format!(
+                        "bucket_stats: bucket {k} outside 0..={MAX_BUCKET}"
+                    )));
+                }
+            };
+            let cell = self.cell(bucket, stages.len());
+            cell.messages += (end - start) as u64;
+            for (st, (raw, kept)) in cell.stages.iter_mut().zip(&stages) {
+                add_rows(st, raw, start..end, kept.as_ref());
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &Self) {
+        for (bucket, theirs) in other.iter() {
+            let mine = self.cell(bucket, theirs.stages.len());
+            mine.messages += theirs.messages;
+            for (a, b) in mine.stages.iter_mut().zip(&theirs.stages) {
+                a.merge(b);
+            }
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![BUCKETS_TAG];
+        put(&mut out, self.iter().count() as u64);
+        for (bucket, cell) in self.iter() {
+            put(&mut out, bucket.map_or(0, |b| b as u64 + 1));
+            put(&mut out, cell.messages);
+            put(&mut out, cell.stages.len() as u64);
+            for st in &cell.stages {
+                let bytes = st.encode();
+                put(&mut out, bytes.len() as u64);
+                out.extend_from_slice(&bytes);
+            }
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        Self::decode(bytes)
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.iter()
+            .flat_map(|(_, c)| &c.stages)
+            .map(SignedStats::allocated_bytes)
+            .sum::<usize>()
+            + self.cells.capacity() * std::mem::size_of::<Option<BucketCell>>()
     }
 }
 
@@ -418,5 +617,85 @@ mod tests {
             }
         }
         assert_eq!(seen, 5, "4 groups and the whole");
+    }
+
+    #[test]
+    fn bucket_stats_agree_with_each_bucket_added_alone() {
+        // Two batches, buckets in runs and out of order, rows without a time, stage
+        // values missing in places.
+        type Column = Vec<Option<i64>>;
+        let batches: [(Column, Column, Column); 2] = [
+            (
+                vec![Some(0), Some(0), Some(2), None, Some(2), Some(0)],
+                vec![Some(5), None, Some(7), Some(-3), Some(9), Some(11)],
+                vec![Some(1), Some(2), None, Some(4), Some(5), Some(6)],
+            ),
+            (
+                vec![Some(2), Some(5), Some(5), None],
+                vec![Some(13), Some(17), Some(19), None],
+                vec![Some(7), None, Some(8), Some(9)],
+            ),
+        ];
+        let mut parts = Vec::new();
+        let mut want: std::collections::BTreeMap<Option<i64>, (u64, [Vec<i64>; 2])> =
+            std::collections::BTreeMap::new();
+        for (b, s0, s1) in &batches {
+            let mut state = BucketStats::default();
+            let arrays: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(b.clone())),
+                Arc::new(Int64Array::from(s0.clone())),
+                Arc::new(Int64Array::from(s1.clone())),
+            ];
+            state.update(&arrays).unwrap();
+            parts.push(state);
+            for i in 0..b.len() {
+                let cell = want.entry(b[i]).or_default();
+                cell.0 += 1;
+                cell.1[0].extend(s0[i]);
+                cell.1[1].extend(s1[i]);
+            }
+        }
+        let mut whole = BucketStats::default();
+        for p in &parts {
+            whole.merge(p);
+        }
+        let whole = BucketStats::decode(&BinaryState::encode(&whole)).unwrap();
+        let got: Vec<_> = whole
+            .iter()
+            .map(|(b, c)| (b.map(|b| b as i64), c.clone()))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        for (bucket, cell) in got {
+            let (messages, values) = &want[&bucket];
+            assert_eq!(cell.messages, *messages, "bucket {bucket:?}");
+            for (st, v) in cell.stages.iter().zip(values) {
+                let mut alone = SignedStats::default();
+                alone.add_values(v);
+                // Merged moments round differently from one pass: equal to 1e-9.
+                assert!((st.m2 - alone.m2).abs() <= 1e-9 * alone.m2.max(1.0));
+                let exact = |x: &SignedStats| (x.count, x.negative, x.min, x.max, x.sum);
+                assert_eq!(exact(st), exact(&alone), "bucket {bucket:?}");
+                assert_eq!(
+                    (&st.pos, &st.neg),
+                    (&alone.pos, &alone.neg),
+                    "bucket {bucket:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_stats_refuse_garbage_and_far_buckets() {
+        assert!(BucketStats::decode(&[]).is_err());
+        assert!(BucketStats::decode(&[BUCKETS_TAG, 1, 1, 1, 1, 2, 0x53]).is_err());
+        let mut bytes = BinaryState::encode(&BucketStats::default());
+        bytes.push(0);
+        assert!(BucketStats::decode(&bytes).is_err());
+        let mut state = BucketStats::default();
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![MAX_BUCKET + 1])),
+            Arc::new(Int64Array::from(vec![1])),
+        ];
+        assert!(state.update(&arrays).is_err());
     }
 }

@@ -533,6 +533,9 @@ async fn scan_buckets(
             "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
         ))?
         .alias("b");
+    if let Some(m) = constant_metrics {
+        return scan_buckets_indexed(&df, stages, bucket, m).await;
+    }
     let aggregates = trace_aggregates(&df, stages, constant_metrics)?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
     let mut out = Vec::new();
@@ -590,6 +593,43 @@ async fn scan_buckets(
         }
     }
     Ok(out)
+}
+
+/// [`scan_buckets`] when every message carried `metrics`: one `bucket_stats` aggregate
+/// finds each bucket by its number instead of a `GROUP BY` hashing every row's.
+async fn scan_buckets_indexed(
+    df: &datafusion::dataframe::DataFrame,
+    stages: &[StageSpec],
+    bucket: datafusion::prelude::Expr,
+    metrics: u64,
+) -> Result<Vec<BucketScan>, AnalysisError> {
+    let mut args = vec![bucket];
+    args.extend(stages.iter().map(|st| ident(stage_column(&st.name))));
+    let cells = stats::bucket_stats_udaf().call(args).alias("cells");
+    let batches = df.clone().aggregate(vec![], vec![cells])?.collect().await?;
+    let bytes = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| b.column_by_name("cells"))
+        .map(|c| c.as_binary::<i32>())
+        .filter(|c| c.is_valid(0))
+        .map(|c| c.value(0))
+        .ok_or_else(|| AnalysisError::Render("internal: bucket_stats returned nothing".into()))?;
+    let scanned = stats::BucketStats::decode(bytes)?;
+    Ok(scanned
+        .iter()
+        .map(|(b, cell)| BucketScan {
+            bucket: b.and_then(|b| i64::try_from(b).ok()),
+            messages: cell.messages,
+            metrics: cell.messages * metrics,
+            weighted: cell
+                .stages
+                .iter()
+                .map(|f| WeightedStage::scaled(f, metrics))
+                .collect(),
+            stages: cell.stages.clone(),
+        })
+        .collect())
 }
 
 /// The aggregates every scan of the traces computes: `messages`, `s_<i>`, the

@@ -65,6 +65,19 @@ impl<'a> Reader<'a> {
         Ok(*head)
     }
 
+    /// The next `n` bytes.
+    ///
+    /// # Errors
+    /// When fewer are left.
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.bytes.len() {
+            return Err(DecodeError);
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
     /// The next unsigned varint.
     ///
     /// # Errors
