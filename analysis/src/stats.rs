@@ -26,8 +26,8 @@
 //! ```
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
-use datafusion::arrow::buffer::BooleanBuffer;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::hist::SignedStats;
@@ -179,11 +179,15 @@ pub struct BucketCell {
     pub stages: Vec<SignedStats>,
 }
 
-/// The state of `bucket_stats(b, ns_0, ..., ns_k)` ([`bucket_stats_udaf`]): per time
-/// bucket `b` (an integer from 0, NULL for rows without a time), the rows and the
-/// [`SignedStats`] of every stage argument. It is the report's scan without a `GROUP BY`:
-/// a bucket is found by index, not by hashing every row's bucket number, and a batch's
-/// rows (time-ordered in a run's files) mostly fall in one bucket, added as slices.
+/// The state of `bucket_stats(time_ns, t0_ns, width_ns, to_0, from_0, ..., to_k,
+/// from_k)` ([`bucket_stats_udaf`]): per time bucket (`(time_ns - t0_ns) / width_ns`,
+/// from 0; NULL times in a bucket of their own), the rows and the [`SignedStats`] of every
+/// stage `to_i - from_i` (NULL where either stamp is). It is the report's scan without a
+/// `GROUP BY` and without intermediate columns: a bucket is found by index, not by
+/// hashing every row's bucket number; a row in the same bucket as the row before needs no
+/// division; a stage's deltas are computed into one buffer reused for every stage; and a
+/// batch's rows (time-ordered in a run's files) mostly fall in one bucket, added as
+/// slices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BucketStats {
     /// By bucket number; `None` where no row fell.
@@ -273,53 +277,94 @@ impl BinaryState for BucketStats {
     const GROUPED: bool = false;
 
     fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let nanoseconds = |t: &DataType| {
+            t.is_integer()
+                || t.is_null()
+                || matches!(t, DataType::Timestamp(TimeUnit::Nanosecond, _))
+        };
         match arg_types {
-            [b, stages @ ..] if !stages.is_empty() && (b.is_integer() || b.is_null()) => {
-                let mut out = vec![DataType::Int64];
-                for t in stages {
-                    out.push(crate::hdr::coerce_ns(Self::NAME, t)?);
-                }
-                Ok(out)
+            [_, _, _, hops @ ..]
+                if !hops.is_empty() && hops.len() % 2 == 0 && arg_types.iter().all(nanoseconds) =>
+            {
+                Ok(vec![DataType::Int64; arg_types.len()])
             }
-            _ => plan_err!("bucket_stats takes a bucket number and one or more stage columns"),
+            _ => plan_err!(
+                "bucket_stats takes a time, the first bucket's start, the bucket width and \
+                 pairs of hop stamps (to, from), all integer nanoseconds"
+            ),
         }
     }
 
     fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let Some((b, stages)) = values.split_first() else {
-            return plan_err!("bucket_stats takes a bucket number and stage columns");
+        let [time, t0, width, hops @ ..] = values else {
+            return plan_err!("bucket_stats takes a time, a start, a width and hop pairs");
         };
-        let b = b.as_primitive::<Int64Type>();
-        let stages: Vec<_> = stages
-            .iter()
-            .map(|v| {
-                let a = v.as_primitive::<Int64Type>();
-                (a.values().as_ref(), kept_rows(a, None))
-            })
-            .collect();
-        let key = |i: usize| b.is_valid(i).then(|| b.value(i));
-        let mut start = 0;
-        while start < b.len() {
-            let k = key(start);
-            let mut end = start + 1;
-            while end < b.len() && key(end) == k {
-                end += 1;
-            }
-            let bucket = match k {
-                Some(k @ 0..=MAX_BUCKET) => Some(k as usize),
-                None => None,
-                Some(k) => {
-                    return Err(DataFusionError::Execution(format!(
-                        "bucket_stats: bucket {k} outside 0..={MAX_BUCKET}"
-                    )));
+        let time = time.as_primitive::<Int64Type>();
+        let (Some(t0), Some(width)) = (
+            t0.as_primitive::<Int64Type>().values().first().copied(),
+            width.as_primitive::<Int64Type>().values().first().copied(),
+        ) else {
+            return Ok(());
+        };
+        if width <= 0 {
+            return Err(DataFusionError::Execution(format!(
+                "bucket_stats: bucket width {width} ns is not positive"
+            )));
+        }
+        // The runs of consecutive rows in one bucket: (start, end, bucket).
+        let mut runs: Vec<(usize, usize, Option<usize>)> = Vec::new();
+        // The range of times of the last bucket computed: rows within it need no division.
+        let (mut lo, mut hi, mut last) = (1_i64, 0_i64, 0_usize);
+        for i in 0..time.len() {
+            let bucket = if time.is_valid(i) {
+                let t = time.value(i);
+                if !(lo <= t && t < hi) {
+                    let b = t.wrapping_sub(t0) / width;
+                    if !(0..=MAX_BUCKET).contains(&b) {
+                        return Err(DataFusionError::Execution(format!(
+                            "bucket_stats: time {t} ns falls in bucket {b}, outside 0..={MAX_BUCKET}"
+                        )));
+                    }
+                    last = b as usize;
+                    (lo, hi) = b
+                        .checked_mul(width)
+                        .and_then(|x| t0.checked_add(x))
+                        .and_then(|l| Some((l, l.checked_add(width)?)))
+                        .unwrap_or((1, 0));
                 }
+                Some(last)
+            } else {
+                None
             };
-            let cell = self.cell(bucket, stages.len());
-            cell.messages += (end - start) as u64;
-            for (st, (raw, kept)) in cell.stages.iter_mut().zip(&stages) {
-                add_rows(st, raw, start..end, kept.as_ref());
+            match runs.last_mut() {
+                Some((_, end, b)) if *b == bucket => *end = i + 1,
+                _ => runs.push((i, i + 1, bucket)),
             }
-            start = end;
+        }
+        let stages = hops.len() / 2;
+        for &(start, end, bucket) in &runs {
+            self.cell(bucket, stages).messages += (end - start) as u64;
+        }
+        let mut deltas: Vec<i64> = Vec::with_capacity(time.len());
+        for (s, pair) in hops.chunks_exact(2).enumerate() {
+            let (to, from) = (
+                pair[0].as_primitive::<Int64Type>(),
+                pair[1].as_primitive::<Int64Type>(),
+            );
+            deltas.clear();
+            deltas.extend(
+                to.values()
+                    .iter()
+                    .zip(from.values().iter())
+                    .map(|(&a, &b)| a.wrapping_sub(b)),
+            );
+            let kept =
+                NullBuffer::union(to.logical_nulls().as_ref(), from.logical_nulls().as_ref())
+                    .map(|n| n.inner().clone());
+            for &(start, end, bucket) in &runs {
+                let cell = self.cell(bucket, stages);
+                add_rows(&mut cell.stages[s], &deltas, start..end, kept.as_ref());
+            }
         }
         Ok(())
     }
@@ -639,20 +684,44 @@ mod tests {
         let mut parts = Vec::new();
         let mut want: std::collections::BTreeMap<Option<i64>, (u64, [Vec<i64>; 2])> =
             std::collections::BTreeMap::new();
+        // Buckets of 10 ns from 1000: a row's time is somewhere in its bucket.
+        let (t0, width) = (1000_i64, 10_i64);
         for (b, s0, s1) in &batches {
             let mut state = BucketStats::default();
+            let n = b.len();
+            let time: Vec<Option<i64>> = b
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b.map(|b| t0 + b * width + (i as i64 * 7) % width))
+                .collect();
+            // Each stage is `to - from`, its `from` a stamp of its own (NULL in places
+            // where `to` is not, so the delta is missing there too).
+            let from: Vec<Option<i64>> = (0..n).map(|i| (i != 1).then_some(i as i64 * 3)).collect();
+            let to = |stage: &Column| -> Column {
+                stage
+                    .iter()
+                    .zip(&from)
+                    .map(|(v, f)| Some(v.unwrap_or(0) + f.unwrap_or(0)).filter(|_| v.is_some()))
+                    .collect()
+            };
             let arrays: Vec<ArrayRef> = vec![
-                Arc::new(Int64Array::from(b.clone())),
-                Arc::new(Int64Array::from(s0.clone())),
-                Arc::new(Int64Array::from(s1.clone())),
+                Arc::new(Int64Array::from(time)),
+                Arc::new(Int64Array::from(vec![t0; n])),
+                Arc::new(Int64Array::from(vec![width; n])),
+                Arc::new(Int64Array::from(to(s0))),
+                Arc::new(Int64Array::from(from.clone())),
+                Arc::new(Int64Array::from(to(s1))),
+                Arc::new(Int64Array::from(from.clone())),
             ];
             state.update(&arrays).unwrap();
             parts.push(state);
-            for i in 0..b.len() {
+            for i in 0..n {
                 let cell = want.entry(b[i]).or_default();
                 cell.0 += 1;
-                cell.1[0].extend(s0[i]);
-                cell.1[1].extend(s1[i]);
+                if from[i].is_some() {
+                    cell.1[0].extend(s0[i]);
+                    cell.1[1].extend(s1[i]);
+                }
             }
         }
         let mut whole = BucketStats::default();
@@ -692,10 +761,21 @@ mod tests {
         bytes.push(0);
         assert!(BucketStats::decode(&bytes).is_err());
         let mut state = BucketStats::default();
-        let arrays: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from(vec![MAX_BUCKET + 1])),
-            Arc::new(Int64Array::from(vec![1])),
-        ];
-        assert!(state.update(&arrays).is_err());
+        let far = |time: i64, width: i64| -> Vec<ArrayRef> {
+            vec![
+                Arc::new(Int64Array::from(vec![time])),
+                Arc::new(Int64Array::from(vec![0])),
+                Arc::new(Int64Array::from(vec![width])),
+                Arc::new(Int64Array::from(vec![1])),
+                Arc::new(Int64Array::from(vec![0])),
+            ]
+        };
+        assert!(state.update(&far(MAX_BUCKET * 2 + 2, 2)).is_err());
+        assert!(
+            state.update(&far(-1, 2)).is_ok(),
+            "bucket 0: division truncates"
+        );
+        assert!(state.update(&far(-2, 2)).is_err());
+        assert!(state.update(&far(5, 0)).is_err());
     }
 }

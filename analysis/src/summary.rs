@@ -534,7 +534,9 @@ async fn scan_buckets(
         ))?
         .alias("b");
     if let Some(m) = constant_metrics {
-        return scan_buckets_indexed(&df, stages, bucket, m).await;
+        let raw = ctx.table("traces_raw").await?;
+        let time = raw.parse_sql_expr(time_col)?;
+        return scan_buckets_indexed(&raw, stages, time, t_min, bucket_ns, m).await;
     }
     let aggregates = trace_aggregates(&df, stages, constant_metrics)?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
@@ -596,15 +598,22 @@ async fn scan_buckets(
 }
 
 /// [`scan_buckets`] when every message carried `metrics`: one `bucket_stats` aggregate
-/// finds each bucket by its number instead of a `GROUP BY` hashing every row's.
+/// over the raw stamps finds each bucket by its number instead of a `GROUP BY` hashing
+/// every row's, and computes each stage's deltas itself.
 async fn scan_buckets_indexed(
     df: &datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
-    bucket: datafusion::prelude::Expr,
+    time: datafusion::prelude::Expr,
+    t_min: i64,
+    bucket_ns: i64,
     metrics: u64,
 ) -> Result<Vec<BucketScan>, AnalysisError> {
-    let mut args = vec![bucket];
-    args.extend(stages.iter().map(|st| ident(stage_column(&st.name))));
+    use datafusion::prelude::lit;
+    let mut args = vec![time, lit(t_min), lit(bucket_ns)];
+    for st in stages {
+        args.push(ident(format!("{}_ns", st.to)));
+        args.push(ident(format!("{}_ns", st.from)));
+    }
     let cells = stats::bucket_stats_udaf().call(args).alias("cells");
     let batches = df.clone().aggregate(vec![], vec![cells])?.collect().await?;
     let bytes = batches
