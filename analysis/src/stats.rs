@@ -7,13 +7,17 @@
 //!   standard deviation) and their HDR histograms (one per sign); NULLs ignored. It aggregates per group
 //!   natively (DataFusion's `GroupsAccumulator`), and a batch whose rows belong to one
 //!   group (time buckets are contiguous in a run's files) is added in a few tight passes.
+//! - `bucket_stats(time_ns, t0_ns, width_ns, to_0, from_0, ...)` ([`bucket_stats_udaf`]):
+//!   the same figures for every stage `to_i - from_i`, per time bucket, without a
+//!   `GROUP BY`: the report's scan when every message carried the same number of metrics
+//!   (a [`BucketStats`]).
 //! - `trace_counts(stream, publisher, complete, flags, missing_mask, sequence)`
 //!   ([`trace_counts_udaf`], in `counts.rs`): the rows, flags and distinct trace keys of a
 //!   group, as a [`TraceCounts`].
 //!
-//! Both return `Binary`; [`SignedStats::decode`] and [`TraceCounts::decode`] read it. The
-//! encodings are this module's own and may change between versions: they are not for
-//! storing.
+//! All return `Binary`; [`SignedStats::decode`], [`BucketStats::decode`] and
+//! [`TraceCounts::decode`] read it. The encodings are this module's own and may change
+//! between versions: they are not for storing.
 //!
 //! ```
 //! use hoptrace_format::hist::SignedStats;

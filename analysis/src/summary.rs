@@ -713,7 +713,9 @@ async fn scan_counts(ctx: &SessionContext) -> Result<TraceCounts, AnalysisError>
 /// streams, publishers). Before both, the first and last stamps (which place the time
 /// buckets) come from Parquet statistics, and so does whether every message carried the
 /// same number of metrics: then the per-metric figures are the per-message ones scaled,
-/// and the scan computes them only otherwise.
+/// `metric_count` is not read, and one `bucket_stats` aggregate over the raw stamps does
+/// the first scan; otherwise a `GROUP BY` of the time bucket computes the per-metric
+/// figures too.
 ///
 /// # Errors
 /// When a query fails (unreadable Parquet, a spec whose hops are not columns).
