@@ -527,18 +527,19 @@ async fn scan_buckets(
     constant_metrics: Option<u64>,
 ) -> Result<Vec<BucketScan>, AnalysisError> {
     let stages = &runs.pipeline().stages;
+    if let Some(m) = constant_metrics {
+        let raw = ctx.table("traces_raw").await?;
+        let time = raw.parse_sql_expr(time_col)?;
+        return scan_buckets_indexed(raw, stages, time, t_min, bucket_ns, m).await;
+    }
+    // Messages carry different numbers of metrics: per-metric figures are computed too.
     let df = ctx.table("traces").await?;
     let bucket = df
         .parse_sql_expr(&format!(
             "CAST(({time_col} - {t_min}) / {bucket_ns} AS BIGINT)"
         ))?
         .alias("b");
-    if let Some(m) = constant_metrics {
-        let raw = ctx.table("traces_raw").await?;
-        let time = raw.parse_sql_expr(time_col)?;
-        return scan_buckets_indexed(&raw, stages, time, t_min, bucket_ns, m).await;
-    }
-    let aggregates = trace_aggregates(&df, stages, constant_metrics)?;
+    let aggregates = trace_aggregates(&df, stages, None)?;
     let batches = df.aggregate(vec![bucket], aggregates)?.collect().await?;
     let mut out = Vec::new();
     for batch in &batches {
@@ -549,20 +550,13 @@ async fn scan_buckets(
         };
         let b = column("b")?.as_primitive::<Int64Type>();
         let messages = column("messages")?.as_primitive::<Int64Type>();
-        // Without a constant count the scan sums the column; with one it is not read.
-        let metrics = match constant_metrics {
-            Some(_) => None,
-            None => Some(column("metrics")?.as_primitive::<Int64Type>()),
-        };
+        let metrics = column("metrics")?.as_primitive::<Int64Type>();
         let stage_cols = (0..stages.len())
             .map(|i| Ok(column(&format!("s_{i}"))?.as_binary::<i32>()))
             .collect::<Result<Vec<_>, AnalysisError>>()?;
-        let weighted_cols = match constant_metrics {
-            Some(_) => Vec::new(),
-            None => (0..stages.len())
-                .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
-                .collect::<Result<Vec<_>, AnalysisError>>()?,
-        };
+        let weighted_cols = (0..stages.len())
+            .map(|i| Ok(column(&format!("w_{i}"))?.as_binary::<i32>()))
+            .collect::<Result<Vec<_>, AnalysisError>>()?;
         for r in 0..batch.num_rows() {
             let u = |a: &Int64Array| {
                 if a.is_valid(r) {
@@ -575,20 +569,14 @@ async fn scan_buckets(
                 .iter()
                 .map(|c| SignedStats::decode(c.value(r)))
                 .collect::<Result<_, _>>()?;
-            let weighted = match constant_metrics {
-                Some(m) => figures
-                    .iter()
-                    .map(|f| WeightedStage::scaled(f, m))
-                    .collect(),
-                None => weighted_cols
-                    .iter()
-                    .map(|c| weighted_stage(c.is_valid(r).then(|| c.value(r))))
-                    .collect::<Result<_, _>>()?,
-            };
+            let weighted = weighted_cols
+                .iter()
+                .map(|c| weighted_stage(c.is_valid(r).then(|| c.value(r))))
+                .collect::<Result<_, _>>()?;
             out.push(BucketScan {
                 bucket: b.is_valid(r).then(|| b.value(r)),
                 messages: u(messages),
-                metrics: metrics.map_or_else(|| u(messages) * constant_metrics.unwrap_or(0), u),
+                metrics: u(metrics),
                 stages: figures,
                 weighted,
             });
@@ -601,7 +589,7 @@ async fn scan_buckets(
 /// over the raw stamps finds each bucket by its number instead of a `GROUP BY` hashing
 /// every row's, and computes each stage's deltas itself.
 async fn scan_buckets_indexed(
-    df: &datafusion::dataframe::DataFrame,
+    df: datafusion::dataframe::DataFrame,
     stages: &[StageSpec],
     time: datafusion::prelude::Expr,
     t_min: i64,
@@ -614,17 +602,10 @@ async fn scan_buckets_indexed(
         args.push(ident(format!("{}_ns", st.to)));
         args.push(ident(format!("{}_ns", st.from)));
     }
-    let cells = stats::bucket_stats_udaf().call(args).alias("cells");
-    let batches = df.clone().aggregate(vec![], vec![cells])?.collect().await?;
-    let bytes = batches
-        .iter()
-        .find(|b| b.num_rows() > 0)
-        .and_then(|b| b.column_by_name("cells"))
-        .map(|c| c.as_binary::<i32>())
-        .filter(|c| c.is_valid(0))
-        .map(|c| c.value(0))
-        .ok_or_else(|| AnalysisError::Render("internal: bucket_stats returned nothing".into()))?;
-    let scanned = stats::BucketStats::decode(bytes)?;
+    let scanned = one_binary(df, stats::bucket_stats_udaf().call(args), |bytes| {
+        stats::BucketStats::decode(bytes)
+    })
+    .await?;
     Ok(scanned
         .iter()
         .map(|(b, cell)| BucketScan {
@@ -682,26 +663,37 @@ fn trace_aggregates(
 async fn scan_counts(ctx: &SessionContext) -> Result<TraceCounts, AnalysisError> {
     let df = ctx.table("traces_raw").await?;
     let complete = df.parse_sql_expr("status = 'complete'")?;
-    let counts = stats::trace_counts_udaf()
-        .call(vec![
-            ident("stream"),
-            ident("publisher"),
-            complete,
-            ident("flags"),
-            ident("missing_mask"),
-            ident("sequence"),
-        ])
-        .alias("c");
-    let batches = df.aggregate(vec![], vec![counts])?.collect().await?;
+    let counts = stats::trace_counts_udaf().call(vec![
+        ident("stream"),
+        ident("publisher"),
+        complete,
+        ident("flags"),
+        ident("missing_mask"),
+        ident("sequence"),
+    ]);
+    one_binary(df, counts, TraceCounts::decode).await
+}
+
+/// The binary result of one aggregate `expr` over all of `df`, read by `decode`.
+async fn one_binary<T>(
+    df: datafusion::dataframe::DataFrame,
+    expr: datafusion::prelude::Expr,
+    decode: impl FnOnce(&[u8]) -> datafusion::common::Result<T>,
+) -> Result<T, AnalysisError> {
+    let name = expr.schema_name().to_string();
+    let batches = df
+        .aggregate(vec![], vec![expr.alias("r")])?
+        .collect()
+        .await?;
     let bytes = batches
         .iter()
         .find(|b| b.num_rows() > 0)
-        .and_then(|b| b.column_by_name("c"))
+        .and_then(|b| b.column_by_name("r"))
         .map(|c| c.as_binary::<i32>())
         .filter(|c| c.is_valid(0))
         .map(|c| c.value(0))
-        .ok_or_else(|| AnalysisError::Render("internal: trace_counts returned nothing".into()))?;
-    Ok(TraceCounts::decode(bytes)?)
+        .ok_or_else(|| AnalysisError::Render(format!("internal: {name} returned nothing")))?;
+    Ok(decode(bytes)?)
 }
 
 /// Computes the summary (and the charts' histograms) of `runs` with `ctx` (from
