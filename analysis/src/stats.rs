@@ -244,6 +244,7 @@ impl BucketStats {
             return Err(bad());
         }
         let mut out = Self::default();
+        let mut width: Option<usize> = None;
         let n = r.varint().map_err(|_| bad())?;
         for _ in 0..n {
             let key = r.varint().map_err(|_| bad())?;
@@ -264,11 +265,15 @@ impl BucketStats {
                 cell.stages
                     .push(SignedStats::decode(part).map_err(|_| bad())?);
             }
-            let slot = out.cell(bucket, cell.stages.len());
-            if slot.stages.len() != cell.stages.len() {
+            // Every cell has the same stages, and a bucket is listed once.
+            let listed = match bucket {
+                Some(b) => out.cells.get(b).is_some_and(Option::is_some),
+                None => out.untimed.is_some(),
+            };
+            if listed || *width.get_or_insert(cell.stages.len()) != cell.stages.len() {
                 return Err(bad());
             }
-            *slot = cell;
+            *out.cell(bucket, 0) = cell;
         }
         r.finish().map_err(|_| bad())?;
         Ok(out)
@@ -764,6 +769,24 @@ mod tests {
         let mut bytes = BinaryState::encode(&BucketStats::default());
         bytes.push(0);
         assert!(BucketStats::decode(&bytes).is_err());
+        // A bucket listed twice, and cells of different stage counts.
+        let cell = |b: u8, stages: u8| {
+            let mut v = vec![b + 1, 1, stages];
+            for _ in 0..stages {
+                let st = SignedStats::default().encode();
+                v.push(st.len() as u8);
+                v.extend(st);
+            }
+            v
+        };
+        for (a, b) in [(cell(3, 1), cell(3, 1)), (cell(3, 1), cell(4, 2))] {
+            let mut bytes = vec![BUCKETS_TAG, 2];
+            bytes.extend(a.iter().chain(&b));
+            assert!(BucketStats::decode(&bytes).is_err());
+            let mut one = vec![BUCKETS_TAG, 1];
+            one.extend(&a);
+            assert!(BucketStats::decode(&one).is_ok());
+        }
         let mut state = BucketStats::default();
         let far = |time: i64, width: i64| -> Vec<ArrayRef> {
             vec![
