@@ -117,14 +117,16 @@ impl IdSet {
     }
 }
 
-/// Sequences per block of a [`KeySet`].
-const KEY_BLOCK: u64 = 4096;
+/// Keys per block of a [`KeySet`].
+const KEY_BLOCK: u64 = 1 << KEY_BLOCK_BITS;
+/// Bits of a block's offsets.
+const KEY_BLOCK_BITS: u32 = 12;
 /// Words of a block's bitmap.
 const BLOCK_WORDS: usize = (KEY_BLOCK / 64) as usize;
-/// A block's sequences are listed until they are this many, then a bitmap (512 bytes).
+/// A block's keys are listed until they are this many, then a bitmap (512 bytes).
 const SPARSE_MAX: usize = 256;
 
-/// The sequences of one block of a stream.
+/// The keys of one block of a [`KeySet`], by their offsets in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Block {
     /// Sorted offsets within the block.
@@ -134,6 +136,10 @@ enum Block {
 }
 
 impl Block {
+    fn new() -> Self {
+        Self::Sparse(Vec::with_capacity(16))
+    }
+
     /// The bitmap of the listed offsets `v`.
     fn bitmap(v: &[u16]) -> Box<[u64; BLOCK_WORDS]> {
         let mut bits = Box::new([0u64; BLOCK_WORDS]);
@@ -146,8 +152,7 @@ impl Block {
     /// Adds offset `o`; `false` when it was there.
     fn insert(&mut self, o: u16) -> bool {
         match self {
-            // A stream's sequences mostly arrive in ascending order: append without a
-            // search.
+            // Keys mostly arrive in ascending order of offsets: append without a search.
             Self::Sparse(v) if v.last().is_none_or(|&l| l < o) => {
                 v.push(o);
                 if v.len() > SPARSE_MAX {
@@ -174,7 +179,41 @@ impl Block {
         }
     }
 
-    /// Sequences in the block.
+    /// Adds `offsets`: how many were not there. Once the block is a bitmap, without
+    /// looking at its kind again.
+    fn insert_all(&mut self, mut offsets: impl Iterator<Item = u16>) -> u64 {
+        let mut fresh = 0;
+        while let Self::Sparse(_) = self {
+            match offsets.next() {
+                Some(o) => fresh += u64::from(self.insert(o)),
+                None => return fresh,
+            }
+        }
+        if let Self::Dense(bits) = self {
+            // Offsets in one word (neighbouring streams at one sequence) gather in a
+            // register and meet the bitmap once: the new ones are the gathered bits it
+            // lacks.
+            let (mut word, mut gathered) = (usize::MAX, 0_u64);
+            for o in offsets {
+                let w = usize::from(o >> 6);
+                if w != word {
+                    if let Some(old) = bits.get_mut(word) {
+                        fresh += u64::from((gathered & !*old).count_ones());
+                        *old |= gathered;
+                    }
+                    (word, gathered) = (w, 0);
+                }
+                gathered |= 1 << (o & 63);
+            }
+            if let Some(old) = bits.get_mut(word) {
+                fresh += u64::from((gathered & !*old).count_ones());
+                *old |= gathered;
+            }
+        }
+        fresh
+    }
+
+    /// Keys in the block.
     fn len(&self) -> u64 {
         match self {
             Self::Sparse(v) => v.len() as u64,
@@ -311,139 +350,232 @@ impl std::hash::BuildHasher for KeyHashing {
     }
 }
 
-/// Streams numbered below this are found by index; others through the map.
+/// The most streams one block holds side by side: 2 to this power.
+const MAX_LANES: u32 = 6;
+
+/// How a publisher's keys fill blocks: a block holds 2^`lanes` neighbouring streams (the
+/// stream numbers equal but for their low `lanes` bits) over 4096 / 2^`lanes`
+/// neighbouring sequences; a key's offset in it is its sequence's row times 2^`lanes`
+/// plus its stream's lane.
+///
+/// Publishers send their streams in turn (streams 0, 1, 2, ... at one sequence, then all
+/// at the next), so with a lane per stream a batch's consecutive rows set bits of one
+/// word of one block, where a block per stream would take a cache miss per row; a
+/// single stream (no lanes) fills a block with 4096 of its sequences. A publisher takes
+/// its layout when first seen, from how many stream numbers that batch spans, and keeps
+/// it: every layout holds one bit per key once blocks fill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Layout {
+    lanes: u32,
+}
+
+impl Layout {
+    /// The layout for rows whose stream numbers span `span` values.
+    fn for_span(span: u64) -> Self {
+        Self {
+            lanes: span
+                .max(1)
+                .checked_next_power_of_two()
+                .map_or(MAX_LANES, u64::trailing_zeros)
+                .min(MAX_LANES),
+        }
+    }
+
+    /// Bits of a sequence's row within a block.
+    fn depth(self) -> u32 {
+        KEY_BLOCK_BITS - self.lanes
+    }
+
+    /// The place of key (`stream`, `sequence`): (stream group, block of the group,
+    /// offset in the block).
+    #[inline]
+    fn place(self, stream: u64, sequence: u64) -> (u64, u64, u16) {
+        let lane = stream & ((1 << self.lanes) - 1);
+        let row = sequence & ((1 << self.depth()) - 1);
+        let offset = u16::try_from((row << self.lanes) | lane).expect("below the block size");
+        (stream >> self.lanes, sequence >> self.depth(), offset)
+    }
+
+    /// Whether block `block` of stream group `group` holds 64-bit keys only.
+    fn holds(self, group: u64, block: u64) -> bool {
+        group <= u64::MAX >> self.lanes && block <= u64::MAX >> self.depth()
+    }
+
+    /// The key (stream, sequence) at `offset` of block `block` of stream group `group`
+    /// (a place [`Layout::holds`]).
+    fn key(self, group: u64, block: u64, offset: u16) -> (u64, u64) {
+        let o = u64::from(offset);
+        (
+            (group << self.lanes) | (o & ((1 << self.lanes) - 1)),
+            (block << self.depth()) | (o >> self.lanes),
+        )
+    }
+}
+
+/// Stream numbers below this are found by index; others through the map.
 const DIRECT_STREAMS: u64 = 1 << 16;
-/// A stream's blocks within this many of its first one are found by index (16M
-/// sequences); others through the map.
-const DIRECT_SPAN: u64 = 4096;
+/// A stream group's index reaches this many blocks from its first one, or twice the
+/// blocks it holds if more; blocks beyond go through the map (so keys scattered far
+/// apart cannot make an index larger than the blocks themselves).
+const DIRECT_SPAN: usize = 4096;
 /// Publishers found by index; more go through the map.
 const DIRECT_PUBLISHERS: usize = 64;
+/// An empty slot of an index.
+const NO_BLOCK: usize = usize::MAX;
 
-/// The blocks of one stream found by index: block `base + i` at `blocks[i]`.
+/// The blocks of one stream group found by index: block `base + i` is the key set's
+/// block `slots[i]`.
 #[derive(Debug, Clone, Default)]
-struct StreamBlocks {
+struct Group {
     base: u64,
-    blocks: Vec<Option<Block>>,
+    slots: Vec<usize>,
+    /// Slots that are not empty.
+    held: usize,
 }
 
-/// The place of block `b` of stream `st` (below [`DIRECT_STREAMS`]) among `streams`,
-/// when it lies within [`DIRECT_SPAN`] blocks of the stream's first.
-#[inline]
-fn direct_slot(streams: &mut Vec<StreamBlocks>, st: u64, b: u64) -> Option<&mut Option<Block>> {
-    let st = st as usize;
-    if streams.len() <= st {
-        streams.resize_with(st + 1, StreamBlocks::default);
-    }
-    let s = &mut streams[st];
-    if s.blocks.is_empty() {
-        s.base = b;
-    }
-    let i = usize::try_from(b.checked_sub(s.base).filter(|&i| i < DIRECT_SPAN)?).ok()?;
-    if s.blocks.len() <= i {
-        s.blocks.resize_with(i + 1, || None);
-    }
-    Some(&mut s.blocks[i])
-}
-
-/// Adds offset `o` to the block in `slot` (a new one if empty): (the block is new, the
-/// offset is new).
-#[inline]
-fn add_to_slot(slot: &mut Option<Block>, o: u16) -> (bool, bool) {
-    let new_block = slot.is_none();
-    let fresh = slot
-        .get_or_insert_with(|| Block::Sparse(Vec::with_capacity(16)))
-        .insert(o);
-    (new_block, fresh)
+/// A publisher whose stream groups are found by index.
+#[derive(Debug, Clone)]
+struct Publisher {
+    id: u64,
+    layout: Layout,
+    groups: Vec<Group>,
 }
 
 /// The distinct trace keys (publisher, stream, sequence) of the rows, and how many rows
-/// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so they
-/// are kept as bitmaps of 4096 sequences, listed while a block holds few: about one bit
-/// per key, in any order of rows, files or partitions. Sets merge block by block.
+/// repeated a key already seen. A stream's sequences are dense (0, 1, 2, ...), so keys
+/// are kept as bitmaps of 4096 (in the [`Layout`] of their publisher), listed while a
+/// block holds few: about one bit per key, in any order of rows, files or partitions.
+/// Sets merge block by block.
 ///
-/// A row finds its block by index (publisher, then stream, then block from the stream's
+/// A row finds its block by index (publisher, stream group, block from the group's
 /// first) in the usual case of a few publishers, streams numbered from 0 and sequences
 /// that start near 0; any other key goes through a hash map.
 #[derive(Debug, Clone, Default)]
 struct KeySet {
-    /// Per publisher, its streams by number.
-    direct: Vec<(u64, Vec<StreamBlocks>)>,
-    /// Blocks of keys outside `direct`'s ranges.
-    other: std::collections::HashMap<(u64, u64, u64), Option<Block>, KeyHashing>,
-    /// Blocks held, in either place.
-    blocks: usize,
+    /// Up to [`DIRECT_PUBLISHERS`], in the order first seen, with their layouts; others
+    /// have the default one.
+    publishers: Vec<Publisher>,
+    /// Every block with its key (publisher, stream group, block of the group).
+    blocks: Vec<((u64, u64, u64), Block)>,
+    /// Where the blocks outside the publishers' indexes are.
+    other: std::collections::HashMap<(u64, u64, u64), usize, KeyHashing>,
+    /// Slots of all indexes.
+    slots: usize,
     keys: u64,
     repeated: u64,
 }
 
 impl PartialEq for KeySet {
+    /// The same keys and repeats, in whatever layout.
     fn eq(&self, other: &Self) -> bool {
-        let sorted = |s: &Self| {
-            let mut v = Vec::new();
-            s.for_each_block(|k, b| v.push((k, b.clone())));
-            v.sort_by_key(|(k, _)| *k);
-            v
-        };
-        (self.keys, self.repeated) == (other.keys, other.repeated) && sorted(self) == sorted(other)
+        (self.keys, self.repeated) == (other.keys, other.repeated)
+            && self.sorted_keys() == other.sorted_keys()
     }
 }
 
 impl Eq for KeySet {}
 
 impl KeySet {
-    /// The place of block `b` of `(p, st)`, empty when it is new.
-    #[inline]
-    fn slot(&mut self, p: u64, st: u64, b: u64) -> &mut Option<Block> {
-        if let Some(at) = self.direct_publisher(p, st)
-            && let Some(slot) = direct_slot(&mut self.direct[at].1, st, b)
-        {
-            return slot;
-        }
-        self.other.entry((p, st, b)).or_insert(None)
-    }
-
-    /// Where publisher `p`'s streams are found by index, when stream `st` is one of
-    /// them (adding the publisher while there is room).
-    #[inline]
-    fn direct_publisher(&mut self, p: u64, st: u64) -> Option<usize> {
-        if st >= DIRECT_STREAMS {
-            return None;
-        }
-        match self.direct.iter().position(|d| d.0 == p) {
-            Some(at) => Some(at),
-            None if self.direct.len() < DIRECT_PUBLISHERS => {
-                self.direct.push((p, Vec::new()));
-                Some(self.direct.len() - 1)
+    /// The layout of publisher `p` and its place in the index, if any. A publisher seen
+    /// for the first time takes `layout` and a place while there is room; beyond, the
+    /// default layout.
+    fn publisher(&mut self, p: u64, layout: Layout) -> (Layout, Option<usize>) {
+        match self.publishers.iter().position(|d| d.id == p) {
+            Some(at) => (self.publishers[at].layout, Some(at)),
+            None if self.publishers.len() < DIRECT_PUBLISHERS => {
+                self.publishers.push(Publisher {
+                    id: p,
+                    layout,
+                    groups: Vec::new(),
+                });
+                (layout, Some(self.publishers.len() - 1))
             }
-            None => None,
+            None => (Layout::default(), None),
         }
     }
 
-    #[inline]
-    fn insert(&mut self, publisher: u64, stream: u64, sequence: u64) {
-        let o = u16::try_from(sequence % KEY_BLOCK).expect("below the block size");
-        let (new_block, fresh) = add_to_slot(self.slot(publisher, stream, sequence / KEY_BLOCK), o);
-        self.count(new_block, fresh);
+    /// The layout publisher `p`'s blocks are in.
+    fn layout_of(&self, p: u64) -> Layout {
+        self.publishers
+            .iter()
+            .find(|d| d.id == p)
+            .map_or_else(Layout::default, |d| d.layout)
     }
 
+    /// Where block `block` of stream group `group` of publisher `p` (at place `at` of
+    /// the index) is in `blocks`, added empty when new.
+    fn block_at(&mut self, p: u64, at: Option<usize>, group: u64, block: u64) -> usize {
+        let key = (p, group, block);
+        if let Some(publisher) = at.map(|at| &mut self.publishers[at])
+            && group < DIRECT_STREAMS >> publisher.layout.lanes
+        {
+            let g = usize::try_from(group).expect("below DIRECT_STREAMS");
+            if publisher.groups.len() <= g {
+                publisher.groups.resize_with(g + 1, Group::default);
+            }
+            let gr = &mut publisher.groups[g];
+            if gr.slots.is_empty() {
+                gr.base = block;
+            }
+            if let Some(i) = block
+                .checked_sub(gr.base)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < DIRECT_SPAN.max(2 * gr.held))
+            {
+                if gr.slots.len() <= i {
+                    self.slots += i + 1 - gr.slots.len();
+                    gr.slots.resize(i + 1, NO_BLOCK);
+                }
+                if gr.slots[i] == NO_BLOCK {
+                    gr.slots[i] = self.blocks.len();
+                    gr.held += 1;
+                    self.blocks.push((key, Block::new()));
+                }
+                return gr.slots[i];
+            }
+        }
+        let next = self.blocks.len();
+        let at = *self.other.entry(key).or_insert(next);
+        if at == next {
+            self.blocks.push((key, Block::new()));
+        }
+        at
+    }
+
+    /// Adds offset `o` to block `at`.
     #[inline]
-    fn count(&mut self, new_block: bool, fresh: bool) {
-        self.blocks += usize::from(new_block);
-        if fresh {
+    fn insert_at(&mut self, at: usize, o: u16) {
+        if self.blocks[at].1.insert(o) {
             self.keys += 1;
         } else {
             self.repeated += 1;
         }
     }
 
-    /// Adds the keys of the rows valid in all three arrays. Rows of one publisher (the
-    /// usual batch) find that publisher's streams once for the whole batch.
+    /// Adds key (`publisher`, `stream`, `sequence`); a publisher seen for the first time
+    /// takes `layout`.
+    fn insert(&mut self, publisher: u64, stream: u64, sequence: u64, layout: Layout) {
+        let (layout, at) = self.publisher(publisher, layout);
+        let (g, b, o) = layout.place(stream, sequence);
+        let i = self.block_at(publisher, at, g, b);
+        self.insert_at(i, o);
+    }
+
+    /// Adds the keys of the rows valid in all three arrays. A publisher first seen here
+    /// takes a lane per stream number the rows span (up to 64). Rows of one publisher
+    /// (the usual batch) find its place once, and consecutive rows in one block find it
+    /// once.
     fn insert_rows(
         &mut self,
         p: &PrimitiveArray<UInt64Type>,
         st: &PrimitiveArray<UInt64Type>,
         q: &PrimitiveArray<UInt64Type>,
     ) {
+        let (lo, hi) = st
+            .values()
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let layout = Layout::for_span(hi.saturating_sub(lo).saturating_add(1));
         let one_publisher = p.values().first().copied().filter(|&p0| {
             p.null_count() + st.null_count() + q.null_count() == 0
                 && p.values().iter().all(|&x| x == p0)
@@ -451,98 +583,144 @@ impl KeySet {
         let Some(p0) = one_publisher else {
             for i in 0..q.len() {
                 if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
-                    self.insert(p.value(i), st.value(i), q.value(i));
+                    self.insert(p.value(i), st.value(i), q.value(i), layout);
                 }
             }
             return;
         };
-        // The publisher's place, when its streams can be found by index at all.
-        let at = self.direct_publisher(p0, 0);
-        for (&s, &seq) in st.values().iter().zip(q.values().iter()) {
-            let o = u16::try_from(seq % KEY_BLOCK).expect("below the block size");
-            let b = seq / KEY_BLOCK;
-            let direct = match at {
-                Some(at) if s < DIRECT_STREAMS => direct_slot(&mut self.direct[at].1, s, b),
-                _ => None,
-            };
-            let slot = match direct {
-                Some(slot) => slot,
-                None => self.other.entry((p0, s, b)).or_insert(None),
-            };
-            let (new_block, fresh) = add_to_slot(slot, o);
-            self.count(new_block, fresh);
+        let (layout, at) = self.publisher(p0, layout);
+        let (st, q) = (st.values(), q.values());
+        let place = |r: usize| layout.place(st[r], q[r]);
+        let mut r = 0;
+        while r < q.len() {
+            // The run of rows in this row's block: found once, filled at once.
+            let (g, b, _) = place(r);
+            let end = (r + 1..q.len())
+                .find(|&e| place(e).0 != g || place(e).1 != b)
+                .unwrap_or(q.len());
+            let i = self.block_at(p0, at, g, b);
+            let fresh = self.blocks[i].1.insert_all((r..end).map(|e| place(e).2));
+            self.keys += fresh;
+            self.repeated += (end - r) as u64 - fresh;
+            r = end;
         }
     }
 
-    /// Adds block `block` of key `k`.
-    fn add_block(&mut self, (p, st, b): (u64, u64, u64), block: Block) {
-        let slot = self.slot(p, st, b);
-        let (fresh, seen, new_block) = match slot {
-            Some(mine) => {
-                let (fresh, seen) = mine.union(&block);
-                (fresh, seen, false)
-            }
-            None => {
-                let n = block.len();
-                *slot = Some(block);
-                (n, 0, true)
-            }
-        };
-        self.blocks += usize::from(new_block);
-        self.keys += fresh;
-        self.repeated += seen;
+    /// Adds `block`, block `b` of stream group `g` of publisher `p` (at place `at`) in
+    /// this set's layout of `p`.
+    fn add_block(&mut self, (p, g, b): (u64, u64, u64), at: Option<usize>, block: Block) {
+        let before = self.blocks.len();
+        let i = self.block_at(p, at, g, b);
+        if i == before {
+            self.keys += block.len();
+            self.blocks[i].1 = block;
+        } else {
+            let (fresh, seen) = self.blocks[i].1.union(&block);
+            self.keys += fresh;
+            self.repeated += seen;
+        }
     }
 
-    /// Calls `f` with every block and its key (publisher, stream, block number).
-    fn for_each_block(&self, mut f: impl FnMut((u64, u64, u64), &Block)) {
-        for (p, streams) in &self.direct {
-            for (st, s) in streams.iter().enumerate() {
-                for (i, b) in s.blocks.iter().enumerate() {
-                    if let Some(b) = b {
-                        f((*p, st as u64, s.base + i as u64), b);
-                    }
+    /// Adds `other`'s keys and repeats: block by block where both keep a publisher in one
+    /// layout, key by key where not.
+    fn merge(&mut self, other: &Self) {
+        self.repeated += other.repeated;
+        // Blocks of one publisher come together: its layouts are looked up once.
+        let mut last: Option<(u64, Layout, Layout, Option<usize>)> = None;
+        for &((p, g, b), ref block) in &other.blocks {
+            let (theirs, mine, at) = match last {
+                Some((lp, theirs, mine, at)) if lp == p => (theirs, mine, at),
+                _ => {
+                    let theirs = other.layout_of(p);
+                    let (mine, at) = self.publisher(p, theirs);
+                    last = Some((p, theirs, mine, at));
+                    (theirs, mine, at)
+                }
+            };
+            if mine == theirs {
+                self.add_block((p, g, b), at, block.clone());
+            } else {
+                for o in block.offsets() {
+                    let (s, q) = theirs.key(g, b, o);
+                    let (g, b, o) = mine.place(s, q);
+                    let i = self.block_at(p, at, g, b);
+                    self.insert_at(i, o);
                 }
             }
         }
-        for (&k, b) in &self.other {
-            if let Some(b) = b {
-                f(k, b);
-            }
-        }
     }
 
-    fn merge(&mut self, other: &Self) {
-        self.repeated += other.repeated;
-        other.for_each_block(|k, b| self.add_block(k, b.clone()));
+    /// Every key (publisher, stream, sequence), sorted.
+    fn sorted_keys(&self) -> Vec<(u64, u64, u64)> {
+        let mut keys = Vec::new();
+        for &((p, g, b), ref block) in &self.blocks {
+            let layout = self.layout_of(p);
+            keys.extend(block.offsets().into_iter().map(|o| {
+                let (s, q) = layout.key(g, b, o);
+                (p, s, q)
+            }));
+        }
+        keys.sort_unstable();
+        keys
     }
 
     /// An upper bound of the heap bytes held, in constant time (DataFusion asks after
     /// every batch): a block lists at most 256 two-byte offsets or holds a 512-byte
-    /// bitmap, and takes a slot of at most 64 bytes.
+    /// bitmap, beside its entry; a slot of an index or the map takes at most 64 bytes.
     fn bytes(&self) -> usize {
-        self.blocks * ((KEY_BLOCK / 8) as usize + 64) + self.other.capacity() * 64
+        self.blocks.capacity() * std::mem::size_of::<((u64, u64, u64), Block)>()
+            + self.blocks.len() * (KEY_BLOCK / 8) as usize
+            + self.slots * std::mem::size_of::<usize>()
+            + self.other.capacity() * 64
     }
 
+    /// The repeats, the publishers with their layouts, then every block with its key.
     fn encode(&self, out: &mut Vec<u8>) {
         put(out, self.repeated);
-        put(out, self.blocks as u64);
-        self.for_each_block(|(p, st, b), block| {
-            for v in [p, st, b] {
+        put(out, self.publishers.len() as u64);
+        for d in &self.publishers {
+            put(out, d.id);
+            put(out, u64::from(d.layout.lanes));
+        }
+        put(out, self.blocks.len() as u64);
+        for ((p, g, b), block) in &self.blocks {
+            for &v in [p, g, b] {
                 put(out, v);
             }
             block.encode(out);
-        });
+        }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let repeated = r.varint()?;
         let mut set = Self::default();
-        for _ in 0..r.varint()? {
-            let (p, st, b) = (r.varint()?, r.varint()?, r.varint()?);
-            if b.checked_mul(KEY_BLOCK).is_none() {
+        let listed = r.varint()?;
+        if listed > DIRECT_PUBLISHERS as u64 {
+            return Err(DecodeError);
+        }
+        for _ in 0..listed {
+            let (id, lanes) = (r.varint()?, r.varint()?);
+            let lanes = u32::try_from(lanes)
+                .ok()
+                .filter(|&l| l <= MAX_LANES)
+                .ok_or(DecodeError)?;
+            if set.publishers.iter().any(|d| d.id == id) {
                 return Err(DecodeError);
             }
-            set.add_block((p, st, b), Block::decode(r)?);
+            set.publisher(id, Layout { lanes });
+        }
+        for _ in 0..r.varint()? {
+            let (p, g, b) = (r.varint()?, r.varint()?, r.varint()?);
+            // A publisher not listed is one beyond the index, in the default layout.
+            let at = set.publishers.iter().position(|d| d.id == p);
+            if at.is_none() && set.publishers.len() < DIRECT_PUBLISHERS {
+                return Err(DecodeError);
+            }
+            let layout = at.map_or_else(Layout::default, |at| set.publishers[at].layout);
+            if !layout.holds(g, b) {
+                return Err(DecodeError);
+            }
+            set.add_block((p, g, b), at, Block::decode(r)?);
         }
         set.repeated += repeated;
         Ok(set)
@@ -621,9 +799,21 @@ fn insert_ids<T: ArrowPrimitiveType>(set: &mut IdSet, values: &PrimitiveArray<T>
         if words.len() < need {
             words.resize(need, 0);
         }
+        // Ids in one word (streams in turn) gather in a register first.
+        let (mut word, mut gathered) = (usize::MAX, 0_u64);
         for &v in raw.iter() {
             let v = to_u64(v);
-            words[(v >> 6) as usize] |= 1 << (v & 63);
+            let w = (v >> 6) as usize;
+            if w != word {
+                if let Some(old) = words.get_mut(word) {
+                    *old |= gathered;
+                }
+                (word, gathered) = (w, 0);
+            }
+            gathered |= 1 << (v & 63);
+        }
+        if let Some(old) = words.get_mut(word) {
+            *old |= gathered;
         }
     } else {
         raw.iter().for_each(|&v| set.insert(to_u64(v)));
@@ -863,7 +1053,7 @@ mod tests {
         fn trace_counts_count_and_round_trip(
             rows in prop::collection::vec(
                 (
-                    prop_oneof![0_u64..5_000, 0_u64..u64::MAX],
+                    prop_oneof![0_u64..3, 0_u64..5_000, 0_u64..u64::MAX],
                     0_u64..3,
                     any::<bool>(),
                     0_u64..4,
@@ -918,9 +1108,62 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// One publisher's batches (the usual ones, filled a block's run of rows at a
+        /// time): streams in turn or at random, sequences in order or not, repeats; the
+        /// same keys and repeats as one key at a time.
+        #[test]
+        fn one_publishers_rows_count_as_key_by_key(
+            streams in 1_u64..200,
+            rounds in 1_u64..40,
+            shuffle in any::<bool>(),
+            repeats in prop::collection::vec(0_usize..8_000, 0..50),
+            seed in any::<u64>(),
+            split in 0_usize..8_000,
+        ) {
+            let mut keys: Vec<(u64, u64)> = (0..rounds)
+                .flat_map(|q| (0..streams).map(move |s| (s, q + 10 * (s % 3))))
+                .collect();
+            for r in repeats {
+                if let Some(&k) = keys.get(r) {
+                    keys.push(k);
+                }
+            }
+            if shuffle {
+                // A fixed permutation from the seed.
+                let n = keys.len();
+                let mut x = seed | 1;
+                for i in (1..n).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    keys.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+            }
+            let split = split.min(keys.len());
+            let column = |v: Vec<u64>| PrimitiveArray::<UInt64Type>::from(v);
+            let mut rows = KeySet::default();
+            for part in [&keys[..split], &keys[split..]] {
+                rows.insert_rows(
+                    &column(vec![4; part.len()]),
+                    &column(part.iter().map(|k| k.0).collect()),
+                    &column(part.iter().map(|k| k.1).collect()),
+                );
+            }
+            let mut one = KeySet::default();
+            for &(s, q) in &keys {
+                one.insert(4, s, q, Layout::default());
+            }
+            let distinct = keys.iter().collect::<HashSet<_>>().len() as u64;
+            prop_assert_eq!((rows.keys, rows.repeated), (distinct, keys.len() as u64 - distinct));
+            prop_assert_eq!(&rows, &one);
+        }
+    }
+
     /// Keys the index does not hold (a 65th publisher, a stream numbered 2^16 or more,
-    /// blocks before a stream's first one or 4096 blocks after it) go through the map,
-    /// and every key is still counted once, whatever the order of rows and merges.
+    /// blocks before a group's first one or 4096 blocks after it) go through the map,
+    /// and every key is still counted once, whatever the order of rows, the layout of
+    /// blocks and merges.
     #[test]
     fn keys_outside_the_index_count_once() {
         let mut keys: Vec<(u64, u64, u64)> = Vec::new();
@@ -932,60 +1175,101 @@ mod tests {
         }
         keys.extend([(2, 9, u64::MAX), (2, 9, 0), (2, 9, 1 << 40)]);
         let distinct = keys.iter().collect::<HashSet<_>>().len() as u64;
-        // Each key twice: once in each of two sets filled in opposite orders.
-        let (mut a, mut b) = (KeySet::default(), KeySet::default());
-        for &(p, st, q) in &keys {
-            a.insert(p, st, q);
+        for lanes in [(0, 0), (0, 6), (6, 6), (3, 1)] {
+            // Each key twice: once in each of two sets filled in opposite orders.
+            let (mut a, mut b) = (KeySet::default(), KeySet::default());
+            for &(p, st, q) in &keys {
+                a.insert(p, st, q, Layout { lanes: lanes.0 });
+            }
+            for &(p, st, q) in keys.iter().rev() {
+                b.insert(p, st, q, Layout { lanes: lanes.1 });
+            }
+            assert_eq!((a.keys, a.repeated), (distinct, 0));
+            assert_eq!(a, b);
+            let mut out = Vec::new();
+            b.encode(&mut out);
+            a.merge(&KeySet::decode(&mut Reader::new(&out)).unwrap());
+            assert_eq!((a.keys, a.repeated), (distinct, distinct), "{lanes:?}");
         }
-        for &(p, st, q) in keys.iter().rev() {
-            b.insert(p, st, q);
-        }
-        assert_eq!((a.keys, a.repeated), (distinct, 0));
-        assert_eq!(a, b);
-        let mut out = Vec::new();
-        b.encode(&mut out);
-        a.merge(&KeySet::decode(&mut Reader::new(&out)).unwrap());
-        assert_eq!((a.keys, a.repeated), (distinct, distinct));
     }
 
-    /// Key sets whose blocks turn into bitmaps merge block by block, through their binary
-    /// form, to the keys and repeats counted one by one; a malformed block is refused.
+    /// A key's place in a block and back, in every layout, at the ends of the ranges.
+    #[test]
+    fn layouts_place_keys_and_read_them_back() {
+        for lanes in 0..=MAX_LANES {
+            let layout = Layout { lanes };
+            for (s, q) in [
+                (0, 0),
+                (63, 4095),
+                (u64::MAX, u64::MAX),
+                (1 << 40, 3),
+                (5, 1 << 50),
+            ] {
+                let (g, b, o) = layout.place(s, q);
+                assert!(u64::from(o) < KEY_BLOCK && layout.holds(g, b));
+                assert_eq!(layout.key(g, b, o), (s, q), "{lanes} {s} {q}");
+            }
+            assert!(!layout.holds(u64::MAX, u64::MAX));
+        }
+        // Streams side by side: 64 streams at one sequence set bits of one word.
+        let six = Layout { lanes: 6 };
+        let words: HashSet<(u64, u64, u16)> = (0..64)
+            .map(|s| {
+                let (g, b, o) = six.place(s, 77);
+                (g, b, o >> 6)
+            })
+            .collect();
+        assert_eq!(words.len(), 1);
+        assert_eq!(Layout::for_span(1), Layout { lanes: 0 });
+        assert_eq!(Layout::for_span(3), Layout { lanes: 2 });
+        assert_eq!(Layout::for_span(3_000), six);
+        assert_eq!(Layout::for_span(u64::MAX), six);
+    }
+
+    /// Key sets whose blocks turn into bitmaps merge block by block (or key by key
+    /// between layouts), through their binary form, to the keys and repeats counted one
+    /// by one; a malformed block or set is refused.
     #[test]
     fn dense_key_sets_merge_and_round_trip() {
-        // Stream 7: sequences 0..9000 in one set, 4000..13000 (and 5000 twice) in the
-        // other; stream 8: a few sparse ones in both.
-        let (mut a, mut b) = (KeySet::default(), KeySet::default());
-        let mut all: Vec<(u64, u64, u64)> = Vec::new();
-        for q in 0..9_000 {
-            a.insert(1, 7, q);
-            all.push((1, 7, q));
+        for lanes in [(0, 0), (0, 6), (6, 6), (2, 5)] {
+            // Stream 7: sequences 0..9000 in one set, 4000..13000 (and 5000 twice) in the
+            // other; stream 8: a few sparse ones in both.
+            let (mut a, mut b) = (KeySet::default(), KeySet::default());
+            let (la, lb) = (Layout { lanes: lanes.0 }, Layout { lanes: lanes.1 });
+            let mut all: Vec<(u64, u64, u64)> = Vec::new();
+            for q in 0..9_000 {
+                a.insert(1, 7, q, la);
+                all.push((1, 7, q));
+            }
+            for q in (4_000..13_000).chain([5_000]) {
+                b.insert(1, 7, q, lb);
+                all.push((1, 7, q));
+            }
+            for q in [3, 90, 4_095, 4_096] {
+                a.insert(1, 8, q, la);
+                b.insert(1, 8, q, lb);
+                all.extend([(1, 8, q), (1, 8, q)]);
+            }
+            assert!(
+                a.blocks.iter().any(|(_, b)| matches!(b, Block::Dense(_))) || lanes.0 > 0,
+                "one stream fills bitmaps"
+            );
+            let decode = |s: &KeySet| {
+                let mut out = Vec::new();
+                s.encode(&mut out);
+                let mut r = Reader::new(&out);
+                let back = KeySet::decode(&mut r).unwrap();
+                r.finish().unwrap();
+                back
+            };
+            let mut merged = decode(&a);
+            assert_eq!(merged, a);
+            merged.merge(&decode(&b));
+            let distinct = all.iter().collect::<HashSet<_>>().len() as u64;
+            assert_eq!(merged.keys, distinct, "{lanes:?}");
+            assert_eq!(merged.keys + merged.repeated, all.len() as u64);
+            assert_eq!(merged.sorted_keys().len() as u64, distinct);
         }
-        for q in (4_000..13_000).chain([5_000]) {
-            b.insert(1, 7, q);
-            all.push((1, 7, q));
-        }
-        for q in [3, 90, 4_095, 4_096] {
-            a.insert(1, 8, q);
-            b.insert(1, 8, q);
-            all.extend([(1, 8, q), (1, 8, q)]);
-        }
-        let mut dense = false;
-        a.for_each_block(|_, b| dense |= matches!(b, Block::Dense(_)));
-        assert!(dense);
-        let decode = |s: &KeySet| {
-            let mut out = Vec::new();
-            s.encode(&mut out);
-            let mut r = Reader::new(&out);
-            let back = KeySet::decode(&mut r).unwrap();
-            r.finish().unwrap();
-            back
-        };
-        let mut merged = decode(&a);
-        assert_eq!(merged, a);
-        merged.merge(&decode(&b));
-        let distinct = all.iter().collect::<HashSet<_>>().len() as u64;
-        assert_eq!(merged.keys, distinct);
-        assert_eq!(merged.keys + merged.repeated, all.len() as u64);
 
         // A list whose offsets do not increase, a list too long, an unknown kind.
         for bad in [vec![0, 2, 5, 0], vec![0, 300], vec![2]] {
@@ -993,6 +1277,22 @@ mod tests {
             bad.iter().for_each(|&v| put(&mut bytes, v));
             assert_eq!(
                 Block::decode(&mut Reader::new(&bytes)),
+                Err(DecodeError),
+                "{bad:?}"
+            );
+        }
+        // Sets: 7 lanes; a publisher listed twice; a block of a publisher not listed
+        // while the list has room; a block beyond 64-bit keys.
+        for bad in [
+            vec![0, 1, 4, 7, 0],
+            vec![0, 2, 4, 1, 4, 1, 0],
+            vec![0, 1, 4, 1, 1, 5, 0, 0, 0, 0],
+            vec![0, 1, 4, 6, 1, 4, 0, u64::MAX, 0, 0],
+        ] {
+            let mut bytes = Vec::new();
+            bad.iter().for_each(|&v| put(&mut bytes, v));
+            assert_eq!(
+                KeySet::decode(&mut Reader::new(&bytes)),
                 Err(DecodeError),
                 "{bad:?}"
             );
