@@ -320,20 +320,39 @@ impl BinaryState for BucketStats {
                 "bucket_stats: bucket width {width} ns is not positive"
             )));
         }
+        let bucket_of = |t: i64| {
+            let b = t.wrapping_sub(t0) / width;
+            if (0..=MAX_BUCKET).contains(&b) {
+                Ok(b)
+            } else {
+                Err(DataFusionError::Execution(format!(
+                    "bucket_stats: time {t} ns falls in bucket {b}, outside 0..={MAX_BUCKET}"
+                )))
+            }
+        };
         // The runs of consecutive rows in one bucket: (start, end, bucket).
         let mut runs: Vec<(usize, usize, Option<usize>)> = Vec::new();
+        // The usual batch lies in one bucket: its earliest and latest times say so
+        // (a bucket's number grows with the time where `t - t0` does not overflow).
+        let (earliest, latest) = time
+            .values()
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        let one_bucket = time.null_count() == 0
+            && !time.is_empty()
+            && earliest.checked_sub(t0).is_some()
+            && latest.checked_sub(t0).is_some()
+            && bucket_of(earliest)? == bucket_of(latest)?;
+        if one_bucket {
+            runs.push((0, time.len(), Some(bucket_of(earliest)? as usize)));
+        }
         // The range of times of the last bucket computed: rows within it need no division.
         let (mut lo, mut hi, mut last) = (1_i64, 0_i64, 0_usize);
-        for i in 0..time.len() {
+        for i in (0..time.len()).filter(|_| !one_bucket) {
             let bucket = if time.is_valid(i) {
                 let t = time.value(i);
                 if !(lo <= t && t < hi) {
-                    let b = t.wrapping_sub(t0) / width;
-                    if !(0..=MAX_BUCKET).contains(&b) {
-                        return Err(DataFusionError::Execution(format!(
-                            "bucket_stats: time {t} ns falls in bucket {b}, outside 0..={MAX_BUCKET}"
-                        )));
-                    }
+                    let b = bucket_of(t)?;
                     last = b as usize;
                     (lo, hi) = b
                         .checked_mul(width)
@@ -675,10 +694,21 @@ mod tests {
 
     #[test]
     fn bucket_stats_agree_with_each_bucket_added_alone() {
-        // Two batches, buckets in runs and out of order, rows without a time, stage
-        // values missing in places.
+        // Batches with buckets in runs and out of order, rows without a time, stage
+        // values missing in places; one batch all in one bucket, one whose times are
+        // all known but in two buckets.
         type Column = Vec<Option<i64>>;
-        let batches: [(Column, Column, Column); 2] = [
+        let batches: [(Column, Column, Column); 4] = [
+            (
+                vec![Some(3); 3],
+                vec![Some(1), Some(2), Some(3)],
+                vec![Some(4), None, Some(6)],
+            ),
+            (
+                vec![Some(4), Some(6), Some(4)],
+                vec![Some(1), Some(1), Some(-1)],
+                vec![Some(2), Some(2), Some(2)],
+            ),
             (
                 vec![Some(0), Some(0), Some(2), None, Some(2), Some(0)],
                 vec![Some(5), None, Some(7), Some(-3), Some(9), Some(11)],
