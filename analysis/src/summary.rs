@@ -699,15 +699,15 @@ async fn one_binary<T>(
 /// Computes the summary (and the charts' histograms) of `runs` with `ctx` (from
 /// [`RunSet::session`]).
 ///
-/// The run is read twice: once for the columns every stage needs (stamps, metrics), in
-/// time buckets, each bucket holding every stage's exact figures and histogram (the
-/// whole run is their merge); once for the small columns (status, flags, missing hops,
-/// streams, publishers). Before both, the first and last stamps (which place the time
-/// buckets) come from Parquet statistics, and so does whether every message carried the
-/// same number of metrics: then the per-metric figures are the per-message ones scaled,
-/// `metric_count` is not read, and one `bucket_stats` aggregate over the raw stamps does
-/// the first scan; otherwise a `GROUP BY` of the time bucket computes the per-metric
-/// figures too.
+/// The run is read by two scans side by side: one of the columns every stage needs
+/// (stamps, metrics), in time buckets, each bucket holding every stage's exact figures
+/// and histogram (the whole run is their merge); one of the small columns (status,
+/// flags, missing hops, streams, publishers). Before both, the first and last stamps
+/// (which place the time buckets) come from Parquet statistics, and so does whether
+/// every message carried the same number of metrics: then the per-metric figures are
+/// the per-message ones scaled, `metric_count` is not read, and one `bucket_stats`
+/// aggregate over the raw stamps does the first scan; otherwise a `GROUP BY` of the
+/// time bucket computes the per-metric figures too.
 ///
 /// # Errors
 /// When a query fails (unreadable Parquet, a spec whose hops are not columns).
@@ -739,8 +739,13 @@ pub async fn compute(
     let nbuckets = usize::try_from((t_max - t_min) / bucket_ns + 1).unwrap_or(1);
 
     let constant_metrics = constant_metric_count(ctx).await?;
-    let scanned = scan_buckets(runs, ctx, &time_col, t_min, bucket_ns, constant_metrics).await?;
-    let counts = scan_counts(ctx).await?;
+    // The two scans read different columns of the same files: side by side, one's
+    // reads warm the page cache for the other, and one's single-threaded end (merging
+    // its partitions) overlaps the other's work.
+    let (scanned, counts) = tokio::try_join!(
+        scan_buckets(runs, ctx, &time_col, t_min, bucket_ns, constant_metrics),
+        scan_counts(ctx)
+    )?;
 
     let rows: u64 = scanned.iter().map(|s| s.messages).sum();
     let metrics: u64 = scanned.iter().map(|s| s.metrics).sum();
