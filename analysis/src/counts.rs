@@ -362,23 +362,34 @@ const MAX_LANES: u32 = 6;
 /// at the next), so with a lane per stream a batch's consecutive rows set bits of one
 /// word of one block, where a block per stream would take a cache miss per row; a
 /// single stream (no lanes) fills a block with 4096 of its sequences. A publisher takes
-/// its layout when first seen, from how many stream numbers that batch spans, and keeps
-/// it: every layout holds one bit per key once blocks fill.
+/// its layout when first seen, from the stream numbers of that batch, and keeps it: as
+/// many lanes as its streams fill more than half of, so that blocks fill (one bit per
+/// key) whether stream numbers are neighbours or scattered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Layout {
     lanes: u32,
 }
 
 impl Layout {
-    /// The layout for rows whose stream numbers span `span` values.
-    fn for_span(span: u64) -> Self {
-        Self {
-            lanes: span
-                .max(1)
-                .checked_next_power_of_two()
-                .map_or(MAX_LANES, u64::trailing_zeros)
-                .min(MAX_LANES),
-        }
+    /// The widest layout (up to 2^[`MAX_LANES`] lanes) whose lanes `streams` fill more
+    /// than half of: neighbouring stream numbers (0, 1, 2, ...) side by side, scattered
+    /// ones (hashes, say) one per block, where a block with one lane used of 64 would
+    /// hold 64 keys and stay a list.
+    fn for_streams(streams: &[u64]) -> Self {
+        let mut ids = streams.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let lanes = (1..=MAX_LANES)
+            .rev()
+            .find(|&lanes| {
+                let groups = 1 + ids
+                    .windows(2)
+                    .filter(|w| w[0] >> lanes != w[1] >> lanes)
+                    .count();
+                2 * ids.len() > groups << lanes
+            })
+            .unwrap_or(0);
+        Self { lanes }
     }
 
     /// Bits of a sequence's row within a block.
@@ -477,12 +488,13 @@ impl Eq for KeySet {}
 
 impl KeySet {
     /// The layout of publisher `p` and its place in the index, if any. A publisher seen
-    /// for the first time takes `layout` and a place while there is room; beyond, the
+    /// for the first time takes `layout()` and a place while there is room; beyond, the
     /// default layout.
-    fn publisher(&mut self, p: u64, layout: Layout) -> (Layout, Option<usize>) {
+    fn publisher(&mut self, p: u64, layout: impl FnOnce() -> Layout) -> (Layout, Option<usize>) {
         match self.publishers.iter().position(|d| d.id == p) {
             Some(at) => (self.publishers[at].layout, Some(at)),
             None if self.publishers.len() < DIRECT_PUBLISHERS => {
+                let layout = layout();
                 self.publishers.push(Publisher {
                     id: p,
                     layout,
@@ -553,8 +565,14 @@ impl KeySet {
     }
 
     /// Adds key (`publisher`, `stream`, `sequence`); a publisher seen for the first time
-    /// takes `layout`.
-    fn insert(&mut self, publisher: u64, stream: u64, sequence: u64, layout: Layout) {
+    /// takes `layout()`.
+    fn insert(
+        &mut self,
+        publisher: u64,
+        stream: u64,
+        sequence: u64,
+        layout: impl FnOnce() -> Layout,
+    ) {
         let (layout, at) = self.publisher(publisher, layout);
         let (g, b, o) = layout.place(stream, sequence);
         let i = self.block_at(publisher, at, g, b);
@@ -562,20 +580,18 @@ impl KeySet {
     }
 
     /// Adds the keys of the rows valid in all three arrays. A publisher first seen here
-    /// takes a lane per stream number the rows span (up to 64). Rows of one publisher
-    /// (the usual batch) find its place once, and consecutive rows in one block find it
-    /// once.
+    /// takes the layout of the rows' stream numbers ([`Layout::for_streams`]). Rows of
+    /// one publisher (the usual batch) find its place once, and consecutive rows in one
+    /// block find it once.
     fn insert_rows(
         &mut self,
         p: &PrimitiveArray<UInt64Type>,
         st: &PrimitiveArray<UInt64Type>,
         q: &PrimitiveArray<UInt64Type>,
     ) {
-        let (lo, hi) = st
-            .values()
-            .iter()
-            .fold((u64::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-        let layout = Layout::for_span(hi.saturating_sub(lo).saturating_add(1));
+        // Worked out once, and only when a publisher is new.
+        let mut chosen = None;
+        let mut layout = || *chosen.get_or_insert_with(|| Layout::for_streams(st.values()));
         let one_publisher = p.values().first().copied().filter(|&p0| {
             p.null_count() + st.null_count() + q.null_count() == 0
                 && p.values().iter().all(|&x| x == p0)
@@ -583,7 +599,7 @@ impl KeySet {
         let Some(p0) = one_publisher else {
             for i in 0..q.len() {
                 if p.is_valid(i) && st.is_valid(i) && q.is_valid(i) {
-                    self.insert(p.value(i), st.value(i), q.value(i), layout);
+                    self.insert(p.value(i), st.value(i), q.value(i), &mut layout);
                 }
             }
             return;
@@ -632,7 +648,7 @@ impl KeySet {
                 Some((lp, theirs, mine, at)) if lp == p => (theirs, mine, at),
                 _ => {
                     let theirs = other.layout_of(p);
-                    let (mine, at) = self.publisher(p, theirs);
+                    let (mine, at) = self.publisher(p, || theirs);
                     last = Some((p, theirs, mine, at));
                     (theirs, mine, at)
                 }
@@ -707,7 +723,7 @@ impl KeySet {
             if set.publishers.iter().any(|d| d.id == id) {
                 return Err(DecodeError);
             }
-            set.publisher(id, Layout { lanes });
+            set.publisher(id, || Layout { lanes });
         }
         for _ in 0..r.varint()? {
             let (p, g, b) = (r.varint()?, r.varint()?, r.varint()?);
@@ -1152,7 +1168,7 @@ mod tests {
             }
             let mut one = KeySet::default();
             for &(s, q) in &keys {
-                one.insert(4, s, q, Layout::default());
+                one.insert(4, s, q, Layout::default);
             }
             let distinct = keys.iter().collect::<HashSet<_>>().len() as u64;
             prop_assert_eq!((rows.keys, rows.repeated), (distinct, keys.len() as u64 - distinct));
@@ -1179,10 +1195,10 @@ mod tests {
             // Each key twice: once in each of two sets filled in opposite orders.
             let (mut a, mut b) = (KeySet::default(), KeySet::default());
             for &(p, st, q) in &keys {
-                a.insert(p, st, q, Layout { lanes: lanes.0 });
+                a.insert(p, st, q, || Layout { lanes: lanes.0 });
             }
             for &(p, st, q) in keys.iter().rev() {
-                b.insert(p, st, q, Layout { lanes: lanes.1 });
+                b.insert(p, st, q, || Layout { lanes: lanes.1 });
             }
             assert_eq!((a.keys, a.repeated), (distinct, 0));
             assert_eq!(a, b);
@@ -1220,10 +1236,50 @@ mod tests {
             })
             .collect();
         assert_eq!(words.len(), 1);
-        assert_eq!(Layout::for_span(1), Layout { lanes: 0 });
-        assert_eq!(Layout::for_span(3), Layout { lanes: 2 });
-        assert_eq!(Layout::for_span(3_000), six);
-        assert_eq!(Layout::for_span(u64::MAX), six);
+        let lanes = |streams: &[u64]| Layout::for_streams(streams).lanes;
+        assert_eq!(lanes(&[7, 7, 7]), 0);
+        assert_eq!(lanes(&[0, 1, 2]), 2);
+        assert_eq!(lanes(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]), 4);
+        assert_eq!(lanes(&(0..3_000).rev().collect::<Vec<_>>()), 6);
+        // Scattered numbers (hashes): a stream per block.
+        assert_eq!(lanes(&[3, 1 << 20, 77_777, 1 << 31, u64::MAX]), 0);
+        // Two dense runs far apart: still side by side.
+        assert_eq!(
+            lanes(&(0..64).chain(1 << 30..(1 << 30) + 64).collect::<Vec<_>>()),
+            6
+        );
+    }
+
+    /// Blocks fill whether a publisher's stream numbers are neighbours or scattered: about
+    /// a bit per key either way, not a list of 64 keys per block.
+    #[test]
+    fn scattered_and_neighbouring_streams_fill_their_blocks() {
+        let column = |v: Vec<u64>| PrimitiveArray::<UInt64Type>::from(v);
+        for (streams, rounds, most_blocks) in [
+            // 4 streams numbered like hashes, 100k sequences each: 25 blocks of 4096 each.
+            (vec![3, 1 << 20, 77_777, 1 << 31], 100_000, 4 * 25),
+            // 3000 streams from 0, 128 sequences each: 47 groups x 2 blocks of 64.
+            ((0..3_000).collect::<Vec<u64>>(), 128, 47 * 2),
+        ] {
+            let mut set = KeySet::default();
+            let keys: Vec<(u64, u64)> = (0..rounds)
+                .flat_map(|q| streams.iter().map(move |&s| (s, q)))
+                .collect();
+            for batch in keys.chunks(8192) {
+                set.insert_rows(
+                    &column(vec![1; batch.len()]),
+                    &column(batch.iter().map(|k| k.0).collect()),
+                    &column(batch.iter().map(|k| k.1).collect()),
+                );
+            }
+            assert_eq!((set.keys, set.repeated), (keys.len() as u64, 0));
+            assert!(
+                set.blocks.len() <= most_blocks,
+                "{} blocks",
+                set.blocks.len()
+            );
+            assert!(set.blocks.iter().all(|(_, b)| matches!(b, Block::Dense(_))));
+        }
     }
 
     /// Key sets whose blocks turn into bitmaps merge block by block (or key by key
@@ -1238,16 +1294,16 @@ mod tests {
             let (la, lb) = (Layout { lanes: lanes.0 }, Layout { lanes: lanes.1 });
             let mut all: Vec<(u64, u64, u64)> = Vec::new();
             for q in 0..9_000 {
-                a.insert(1, 7, q, la);
+                a.insert(1, 7, q, || la);
                 all.push((1, 7, q));
             }
             for q in (4_000..13_000).chain([5_000]) {
-                b.insert(1, 7, q, lb);
+                b.insert(1, 7, q, || lb);
                 all.push((1, 7, q));
             }
             for q in [3, 90, 4_095, 4_096] {
-                a.insert(1, 8, q, la);
-                b.insert(1, 8, q, lb);
+                a.insert(1, 8, q, || la);
+                b.insert(1, 8, q, || lb);
                 all.extend([(1, 8, q), (1, 8, q)]);
             }
             assert!(
