@@ -1328,14 +1328,15 @@ mod tests {
         }
 
         // A list whose offsets do not increase, a list too long, an unknown kind.
-        for bad in [vec![0, 2, 5, 0], vec![0, 300], vec![2]] {
+        let varints = |v: &[u64]| {
             let mut bytes = Vec::new();
-            bad.iter().for_each(|&v| put(&mut bytes, v));
-            assert_eq!(
-                Block::decode(&mut Reader::new(&bytes)),
-                Err(DecodeError),
-                "{bad:?}"
-            );
+            v.iter().for_each(|&v| put(&mut bytes, v));
+            bytes
+        };
+        for bad in [vec![0, 2, 5, 0], vec![0, 300], vec![2]] {
+            let bytes = varints(&bad);
+            let block = Block::decode(&mut Reader::new(&bytes));
+            assert_eq!(block, Err(DecodeError), "{bad:?}");
         }
         // Sets: 7 lanes; a publisher listed twice; a block of a publisher not listed
         // while the list has room; a block beyond 64-bit keys.
@@ -1345,13 +1346,9 @@ mod tests {
             vec![0, 1, 4, 1, 1, 5, 0, 0, 0, 0],
             vec![0, 1, 4, 6, 1, 4, 0, u64::MAX, 0, 0],
         ] {
-            let mut bytes = Vec::new();
-            bad.iter().for_each(|&v| put(&mut bytes, v));
-            assert_eq!(
-                KeySet::decode(&mut Reader::new(&bytes)),
-                Err(DecodeError),
-                "{bad:?}"
-            );
+            let bytes = varints(&bad);
+            let set = KeySet::decode(&mut Reader::new(&bytes));
+            assert_eq!(set, Err(DecodeError), "{bad:?}");
         }
     }
 
