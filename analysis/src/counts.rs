@@ -605,20 +605,23 @@ impl KeySet {
             return;
         };
         let (layout, at) = self.publisher(p0, layout);
-        let (st, q) = (st.values(), q.values());
-        let place = |r: usize| layout.place(st[r], q[r]);
-        let mut r = 0;
-        while r < q.len() {
+        let mut places = st
+            .values()
+            .iter()
+            .zip(q.values().iter())
+            .map(|(&s, &seq)| layout.place(s, seq))
+            .peekable();
+        while let Some(&(g, b, _)) = places.peek() {
             // The run of rows in this row's block: found once, filled at once.
-            let (g, b, _) = place(r);
-            let end = (r + 1..q.len())
-                .find(|&e| place(e).0 != g || place(e).1 != b)
-                .unwrap_or(q.len());
             let i = self.block_at(p0, at, g, b);
-            let fresh = self.blocks[i].1.insert_all((r..end).map(|e| place(e).2));
+            let mut rows = 0;
+            let run = std::iter::from_fn(|| places.next_if(|p| (p.0, p.1) == (g, b)));
+            let fresh = self.blocks[i].1.insert_all(run.map(|p| {
+                rows += 1;
+                p.2
+            }));
             self.keys += fresh;
-            self.repeated += (end - r) as u64 - fresh;
-            r = end;
+            self.repeated += rows - fresh;
         }
     }
 

@@ -24,6 +24,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use hoptrace_format::run::RunSummary;
+use hoptrace_format::schema::hop_column;
 use hoptrace_format::spec::slug;
 use hoptrace_format::spec::{PipelineSpec, StageSpec};
 
@@ -664,8 +665,8 @@ pub fn stage_column(stage: &str) -> String {
 pub fn stage_expr(stage: &StageSpec) -> String {
     format!(
         "(CAST({} AS BIGINT) - CAST({} AS BIGINT))",
-        quote_ident(&format!("{}_ns", stage.to)),
-        quote_ident(&format!("{}_ns", stage.from))
+        quote_ident(&hop_column(&stage.to)),
+        quote_ident(&hop_column(&stage.from))
     )
 }
 

@@ -280,6 +280,68 @@ impl BucketStats {
     }
 }
 
+/// A run of consecutive rows in one time bucket: (first row, end, bucket; `None` for rows
+/// without a time).
+type BucketRun = (usize, usize, Option<usize>);
+
+/// The runs of consecutive rows of `time` in one bucket of `width` ns from `t0`.
+fn bucket_runs(
+    time: &datafusion::arrow::array::Int64Array,
+    t0: i64,
+    width: i64,
+) -> Result<Vec<BucketRun>> {
+    let bucket_of = |t: i64| {
+        let b = t.wrapping_sub(t0) / width;
+        if (0..=MAX_BUCKET).contains(&b) {
+            Ok(b as usize)
+        } else {
+            Err(DataFusionError::Execution(format!(
+                "bucket_stats: time {t} ns falls in bucket {b}, outside 0..={MAX_BUCKET}"
+            )))
+        }
+    };
+    // The usual batch lies in one bucket: its earliest and latest times say so (a
+    // bucket's number grows with the time where `t - t0` does not overflow).
+    if time.null_count() == 0 && !time.is_empty() {
+        let (earliest, latest) = time
+            .values()
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        if earliest.checked_sub(t0).is_some() && latest.checked_sub(t0).is_some() {
+            let first = bucket_of(earliest)?;
+            if first == bucket_of(latest)? {
+                return Ok(vec![(0, time.len(), Some(first))]);
+            }
+        }
+    }
+    let mut runs: Vec<BucketRun> = Vec::new();
+    // The times of the last bucket computed, and its number: rows within need no division.
+    let mut known: Option<(std::ops::Range<i64>, usize)> = None;
+    for i in 0..time.len() {
+        let bucket = if time.is_valid(i) {
+            let t = time.value(i);
+            match &known {
+                Some((times, b)) if times.contains(&t) => Some(*b),
+                _ => {
+                    let b = bucket_of(t)?;
+                    known = (b as i64)
+                        .checked_mul(width)
+                        .and_then(|x| t0.checked_add(x))
+                        .and_then(|lo| Some((lo..lo.checked_add(width)?, b)));
+                    Some(b)
+                }
+            }
+        } else {
+            None
+        };
+        match runs.last_mut() {
+            Some((_, end, b)) if *b == bucket => *end = i + 1,
+            _ => runs.push((i, i + 1, bucket)),
+        }
+    }
+    Ok(runs)
+}
+
 impl BinaryState for BucketStats {
     const NAME: &'static str = "bucket_stats";
     const STATE: &'static str = "buckets";
@@ -320,55 +382,7 @@ impl BinaryState for BucketStats {
                 "bucket_stats: bucket width {width} ns is not positive"
             )));
         }
-        let bucket_of = |t: i64| {
-            let b = t.wrapping_sub(t0) / width;
-            if (0..=MAX_BUCKET).contains(&b) {
-                Ok(b)
-            } else {
-                Err(DataFusionError::Execution(format!(
-                    "bucket_stats: time {t} ns falls in bucket {b}, outside 0..={MAX_BUCKET}"
-                )))
-            }
-        };
-        // The runs of consecutive rows in one bucket: (start, end, bucket).
-        let mut runs: Vec<(usize, usize, Option<usize>)> = Vec::new();
-        // The usual batch lies in one bucket: its earliest and latest times say so
-        // (a bucket's number grows with the time where `t - t0` does not overflow).
-        let (earliest, latest) = time
-            .values()
-            .iter()
-            .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
-        let one_bucket = time.null_count() == 0
-            && !time.is_empty()
-            && earliest.checked_sub(t0).is_some()
-            && latest.checked_sub(t0).is_some()
-            && bucket_of(earliest)? == bucket_of(latest)?;
-        if one_bucket {
-            runs.push((0, time.len(), Some(bucket_of(earliest)? as usize)));
-        }
-        // The range of times of the last bucket computed: rows within it need no division.
-        let (mut lo, mut hi, mut last) = (1_i64, 0_i64, 0_usize);
-        for i in (0..time.len()).filter(|_| !one_bucket) {
-            let bucket = if time.is_valid(i) {
-                let t = time.value(i);
-                if !(lo <= t && t < hi) {
-                    let b = bucket_of(t)?;
-                    last = b as usize;
-                    (lo, hi) = b
-                        .checked_mul(width)
-                        .and_then(|x| t0.checked_add(x))
-                        .and_then(|l| Some((l, l.checked_add(width)?)))
-                        .unwrap_or((1, 0));
-                }
-                Some(last)
-            } else {
-                None
-            };
-            match runs.last_mut() {
-                Some((_, end, b)) if *b == bucket => *end = i + 1,
-                _ => runs.push((i, i + 1, bucket)),
-            }
-        }
+        let runs = bucket_runs(time, t0, width)?;
         let stages = hops.len() / 2;
         for &(start, end, bucket) in &runs {
             self.cell(bucket, stages).messages += (end - start) as u64;

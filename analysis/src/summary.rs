@@ -18,6 +18,7 @@ use hoptrace_format::hist::{
     MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, SignedStats, new_histogram, signed_percentile,
 };
 use hoptrace_format::run::HostInfo;
+use hoptrace_format::schema::hop_column;
 use hoptrace_format::spec::StageSpec;
 use serde::{Deserialize, Serialize};
 
@@ -599,8 +600,8 @@ async fn scan_buckets_indexed(
     use datafusion::prelude::lit;
     let mut args = vec![time, lit(t_min), lit(bucket_ns)];
     for st in stages {
-        args.push(ident(format!("{}_ns", st.to)));
-        args.push(ident(format!("{}_ns", st.from)));
+        args.push(ident(hop_column(&st.to)));
+        args.push(ident(hop_column(&st.from)));
     }
     let scanned = one_binary(df, stats::bucket_stats_udaf().call(args), |bytes| {
         stats::BucketStats::decode(bytes)
@@ -717,7 +718,7 @@ pub async fn compute(
 ) -> Result<(Summary, Vec<StageHistograms>), AnalysisError> {
     let pipeline = runs.pipeline();
     let hops: Vec<String> = pipeline.hops.iter().map(|h| h.name.clone()).collect();
-    let first_hop = quote_ident(&format!("{}_ns", hops[0]));
+    let first_hop = quote_ident(&hop_column(&hops[0]));
     // A trace's time: its first hop's stamp, else its intended send time unless that was
     // implausible (flag 16), so one absurd record cannot stretch the run.
     let time_col = format!(

@@ -10,6 +10,12 @@ fn ts() -> DataType {
     DataType::Timestamp(TimeUnit::Nanosecond, None)
 }
 
+/// The column of a trace's stamp at hop `hop`: `<hop>_ns`.
+#[must_use]
+pub fn hop_column(hop: &str) -> String {
+    format!("{hop}_ns")
+}
+
 /// The schema of a traces file for these hops (in the spec's order).
 #[must_use]
 pub fn traces_schema(hop_names: &[String]) -> SchemaRef {
@@ -24,7 +30,7 @@ pub fn traces_schema(hop_names: &[String]) -> SchemaRef {
     fields.extend(
         hop_names
             .iter()
-            .map(|h| Field::new(format!("{h}_ns"), ts(), true)),
+            .map(|h| Field::new(hop_column(h), ts(), true)),
     );
     fields.extend([
         Field::new("status", DataType::Utf8, false),

@@ -625,7 +625,10 @@ impl ResolvedSpec {
         .map(|c| (c.to_owned(), format!("the trace column `{c}`")))
         .collect();
         for h in &spec.hops {
-            columns.insert(format!("{}_ns", h.name), format!("hop \"{}\"", h.name));
+            columns.insert(
+                crate::schema::hop_column(&h.name),
+                format!("hop \"{}\"", h.name),
+            );
         }
         let mut stages = Vec::with_capacity(spec.stages.len());
         for (index, stage) in spec.stages.iter().enumerate() {
