@@ -43,6 +43,7 @@ final class FakeCollector implements AutoCloseable {
     /** When set, connections are accepted but never read (a stalled collector). */
     volatile boolean stalled;
     private final Thread acceptor;
+    private volatile boolean closing;
 
     FakeCollector() throws IOException {
         this(0);
@@ -65,6 +66,12 @@ final class FakeCollector implements AutoCloseable {
         while (!server.isClosed()) {
             try {
                 Socket s = server.accept();
+                if (closing) {
+                    // Accepted while close() was under way: the listening socket lives on
+                    // until accept() returns, so a probe reconnecting at once can still get in.
+                    s.close();
+                    return;
+                }
                 Connection c = new Connection(s);
                 connections.add(c);
                 Thread t = new Thread(() -> serve(c), "fake-collector-conn");
@@ -155,7 +162,14 @@ final class FakeCollector implements AutoCloseable {
 
     @Override
     public void close() throws IOException {
+        closing = true;
         server.close();
+        try {
+            // Only once the acceptor has left accept() does the port stop taking connections.
+            acceptor.join(5000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         for (Connection c : connections) {
             c.socket.close();
         }
