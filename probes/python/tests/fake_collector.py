@@ -53,13 +53,18 @@ class FakeCollector:
         self.sock.listen(16)
         self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
         self._stop = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while not self._stop:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
+                return
+            if self._stop:
+                # Accepted while close() was under way: the probe must see it closed.
+                conn.close()
                 return
             self.accept_times.append(time.monotonic())
             self._live.append(conn)
@@ -135,6 +140,8 @@ class FakeCollector:
         except OSError:
             pass
         self.sock.close()
+        # What the acceptor took before it saw the stop is in _live once it has left.
+        self._acceptor.join(5)
         self.drop_connections()
 
 
