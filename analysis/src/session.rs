@@ -25,7 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use hoptrace_format::run::RunSummary;
 use hoptrace_format::schema::hop_column;
-use hoptrace_format::spec::slug;
+pub use hoptrace_format::schema::stage_column;
 use hoptrace_format::spec::{PipelineSpec, StageSpec};
 
 use crate::AnalysisError;
@@ -652,12 +652,6 @@ fn check_parquet(path: &Path) -> Result<(), AnalysisError> {
     parquet::file::reader::SerializedFileReader::new(file)
         .map(drop)
         .map_err(|e| bad(e.to_string()))
-}
-
-/// The column holding a stage's deltas in `traces`: `<slug>_ns`.
-#[must_use]
-pub fn stage_column(stage: &str) -> String {
-    format!("{}_ns", slug(stage))
 }
 
 /// The SQL expression of a stage's delta in ns over `traces_raw` columns.

@@ -35,7 +35,7 @@ use arrow::array::{
     UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder,
 };
 use arrow::datatypes::SchemaRef;
-use hoptrace_format::schema::traces_schema;
+use hoptrace_format::schema::{hop_column, traces_schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
@@ -374,7 +374,7 @@ fn writer_properties(
     let delta = ["sequence", "intended_ns"]
         .into_iter()
         .map(str::to_owned)
-        .chain(hop_names.iter().map(|h| format!("{h}_ns")));
+        .chain(hop_names.iter().map(|h| hop_column(h)));
     for col in delta {
         let path = ColumnPath::from(col.as_str());
         b = b

@@ -166,7 +166,7 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
                 .iter()
                 .map(|h| {
                     batch
-                        .column_by_name(&format!("{}_ns", h.name))
+                        .column_by_name(&hoptrace_format::schema::hop_column(&h.name))
                         .unwrap()
                         .as_primitive::<TimestampNanosecondType>()
                         .clone()

@@ -16,6 +16,12 @@ pub fn hop_column(hop: &str) -> String {
     format!("{hop}_ns")
 }
 
+/// The column holding a stage's deltas in the `traces` view: `<slug>_ns`.
+#[must_use]
+pub fn stage_column(stage: &str) -> String {
+    format!("{}_ns", crate::spec::slug(stage))
+}
+
 /// The schema of a traces file for these hops (in the spec's order).
 #[must_use]
 pub fn traces_schema(hop_names: &[String]) -> SchemaRef {

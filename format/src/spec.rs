@@ -640,7 +640,7 @@ impl ResolvedSpec {
                     name: stage.name.clone(),
                 });
             }
-            let column = format!("{}_ns", slug(&stage.name));
+            let column = crate::schema::stage_column(&stage.name);
             if let Some(other) = columns.get(&column) {
                 return Err(SpecError::StageColumnClash {
                     stage: stage.name.clone(),
