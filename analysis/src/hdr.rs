@@ -25,10 +25,20 @@
 //! order (as HdrHistogram computes it, and as DuckDB's `quantile_disc` does), reported as
 //! the middle of the HDR bucket that holds it (negated for a negative value).
 //!
+//! **Never outside what was measured.** The middle of the bucket holding the lowest or
+//! the highest value can lie below the exact minimum or above the exact maximum. Every
+//! percentile these functions return is kept within the exact minimum and maximum of the
+//! values it ranks (the exact value lies in both, so it stays within its precision), as
+//! every percentile hoptrace reports is (`docs/dataset.md`). A histogram read from
+//! elsewhere, without hoptrace's trailer below, has no exact extremes: its percentiles
+//! are the bucket middles.
+//!
 //! **Serialized form.** The histogram of the values `>= 0` in HdrHistogram's V2 encoding
 //! (readable by HdrHistogram's own libraries), followed, only when some values were
-//! negative, by a second V2 histogram of the *magnitudes* of the negative values. A
-//! reader that knows only V2 reads the first one: the non-negative values.
+//! negative, by a second V2 histogram of the *magnitudes* of the negative values, then,
+//! when the exact extremes are known, a trailer: the 4 bytes `HTX1`, the exact minimum and
+//! the exact maximum (i64 little-endian each). A reader that knows only V2 reads the first
+//! histogram: the non-negative values.
 
 use std::sync::Arc;
 
@@ -75,11 +85,64 @@ pub fn serialize(h: &Histogram<u64>) -> Vec<u8> {
 /// holds any value.
 #[must_use]
 pub fn serialize_signed(pos: &HdrCounts, neg: &HdrCounts) -> Vec<u8> {
+    serialize_with(pos, neg, Extremes::None)
+}
+
+/// [`serialize_signed`]'s form with the exact extremes of the values as its trailer
+/// when they are known.
+#[must_use]
+pub fn serialize_with(pos: &HdrCounts, neg: &HdrCounts, extremes: Extremes) -> Vec<u8> {
     let mut out = serialize(&pos.to_histogram());
     if !neg.is_empty() {
         out.extend(serialize(&neg.to_histogram()));
     }
+    if let Extremes::Exact(min, max) = extremes {
+        out.extend_from_slice(EXTREMES_TAG);
+        out.extend_from_slice(&min.to_le_bytes());
+        out.extend_from_slice(&max.to_le_bytes());
+    }
     out
+}
+
+/// The first bytes of the serialized form's trailer (no V2 cookie starts so).
+const EXTREMES_TAG: &[u8; 4] = b"HTX1";
+
+/// What is known of the exact smallest and largest value a histogram counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extremes {
+    /// No value yet.
+    None,
+    /// The exact minimum and maximum.
+    Exact(i64, i64),
+    /// Values whose extremes were not kept (a histogram from elsewhere was merged in).
+    Unknown,
+}
+
+impl Extremes {
+    /// The extremes of these and of `other`'s values.
+    #[must_use]
+    pub fn merge(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::None, x) | (x, Self::None) => x,
+            (Self::Exact(a, b), Self::Exact(c, d)) => Self::Exact(a.min(c), b.max(d)),
+            _ => Self::Unknown,
+        }
+    }
+
+    /// These extremes and the value `v`.
+    #[must_use]
+    pub fn with(self, v: i64) -> Self {
+        self.merge(Self::Exact(v, v))
+    }
+
+    /// The percentile kept within the exact extremes, when they are known.
+    #[must_use]
+    pub fn bound(self, p: Percentile) -> Percentile {
+        match self {
+            Self::Exact(min, max) => p.within(min, max),
+            _ => p,
+        }
+    }
 }
 
 /// Reads one histogram (V2 or V2-deflate) from the front of `r`, widened to the project's
@@ -109,19 +172,50 @@ pub fn deserialize(bytes: &[u8]) -> Result<Histogram<u64>> {
 /// # Errors
 /// When `bytes` is not such a form.
 pub fn deserialize_signed(bytes: &[u8]) -> Result<(HdrCounts, HdrCounts)> {
+    deserialize_with(bytes).map(|(pos, neg, _)| (pos, neg))
+}
+
+/// Reads [`serialize_with`]'s form (or any single V2 histogram): the counts of the values
+/// `>= 0`, of the magnitudes of the values `< 0`, and the exact extremes (unknown for a
+/// histogram with values and no trailer).
+///
+/// # Errors
+/// When `bytes` is not such a form.
+pub fn deserialize_with(bytes: &[u8]) -> Result<(HdrCounts, HdrCounts, Extremes)> {
     let mut r = bytes;
     let (mut pos, mut neg) = (HdrCounts::new(), HdrCounts::new());
     pos.add_histogram(&read_one(&mut r)?);
-    if !r.is_empty() {
+    if !r.is_empty() && !r.starts_with(EXTREMES_TAG) {
         neg.add_histogram(&read_one(&mut r)?);
+    }
+    let mut extremes = if pos.is_empty() && neg.is_empty() {
+        Extremes::None
+    } else {
+        Extremes::Unknown
+    };
+    if let Some(t) = r.strip_prefix(EXTREMES_TAG) {
+        let Some((min, rest)) = t.split_first_chunk::<8>() else {
+            return exec_err!("a serialized hoptrace histogram's trailer is cut short");
+        };
+        let Some((max, rest)) = rest.split_first_chunk::<8>() else {
+            return exec_err!("a serialized hoptrace histogram's trailer is cut short");
+        };
+        let (min, max) = (i64::from_le_bytes(*min), i64::from_le_bytes(*max));
+        if min > max {
+            return exec_err!(
+                "a serialized hoptrace histogram's trailer has its minimum {min} above its maximum {max}"
+            );
+        }
+        extremes = Extremes::Exact(min, max);
+        r = rest;
     }
     if !r.is_empty() {
         return exec_err!(
-            "a serialized hoptrace histogram holds at most two HdrHistograms; {} bytes follow",
+            "a serialized hoptrace histogram holds at most two HdrHistograms and their extremes; {} bytes follow",
             r.len()
         );
     }
-    Ok((pos, neg))
+    Ok((pos, neg, extremes))
 }
 
 /// The value reported for quantile `q` of the values `>= 0` in `h`: the middle of the
@@ -135,6 +229,17 @@ pub fn value_at(h: &Histogram<u64>, q: f64) -> u64 {
 #[must_use]
 pub fn precision_at(h: &Histogram<u64>, q: f64) -> u64 {
     h.equivalent_range(h.value_at_quantile(q)) / 2
+}
+
+/// The extremes `e` and those of the non-null values of `values`.
+fn extremes_of(e: Extremes, values: &Int64Array) -> Extremes {
+    match (
+        datafusion::arrow::compute::min(values),
+        datafusion::arrow::compute::max(values),
+    ) {
+        (Some(min), Some(max)) => e.merge(Extremes::Exact(min, max)),
+        _ => e,
+    }
 }
 
 /// Records every non-null value of an Int64 array: values `>= 0` into `pos`, the
@@ -159,6 +264,7 @@ fn record_all(pos: &mut HdrCounts, neg: &mut HdrCounts, values: &Int64Array) {
 fn record_weighted(
     pos: &mut HdrCounts,
     neg: &mut HdrCounts,
+    extremes: &mut Extremes,
     values: &Int64Array,
     weights: &Int64Array,
 ) -> Result<()> {
@@ -169,6 +275,9 @@ fn record_weighted(
         let Ok(n) = u64::try_from(w) else {
             return exec_err!("a weight must not be negative, got {w}");
         };
+        if n > 0 {
+            *extremes = extremes.with(v);
+        }
         record_signed(pos, neg, v, n);
     }
     Ok(())
@@ -189,11 +298,17 @@ pub(crate) fn record_signed(pos: &mut HdrCounts, neg: &mut HdrCounts, v: i64, n:
     counts.add_at(hdr_index(magnitude.min(MAX_TRACKABLE_NS)), n);
 }
 
-fn merge_all(pos: &mut HdrCounts, neg: &mut HdrCounts, states: &BinaryArray) -> Result<()> {
+fn merge_all(
+    pos: &mut HdrCounts,
+    neg: &mut HdrCounts,
+    extremes: &mut Extremes,
+    states: &BinaryArray,
+) -> Result<()> {
     for bytes in states.iter().flatten() {
-        let (p, n) = deserialize_signed(bytes)?;
+        let (p, n, e) = deserialize_with(bytes)?;
         pos.merge(&p);
         neg.merge(&n);
+        *extremes = extremes.merge(e);
     }
     Ok(())
 }
@@ -340,6 +455,7 @@ impl AggregateUDFImpl for HdrAgg {
         Ok(Box::new(HdrAccumulator {
             pos: HdrCounts::new(),
             neg: HdrCounts::new(),
+            extremes: Extremes::None,
             output: self.output,
             quantile,
         }))
@@ -360,6 +476,8 @@ struct HdrAccumulator {
     pos: HdrCounts,
     /// Magnitudes of values < 0.
     neg: HdrCounts,
+    /// The exact extremes of the values counted.
+    extremes: Extremes,
     output: Output,
     quantile: Option<f64>,
 }
@@ -381,7 +499,12 @@ impl Accumulator for HdrAccumulator {
             return Ok(());
         };
         if self.output == Output::Merge {
-            return merge_all(&mut self.pos, &mut self.neg, v.as_binary::<i32>());
+            return merge_all(
+                &mut self.pos,
+                &mut self.neg,
+                &mut self.extremes,
+                v.as_binary::<i32>(),
+            );
         }
         let ns = v.as_primitive::<Int64Type>();
         // The weight, when given, is the last argument: after the value, or after the
@@ -394,10 +517,12 @@ impl Accumulator for HdrAccumulator {
             Some(w) => record_weighted(
                 &mut self.pos,
                 &mut self.neg,
+                &mut self.extremes,
                 ns,
                 w.as_primitive::<Int64Type>(),
             ),
             None => {
+                self.extremes = extremes_of(self.extremes, ns);
                 record_all(&mut self.pos, &mut self.neg, ns);
                 Ok(())
             }
@@ -406,10 +531,10 @@ impl Accumulator for HdrAccumulator {
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let q = self.quantile.unwrap_or(0.5);
-        let p = || signed_percentile(&self.pos, &self.neg, q);
+        let p = || signed_percentile(&self.pos, &self.neg, q).map(|p| self.extremes.bound(p));
         Ok(match self.output {
             Output::Histogram | Output::Merge => {
-                ScalarValue::Binary(Some(serialize_signed(&self.pos, &self.neg)))
+                ScalarValue::Binary(Some(serialize_with(&self.pos, &self.neg, self.extremes)))
             }
             Output::Percentile => percentile_scalar(p(), false),
             Output::Precision => percentile_scalar(p(), true),
@@ -421,14 +546,21 @@ impl Accumulator for HdrAccumulator {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(serialize_signed(
-            &self.pos, &self.neg,
+        Ok(vec![ScalarValue::Binary(Some(serialize_with(
+            &self.pos,
+            &self.neg,
+            self.extremes,
         )))])
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         match states.first() {
-            Some(s) => merge_all(&mut self.pos, &mut self.neg, s.as_binary::<i32>()),
+            Some(s) => merge_all(
+                &mut self.pos,
+                &mut self.neg,
+                &mut self.extremes,
+                s.as_binary::<i32>(),
+            ),
             None => Ok(()),
         }
     }
@@ -502,12 +634,13 @@ impl ScalarUDFImpl for HdrScalar {
                 out.append_null();
                 continue;
             }
-            let (pos, neg) = deserialize_signed(hists.value(i))?;
+            let (pos, neg, extremes) = deserialize_with(hists.value(i))?;
             let v = match self.kind {
                 ScalarKind::Count => i64::try_from(pos.len() + neg.len()).unwrap_or(i64::MAX),
                 kind => {
                     let q = check_quantile(self.name(), qs.map_or(0.5, |q| q.value(i)))?;
-                    let Some(p) = signed_percentile(&pos, &neg, q) else {
+                    let Some(p) = signed_percentile(&pos, &neg, q).map(|p| extremes.bound(p))
+                    else {
                         out.append_null();
                         continue;
                     };
@@ -729,6 +862,46 @@ mod tests {
         );
         assert_eq!(v[0], ScalarValue::Int64(Some(hdr_mid(9_000_000))));
         assert_eq!(v[1], ScalarValue::Int64(Some(hdr_mid(2_000))));
+    }
+
+    #[test]
+    fn sql_percentiles_never_leave_the_exact_min_and_max() {
+        // 1,190,968 lies low in a bucket 1,024 ns wide whose middle is 1,191,424; -700,001
+        // lies in a bucket of magnitudes 512 ns wide whose middle is beyond it.
+        let rows = [
+            (Some(400_000), Some(1)),
+            (Some(-700_001), Some(1)),
+            (Some(1_190_968), Some(2)),
+            (Some(900_000), Some(1)),
+        ];
+        assert_eq!(hdr_mid(1_190_968), 1_191_424);
+        let v = weighted_and_repeated(
+            &rows,
+            "SELECT hdr_percentile(d, 1.0), hdr_percentile(d, 0.0), hdr_percentile(d, 1.0, w),              (SELECT hdr_value_at(hdr_merge(h), 1.0) FROM (SELECT hdr_histogram(d) AS h FROM t GROUP BY d > 0)),              hdr_value_at(hdr_histogram(d), 0.0), hdr_precision(d, 1.0) FROM t",
+        );
+        assert_eq!(
+            v,
+            [1_190_968, -700_001, 1_190_968, 1_190_968, -700_001, 512]
+                .map(|x| ScalarValue::Int64(Some(x)))
+        );
+        // A histogram from elsewhere (plain V2, no extremes) gives its bucket middle.
+        let mut h = new_histogram();
+        h.record(1_190_968).unwrap();
+        let (pos, neg, e) = deserialize_with(&serialize(&h)).unwrap();
+        assert_eq!(e, Extremes::Unknown);
+        let p = signed_percentile(&pos, &neg, 1.0).unwrap();
+        assert_eq!(e.bound(p).value_ns, 1_191_424);
+        // The trailer is read back, and checked.
+        let bytes = serialize_with(&pos, &neg, Extremes::Exact(1_190_968, 1_190_968));
+        assert_eq!(
+            deserialize_with(&bytes).unwrap().2,
+            Extremes::Exact(1_190_968, 1_190_968)
+        );
+        assert!(deserialize_with(&bytes[..bytes.len() - 3]).is_err());
+        let mut swapped = serialize_with(&pos, &neg, Extremes::Exact(5, 1));
+        assert!(deserialize_with(&swapped).is_err());
+        swapped.push(0);
+        assert!(deserialize_with(&swapped).is_err());
     }
 
     fn hdr_mid(v: u64) -> i64 {

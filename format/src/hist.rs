@@ -282,6 +282,22 @@ impl Percentile {
             precision_ns: half,
         }
     }
+
+    /// The percentile with its value moved into `[min_ns, max_ns]`, the exact extremes of
+    /// the values it ranks. The middle of the bucket holding the lowest or the highest
+    /// value can lie below the exact minimum or above the exact maximum (a P99.99 above
+    /// the Max); the exact value is in both the bucket and the range, so the clamped value
+    /// is still within the precision of it, and never outside what was measured.
+    #[must_use]
+    pub fn within(self, min_ns: i64, max_ns: i64) -> Self {
+        if min_ns > max_ns {
+            return self;
+        }
+        Self {
+            value_ns: self.value_ns.clamp(min_ns, max_ns),
+            ..self
+        }
+    }
 }
 
 /// The percentile `q` of the values of two histograms: `pos` of the values `>= 0`, `neg`
@@ -494,10 +510,11 @@ impl SignedStats {
     }
 
     /// The value of rank `max(1, ceil(q · count))`, as the middle of its bucket with its
-    /// precision; `None` without values.
+    /// precision, kept within the exact minimum and maximum ([`Percentile::within`]);
+    /// `None` without values.
     #[must_use]
     pub fn percentile(&self, q: f64) -> Option<Percentile> {
-        signed_percentile(&self.pos, &self.neg, q)
+        signed_percentile(&self.pos, &self.neg, q).map(|p| p.within(self.min, self.max))
     }
 
     /// The percentiles of [`QUANTILES`] (empty without values).
@@ -688,6 +705,29 @@ mod tests {
     }
 
     #[test]
+    fn percentiles_never_leave_the_exact_min_and_max() {
+        // The demo's Query Duration: its largest value lies low in a bucket 1,024 ns wide,
+        // whose middle (1,191,424) is above it.
+        let mut s = SignedStats::default();
+        s.add_values(&[400_000, 900_000, 1_190_968]);
+        assert_eq!(hdr_value(hdr_index(1_190_968)) + 512, 1_191_424);
+        let top = s.percentile(0.9999).unwrap();
+        assert_eq!((top.value_ns, top.precision_ns), (1_190_968, 512));
+        // And the same below the minimum, on both signs.
+        let mut n = SignedStats::default();
+        n.add_values(&[-1_190_968, -900_000]);
+        assert_eq!(n.percentile(0.0).unwrap().value_ns, -1_190_968);
+        // Both values low in one bucket: every percentile is the exact maximum, within
+        // the precision of the exact value of its rank.
+        let mut low = SignedStats::default();
+        low.add_values(&[1_190_001, 1_190_002]);
+        let p50 = low.percentile(0.5).unwrap();
+        assert_eq!(p50.value_ns, 1_190_002);
+        assert!(p50.value_ns.abs_diff(1_190_001) <= p50.precision_ns);
+        assert_eq!(low.percentile(1.0).unwrap().value_ns, 1_190_002);
+    }
+
+    #[test]
     fn non_negative_percentiles_equal_the_hdrhistogram_crate() {
         let mut s = SignedStats::default();
         let mut h = new_histogram();
@@ -701,7 +741,13 @@ mod tests {
         for q in QUANTILES.into_iter().chain([0.0001, 0.25, 1.0]) {
             let p = s.percentile(q).unwrap();
             let v = h.value_at_quantile(q);
-            assert_eq!(p.value_ns, h.median_equivalent(v) as i64, "q {q}");
+            // The crate's bucket middle, kept within the exact extremes.
+            let (min, max) = (s.min_ns().unwrap(), s.max_ns().unwrap());
+            assert_eq!(
+                p.value_ns,
+                (h.median_equivalent(v) as i64).clamp(min, max),
+                "q {q}"
+            );
             assert_eq!(p.precision_ns, h.equivalent_range(v) / 2, "q {q}");
         }
     }
@@ -750,6 +796,10 @@ mod tests {
                 prop_assert!(
                     p.value_ns.abs_diff(want) <= p.precision_ns,
                     "q {}: {} ± {} vs exact {}", q, p.value_ns, p.precision_ns, want
+                );
+                prop_assert!(
+                    (s.min..=s.max).contains(&p.value_ns),
+                    "q {}: {} outside [{}, {}]", q, p.value_ns, s.min, s.max
                 );
             }
             prop_assert_eq!(SignedStats::decode(&s.encode()).unwrap(), s);

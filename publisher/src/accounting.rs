@@ -135,6 +135,9 @@ impl LagSummary {
 pub struct LagHistogram {
     hist: Histogram<u64>,
     negative: u64,
+    /// The exact smallest and largest lag recorded (as recorded: negatives as 0).
+    min_ns: u64,
+    max_ns: u64,
 }
 
 impl Default for LagHistogram {
@@ -153,6 +156,8 @@ impl LagHistogram {
         Self {
             hist: Histogram::new_with_bounds(1, Self::MAX_NS, 3).expect("valid bounds"),
             negative: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
         }
     }
 
@@ -165,6 +170,8 @@ impl LagHistogram {
         } else {
             (lag_ns as u64).min(Self::MAX_NS)
         };
+        self.min_ns = self.min_ns.min(v);
+        self.max_ns = self.max_ns.max(v);
         self.hist.saturating_record(v);
     }
 
@@ -172,6 +179,8 @@ impl LagHistogram {
     pub fn reset(&mut self) {
         self.hist.reset();
         self.negative = 0;
+        self.min_ns = u64::MAX;
+        self.max_ns = 0;
     }
 
     /// Lags recorded.
@@ -186,8 +195,9 @@ impl LagHistogram {
         self.hist.is_empty()
     }
 
-    /// The value at `quantile` (0 when empty): the middle of the bucket holding it, as
-    /// every hoptrace percentile is reported (`hoptrace_format::hist`).
+    /// The value at `quantile` (0 when empty): the middle of the bucket holding it, kept
+    /// within the exact minimum and maximum, as every hoptrace percentile is reported
+    /// (`hoptrace_format::hist`).
     #[must_use]
     pub fn value_at(&self, quantile: f64) -> u64 {
         if self.hist.is_empty() {
@@ -195,6 +205,7 @@ impl LagHistogram {
         } else {
             self.hist
                 .median_equivalent(self.hist.value_at_quantile(quantile))
+                .clamp(self.min_ns, self.max_ns)
         }
     }
 
@@ -215,7 +226,7 @@ impl LagHistogram {
                     }
                 })
                 .collect(),
-            max_ns: if h.is_empty() { 0 } else { h.max() },
+            max_ns: if h.is_empty() { 0 } else { self.max_ns },
             mean_ns: if h.is_empty() { 0.0 } else { h.mean() },
             negative: self.negative,
         }
@@ -225,6 +236,20 @@ impl LagHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lag_percentiles_stay_within_the_exact_extremes() {
+        let mut l = LagHistogram::new();
+        for v in [400_000, 900_000, 1_190_968] {
+            l.record(v);
+        }
+        let s = l.summary();
+        assert_eq!(s.max_ns, 1_190_968);
+        assert_eq!(s.at(0.999).unwrap().value_ns, 1_190_968);
+        l.reset();
+        l.record(1_190_001);
+        assert_eq!(l.value_at(0.5), 1_190_001);
+    }
 
     #[test]
     fn ledger_counts_per_stream_and_frames_fit() {
