@@ -184,6 +184,26 @@ pub enum ExporterError {
         /// The last connection error (`no answer` when there was none).
         detail: String,
     },
+    /// [`Exporter::connect`]: the collector refused the probe for good (a hop its
+    /// pipeline does not declare, a wrong token, a protocol it does not speak): trying
+    /// again cannot help. Start the collector with the probe's pipeline spec (or the probe
+    /// with the collector's), give the same `--token`.
+    #[error("collector {collector} refused {process} for good: {reason}")]
+    Rejected {
+        /// The collector's address.
+        collector: String,
+        /// The process name announced.
+        process: String,
+        /// The collector's code and reason.
+        reason: String,
+    },
+}
+
+/// Whether a Reject with `code` is for good: trying again sends the same Hello to the same
+/// collector (a hop it does not declare, a wrong token, a protocol version it does not
+/// speak, a Hello it cannot read). Only an overloaded collector may say yes later.
+fn permanent(code: u16) -> bool {
+    code != reject_code::OVERLOADED
 }
 
 /// How often a busy exporter reads the collector's acknowledgements (an idle one reads
@@ -227,6 +247,8 @@ struct Status {
     connected: bool,
     run_id: Option<String>,
     last_error: Option<String>,
+    /// The collector refused the probe for good: the exporter stopped trying.
+    rejected: Option<String>,
 }
 
 impl Exporter {
@@ -315,11 +337,20 @@ impl Exporter {
         let (collector, process) = (config.collector.clone(), config.process.clone());
         let exporter = Self::start(config, hops)?;
         let started = Instant::now();
-        while !exporter.is_connected() && started.elapsed() < wait {
+        while !exporter.is_connected() && exporter.rejected().is_none() && started.elapsed() < wait
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         if exporter.is_connected() {
             return Ok(exporter);
+        }
+        if let Some(reason) = exporter.rejected() {
+            drop(exporter.with_shutdown_timeout(Duration::ZERO));
+            return Err(ExporterError::Rejected {
+                collector,
+                process,
+                reason,
+            });
         }
         let detail = exporter
             .last_error()
@@ -425,6 +456,15 @@ impl Exporter {
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
         lock(&self.status).last_error.clone()
+    }
+
+    /// Why the collector refused this exporter for good, if it did (a hop its pipeline
+    /// does not declare, a wrong token, an unsupported protocol): the exporter has stopped
+    /// trying, and what it held or is given is counted as lost. The host should stop and
+    /// say why.
+    #[must_use]
+    pub fn rejected(&self) -> Option<String> {
+        lock(&self.status).rejected.clone()
     }
 
     /// Sets how long [`Exporter::shutdown`] (or the exporter's thread after a drop) keeps
@@ -602,6 +642,13 @@ impl Worker {
         let mut backoff = self.config.backoff_min;
         let mut next_attempt = Instant::now();
         let mut connected_once = false;
+        // Failed attempts since the last connection (or the start): the first of an outage
+        // is a warning, the rest are debug lines (a collector away for minutes would
+        // otherwise fill the host's log).
+        let mut failures = 0u64;
+        let started = Instant::now();
+        let mut told = false;
+        let mut refused = false;
         // Clock readings sent on this connection: every new one, and the latest on each
         // new connection.
         let mut clock_seen = 0u64;
@@ -620,15 +667,36 @@ impl Worker {
                 if past_deadline {
                     break false;
                 }
+                if refused {
+                    // Refused for good: nothing will ever be sent. What the probes give is
+                    // counted as lost as it comes, so the queue never holds it.
+                    let mut n = 0u64;
+                    while self.shared.queue.pop().is_some() {
+                        n += 1;
+                    }
+                    if n > 0 {
+                        self.shared.counters.dequeued.fetch_add(n, Relaxed);
+                        self.shared.counters.send_failed.fetch_add(n, Relaxed);
+                    }
+                    if stopping {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
                 if now >= next_attempt {
                     match self.connect().and_then(|(mut s, resume_seq)| {
-                        self.resume(&mut s, resume_seq)?;
+                        self.resume(&mut s, resume_seq).map_err(|e| (None, e))?;
                         Ok(s)
                     }) {
                         Ok(s) => {
                             if connected_once {
                                 self.shared.counters.reconnects.fetch_add(1, Relaxed);
                             }
+                            if failures > 0 {
+                                tracing::info!(collector = %self.config.collector, attempts = failures, "connected to the collector after {failures} failed attempt(s)");
+                            }
+                            failures = 0;
                             connected_once = true;
                             backoff = self.config.backoff_min;
                             clock_seen = 0;
@@ -636,9 +704,28 @@ impl Worker {
                             conn = Some(s);
                             continue;
                         }
-                        Err(e) => {
+                        Err((code, e)) => {
                             self.set_status(false, None, Some(e.clone()));
-                            tracing::warn!(collector = %self.config.collector, "cannot reach the collector: {e}; retrying in {backoff:?}");
+                            if code.is_some_and(permanent) {
+                                tracing::error!(collector = %self.config.collector, "the collector refused this probe for good ({e}): not trying again; what it holds and is given is counted as lost");
+                                lock(&self.status).rejected = Some(e);
+                                refused = true;
+                                continue;
+                            }
+                            failures += 1;
+                            // Before a first connection, whoever waits for it ([`Exporter::
+                            // connect`]) reports the error; past that wait, it is news.
+                            let news = if connected_once {
+                                failures == 1
+                            } else {
+                                !told && started.elapsed() >= self.config.welcome_timeout
+                            };
+                            if news {
+                                told = true;
+                                tracing::warn!(collector = %self.config.collector, "cannot reach the collector: {e}; retrying with backoff up to {:?} (further failures are debug lines)", self.config.backoff_max);
+                            } else {
+                                tracing::debug!(collector = %self.config.collector, attempt = failures, "cannot reach the collector: {e}; retrying in {backoff:?}");
+                            }
                             next_attempt = now + backoff;
                             backoff = (backoff * 2).min(self.config.backoff_max);
                         }
@@ -915,7 +1002,7 @@ impl Worker {
 
     /// Connects and says Hello; on Welcome, the connection and (version 2) the number
     /// to resume after. A version 1 collector is asked again with a version 1 Hello.
-    fn connect(&mut self) -> Result<(Conn, Option<u64>), String> {
+    fn connect(&mut self) -> Result<(Conn, Option<u64>), (Option<u16>, String)> {
         match self.connect_once() {
             Err((Some(code), e)) if code == reject_code::VERSION && self.hello.version > 1 => {
                 tracing::warn!(
@@ -924,9 +1011,9 @@ impl Worker {
                 );
                 self.hello.version = 1;
                 self.durable = false;
-                self.connect_once().map_err(|(_, e)| e)
+                self.connect_once()
             }
-            other => other.map_err(|(_, e)| e),
+            other => other,
         }
     }
 

@@ -204,6 +204,53 @@ fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
     );
 }
 
+/// A Reject for good (here a wrong token) ends the exporter's attempts: `connect` says
+/// why at once instead of retrying until its timeout, and no second Hello follows.
+#[test]
+fn a_probe_refused_for_good_stops_trying_and_connect_says_why_at_once() {
+    let mc = MiniCollector::start(Some("bad token"));
+    let mut c = config(mc.addr);
+    c.welcome_timeout = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let err = Exporter::connect(c, HOPS).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, hoptrace_probe::ExporterError::Rejected { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("bad token"), "{err}");
+    // What is tested is that nothing more comes: a window of 20 retry periods at the
+    // test's 5 ms backoff, in which a retrying exporter would send several more Hellos.
+    std::thread::sleep(Duration::from_millis(100));
+    let hellos = mc
+        .frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, f)| matches!(f, hoptrace_protocol::Frame::Hello(_)))
+        .count();
+    assert_eq!(hellos, 1);
+
+    // Started without waiting, it says so through `rejected()` and counts what it held.
+    let exp = Exporter::start(config(mc.addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::from_millis(200));
+    let p = exp.probe(HopId(0)).unwrap();
+    p.try_record(&mut ctx(1)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while exp.rejected().is_none() {
+        assert!(std::time::Instant::now() < deadline, "never rejected");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(exp.rejected().unwrap().contains("bad token"));
+    let summary = exp.shutdown();
+    assert_eq!(summary.counters.sent + summary.counters.send_failed, 1);
+}
+
 #[test]
 fn undeclared_hops_and_bad_hop_lists_are_refused() {
     let addr = "127.0.0.1:9".parse().unwrap();
