@@ -36,6 +36,10 @@
 //! count u32, flags u8, present u16, missing u16, complete u8, trace id flag u8 and 16
 //! bytes, a stamp i64 per hop). A key is publisher u16, stream u32, sequence u64.
 //!
+//! The same state, taken as a run's collector closes it cleanly, is kept as
+//! `runs/<run-id>/closed.checkpoint` ([`CLOSED`]): a collector continuing the run takes
+//! it up as it would a checkpoint.
+//!
 //! The format belongs to the collector that wrote it: a collector of another version
 //! refuses a checkpoint it cannot read, and says so.
 
@@ -57,6 +61,13 @@ use crate::wal::{WAL_DIR, WalError};
 
 /// The checkpoint's file in the log's directory.
 pub(crate) const FILE: &str = "checkpoint";
+
+/// The run's state at its last clean close, in the run directory: a checkpoint with
+/// nothing pending and every trace in a closed file, whose log starts at segment 1 (the
+/// log of a continued run is new). A collector that continues the run (`collect --run-id
+/// ID --continue`) takes it up, so the run keeps what its earlier collectors had: what
+/// publishers sent, the probes, the clocks, the stages, the keys written.
+pub(crate) const CLOSED: &str = "closed.checkpoint";
 
 /// Checkpoints are at least this far apart unless the collector is told otherwise
 /// (`CollectorConfig::checkpoint_interval`): a run whose part files close every second
@@ -321,10 +332,23 @@ impl Checkpoint {
     /// # Errors
     /// [`WalError::Io`].
     pub(crate) fn write(&self, run_dir: &Path) -> Result<u64, WalError> {
-        let dir = run_dir.join(WAL_DIR);
+        self.write_to(&run_dir.join(WAL_DIR), FILE)
+    }
+
+    /// Writes the state of a run its collector closed cleanly to `run_dir/`[`CLOSED`],
+    /// for a collector that continues the run (`collect --continue`).
+    ///
+    /// # Errors
+    /// [`WalError::Io`] when it cannot be written or synced.
+    pub(crate) fn write_closed(&self, run_dir: &Path) -> Result<u64, WalError> {
+        self.write_to(run_dir, CLOSED)
+    }
+
+    /// Writes the checkpoint as `dir/name`, whole, through a synced temporary file.
+    fn write_to(&self, dir: &Path, name: &str) -> Result<u64, WalError> {
         let body = self.encode();
-        let tmp = dir.join(format!("{FILE}.tmp"));
-        let path = dir.join(FILE);
+        let tmp = dir.join(format!("{name}.tmp"));
+        let path = dir.join(name);
         let mut head = Vec::with_capacity(20);
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -337,9 +361,9 @@ impl Checkpoint {
             })
             .map_err(io(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        File::open(&dir)
+        File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(io(&dir))?;
+            .map_err(io(dir))?;
         Ok((head.len() + body.len()) as u64)
     }
 
@@ -348,7 +372,19 @@ impl Checkpoint {
     /// # Errors
     /// [`WalError::Io`] when it cannot be read, or does not read as a checkpoint.
     pub(crate) fn read(run_dir: &Path) -> Result<Option<Self>, WalError> {
-        let path = path(run_dir);
+        Self::read_from(&path(run_dir))
+    }
+
+    /// The state a collector left at its clean close (`run_dir/`[`CLOSED`]), if any.
+    ///
+    /// # Errors
+    /// [`WalError::Io`] when it cannot be read, or does not read as a checkpoint.
+    pub(crate) fn read_closed(run_dir: &Path) -> Result<Option<Self>, WalError> {
+        Self::read_from(&run_dir.join(CLOSED))
+    }
+
+    fn read_from(path: &Path) -> Result<Option<Self>, WalError> {
+        let path = path.to_owned();
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -325,6 +325,13 @@ impl Control {
             .collect()
     }
 
+    /// The run closes: the exporters that sent what publishers sent are gone. A publisher
+    /// that reports again in a continued run is the same publisher going on, whatever its
+    /// exporter instance, not a second one sharing its id.
+    pub(crate) fn forget_senders(&mut self) {
+        self.sent_by.clear();
+    }
+
     /// Writes `clock.parquet` and `probes.parquet` into `run_dir`.
     pub(crate) fn write_tables(&self, run_dir: &Path) -> Result<(), WriteError> {
         write_clock(&run_dir.join("clock.parquet"), &self.clock)?;

@@ -159,6 +159,15 @@ pub struct Throughput {
     /// The rate the run was started to publish, metrics per second, when the collector
     /// was told (`--target-rate`).
     pub target_metrics_per_s: Option<f64>,
+    /// Hop records received in the interval. A trace is written once its last hop
+    /// arrives or its join window ends, so records arrive before the first trace is
+    /// written: with traces still waiting, a rate of written traces below the target is
+    /// the join's delay, not the pipeline's.
+    pub records: u64,
+    /// `records` over the interval's length.
+    pub records_per_s: f64,
+    /// The join window, ms: how long a trace waits for its hops before it is written.
+    pub join_window_ms: u64,
 }
 
 /// The run's counts so far: the collector's own counters, as `run.json` reports them at

@@ -240,6 +240,14 @@ impl Collector {
             (Vec::new(), None)
         };
         let replaying = !log.is_empty() || checkpoint.is_some();
+        // A run closed cleanly before and continued (`collect --continue`): its state at
+        // that close, taken up as a checkpoint would be (unless a log holds a later one).
+        let closed = match &checkpoint {
+            Some(_) => None,
+            None => crate::checkpoint::Checkpoint::read_closed(&run_dir)?,
+        };
+        let took_up_closed = closed.is_some();
+        let checkpoint = checkpoint.or(closed);
         let hops: Vec<(u8, String)> = spec
             .hop_ids()
             .iter()
@@ -357,7 +365,7 @@ impl Collector {
                 progress: Arc::clone(&progress),
                 live: Arc::clone(&live),
                 metrics_written: 0,
-                at_last_interval: (0, 0),
+                at_last_interval: (0, 0, 0),
                 counters: Arc::clone(&counters),
                 stop_timeout: cfg.stop_timeout,
                 checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
@@ -384,6 +392,7 @@ impl Collector {
                     &part_files(&run_dir.join("traces")),
                     &hops,
                     replay_started,
+                    took_up_closed,
                 )?;
             }
             continued = replaying.then(|| state.restarts.last().cloned()).flatten();
@@ -551,8 +560,9 @@ struct JoinState {
     live: Arc<Mutex<Live>>,
     /// Metrics of the traces written (each trace's `metric_count`).
     metrics_written: u64,
-    /// Traces and metrics written when the last interval ended.
-    at_last_interval: (u64, u64),
+    /// Traces and metrics written, and hop records received, when the last interval
+    /// ended.
+    at_last_interval: (u64, u64, u64),
     counters: Arc<ConnectionCounters>,
     stop_timeout: Duration,
     checkpoints: Checkpoints,
@@ -614,6 +624,7 @@ impl JoinState {
         kept: &[String],
         hops: &[(u8, String)],
         started: Instant,
+        continued_closed: bool,
     ) -> Result<(), CollectorError> {
         use crate::wal::Entry;
         // A checkpoint's join clock, or 0 for a log replayed from the run's start.
@@ -668,7 +679,6 @@ impl JoinState {
                         hello,
                     } => {
                         last_at = last_at.max(at);
-                        self.max_conn_id = self.max_conn_id.max(id);
                         self.apply(Event::Connected(id, peer, hello), at)?;
                     }
                     Entry::Frame { id, at, frame } => {
@@ -719,7 +729,9 @@ impl JoinState {
                 wal.closed(id, at, false)?;
                 self.control.handle(Event::Closed(id, false));
             }
-        } else {
+        } else if !continued_closed {
+            // A run continued after a clean close keeps the start it had: its log has no
+            // start of its own, whose replay would start the run's interval logs again.
             wal.started(self.started_unix_ns)?;
         }
         wal.sync()?;
@@ -899,30 +911,7 @@ impl JoinState {
         self.checkpoints.taken += 1;
         let c = crate::checkpoint::Checkpoint {
             segment,
-            meta: crate::checkpoint::Meta {
-                taken_unix_ns: realtime_ns,
-                at_ns: self.now_ns(),
-                joiner_clock_ns: self.joiner.clock_ns(),
-                started_unix_ns: self.started_unix_ns,
-                interval_start_ns: self.interval_start_ns,
-                records: self.records,
-                resent_dropped: self.resent_dropped,
-                backpressure_episodes: self.backpressure_episodes,
-                max_conn_id: self.max_conn_id,
-                restarts: self.restarts.clone(),
-                tallies: self
-                    .tallies
-                    .iter()
-                    .map(|(p, r)| (*p, r.complete, r.incomplete))
-                    .collect(),
-                logged_seq: self.logged_seq.iter().map(|(i, s)| (*i, *s)).collect(),
-                instances: self.instances.iter().map(|(c, i)| (*c, *i)).collect(),
-                stats: self.joiner.stats(),
-                files: files.to_vec(),
-                hops: self.spec.hop_count(),
-                checkpoints: self.checkpoints.taken,
-                control: self.control.snapshot(),
-            },
+            meta: self.meta(realtime_ns, files.to_vec()),
             written: self.joiner.written().clone(),
             stages,
             pending: self.joiner.pending_traces(),
@@ -942,6 +931,60 @@ impl JoinState {
             took_ms = started.elapsed().as_millis() as u64,
             "checkpoint: the log before segment {segment} deleted"
         );
+        Ok(())
+    }
+
+    /// The run's state at `realtime_ns` with closed part files `files`, for a checkpoint.
+    fn meta(&self, realtime_ns: i64, files: Vec<PartFile>) -> crate::checkpoint::Meta {
+        crate::checkpoint::Meta {
+            taken_unix_ns: realtime_ns,
+            at_ns: self.now_ns(),
+            joiner_clock_ns: self.joiner.clock_ns(),
+            started_unix_ns: self.started_unix_ns,
+            interval_start_ns: self.interval_start_ns,
+            records: self.records,
+            resent_dropped: self.resent_dropped,
+            backpressure_episodes: self.backpressure_episodes,
+            max_conn_id: self.max_conn_id,
+            restarts: self.restarts.clone(),
+            tallies: self
+                .tallies
+                .iter()
+                .map(|(p, r)| (*p, r.complete, r.incomplete))
+                .collect(),
+            logged_seq: self.logged_seq.iter().map(|(i, s)| (*i, *s)).collect(),
+            instances: self.instances.iter().map(|(c, i)| (*c, *i)).collect(),
+            stats: self.joiner.stats(),
+            files,
+            hops: self.spec.hop_count(),
+            checkpoints: self.checkpoints.taken,
+            control: self.control.snapshot(),
+        }
+    }
+
+    /// Keeps the run's state at its clean close (`crate::checkpoint::CLOSED`): every trace
+    /// is in `files`, nothing is pending, and a continued run's log starts at segment 1.
+    fn write_closed_state(
+        &mut self,
+        realtime_ns: i64,
+        files: &[PartFile],
+        stages: crate::stages::StagesSnapshot,
+    ) -> Result<(), CollectorError> {
+        // The probes of this collector are gone when the run is continued.
+        let open: Vec<u64> = self.control.open_ids();
+        for id in open {
+            self.control.handle(Event::Closed(id, false));
+        }
+        self.control.forget_senders();
+        let c = crate::checkpoint::Checkpoint {
+            segment: 1,
+            meta: self.meta(realtime_ns, files.to_vec()),
+            written: self.joiner.written().clone(),
+            stages,
+            pending: Vec::new(),
+            unwritten: Vec::new(),
+        };
+        c.write_closed(&self.run_dir)?;
         Ok(())
     }
 
@@ -984,6 +1027,7 @@ impl JoinState {
                 .map(|t| t.complete + t.incomplete)
                 .sum(),
             self.metrics_written,
+            self.records,
         );
         self.logged_seq = m.logged_seq.into_iter().collect();
         self.instances = m.instances.into_iter().collect();
@@ -1070,6 +1114,9 @@ impl JoinState {
                 Event::Frame(id, Frame::Records(records))
             }
             Event::Connected(id, peer, hello) => {
+                // Kept in checkpoints: a collector that takes the run up numbers its
+                // connections after every one the run has seen.
+                self.max_conn_id = self.max_conn_id.max(id);
                 self.instances.insert(id, hello.instance_id);
                 Event::Connected(id, peer, hello)
             }
@@ -1152,10 +1199,11 @@ impl JoinState {
         let stats = self.joiner.stats();
         let complete: u64 = self.tallies.values().map(|t| t.complete).sum();
         let incomplete: u64 = self.tallies.values().map(|t| t.incomplete).sum();
-        let written = (complete + incomplete, self.metrics_written);
-        let (messages, metrics) = (
+        let written = (complete + incomplete, self.metrics_written, self.records);
+        let (messages, metrics, records) = (
             written.0.saturating_sub(self.at_last_interval.0),
             written.1.saturating_sub(self.at_last_interval.1),
+            written.2.saturating_sub(self.at_last_interval.2),
         );
         self.at_last_interval = written;
         let length_s = (end - start) as f64 / 1e9;
@@ -1216,6 +1264,9 @@ impl JoinState {
             metrics_per_s: per_s(metrics),
             // Not the collector's to know: the server of the live view adds it.
             target_metrics_per_s: None,
+            records,
+            records_per_s: per_s(records),
+            join_window_ms: self.spec.spec().join.window_ms,
         };
         live.accounting = accounting;
         live.connections = connections;
@@ -1232,24 +1283,26 @@ impl JoinState {
             .transpose()?
             .unwrap_or_default();
         let end_unix_ns = hoptrace_clock::realtime_ns();
-        let stages = match self.stages.take() {
+        let (stages, stages_snapshot) = match self.stages.take() {
             Some(mut st) => {
                 let last = st.interval_figures();
-                let stages = st
-                    .finish(end_unix_ns)
-                    .map_err(|source| CollectorError::Io {
+                let (stages, snapshot) =
+                    st.close(end_unix_ns).map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
                         source,
                     })?;
                 let run: Vec<_> = stages.iter().map(crate::live::Figures::of_stage).collect();
                 self.publish_live((self.interval_start_ns, end_unix_ns), &last, &run, false);
-                stages
+                (stages, Some(snapshot))
             }
-            None => Vec::new(),
+            None => (Vec::new(), None),
         };
         self.publish_progress();
         self.control.write_tables(&self.run_dir)?;
         let summary = self.summary(files, stages);
+        if let Some(stages) = stages_snapshot {
+            self.write_closed_state(end_unix_ns, &summary.files, stages)?;
+        }
         let path = self.run_dir.join("run.json");
         summary
             .write(&path)

@@ -464,9 +464,19 @@ impl StageRecorder {
     ///
     /// # Errors
     /// A log cannot be written.
-    pub fn finish(mut self, now_unix_ns: i64) -> std::io::Result<Vec<StageStats>> {
+    pub fn finish(self, now_unix_ns: i64) -> std::io::Result<Vec<StageStats>> {
+        self.close(now_unix_ns).map(|(stats, _)| stats)
+    }
+
+    /// Ends the last interval and returns every stage's statistics, and the stages as a
+    /// checkpoint keeps them (the interval logs synced), for a run continued later.
+    ///
+    /// # Errors
+    /// A log cannot be written or synced.
+    pub fn close(mut self, now_unix_ns: i64) -> std::io::Result<(Vec<StageStats>, StagesSnapshot)> {
         self.end_interval(now_unix_ns)?;
-        Ok(self
+        let snapshot = self.snapshot()?;
+        let stats = self
             .stages
             .into_iter()
             .map(|a| StageStats {
@@ -486,7 +496,8 @@ impl StageRecorder {
                 hdr_log: a.log.rel,
                 hdr_negative_log: a.negative_log.map(|l| l.rel),
             })
-            .collect())
+            .collect();
+        Ok((stats, snapshot))
     }
 }
 

@@ -92,7 +92,10 @@ fn sequences(run: &Path) -> Vec<u64> {
     out
 }
 
-fn check(durable: bool) {
+/// `closed_state`: the first collector's state at its close is there for the second to
+/// take up (a clean close); without it, the second finds only the first's part files (a
+/// collector killed without its log, or a run of an older collector).
+fn check(durable: bool, closed_state: bool) {
     let dir = std::env::temp_dir().join(format!(
         "hoptrace-continued-{}-{durable}-{}",
         std::process::id(),
@@ -102,6 +105,11 @@ fn check(durable: bool) {
     let first: Vec<(u64, Option<usize>)> = (0..100).map(|s| (s, None)).collect();
     let one = session(&dir, durable, &first, 100);
     assert!(one.accounting.adds_up, "{:?}", one.accounting.discrepancies);
+    let state = dir.join("continued").join("closed.checkpoint");
+    assert!(state.is_file(), "a clean close keeps the run's state");
+    if !closed_state {
+        std::fs::remove_file(&state).unwrap();
+    }
     // Second collector on the same run: a late flow_in stamp for message 7 (its trace is
     // in the first collector's files), and 50 new messages; the publisher has sent 152.
     let mut second: Vec<(u64, Option<usize>)> = vec![(7, Some(2))];
@@ -122,23 +130,39 @@ fn check(durable: bool) {
         .iter()
         .find(|p| p.publisher == PUBLISHER)
         .unwrap();
-    // 100 recovered (the first collector's), 50 complete, 2 never seen.
-    assert_eq!(
-        (p.sent, p.complete, p.incomplete, p.recovered, p.unseen),
-        (152, 50, 0, 100, 2),
-        "{p:?}"
-    );
+    if closed_state {
+        // The run goes on: 150 complete (100 of them the first collector's), 2 never seen.
+        assert_eq!(
+            (p.sent, p.complete, p.incomplete, p.recovered, p.unseen),
+            (152, 150, 0, 0, 2),
+            "{p:?}"
+        );
+        assert_eq!(two.recovered, None);
+        // The first collector's probe connection is still the run's.
+        assert_eq!(two.probes.len(), 2, "{:?}", two.probes);
+        let total = two.stages.iter().map(|s| s.count).max();
+        assert_eq!(total, Some(150), "{:?}", two.stages);
+    } else {
+        // 100 recovered (the first collector's), 50 complete, 2 never seen.
+        assert_eq!(
+            (p.sent, p.complete, p.incomplete, p.recovered, p.unseen),
+            (152, 50, 0, 100, 2),
+            "{p:?}"
+        );
+        assert_eq!(two.recovered.as_ref().map(|r| r.rows), Some(100));
+    }
     assert!(a.adds_up, "{:?}", a.discrepancies);
-    assert_eq!(two.recovered.as_ref().map(|r| r.rows), Some(100));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_late_stamp_for_a_key_of_the_kept_files_is_late_not_a_second_row() {
-    check(true);
+    check(true, true);
+    check(true, false);
 }
 
 #[test]
 fn the_same_without_the_write_ahead_log() {
-    check(false);
+    check(false, true);
+    check(false, false);
 }

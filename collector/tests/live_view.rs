@@ -176,6 +176,14 @@ fn live_json_shows_the_figures_of_the_traces_written() {
         assert!((1.0..5.0).contains(&len), "{len}");
         let rate = w[1].throughput.messages as f64 / len;
         assert!((w[1].throughput.messages_per_s - rate).abs() < 1e-9);
+        // Records arriving are shown apart from traces written, with the join window.
+        assert_eq!(
+            w[1].accounting.records - w[0].accounting.records,
+            w[1].throughput.records
+        );
+        let rate = w[1].throughput.records as f64 / len;
+        assert!((w[1].throughput.records_per_s - rate).abs() < 1e-9);
+        assert_eq!(w[1].throughput.join_window_ms, spec.join.window_ms);
         gained += b.interval.count;
         if b.interval.count > 0 {
             assert!(b.interval.min_ns.is_some() && b.interval.p50_ns.is_some());
