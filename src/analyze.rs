@@ -27,8 +27,8 @@ pub struct SqlArgs {
     /// Output format: table, csv, json (one object per line) or parquet.
     #[arg(long, short, default_value = "table")]
     format: OutputFormat,
-    /// Write the result here instead of stdout (required for parquet).
-    #[arg(long, short)]
+    /// Where to write the result (a file) instead of stdout (required for parquet).
+    #[arg(long, short, value_name = "FILE")]
     out: Option<PathBuf>,
     #[command(flatten)]
     read: ReadArgs,
@@ -75,9 +75,9 @@ pub struct ReportArgs {
     /// Run directories to report on together (usually one).
     #[arg(required = true, num_args = 1..)]
     runs: Vec<PathBuf>,
-    /// Where to write report.md, report.html, summary.json and charts/ (default: the run
-    /// directory's report/; required with --merge).
-    #[arg(long, short)]
+    /// Where to write the report (a folder: report.md, report.html, summary.json,
+    /// charts/; default: the run directory's report/; required with --merge).
+    #[arg(long, short, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Report several runs (a folder of runs, or several directories) together, as one:
     /// their traces are merged into one set of statistics.
@@ -99,18 +99,25 @@ pub const COMPARE_BAD_RUN: i32 = 3;
 /// Arguments of `hoptrace compare`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: 0 every gate passed (or none was given); 1 a gate failed; \
-2 the command is wrong (a malformed gate, a stage or statistic the runs do not have, a bad \
-option); 3 a run is missing, unreadable, or has no data for a gated stage. Gates are \
-checked against the runs before anything is printed."
+    after_help = "Exit status: 0 every requirement held (or none was given); 1 a \
+requirement did not hold for a run; 2 the command is wrong (a malformed requirement, a \
+stage or statistic the runs do not have, a bad option); 3 a run is missing, unreadable, or \
+has no data for a required stage. Requirements are checked against the runs before \
+anything is printed."
 )]
 pub struct CompareArgs {
     /// Runs to compare, one run directory each; the first is the baseline.
     #[arg(required = true, num_args = 2..)]
     runs: Vec<PathBuf>,
-    /// Fail (exit 1) when this holds for a run, e.g. 'Total Ingestion.p99 > +10%',
-    /// 'Broker Time.p99.9 > 5ms', 'Query Duration.mean > +200us'. Repeatable.
-    #[arg(long = "fail-if")]
+    /// What every run must meet against the baseline, in the syntax of `sweep --sla`
+    /// (a requirement: the run fails, exit 1, when it does not hold), e.g.
+    /// 'Total Ingestion.p99 <= +10%', 'Broker Time.p99.9 < 5ms',
+    /// 'Query Duration.mean <= +200us'. Repeatable.
+    #[arg(long = "require", value_name = "REQUIREMENT")]
+    require: Vec<String>,
+    /// Renamed: `--require` takes the condition a run must meet (the opposite of what
+    /// `--fail-if` took).
+    #[arg(long = "fail-if", hide = true)]
     fail_if: Vec<String>,
 }
 
@@ -285,13 +292,16 @@ pub fn print_summary(s: &hoptrace_analysis::Summary) {
         );
     }
     let a = &s.accounting;
+    // Said on the figures printed, and on every other finding of the accounting.
+    let holds = a.sent == a.complete + a.incomplete + a.unseen;
     println!(
-        "  accounting: sent {} = complete {} + incomplete {} + unseen {}: {}",
+        "  accounting: sent {} {} complete {} + incomplete {} + unseen {}: {}",
         count(a.sent),
+        if holds { "=" } else { "!=" },
         count(a.complete),
         count(a.incomplete),
         count(a.unseen),
-        if a.adds_up {
+        if holds && a.adds_up {
             "adds up"
         } else {
             "DOES NOT ADD UP"
@@ -305,8 +315,16 @@ pub fn print_summary(s: &hoptrace_analysis::Summary) {
 /// `hoptrace compare`: the gates are checked against the runs before anything is
 /// printed; see [`CompareArgs`] for the exit statuses.
 pub fn run_compare(args: &CompareArgs) -> Result<()> {
+    if let Some(old) = args.fail_if.first() {
+        return Err(exit_with(
+            COMPARE_USAGE,
+            anyhow::anyhow!(
+                "--fail-if is now --require, which takes the condition a run must meet, as `sweep --sla` does (one meaning for one syntax): for --fail-if {old:?}, write --require with the opposite condition (e.g. --fail-if 'X.p99 > +10%' is --require 'X.p99 <= +10%')"
+            ),
+        ));
+    }
     let gates: Vec<Gate> = args
-        .fail_if
+        .require
         .iter()
         .map(|g| g.parse())
         .collect::<Result<_, _>>()
@@ -372,7 +390,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
     if failed > 0 {
         return Err(exit_with(
             COMPARE_GATE_FAILED,
-            anyhow::anyhow!("{failed} gate(s) failed"),
+            anyhow::anyhow!("{failed} requirement(s) not met (gate(s) failed)"),
         ));
     }
     Ok(())

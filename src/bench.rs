@@ -34,7 +34,7 @@ pub struct CollectorArgs {
     pub traces: u64,
     /// Target rate, metrics per second (open loop; every generated message carries one
     /// metric, so this is traces per second); omit for as fast as the collector takes them.
-    #[arg(long, value_parser = units::parse_count)]
+    #[arg(long, allow_negative_numbers = true, value_parser = units::parse_count)]
     pub rate: Option<u64>,
     /// Hops per trace.
     #[arg(long, default_value_t = 4)]
@@ -73,13 +73,13 @@ pub struct PublisherArgs {
     #[arg(long)]
     pub to: String,
     /// Metrics per message (more than 1: JSON batches).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// Payload format (default: json, or json-batch for several metrics per message).
     #[arg(long, value_parser = PayloadFormat::parse)]
     pub payload: Option<PayloadFormat>,
     /// Streams the load is spread over.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     pub streams: u32,
     /// First target rate, metrics per second.
     #[arg(long, default_value = "20k", value_parser = units::parse_count)]

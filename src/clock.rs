@@ -2,8 +2,8 @@
 //!
 //! Reads what keeps the clock on time (chronyd, ptp4l through pmc, or the kernel), prints
 //! the source, whether it is synchronised, the offset, the error bound, the leap state and
-//! the source's detail. With `--max-error` it is a preflight: the command fails when the
-//! clock is unsynchronised or the bound exceeds the threshold (a warning with `--force`).
+//! the source's detail. With `--max-clock-error` it is a preflight: the command fails when the
+//! clock is unsynchronised or the bound exceeds the threshold (a warning with `--force-clock`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,11 +39,11 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Preflight: fail when the clock is unsynchronised or its error bound exceeds this
-    /// (e.g. 100us, 1ms).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
+    /// (e.g. 100us, 1ms), as the commands that start a run do with the same option.
+    #[arg(long = "max-clock-error", alias = "max-error", value_name = "DURATION", value_parser = units::parse_duration_ns)]
     pub max_error: Option<u64>,
-    /// With --max-error: only warn when the preflight fails.
-    #[arg(long, requires = "max_error")]
+    /// With --max-clock-error: only warn when the preflight fails (as elsewhere).
+    #[arg(long = "force-clock", alias = "force", requires = "max_error")]
     pub force: bool,
     /// Read again every DURATION (e.g. 1s), one line per reading, until interrupted.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
@@ -107,7 +107,7 @@ impl Reader {
 ///
 /// # Errors
 /// The source cannot be read (an explicit `--source chrony|ptp`), or the preflight fails
-/// without `--force`.
+/// without `--force-clock`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let host = hostname();
     let mut reader = Reader::new(args);
@@ -124,7 +124,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             print_status(&host, &status, args.max_error, check.as_ref());
         }
-        return conclude(check, args.force, "--force to only warn");
+        return conclude(check, args.force, "--force-clock to only warn");
     };
     let interval = Duration::from_nanos(interval_ns.max(1));
     let mut failed = 0_u64;
@@ -146,7 +146,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if let Some(Err(e)) = &check {
             failed += 1;
             if args.force {
-                eprintln!("warning: {e} (--force: continuing)");
+                eprintln!("warning: {e} (--force-clock: continuing)");
             }
         }
         if args.count.is_some_and(|n| readings >= n) {

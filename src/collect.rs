@@ -43,19 +43,11 @@ pub struct Args {
     /// --run-id names the unfinished runs it finds and starts a new run.
     #[arg(long, conflicts_with_all = ["run_id", "no_log"])]
     pub resume: bool,
-    /// Token probes must present.
-    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Serve TLS with this certificate chain (PEM); every probe must then connect with
-    /// --collector-ca. Needs --tls-key.
-    #[arg(long, env = "HOPTRACE_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert.
-    #[arg(long, env = "HOPTRACE_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub listener: crate::collector_args::ListenerArgs,
     /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
     /// run until SIGINT/SIGTERM.
-    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = crate::units::parse_run_length)]
     pub duration: Option<Duration>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (and the same progress as
     /// JSON at /progress.json).
@@ -109,7 +101,7 @@ pub struct Args {
 }
 
 fn parse_log_sync(s: &str) -> Result<Duration, String> {
-    let d = units::parse_duration(s)?;
+    let d = units::parse_short_duration(s)?;
     if d.is_zero() || d > Duration::from_secs(1) {
         return Err(format!(
             "{s:?}: the log is synced at least once a second and at most every 1ms (e.g. 100ms)"
@@ -175,11 +167,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         hoptrace_runner::rundir::check(&args.runs.join(id), &spec, args.continue_run)?;
     }
     let listen = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let join_window = Duration::from_millis(spec.join.window_ms);
     let mut cfg = CollectorConfig::new(listen, spec, &args.runs);
     cfg.run_id = run_id;
-    cfg.token.clone_from(&args.token);
-    cfg.tls_cert.clone_from(&args.tls_cert);
-    cfg.tls_key.clone_from(&args.tls_key);
+    args.listener
+        .apply(&mut cfg.token, &mut cfg.tls_cert, &mut cfg.tls_key);
     cfg.max_clock_error_ns = args.preflight.max_clock_error;
     cfg.durable = !args.no_log;
     cfg.sync_interval = args.log_sync;
@@ -188,7 +180,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!(
         "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
         collector.local_addr(),
-        if args.tls_cert.is_some() {
+        if args.listener.tls_cert.is_some() {
             " (TLS)"
         } else {
             ""
@@ -259,6 +251,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 p.pending,
                 p.connections
             );
+            if p.pending > 0 && p.complete + p.incomplete == 0 {
+                // Records arrive from the start, traces only once complete or at the end
+                // of their join window: say so rather than show 0 traces/s unexplained.
+                line.push_str(&format!(
+                    "  (waiting in the join: a trace is written when its last hop arrives, or incomplete after the join window of {})",
+                    units::duration_f64(join_window.as_nanos() as f64)
+                ));
+            }
             for (stage, p50, p99) in &p.stages {
                 line.push_str(&format!(
                     "  {stage} p50 {} p99 {}",
@@ -405,14 +405,17 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
         ("--resume", args.resume),
         ("--metrics", args.metrics.is_some()),
         ("--ui", args.ui.is_some()),
-        ("--token", !from_env("HOPTRACE_TOKEN", args.token.clone())),
+        (
+            "--token",
+            !from_env("HOPTRACE_TOKEN", args.listener.token.clone()),
+        ),
         (
             "--tls-cert",
-            !from_env("HOPTRACE_TLS_CERT", path(&args.tls_cert)),
+            !from_env("HOPTRACE_TLS_CERT", path(&args.listener.tls_cert)),
         ),
         (
             "--tls-key",
-            !from_env("HOPTRACE_TLS_KEY", path(&args.tls_key)),
+            !from_env("HOPTRACE_TLS_KEY", path(&args.listener.tls_key)),
         ),
     ]
     .into_iter()
@@ -432,14 +435,22 @@ fn refuse_listener_options(args: &Args) -> anyhow::Result<()> {
 pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
     let a = &summary.accounting;
     for p in &a.publishers {
-        let holds = p.sent == p.complete + p.incomplete + p.unseen;
+        let holds = p.sent == p.complete + p.incomplete + p.recovered + p.unseen;
         println!(
-            "publisher {}: sent {} {} complete {} + incomplete {} + unseen {}{}",
+            "publisher {}: sent {} {} complete {} + incomplete {}{} + unseen {}{}",
             p.publisher,
             p.sent,
             if holds { "=" } else { "!=" },
             p.complete,
             p.incomplete,
+            if p.recovered > 0 {
+                format!(
+                    " + recovered {} (in the part files of an earlier collector)",
+                    p.recovered
+                )
+            } else {
+                String::new()
+            },
             p.unseen,
             if p.not_sent > 0 {
                 format!(" ({} traces of keys it never reported sending)", p.not_sent)
@@ -458,7 +469,15 @@ pub fn print_accounting(summary: &hoptrace_collector::RunSummary) {
         a.negative_delta_traces,
         a.late_records,
         a.in_flight,
-        if a.adds_up { "yes" } else { "NO" }
+        if a.adds_up
+            && a.publishers
+                .iter()
+                .all(|p| p.sent == p.complete + p.incomplete + p.recovered + p.unseen)
+        {
+            "yes"
+        } else {
+            "NO"
+        }
     );
     for d in &a.discrepancies {
         println!("  does not add up: {d}");

@@ -1,11 +1,53 @@
 //! The collector options of every subcommand that reports stamps (`publish`, `tap`,
 //! `refpipe store|processor`): one clap group, turned into the probe's one link
-//! configuration, [`ExporterConfig`].
+//! configuration, [`ExporterConfig`]; and the one group of what probes must present to a
+//! command that takes them (`collect`, `relay`): [`ListenerArgs`].
 
 use std::path::PathBuf;
 
 use hoptrace_format::units;
 use hoptrace_probe::{ClockReporting, ExporterConfig};
+
+/// What probes must present to a command that takes their connections (`collect`,
+/// `relay`): a token, and TLS.
+#[derive(Debug, clap::Args)]
+pub struct ListenerArgs {
+    /// Token probes must present.
+    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Serve TLS with this certificate chain (PEM); every probe must then connect with
+    /// --collector-ca. Needs --tls-key.
+    #[arg(
+        long,
+        env = "HOPTRACE_TLS_CERT",
+        hide_env_values = true,
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "HOPTRACE_TLS_KEY",
+        hide_env_values = true,
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl ListenerArgs {
+    /// Sets the token and TLS files of a collector's or relay's configuration, whose
+    /// fields these are.
+    pub fn apply(
+        &self,
+        token: &mut Option<String>,
+        tls_cert: &mut Option<PathBuf>,
+        tls_key: &mut Option<PathBuf>,
+    ) {
+        token.clone_from(&self.token);
+        tls_cert.clone_from(&self.tls_cert);
+        tls_key.clone_from(&self.tls_key);
+    }
+}
 
 /// Where and how to report to the collector.
 #[derive(Debug, clap::Args)]
@@ -17,7 +59,7 @@ pub struct CollectorArgs {
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Speak TLS to the collector, trusting the CA certificates of this PEM file.
-    #[arg(long, env = "HOPTRACE_COLLECTOR_CA")]
+    #[arg(long, env = "HOPTRACE_COLLECTOR_CA", hide_env_values = true)]
     pub collector_ca: Option<PathBuf>,
     /// The name the collector's certificate carries (default: the host of --collector).
     #[arg(long, requires = "collector_ca")]

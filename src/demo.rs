@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use hoptrace_format::units;
 use hoptrace_runner::demo::{self, DemoMeasured, DemoOptions};
 
@@ -22,31 +22,32 @@ pub struct Args {
     #[arg(long)]
     pub broker: Option<String>,
     /// Target rate, metrics per second (open loop).
-    #[arg(long, default_value = "100k", value_parser = units::parse_rate)]
+    #[arg(long, allow_negative_numbers = true, default_value = "100k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// How long to publish.
     #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Streams (topics, or Kafka keys) the load is spread over.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 300)]
     pub streams: u32,
     /// Metrics carried per message (a JSON batch).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 20)]
     pub metrics_per_message: u32,
     /// Zipf exponent of the per-stream rates (0: uniform).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub zipf: f64,
     /// The processor writes a batch once it holds this many rows...
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
-    /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
+    /// ...or once its first row has waited this long (a unit is needed: `1ms`, `500us`).
+    #[arg(long, default_value = "1ms", value_parser = units::parse_short_duration)]
     pub linger: Duration,
-    /// Directory under which the run directory is written.
-    #[arg(long, default_value = "runs")]
+    /// Folder under which the run directory `<run-id>/` is created.
+    #[arg(long, value_name = "DIR", default_value = "runs")]
     pub runs: PathBuf,
-    /// Where the report goes.
-    #[arg(long, default_value = "reports/demo")]
+    /// Where to write the report (a folder: report.md, report.html, summary.json,
+    /// charts/).
+    #[arg(long, value_name = "DIR", default_value = "reports/demo")]
     pub out: PathBuf,
     /// Simulate the store on another host whose clock is off by this much (e.g. -20ms):
     /// its probes read this host's clock plus the offset, and it reports a clock status
@@ -93,6 +94,8 @@ impl Args {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let opts = args.options();
     opts.check()?;
+    hoptrace_runner::rundir::check_writable(&args.out, "--out")?;
+    hoptrace_runner::rundir::check_writable(&args.runs, "--runs")?;
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
     let m = demo::measure(&opts, &stop)?;
@@ -107,7 +110,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(e) = &m.processor.error {
         bail!("the processor failed: {e}");
     }
-    let r = demo::report(&m, &args.out)?;
+    let r = demo::report(&m, &args.out).with_context(|| {
+        format!(
+            "writing the report (the run is kept in {}: `hoptrace report {} --out DIR` writes its report elsewhere)",
+            m.run_dir.display(),
+            m.run_dir.display()
+        )
+    })?;
     println!();
     crate::analyze::print_summary(&r.summary);
     println!();

@@ -29,13 +29,19 @@ pub fn exit_with(code: i32, error: impl Into<anyhow::Error>) -> anyhow::Error {
     })
 }
 
-/// The exit status for `error`: its [`Exit`] code, or 1.
+/// The exit status for `error`: its [`Exit`] code; for a wait a signal ended
+/// ([`Interrupted`]), 128 + the signal (130 for SIGINT, 143 for SIGTERM); or 1.
 pub fn exit_code(error: &anyhow::Error) -> i32 {
+    if error.chain().any(|c| c.is::<Interrupted>()) {
+        return crate::signals::exit_status();
+    }
     error
         .chain()
         .find_map(|c| c.downcast_ref::<Exit>())
         .map_or(1, |e| e.code)
 }
+
+use hoptrace_runner::interrupt::Interrupted;
 
 /// The error and its causes on one line, each said once.
 ///

@@ -46,7 +46,18 @@ mod units;
 
 /// Measure end-to-end and per-hop latency of MQTT and Kafka ingestion pipelines.
 #[derive(Debug, Parser)]
-#[command(name = "hoptrace", version, about)]
+#[command(
+    name = "hoptrace",
+    version,
+    about,
+    next_line_help = true,
+    max_term_width = 100,
+    after_help = "Options share one grammar: `--out` is where a command writes what it \
+produces (a folder, or a file for sql and record); `--runs` is the folder that holds run \
+directories; `--pipeline` is a pipeline spec (TOML); rates are metrics per second (`50k`, \
+`1M`); run lengths take a unit or a bare number of seconds (`90s`, `30m`, `90`), and \
+settings below a second need a unit (`500us`, `10ms`)."
+)]
 struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -76,7 +87,7 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::Which),
     /// This host's clock status (chrony, ptp4l or kernel): offset, error bound, leap;
-    /// with --max-error, a preflight that fails on an unsynchronised or too uncertain clock.
+    /// with --max-clock-error, a preflight that fails on an unsynchronised or too uncertain clock.
     Clock(clock::Args),
     /// Query one or many runs with SQL (DataFusion): traces, clock, probes, runs, stages,
     /// and HDR functions such as hdr_percentile(total_ingestion_ns, 0.99).
@@ -151,7 +162,13 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {}", errors::render(&e));
+        if e.chain()
+            .any(|c| c.is::<hoptrace_runner::interrupt::Interrupted>())
+        {
+            eprintln!("stopped by {}: {}", signals::name(), errors::render(&e));
+        } else {
+            eprintln!("error: {}", errors::render(&e));
+        }
         std::process::exit(errors::exit_code(&e));
     }
 }

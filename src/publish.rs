@@ -2,7 +2,6 @@
 //! `hoptrace_publisher`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use hoptrace_publisher::uns::TopicScheme;
 
 use crate::collector_args::CollectorArgs;
 use hoptrace_format::units;
-use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::interrupt::{interruptible, run_with_line};
 
 fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())
@@ -73,13 +72,13 @@ pub struct PublishArgs {
     #[arg(long)]
     pub to: String,
     /// Target rate, metrics per second over all streams (`0.5`, `100k`, `1M`).
-    #[arg(long, default_value = "10k", value_parser = units::parse_rate)]
+    #[arg(long, allow_negative_numbers = true, default_value = "10k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// Streams (topics, series) the load is spread over.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     pub streams: u32,
     /// Metrics per message (more than 1 sends JSON batches).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// How long to publish (`30s`, `30m`), ramp-up included.
     #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
@@ -88,7 +87,7 @@ pub struct PublishArgs {
     #[arg(long, value_parser = units::parse_count)]
     pub messages: Option<u64>,
     /// Zipf exponent of the per-stream rates (0: uniform; 1.1: a few streams dominate).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub zipf: f64,
     /// Time over which the rate rises linearly from 0 to --rate.
     #[arg(long, default_value = "0s", value_parser = units::parse_duration)]
@@ -132,7 +131,7 @@ pub struct PublishArgs {
     #[arg(long)]
     pub replay: Option<PathBuf>,
     /// Replay speed: 2 sends twice as fast as captured.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub speed: f64,
     /// Replay copies per captured message; copy n goes to `<topic>/f<n>`.
     #[arg(long, default_value_t = 1)]
@@ -149,8 +148,9 @@ pub struct PublishArgs {
     /// Pacing granularity: wake at most once per tick and send every message due by its
     /// end (0: wake for each message). The extra schedule lag, up to one tick, is
     /// measured and reported; a tick of 100us-1ms saves a core's worth of wake-ups and
-    /// writes at tens of thousands of messages per second.
-    #[arg(long, default_value = "0s", value_parser = units::parse_duration)]
+    /// writes at tens of thousands of messages per second. A unit is needed (`500us`,
+    /// `1ms`): a bare number would be seconds.
+    #[arg(long, default_value = "0s", value_parser = units::parse_short_duration)]
     pub tick: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
@@ -184,8 +184,9 @@ pub struct TapArgs {
     /// Stamp Kafka records at arrival even when the topic uses LogAppendTime.
     #[arg(long)]
     pub no_log_append_time: bool,
-    /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = units::parse_duration)]
+    /// Stop after this long (`90s`, `30m`; a bare number is seconds; default: until
+    /// SIGINT/SIGTERM).
+    #[arg(long, value_parser = crate::units::parse_run_length)]
     pub duration: Option<Duration>,
     /// Stop after this many traced messages.
     #[arg(long, value_parser = units::parse_count)]
@@ -209,11 +210,12 @@ pub struct RecordArgs {
     /// MQTT topic filters or Kafka topics, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub topics: Vec<String>,
-    /// The capture file (Parquet).
-    #[arg(long)]
+    /// Where to write the capture (a Parquet file).
+    #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = units::parse_duration)]
+    /// Stop after this long (`90s`, `30m`; a bare number is seconds; default: until
+    /// SIGINT/SIGTERM).
+    #[arg(long, value_parser = crate::units::parse_run_length)]
     pub duration: Option<Duration>,
     /// Stop after this many messages.
     #[arg(long, value_parser = units::parse_count)]
@@ -294,52 +296,49 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             args.streams
         );
     }
-    let publisher = Publisher::new(config).context("starting the publisher")?;
+    let publisher = interruptible(&stop, &format!("connecting to {}", args.to), move || {
+        Publisher::new(config)
+    })?
+    .context("starting the publisher")?;
     eprintln!(
         "{} (SIGINT or SIGTERM stops, flushes and prints the summary)",
         publisher.describe()
     );
     let live = publisher.live();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("publisher".into())
-            .spawn(move || publisher.run(&stop))
-            .context("starting the publisher thread")?
-    };
-    let mut line = LiveLine::with_plain_every(None);
     let mut last = *live.lock().expect("live stats poisoned");
-    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
-        let l = *live.lock().expect("live stats poisoned");
-        let achieved = l.metrics.saturating_sub(last.metrics) as f64 / since.as_secs_f64();
-        let elapsed_s = l.elapsed_ns as f64 / 1e9;
-        let eta = match (l.planned_messages, l.messages) {
-            (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
-                let by_count = (p.saturating_sub(m)) as f64 / (m as f64 / elapsed_s);
-                by_count.min((planned_s - elapsed_s).max(0.0))
-            }
-            _ => (planned_s - elapsed_s).max(0.0),
-        };
-        last = l;
-        format!(
-            "{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s",
-            l.target_metrics_per_s.map_or_else(
-                || "replay".to_owned(),
-                |t| format!("{} metrics/s", units::rate(t))
-            ),
-            format_args!("{} metrics/s", units::rate(achieved)),
-            l.messages,
-            l.backpressure_waits,
-            l.errors,
-            units::duration_f64(l.lag_p99_ns as f64),
-            units::duration_f64(l.lag_max_ns as f64),
-            eta
-        )
-    });
-    line.finish();
-    let summary = worker
-        .join()
-        .map_err(|_| anyhow::anyhow!("the publisher thread panicked"))??;
+    let summary = run_with_line(
+        "publisher",
+        &stop,
+        &format!("publishing to {} (flushing)", args.to),
+        move |stop| publisher.run(stop),
+        |since| {
+            let l = *live.lock().expect("live stats poisoned");
+            let achieved = l.metrics.saturating_sub(last.metrics) as f64 / since.as_secs_f64();
+            let elapsed_s = l.elapsed_ns as f64 / 1e9;
+            let eta = match (l.planned_messages, l.messages) {
+                (Some(p), m) if m > 0 && elapsed_s > 0.0 => {
+                    let by_count = (p.saturating_sub(m)) as f64 / (m as f64 / elapsed_s);
+                    by_count.min((planned_s - elapsed_s).max(0.0))
+                }
+                _ => (planned_s - elapsed_s).max(0.0),
+            };
+            last = l;
+            format!(
+                "{elapsed_s:>6.0}s  target {}  achieved {}  sent {}  waits {}  errors {}  lag p99 {} max {}  ETA {:.0}s",
+                l.target_metrics_per_s.map_or_else(
+                    || "replay".to_owned(),
+                    |t| format!("{} metrics/s", units::rate(t))
+                ),
+                format_args!("{} metrics/s", units::rate(achieved)),
+                l.messages,
+                l.backpressure_waits,
+                l.errors,
+                units::duration_f64(l.lag_p99_ns as f64),
+                units::duration_f64(l.lag_max_ns as f64),
+                eta
+            )
+        },
+    )??;
     // A schedule that ran to its end is measured over its whole planned duration: at a
     // low rate its last message leaves long before the end.
     let planned = (args.replay.is_none()
@@ -355,6 +354,9 @@ pub fn publish(args: &PublishArgs) -> anyhow::Result<()> {
             serde_json::to_vec_pretty(&PublishReport::new(&summary, window_s))?,
         )
         .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(r) = &summary.collector_refused {
+        bail!("the collector refused the publisher for good: {r}");
     }
     Ok(())
 }
@@ -392,13 +394,32 @@ fn lag_line(l: &LagSummary) -> String {
     )
 }
 
-/// What became of every message an MQTT client took: acknowledged (the broker's promise to
-/// deliver it) or abandoned, and why; and what was sent again after broken connections.
+/// What became of every message an MQTT client took: at QoS 1 and 2 acknowledged (the
+/// broker's promise to deliver it) or abandoned, at QoS 0 (no acknowledgement) written to
+/// the broker's connection or never written; and why; and what was sent again after broken
+/// connections. Each line's `=` is said of the figures it prints.
 fn mqtt_accounting(b: &TargetStats) -> Vec<String> {
-    let mut lines = vec![format!(
-        "MQTT accounting: handed {} = acknowledged {} (the broker promised to deliver them) + abandoned {} (never acknowledged)",
-        b.handed, b.acked, b.unconfirmed
-    )];
+    let head = if b.mqtt_qos == Some(0) {
+        // QoS 0 publishes are written once each (a break drops what was in flight).
+        let holds = b.handed == b.written + b.unconfirmed;
+        format!(
+            "MQTT accounting (QoS 0: the broker acknowledges nothing, so delivery is not confirmed): handed {} {} written {} (to the broker's connection) + never written {} (still queued in the client at close)",
+            b.handed,
+            if holds { "=" } else { "!=" },
+            b.written,
+            b.unconfirmed
+        )
+    } else {
+        let holds = b.handed == b.acked + b.unconfirmed;
+        format!(
+            "MQTT accounting: handed {} {} acknowledged {} (the broker promised to deliver them) + abandoned {} (never acknowledged)",
+            b.handed,
+            if holds { "=" } else { "!=" },
+            b.acked,
+            b.unconfirmed
+        )
+    };
+    let mut lines = vec![head];
     if b.unconfirmed > 0 {
         let why = if b.down_at_close > 0 {
             format!(
@@ -508,7 +529,16 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
     }
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
-    let mut c = TapConfig::new(Endpoint::parse(&args.from).context("--from")?);
+    let endpoint = match Endpoint::parse(&args.from) {
+        Err(hoptrace_broker::url::UrlError::UnknownScheme(from)) => bail!(
+            "--from {from:?}: the address must name a broker (mqtt://, kafka://) or a store ({})",
+            hoptrace_tap::StoreKind::ALL
+                .map(|k| format!("{}://", k.scheme()))
+                .join(", ")
+        ),
+        other => other.context("--from")?,
+    };
+    let mut c = TapConfig::new(endpoint);
     c.topics.clone_from(&args.topics);
     c.carrier = args.carrier;
     if let Some(exporter) = args.collector.exporter_config("hoptrace-tap") {
@@ -519,38 +549,38 @@ pub fn tap(args: &TapArgs) -> anyhow::Result<()> {
     c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
     c.duration = args.duration;
     c.max_messages = args.messages;
-    let tap = Tap::start(c).context("starting the tap")?;
+    let tap = interruptible(&stop, &format!("connecting to {}", args.from), move || {
+        Tap::start(c)
+    })?
+    .context("starting the tap")?;
     eprintln!("tapping {} (SIGINT or SIGTERM stops)", tap.describe());
     let live = tap.live();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("tap".into())
-            .spawn(move || tap.run(&stop))
-            .context("starting the tap thread")?
-    };
     let started = Instant::now();
-    let mut line = LiveLine::with_plain_every(None);
     let mut last = 0u64;
-    line.wait_until(Duration::from_millis(100), || worker.is_finished(), |since| {
-        let traced = live.traced.load(Relaxed);
-        let rate = traced.saturating_sub(last) as f64 / since.as_secs_f64();
-        last = traced;
-        format!(
-            "{:>6.0}s  {rate:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}",
-            started.elapsed().as_secs_f64(),
-            live.received.load(Relaxed),
-            traced,
-            live.not_traced.load(Relaxed),
-            live.bad_context.load(Relaxed),
-            live.foreign.load(Relaxed),
-        )
-    });
-    line.finish();
-    let s = worker
-        .join()
-        .map_err(|_| anyhow::anyhow!("the tap thread panicked"))??;
+    let s = run_with_line(
+        "tap",
+        &stop,
+        &format!("tapping {}", args.from),
+        move |stop| tap.run(stop),
+        |since| {
+            let traced = live.traced.load(Relaxed);
+            let rate = traced.saturating_sub(last) as f64 / since.as_secs_f64();
+            last = traced;
+            format!(
+                "{:>6.0}s  {rate:>8.0} traced/s  received {}  traced {}  untraced {}  garbage {}  foreign {}",
+                started.elapsed().as_secs_f64(),
+                live.received.load(Relaxed),
+                traced,
+                live.not_traced.load(Relaxed),
+                live.bad_context.load(Relaxed),
+                live.foreign.load(Relaxed),
+            )
+        },
+    )??;
     print_tap_summary(&s);
+    if let Some(r) = &s.collector_refused {
+        bail!("the collector refused the tap for good: {r}");
+    }
     Ok(())
 }
 
@@ -631,7 +661,15 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
         c.source.display(),
         c.out.display()
     );
-    let s = capture::record(&c, &stop).context("recording")?;
+    let source = c.source.display();
+    let s = run_with_line(
+        "record",
+        &stop,
+        &format!("recording {source}"),
+        move |stop| capture::record(&c, stop),
+        |_| String::new(),
+    )?
+    .context("recording")?;
     println!(
         "hoptrace record: {} messages ({} payload bytes) from {} in {:.1} s into {}",
         s.messages,
@@ -641,4 +679,49 @@ pub fn record(args: &RecordArgs) -> anyhow::Result<()> {
         s.out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mqtt_accounting_at_qos_0_says_what_it_has_and_adds_up() {
+        // 2,000 handed at QoS 0: written, none acknowledged (there is no acknowledgement).
+        let b = TargetStats {
+            handed: 2_000,
+            written: 2_000,
+            mqtt_qos: Some(0),
+            ..TargetStats::default()
+        };
+        let head = &mqtt_accounting(&b)[0];
+        assert!(head.contains("handed 2000 = written 2000"), "{head}");
+        assert!(head.contains("+ never written 0"), "{head}");
+        assert!(!head.contains("acknowledged 0"), "{head}");
+        // Three never written at close.
+        let b = TargetStats {
+            written: 1_997,
+            unconfirmed: 3,
+            abandoned_unwritten: 3,
+            ..b
+        };
+        assert!(
+            mqtt_accounting(&b)[0].contains(
+                "handed 2000 = written 1997 (to the broker's connection) + never written 3"
+            )
+        );
+        // QoS 1: acknowledged or abandoned, and a sum that fails says so.
+        let b = TargetStats {
+            handed: 10,
+            written: 10,
+            acked: 9,
+            unconfirmed: 1,
+            abandoned_unacked: 1,
+            mqtt_qos: Some(1),
+            ..TargetStats::default()
+        };
+        assert!(mqtt_accounting(&b)[0].contains("handed 10 = acknowledged 9"));
+        let b = TargetStats { acked: 7, ..b };
+        assert!(mqtt_accounting(&b)[0].contains("handed 10 != acknowledged 7"));
+    }
 }

@@ -17,6 +17,7 @@ use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
 use crate::collector_args::CollectorArgs;
 use hoptrace_format::units;
+use hoptrace_runner::interrupt::interruptible;
 use hoptrace_runner::progress::LiveLine;
 
 /// Which part.
@@ -56,8 +57,8 @@ pub struct ProcessorArgs {
     /// A batch is written once it holds this many rows...
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
-    /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
+    /// ...or once its first row has waited this long (a unit is needed: `1ms`, `500us`).
+    #[arg(long, default_value = "1ms", value_parser = units::parse_short_duration)]
     pub linger: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
@@ -97,7 +98,16 @@ fn store(a: &StoreArgs, stop: &AtomicBool) -> anyhow::Result<()> {
         .collector
         .exporter_config("refpipe")
         .map(hoptrace_refpipe::Probes::new);
-    let server = StoreServer::start(cfg).context("starting the store")?;
+    let what = format!(
+        "starting the store{}",
+        a.collector
+            .collector
+            .as_ref()
+            .map(|c| format!(" (connecting to the collector {c})"))
+            .unwrap_or_default()
+    );
+    let server = interruptible(stop, &what, move || StoreServer::start(cfg))?
+        .context("starting the store")?;
     ready(&server.local_addr().to_string())?;
     let stats = server.stats();
     wait_with_progress(
@@ -131,7 +141,9 @@ fn processor(a: &ProcessorArgs, stop: &AtomicBool) -> anyhow::Result<()> {
         .collector
         .exporter_config("refpipe")
         .map(hoptrace_refpipe::Probes::new);
-    let flow = Processor::start(cfg).context("starting the processor")?;
+    let what = format!("starting the processor (connecting to {})", a.from);
+    let flow = interruptible(stop, &what, move || Processor::start(cfg))?
+        .context("starting the processor")?;
     ready(&a.from)?;
     let stats = flow.stats();
     wait_with_progress(

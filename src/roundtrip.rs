@@ -26,13 +26,13 @@ pub struct Args {
     pub messages: u64,
     /// Target rate, metrics per second (open loop), as in every command: messages go out
     /// at --rate / --metrics-per-message per second.
-    #[arg(long, default_value = "50k", value_parser = units::parse_rate)]
+    #[arg(long, allow_negative_numbers = true, default_value = "50k", value_parser = units::parse_rate)]
     pub rate: f64,
     /// Streams the messages are spread over.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     pub streams: u32,
     /// Metrics carried per message.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub metrics_per_message: u32,
     /// Hops in order; a stage is measured between each pair of neighbours, and in total.
     #[arg(

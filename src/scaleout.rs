@@ -11,7 +11,6 @@ use hoptrace_collector::kafka::{RecordsTopic, Relay, RelayConfig};
 use hoptrace_format::spec::PipelineSpec;
 
 use crate::units::parse_listen;
-use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
 use hoptrace_runner::scaleout::{self, MemberOptions};
 
@@ -36,21 +35,14 @@ pub struct RelayArgs {
     /// Replication factor of the topics, when the relay creates them.
     #[arg(long, default_value_t = 1)]
     pub replication: i32,
-    /// Token probes must present.
-    #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Serve TLS to probes with this certificate chain (PEM). Needs --tls-key.
-    #[arg(long, env = "HOPTRACE_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert.
-    #[arg(long, env = "HOPTRACE_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub listener: crate::collector_args::ListenerArgs,
     /// Run id told to probes.
     #[arg(long, default_value = "relay")]
     pub run_id: String,
     /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
     /// until SIGINT/SIGTERM.
-    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = units::parse_duration)]
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = crate::units::parse_run_length)]
     pub duration: Option<Duration>,
 }
 
@@ -69,9 +61,8 @@ pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
     );
     cfg.partitions = args.partitions;
     cfg.replication = args.replication;
-    cfg.token.clone_from(&args.token);
-    cfg.tls_cert.clone_from(&args.tls_cert);
-    cfg.tls_key.clone_from(&args.tls_key);
+    args.listener
+        .apply(&mut cfg.token, &mut cfg.tls_cert, &mut cfg.tls_key);
     let relay = Relay::start(cfg).context("starting the relay")?;
     eprintln!(
         "relaying probes on {} to {} (SIGINT or SIGTERM stops and flushes)",

@@ -9,51 +9,60 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use hoptrace_format::units;
 use hoptrace_runner::soak::{self, External, SoakOptions};
 
 /// Options of `hoptrace soak`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every target met; 3 the run was measured and reported but a \
+target was missed (the line names it); 1 any other failure (options, a part that does not \
+start or fails, a report that cannot be written)."
+)]
 pub struct Args {
-    /// Broker the pipeline runs through: `mqtt://host:port` or `kafka://host:port/topic`
-    /// (the topic must exist; give it partitions for the processor to keep up).
+    /// Broker the pipeline runs through: `mqtt://host:port[/prefix]` or
+    /// `kafka://host:port/topic` (the topic must exist; give it partitions for the
+    /// processor to keep up). An MQTT address's path is the first levels of every topic:
+    /// the publisher publishes under it and the reference processor subscribes under it.
     #[arg(long)]
     pub broker: String,
     /// Target rate, metrics per second (open loop).
-    #[arg(long, default_value = "1M", value_parser = units::parse_count)]
+    #[arg(long, allow_negative_numbers = true, default_value = "1M", value_parser = units::parse_count)]
     pub rate: u64,
     /// How long to publish.
     #[arg(long, default_value = "30m", value_parser = units::parse_duration)]
     pub duration: Duration,
     /// Metrics per message (a JSON batch): choose what the broker can carry.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 50)]
     pub metrics_per_message: u32,
     /// Streams (topics, or Kafka keys) the load is spread over.
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 3000)]
     pub streams: u32,
     /// Zipf exponent of the per-stream rates (0: uniform).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub zipf: f64,
     /// The processor writes a batch once it holds this many rows...
     #[arg(long, default_value_t = 2000)]
     pub batch_rows: usize,
-    /// ...or once its first row has waited this long.
-    #[arg(long, default_value = "1ms", value_parser = units::parse_duration)]
+    /// ...or once its first row has waited this long (a unit is needed: `1ms`, `500us`).
+    #[arg(long, default_value = "1ms", value_parser = units::parse_short_duration)]
     pub linger: Duration,
     /// The publisher's pacing tick (`hoptrace publish --tick`): it wakes at most once per
     /// tick and sends what is due by its end, so the load generator leaves the machine's
-    /// cores to the pipeline under test. The schedule lag it adds is reported.
-    #[arg(long, default_value = "500us", value_parser = units::parse_duration)]
+    /// cores to the pipeline under test. The schedule lag it adds is reported. A unit is
+    /// needed (`500us`, `1ms`).
+    #[arg(long, default_value = "500us", value_parser = units::parse_short_duration)]
     pub tick: Duration,
     /// Left out of the resource means and the RSS flatness judgement.
     #[arg(long, default_value = "60s", value_parser = units::parse_duration)]
     pub warmup: Duration,
-    /// Directory under which the run directory is written.
-    #[arg(long, default_value = "runs")]
+    /// Folder under which the run directory `<run-id>/` is created.
+    #[arg(long, value_name = "DIR", default_value = "runs")]
     pub runs: PathBuf,
-    /// Where the report and the children's logs go (default: `<runs>/<run id>-report`).
-    #[arg(long)]
+    /// Where to write the report (a folder: the report, soak.json and the children's
+    /// logs; default: `<runs>/<run id>-report`).
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Run id (default: `soak-<Unix ms>`); letters, digits, `.`, `_` and `-`.
     #[arg(long, value_parser = crate::units::parse_run_id)]
@@ -231,11 +240,29 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "Report: {} (also report.html, summary.json, soak.json, logs/)",
         o.report.display()
     );
-    if !o.summary.accounting.adds_up {
-        bail!("the run's accounting does not add up: see the report");
+    let missed: Vec<&str> = o
+        .result
+        .targets
+        .iter()
+        .filter(|t| !t.met)
+        .map(|t| t.name.as_str())
+        .collect();
+    if !missed.is_empty() {
+        return Err(crate::errors::exit_with(
+            SOAK_TARGET_MISSED,
+            anyhow::anyhow!(
+                "{} target(s) missed: {} (the run and its report are written: see the Soak section)",
+                missed.len(),
+                missed.join("; ")
+            ),
+        ));
     }
     Ok(())
 }
+
+/// Exit status of `hoptrace soak` (and `sweep`) when the run was measured and reported but
+/// a target was missed (or, for the sweep, a cell's traces were not complete).
+pub const SOAK_TARGET_MISSED: i32 = 3;
 
 #[cfg(test)]
 mod tests {
@@ -343,6 +370,59 @@ mod tests {
         assert_eq!(p.collector.collector.as_deref(), Some("127.0.0.1:7401"));
         assert_eq!(p.publisher_id, Some(77));
         assert!(!p.payload_context);
+    }
+
+    /// A topic path in the broker's address is a prefix of every part's topics: the
+    /// processor subscribes under it, where the publisher publishes.
+    #[test]
+    fn the_address_path_is_every_parts_topic_prefix() {
+        let Command::Soak(args) = Cli::parse_from([
+            "hoptrace",
+            "soak",
+            "--broker",
+            "mqtt://127.0.0.1:11883/hoptrace/soak1m",
+            "--rate",
+            "1M",
+            "--metrics-per-message",
+            "100",
+        ])
+        .command
+        else {
+            unreachable!("a soak")
+        };
+        let opts = args.options().unwrap();
+        let plan = Plan {
+            run_id: "s3".into(),
+            run_dir: "runs/s3".into(),
+            out: "out".into(),
+            logs: "out/logs".into(),
+            topic_root: Some("hoptrace-soak/s3".into()),
+            publisher_json: "out/publisher.json".into(),
+            publisher_id: 5,
+        };
+        let at = Addresses {
+            collector: "127.0.0.1:7401".into(),
+            metrics: "127.0.0.1:7402".parse().unwrap(),
+            store: "127.0.0.1:7403".into(),
+            ui: None,
+        };
+        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) =
+            parse(cmds.processor.as_ref().unwrap())
+        else {
+            unreachable!("refpipe processor")
+        };
+        assert_eq!(p.topics, ["hoptrace/soak1m/hoptrace-soak/s3/#"]);
+        let Command::Publish(p) = parse(&cmds.publisher) else {
+            unreachable!("publish")
+        };
+        // The publisher's topics: the address's prefix, then the root.
+        let prefix = match hoptrace_broker::url::Endpoint::parse(&p.to).unwrap() {
+            hoptrace_broker::url::Endpoint::Mqtt(m) => m.prefix,
+            hoptrace_broker::url::Endpoint::Kafka(_) => None,
+        };
+        assert_eq!(prefix.as_deref(), Some("hoptrace/soak1m"));
+        assert_eq!(p.topic_root.as_deref(), Some("hoptrace-soak/s3"));
     }
 
     /// An external pipeline: no reference processor or store; the taps as given plus

@@ -1,7 +1,6 @@
 //! `hoptrace tap --from <store URL>`: the store tap's options, its run and its summary, a
 //! thin wrapper over `hoptrace_tap`.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -12,15 +11,16 @@ use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
 use crate::publish::TapArgs;
 use hoptrace_format::units::{self, parse_duration};
-use hoptrace_runner::progress::LiveLine;
+use hoptrace_runner::interrupt::{interruptible, run_watching};
 
 /// Options that only store taps take (`--from influxdb://`, `postgres://`,
 /// `clickhouse://`, `victoriametrics://`).
 #[derive(Debug, clap::Args)]
 pub struct StoreTapArgs {
-    /// Store taps: time from one poll's send to the next one's. Shorter finds data sooner
-    /// (a smaller poll bracket) and costs the store more CPU.
-    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    /// Store taps: time from one poll's send to the next one's, at least 1ms (a unit is
+    /// needed). Shorter finds data sooner (a smaller poll bracket) and costs the store more
+    /// CPU.
+    #[arg(long, default_value = "10ms", value_parser = parse_poll_interval)]
     pub poll_interval: Duration,
     /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and
     /// PostgreSQL, whose row time is normally the store's; not ClickHouse's 1 s DateTime nor
@@ -46,6 +46,16 @@ pub struct StoreTapArgs {
     /// started, a store that goes away is polled again with backoff, its errors counted.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub wait_for_store: Duration,
+}
+
+fn parse_poll_interval(s: &str) -> Result<Duration, String> {
+    let d = units::parse_short_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!(
+            "{s:?}: at least 1ms (a shorter interval polls the store back to back, as fast as it answers)"
+        ));
+    }
+    Ok(d)
 }
 
 /// Whether `--from` names a store rather than a broker.
@@ -135,33 +145,35 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
 ///
 /// # Errors
 /// Invalid options, a store that refuses at start (missing table, unreachable), a
-/// collector that does not accept the tap.
+/// collector that does not accept the tap, a signal while the store does not answer.
 pub fn run(args: &TapArgs) -> anyhow::Result<()> {
     let stop = crate::signals::shutdown_flag()?;
     args.preflight.check()?;
-    let tap = StoreTap::start(config(args)?).context("starting the store tap")?;
+    let config = config(args)?;
+    let store = config.url.display();
+    let tap = interruptible(&stop, &format!("connecting to {store}"), move || {
+        StoreTap::start(config)
+    })?
+    .context("starting the store tap")?;
     let describe = tap.describe();
     let live = tap.live();
-    let worker = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("store-tap".into())
-            .spawn(move || tap.run(&stop))
-            .context("starting the store tap thread")?
-    };
+    let started = Instant::now();
+    let mut last_polls = 0u64;
     // Rows already in the store belong to no message of this run: "polling" once the
     // first poll has taken them as the baseline, so that what is published after this
     // line is reported.
-    while !live.baseline_taken.load(Relaxed) && !worker.is_finished() {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    eprintln!("polling {describe} (SIGINT or SIGTERM stops)");
-    let started = Instant::now();
-    let mut line = LiveLine::with_plain_every(None);
-    let mut last_polls = 0u64;
-    line.wait_until(
-        Duration::from_millis(100),
-        || worker.is_finished(),
+    let mut announced = false;
+    let s = run_watching(
+        "store-tap",
+        &stop,
+        &format!("polling {store}"),
+        move |stop| tap.run(stop),
+        || {
+            if !announced && live.baseline_taken.load(Relaxed) {
+                announced = true;
+                eprintln!("polling {describe} (SIGINT or SIGTERM stops)");
+            }
+        },
         |since| {
             let polls = live.polls.load(Relaxed);
             let rate = polls.saturating_sub(last_polls) as f64 / since.as_secs_f64();
@@ -174,12 +186,11 @@ pub fn run(args: &TapArgs) -> anyhow::Result<()> {
                 live.bad_keys.load(Relaxed),
             )
         },
-    );
-    line.finish();
-    let s = worker
-        .join()
-        .map_err(|_| anyhow::anyhow!("the store tap thread panicked"))?;
+    )?;
     print_summary(&s);
+    if let Some(r) = &s.collector_refused {
+        bail!("the collector refused the tap for good: {r}");
+    }
     Ok(())
 }
 

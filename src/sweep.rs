@@ -17,16 +17,25 @@ use hoptrace_runner::sweep::SweepOptions;
 
 /// Options of `hoptrace sweep`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 the sweep ran (cells that do not hold are findings, in the \
+report); 3 a cell's counts do not add up (named); 1 any other failure."
+)]
 pub struct Args {
     /// Broker: `mqtt://host:port` or `kafka://host:port/topic` (with --partitions, the
     /// topic is the stem of `<topic>-p<N>`, created with N partitions if missing).
     #[arg(long)]
     pub broker: String,
     /// Offered rates, metrics per second (`10k,50k,100k`).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_delimiter = ',',
+        required = true
+    )]
     pub rate: Vec<String>,
     /// Metrics per message: the message size (a JSON batch of this many metrics).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, allow_negative_numbers = true, value_delimiter = ',')]
     pub metrics_per_message: Vec<u32>,
     /// MQTT QoS levels (`0,1`): publish and subscription.
     #[arg(long, value_delimiter = ',')]
@@ -48,7 +57,7 @@ pub struct Args {
     #[arg(long)]
     pub min_insync_replicas: Option<u16>,
     /// Streams the load is spread over.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1000)]
     pub streams: u32,
     /// Left out of every cell's figures.
     #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
@@ -60,14 +69,15 @@ pub struct Args {
     #[arg(long = "sla")]
     pub slas: Vec<String>,
     /// Size capacity planning for this load, metrics per second (`1M`).
-    #[arg(long, value_parser = units::parse_count)]
+    #[arg(long, allow_negative_numbers = true, value_parser = units::parse_count)]
     pub capacity_target: Option<u64>,
-    /// The publisher's pacing tick (see `hoptrace soak --tick`).
-    #[arg(long, default_value = "500us", value_parser = units::parse_duration)]
+    /// The publisher's pacing tick (see `hoptrace soak --tick`; a unit is needed).
+    #[arg(long, default_value = "500us", value_parser = units::parse_short_duration)]
     pub tick: Duration,
-    /// Sweep directory (default: `runs/sweep-<Unix ms>`); an existing one of the same
-    /// matrix is resumed.
-    #[arg(long)]
+    /// Where to write the sweep (a folder: its report, and each cell's report and run;
+    /// default: `runs/sweep-<Unix ms>`); one that holds a sweep of the same matrix is
+    /// resumed.
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub external: crate::soak::ExternalArgs,
@@ -145,6 +155,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "Query: hoptrace sql {} \"SELECT * FROM cells\"",
         o.runs_dir.display()
     );
+    // A cell that does not hold is a finding; a cell whose counts do not add up is a
+    // measurement that cannot be trusted.
+    let bad: Vec<String> = o
+        .cells
+        .iter()
+        .filter(|c| !c.adds_up)
+        .map(|c| sweep::settings_label(&c.settings))
+        .collect();
+    if !bad.is_empty() {
+        return Err(crate::errors::exit_with(
+            crate::soak::SOAK_TARGET_MISSED,
+            anyhow::anyhow!(
+                "{} cell(s) whose counts do not add up: {} (see their reports under cells/)",
+                bad.len(),
+                bad.join("; ")
+            ),
+        ));
+    }
     Ok(())
 }
 

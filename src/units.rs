@@ -14,6 +14,19 @@ pub fn parse_run_id(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// Parses how long a command runs before it stops by itself (`90s`, `30m`; a bare number
+/// is seconds): not 0, which would end the run at once (leave the option out to run until
+/// SIGINT/SIGTERM).
+pub fn parse_run_length(s: &str) -> Result<std::time::Duration, String> {
+    let d = hoptrace_format::units::parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "{s:?}: a run of 0 s would end at once; give a length (90s, 30m), or leave the option out to run until SIGINT/SIGTERM"
+        ));
+    }
+    Ok(d)
+}
+
 /// Checks an address to listen on: `HOST:PORT` (`127.0.0.1:7400`, `[::1]:7400`,
 /// `localhost:7400`, port 0 for any free port) that resolves.
 pub fn parse_listen(s: &str) -> Result<String, String> {

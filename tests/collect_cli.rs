@@ -91,7 +91,7 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
         os("127.0.0.1:0"),
         os("--run-id"),
         os("cli-run"),
-        os("--out"),
+        os("--runs"),
         out.as_os_str(),
     ]);
     let addr = wait_line(&rx, "collecting on ")
@@ -195,7 +195,7 @@ fn killed_and_restarted(
         .collect();
         args.extend([
             spec_path.as_os_str(),
-            std::ffi::OsStr::new("--out"),
+            std::ffi::OsStr::new("--runs"),
             out.as_os_str(),
         ]);
         args.extend(extra.iter().map(std::ffi::OsStr::new));
@@ -288,7 +288,7 @@ fn the_clock_preflight_refuses_unless_forced() {
             "--max-clock-error",
             "1ns",
         ])
-        .arg("--out")
+        .arg("--runs")
         .arg(&dir);
         if force {
             c.arg("--force-clock");
@@ -312,4 +312,185 @@ fn the_clock_preflight_refuses_unless_forced() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One collector session on run `cont` under `out` (`extra` options): `complete` traces
+/// with every hop from sequence `first`, then `partial` with only the publish hop, then a
+/// Sent frame saying the publisher has sent `sent` messages (sequences `0..sent`) so far.
+/// SIGTERM once the records are in; returns what the collector printed.
+fn continued_session(
+    out: &std::path::Path,
+    extra: &[&str],
+    first: u64,
+    (complete, partial): (u64, u64),
+    sent: u64,
+) -> String {
+    let mut args: Vec<&std::ffi::OsStr> = ["--listen", "127.0.0.1:0", "--run-id", "cont", "--runs"]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    args.push(out.as_os_str());
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let (mut child, rx) = spawn_collect(&args);
+    let addr = wait_line(&rx, "collecting on ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    if complete + partial > 0 || sent > 0 {
+        let hops = default_hops();
+        let named: Vec<(HopId, &str)> = hops.iter().map(|(h, n)| (*h, n.as_str())).collect();
+        let exporter = Exporter::start(ExporterConfig::new(addr, "continue-test"), &named).unwrap();
+        let probes: Vec<_> = hops
+            .iter()
+            .map(|(h, _)| exporter.probe(*h).unwrap())
+            .collect();
+        for seq in first..first + complete + partial {
+            let key = TraceKey {
+                publisher: 1,
+                stream: 0,
+                sequence: seq,
+            };
+            let mut ctx = TraceContext::new(key, 5, hoptrace_probe::clock::realtime_ns());
+            let hops = if seq < first + complete {
+                probes.len()
+            } else {
+                1
+            };
+            for p in &probes[..hops] {
+                p.try_record(&mut ctx).unwrap();
+            }
+        }
+        exporter
+            .send_sent_frame(hoptrace_protocol::SentFrame {
+                publisher: 1,
+                entries: vec![hoptrace_protocol::SentEntry {
+                    stream: 0,
+                    messages: sent,
+                    metrics: sent * 5,
+                    first_sequence: 0,
+                    last_sequence: sent - 1,
+                }],
+            })
+            .unwrap();
+        let s = exporter.shutdown();
+        assert!(s.clean && s.counters.lost() == 0, "{s:?}");
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    stdout
+}
+
+/// `hoptrace report` of run `cont` under `out`: its stdout lines after the first (which
+/// holds the run's duration, longer with every session).
+fn report_lines(out: &std::path::Path) -> Vec<String> {
+    let o = Command::new(env!("CARGO_BIN_EXE_hoptrace"))
+        .arg("report")
+        .arg(out.join("cont"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A run continued with `--continue`, with and without traffic, keeps what it had: what
+/// its publisher sent, its probes, its clocks, its stages; and the report's "adds up" is
+/// said of the figures it prints.
+#[test]
+fn a_continued_run_keeps_everything_it_had_and_its_report_adds_up() {
+    for extra in [&[][..], &["--no-log"][..]] {
+        let out = std::env::temp_dir().join(format!(
+            "hoptrace-continue-{}-{}",
+            std::process::id(),
+            extra.len()
+        ));
+        let _ = std::fs::remove_dir_all(&out);
+        let first = continued_session(&out, extra, 0, (1_000, 500), 1_520);
+        assert!(first.contains("counts add up: yes"), "{first}");
+        let before = report_lines(&out);
+        let accounting =
+            "accounting: sent 1,520 = complete 1,000 + incomplete 500 + unseen 20: adds up";
+        assert!(before.iter().any(|l| l.contains(accounting)), "{before:#?}");
+        let run_json = || -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(out.join("cont").join("run.json")).unwrap())
+                .unwrap()
+        };
+        let had = run_json();
+        let continued = [extra, &["--continue"]].concat();
+        // Twice without traffic: nothing changes but the run's end.
+        for _ in 0..2 {
+            let printed = continued_session(&out, &continued, 0, (0, 0), 0);
+            assert!(printed.contains("counts add up: yes"), "{printed}");
+            assert_eq!(report_lines(&out), before, "extra {extra:?}");
+            let now = run_json();
+            for field in ["probes", "clock", "stages", "files"] {
+                assert_eq!(now[field], had[field], "{field} with {extra:?}");
+            }
+            assert_eq!(
+                now["accounting"]["publishers"], had["accounting"]["publishers"],
+                "{extra:?}"
+            );
+        }
+        // With traffic: 100 more, complete; the publisher's count goes on.
+        let printed = continued_session(&out, &continued, 1_520, (100, 0), 1_620);
+        assert!(printed.contains("counts add up: yes"), "{printed}");
+        let after = report_lines(&out);
+        let accounting =
+            "accounting: sent 1,620 = complete 1,100 + incomplete 500 + unseen 20: adds up";
+        assert!(after.iter().any(|l| l.contains(accounting)), "{after:#?}");
+        let now = run_json();
+        assert_eq!(
+            now["probes"].as_array().map(Vec::len),
+            Some(2),
+            "{}",
+            now["probes"]
+        );
+        // And once more without: the same.
+        continued_session(&out, &continued, 0, (0, 0), 0);
+        assert_eq!(report_lines(&out), after);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+/// Stages no trace had both hops of (only `publish` stamped here) say so once each in the
+/// report, and warn about nothing else (no clock uncertainty against a P50 they have not).
+#[test]
+fn a_stage_without_values_says_so_once_and_nothing_else() {
+    let out = std::env::temp_dir().join(format!("hoptrace-empty-stages-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    continued_session(&out, &[], 0, (0, 300), 300);
+    let lines = report_lines(&out);
+    let stages = hoptrace_format::spec::PipelineSpec::default_pipeline().stages;
+    for st in &stages {
+        let said: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains(&format!("warning: {}:", st.name)))
+            .collect();
+        assert_eq!(said.len(), 1, "{}: {lines:#?}", st.name);
+        assert!(said[0].contains("no values"), "{said:?}");
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("not small against")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("sent 300 = complete 0 + incomplete 300 + unseen 0: adds up")),
+        "{lines:#?}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }

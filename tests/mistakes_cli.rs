@@ -407,6 +407,32 @@ fn sql_counts_a_copied_run_once_and_names_stray_files() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run whose listed part files were deleted is not reported as if it were whole: the
+/// report and sql name the missing files and fail.
+#[test]
+fn report_and_sql_name_missing_part_files_and_fail() {
+    let dir = scratch("missing-parts");
+    let runs = dir.join("runs");
+    let run = roundtrip_run(&runs, "publish,broker,store_in");
+    let part = list(&run.join("traces"))[0].clone();
+    let name = part.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::remove_file(&part).unwrap();
+    let run_arg = run.to_string_lossy().into_owned();
+    for args in [
+        vec!["report", run_arg.as_str()],
+        vec!["sql", run_arg.as_str(), "SELECT count(*) FROM traces"],
+    ] {
+        let o = hoptrace_in(&dir, &args);
+        let err = failure(&o);
+        assert!(
+            err.contains(&name) && err.contains("missing from traces/"),
+            "{args:?}: {err}"
+        );
+        assert!(!stdout(&o).contains("DOES NOT ADD UP"), "{}", text(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `report` on a folder of runs refuses to merge them silently into the first run's
 /// folder; --merge --out does it and says so.
 #[test]
@@ -530,33 +556,38 @@ fn compare_exit_statuses_and_gate_lines() {
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
     let compare = |args: &[&str]| hoptrace_in(&dir, &[&["compare"][..], args].concat());
 
-    let pass = compare(&[a, b, "--fail-if", "a -> b.p99 > 1h"]);
+    // A requirement, as `sweep --sla`: the run passes when it holds.
+    let pass = compare(&[a, b, "--require", "a -> b.p99 < 1h"]);
     assert_eq!(pass.status.code(), Some(0), "{}", text(&pass));
     assert!(
-        stdout(&pass).contains("pass \"a -> b.p99 > 1h\""),
+        stdout(&pass).contains("pass \"a -> b.p99 < 1h\""),
         "{}",
         text(&pass)
     );
     assert!(
-        stdout(&pass).contains("> 1.0h") || stdout(&pass).contains("> 3600.0s"),
+        stdout(&pass).contains("< 1.0h") || stdout(&pass).contains("< 3600.0s"),
         "{}",
         text(&pass)
     );
 
-    let failed = compare(&[a, b, "--fail-if", "a -> b.p99 > 0ns"]);
+    let failed = compare(&[a, b, "--require", "a -> b.p99 < 0ns"]);
     assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
     assert!(
-        stdout(&failed).contains("FAIL") && stdout(&failed).contains("> 0ns"),
+        stdout(&failed).contains("FAIL") && stdout(&failed).contains("< 0ns"),
         "{}",
         text(&failed)
     );
+    // The old flag, whose condition meant the opposite, is refused with the rewrite.
+    let old = compare(&[a, b, "--fail-if", "a -> b.p99 > 1h"]);
+    assert_eq!(old.status.code(), Some(2), "{}", text(&old));
+    assert!(stderr(&old).contains("--require"), "{}", text(&old));
 
     for bad in [
         "a -> b.p42 > 1ms",
         "a -> b.p99 1ms",
         "no such stage.p99 > 1ms",
     ] {
-        let o = compare(&[a, b, "--fail-if", bad]);
+        let o = compare(&[a, b, "--require", bad]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
         assert!(
             stdout(&o).is_empty(),
@@ -783,5 +814,106 @@ fn demo_asks_for_the_kafka_topic_in_the_address() {
     assert!(err.contains("kafka://HOST:PORT/TOPIC"), "{err}");
     assert!(!err.contains("--topics"), "{err}");
     assert!(list(&dir).is_empty(), "{:?}", list(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Values that are most likely mistakes are refused with what to write instead: a tick of
+/// one second (`--tick 1`), a poll interval of 0, a collector that ends at once, a
+/// negative rate, a scheme neither broker nor store; and the demo checks its output can
+/// be written before measuring anything.
+#[test]
+fn values_that_are_mistakes_are_refused_with_what_to_write() {
+    let dir = scratch("mistaken-values");
+    let fails = |args: &[&str], needle: &str| {
+        let o = hoptrace_in(&dir, args);
+        let err = failure(&o);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        err
+    };
+    fails(
+        &["publish", "--to", "mqtt://127.0.0.1:1", "--tick", "1"],
+        "needs a unit here",
+    );
+    fails(
+        &["soak", "--broker", "mqtt://127.0.0.1:1", "--linger", "2"],
+        "needs a unit here",
+    );
+    fails(
+        &[
+            "tap",
+            "--from",
+            "influxdb://127.0.0.1:1/db?measurement=m",
+            "--poll-interval",
+            "0ms",
+        ],
+        "at least 1ms",
+    );
+    fails(&["collect", "--duration", "0"], "would end at once");
+    let err = fails(
+        &["publish", "--to", "mqtt://127.0.0.1:1", "--rate", "-5"],
+        "greater than 0",
+    );
+    assert!(!err.contains("unexpected argument"), "{err}");
+    let err = fails(
+        &["tap", "--from", "redis://127.0.0.1:1"],
+        "victoriametrics://",
+    );
+    assert!(
+        err.contains("mqtt://") && err.contains("postgres://"),
+        "{err}"
+    );
+    // An --out that cannot be a folder: refused before anything is measured.
+    std::fs::write(dir.join("a-file"), "x").unwrap();
+    let started = std::time::Instant::now();
+    let err = fails(
+        &["demo", "--out", "a-file/report", "--duration", "30s"],
+        "cannot write there",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{err}");
+    assert!(!dir.join("runs").exists(), "the demo ran: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every subcommand's help has one layout: each option's text on the lines after it,
+/// wrapped to 100 columns, environment variables named without a value.
+#[test]
+fn every_help_has_one_layout() {
+    let dir = scratch("help-layout");
+    let top = hoptrace_in(&dir, &["--help"]);
+    assert!(top.status.success(), "{}", text(&top));
+    let subcommands: Vec<String> = stdout(&top)
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        // A subcommand's name is indented by two; its text, on the lines after, by more.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(subcommands.len() >= 15, "{subcommands:?}");
+    for sub in subcommands {
+        let o = hoptrace_in(&dir, &[&sub, "--help"]);
+        let out = stdout(&o);
+        for line in out.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "hoptrace {sub} --help: a line of {} columns: {line}",
+                line.chars().count()
+            );
+            assert!(
+                !line.contains("=]"),
+                "hoptrace {sub} --help: an empty environment value shown: {line}"
+            );
+        }
+        // Next-line help: no option line carries its text on the same line.
+        for line in out.lines().filter(|l| l.trim_start().starts_with("--")) {
+            let after = line.trim_start().split_once("  ").map(|(_, r)| r.trim());
+            assert!(
+                after.is_none_or(str::is_empty),
+                "hoptrace {sub} --help: text beside the option: {line}"
+            );
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

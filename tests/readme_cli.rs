@@ -1,5 +1,6 @@
-//! Every ```sh block of README.md, run in order in one scratch directory with the local
-//! services up (`infra/services.sh up`): each block must exit 0.
+//! Every ```sh and ```bash block of README.md, run in order in one scratch directory with
+//! the local services up (`infra/services.sh up`), by the shell it names (`sh` is POSIX:
+//! a block that uses bash's arrays must say `bash`): each block must exit 0.
 //!
 //! The blocks run as written but for these substitutions, so that the whole README runs
 //! in a few minutes on a shared 2-core machine:
@@ -30,21 +31,28 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{bin, broker};
 
-/// The ```sh blocks of a Markdown text, with the line each starts on.
-fn sh_blocks(markdown: &str) -> Vec<(usize, String)> {
+/// The ```sh and ```bash blocks of a Markdown text: the line each starts on, the shell it
+/// names, its text.
+fn sh_blocks(markdown: &str) -> Vec<(usize, &'static str, String)> {
     let mut blocks = Vec::new();
-    let mut current: Option<(usize, String)> = None;
+    let mut current: Option<(usize, &'static str, String)> = None;
     for (i, line) in markdown.lines().enumerate() {
         match &mut current {
-            None if line.trim_start() == "```sh" => current = Some((i + 1, String::new())),
+            None => {
+                let shell = match line.trim_start() {
+                    "```sh" => "sh",
+                    "```bash" => "bash",
+                    _ => continue,
+                };
+                current = Some((i + 1, shell, String::new()));
+            }
             Some(_) if line.trim_start().starts_with("```") => {
                 blocks.push(current.take().unwrap());
             }
-            Some((_, text)) => {
+            Some((_, _, text)) => {
                 text.push_str(line);
                 text.push('\n');
             }
-            None => {}
         }
     }
     assert!(current.is_none(), "an unclosed ```sh block");
@@ -165,7 +173,7 @@ fn repo_infra(line: &str) -> String {
             at_word_start = false;
             continue;
         }
-        at_word_start = c.is_whitespace() || c == ';' || c == '(';
+        at_word_start = c.is_whitespace() || c == ';' || c == '(' || c == '=';
         out.push(c);
         rest = &rest[c.len_utf8()..];
     }
@@ -259,7 +267,7 @@ fn substitute(line: &str, port: u16) -> String {
         // Substitution 5: in the background (whether or not the README puts it there),
         // ready before the next line, stopped at the end of the block.
         let listens = matches!(sub.as_str(), "collect" | "relay") && !has("--from");
-        out.push_str(" & __bg+=($!);");
+        out.push_str(" & __bg=\"$__bg $!\";");
         if listens {
             out.push_str(&format!(" __ready {port} $!"));
         } else {
@@ -271,31 +279,39 @@ fn substitute(line: &str, port: u16) -> String {
     out
 }
 
-const PREAMBLE: &str = r#"set -euo pipefail
-__bg=()
+/// What every block's script starts with, in POSIX sh (a `bash` block runs it too):
+/// `__ready PORT PID` waits until something listens on the port (or the process ended),
+/// `__stop` interrupts the background commands and checks that each exited 0.
+const PREAMBLE: &str = r#"set -eu
+__bg=""
 __ready() {
     # Until something listens on 127.0.0.1:$1, or process $2 ended.
-    for _ in $(seq 300); do
-        if (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null; then return 0; fi
+    __i=0
+    while [ "$__i" -lt 300 ]; do
+        if python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.5).close()' "$1" 2>/dev/null; then return 0; fi
         kill -0 "$2" 2>/dev/null || { echo "readme: process $2 ended before listening on $1" >&2; return 1; }
         sleep 0.1
+        __i=$((__i + 1))
     done
     echo "readme: nothing listens on 127.0.0.1:$1 after 30 s" >&2
     return 1
 }
 __stop() {
-    local rc=0 p s
-    for p in "${__bg[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    __rc=0
+    for __p in $__bg; do kill -INT "$__p" 2>/dev/null || true; done
     # 127: the block waited for it itself (`kill -INT %1; wait %1`).
-    for p in "${__bg[@]}"; do
-        wait "$p" 2>/dev/null && continue
-        s=$?
-        ((s == 127)) || { echo "readme: background process $p exited $s" >&2; rc=1; }
+    for __p in $__bg; do
+        __s=0
+        wait "$__p" 2>/dev/null || __s=$?
+        if [ "$__s" -ne 0 ] && [ "$__s" -ne 127 ]; then
+            echo "readme: background process $__p exited $__s" >&2
+            __rc=1
+        fi
     done
-    __bg=()
-    return $rc
+    __bg=""
+    return $__rc
 }
-trap 'for p in "${__bg[@]}"; do kill -INT "$p" 2>/dev/null || true; done' EXIT
+trap 'for __p in $__bg; do kill -INT "$__p" 2>/dev/null || true; done' EXIT
 "#;
 
 fn free_port() -> u16 {
@@ -310,8 +326,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs one block's script in `dir`, at most `within`.
-fn run_block(dir: &Path, script: &str, within: Duration) -> (bool, String) {
+/// Runs one block's script in `dir` with `shell` (`sh` or `bash`), at most `within`.
+fn run_block(dir: &Path, shell: &str, script: &str, within: Duration) -> (bool, String) {
     let bin_dir = Path::new(bin()).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -320,7 +336,7 @@ fn run_block(dir: &Path, script: &str, within: Duration) -> (bool, String) {
     );
     let log = dir.join("block.log");
     let file = std::fs::File::create(&log).unwrap();
-    let mut child = Command::new("bash")
+    let mut child = Command::new(shell)
         .args(["-c", script])
         .current_dir(dir)
         .env("PATH", path)
@@ -358,7 +374,7 @@ fn substitutions() {
             "hoptrace collect --listen 127.0.0.1:7400 --pipeline p.toml --runs runs/",
             p
         ),
-        "hoptrace collect --listen 127.0.0.1:9999 --pipeline p.toml --runs runs/ & __bg+=($!); __ready 9999 $!"
+        "hoptrace collect --listen 127.0.0.1:9999 --pipeline p.toml --runs runs/ & __bg=\"$__bg $!\"; __ready 9999 $!"
     );
     assert_eq!(
         substitute(
@@ -381,9 +397,10 @@ fn substitutions() {
             "{infra}services.sh up\nhoptrace demo --runs runs --out reports/demo --broker 'kafka://a/b?x=1&y=2' --duration 3s"
         )
     );
+    // A repository path assigned to a variable (`P=tap/testdata/x.toml`) is one too.
     assert_eq!(
         substitute("source infra/env.sh; x=infra/y", p),
-        format!("source {infra}env.sh; x=infra/y")
+        format!("source {infra}env.sh; x={infra}y")
     );
     assert_eq!(
         substitute(
@@ -398,7 +415,7 @@ fn substitutions() {
             p
         ),
         format!(
-            "hoptrace tap --from x --collector 127.0.0.1:9999 --pipeline {}/tap/testdata/a.toml & __bg+=($!); sleep 2",
+            "hoptrace tap --from x --collector 127.0.0.1:9999 --pipeline {}/tap/testdata/a.toml & __bg=\"$__bg $!\"; sleep 2",
             repo().display()
         )
     );
@@ -422,7 +439,7 @@ fn every_readme_command_block_runs() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
-    for (line, text) in &blocks {
+    for (line, shell, text) in &blocks {
         let mut script = String::from(PREAMBLE);
         for l in logical_lines(text) {
             // A line continued on the next (`cmd ||`) is joined with it by bash itself.
@@ -431,7 +448,7 @@ fn every_readme_command_block_runs() {
         }
         script.push_str("__stop\n");
         let started = Instant::now();
-        let (ok, out) = run_block(&dir, &script, Duration::from_secs(900));
+        let (ok, out) = run_block(&dir, shell, &script, Duration::from_secs(900));
         eprintln!(
             "README.md:{line}: {} in {:.0} s\n{script}\n{out}",
             if ok { "ran" } else { "FAILED" },
@@ -443,4 +460,151 @@ fn every_readme_command_block_runs() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The words of one command line, quotes removed (README commands quote whole words).
+fn unquoted_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let (mut single, mut double) = (false, false);
+    for c in line.trim().trim_end_matches('&').chars() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            ' ' if !single && !double => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The value of `flag` in `words`, if given.
+fn flag<'a>(words: &'a [String], flag: &str) -> Option<&'a str> {
+    words
+        .windows(2)
+        .find(|w| w[0] == flag)
+        .map(|w| w[1].as_str())
+        .or_else(|| {
+            words
+                .iter()
+                .find_map(|w| w.strip_prefix(&format!("{flag}=")))
+        })
+}
+
+/// A README recipe, run as written, ends with complete traces: in every block that starts
+/// a collector and reports to it with taps and publishers, each reports hops the
+/// collector's pipeline declares, with the same `--pipeline`, and together they stamp
+/// every hop that pipeline expects. (The publish-and-tap recipe once tapped `flow_in`
+/// of the six-hop default pipeline: every message ended incomplete.)
+#[test]
+fn readme_recipes_stamp_every_hop_their_collector_expects() {
+    use hoptrace_format::spec::PipelineSpec;
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut checked = 0;
+    for (line, _, text) in sh_blocks(&readme) {
+        // The block's shell variables (`P=tap/testdata/x.toml`), expanded in its commands.
+        let mut vars: Vec<(String, String)> = Vec::new();
+        let mut commands: Vec<Vec<String>> = Vec::new();
+        for l in logical_lines(&text) {
+            let words = unquoted_words(&l);
+            if let [only] = words.as_slice()
+                && let Some((name, value)) = only.split_once('=')
+                && name.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            {
+                vars.push((name.to_owned(), value.to_owned()));
+                continue;
+            }
+            if words.first().is_some_and(|p| p == "hoptrace") {
+                commands.push(
+                    words
+                        .into_iter()
+                        .map(|w| {
+                            vars.iter()
+                                .fold(w, |w, (n, v)| w.replace(&format!("${n}"), v))
+                        })
+                        .collect(),
+                );
+            }
+        }
+        let Some(collect) = commands
+            .iter()
+            .find(|w| w[1] == "collect" && flag(w, "--from").is_none())
+        else {
+            continue;
+        };
+        let reporters: Vec<&Vec<String>> = commands
+            .iter()
+            .filter(|w| {
+                matches!(w[1].as_str(), "tap" | "publish") && flag(w, "--collector").is_some()
+            })
+            .collect();
+        if reporters.is_empty() {
+            continue;
+        }
+        let pipeline = flag(collect, "--pipeline");
+        let spec = pipeline.map_or_else(PipelineSpec::default_pipeline, |p| {
+            PipelineSpec::load(repo().join(p))
+                .unwrap_or_else(|e| panic!("README.md:{line}: {p}: {e}"))
+        });
+        let declared: Vec<&str> = spec.hops.iter().map(|h| h.name.as_str()).collect();
+        let mut stamped: Vec<String> = Vec::new();
+        for w in reporters {
+            assert_eq!(
+                flag(w, "--pipeline"),
+                pipeline,
+                "README.md:{line}: `{}` and its collector name different pipelines",
+                w.join(" ")
+            );
+            let from = flag(w, "--from").unwrap_or_default();
+            let hops: Vec<String> = if w[1] == "tap" && hoptrace_tap::store::is_store_url(from) {
+                let kind = hoptrace_tap::StoreUrl::parse(from).unwrap().kind;
+                let mut h = vec![flag(w, "--queryable-hop").unwrap_or("queryable").to_owned()];
+                match flag(w, "--query-start-hop") {
+                    Some("none") => {}
+                    other => h.push(other.unwrap_or("query_start").to_owned()),
+                }
+                let store_in = match flag(w, "--store-in") {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => kind.store_in_by_default(),
+                };
+                if store_in {
+                    h.push(flag(w, "--store-in-hop").unwrap_or("store_in").to_owned());
+                }
+                h
+            } else {
+                let default = if w[1] == "tap" { "broker" } else { "publish" };
+                vec![flag(w, "--hop").unwrap_or(default).to_owned()]
+            };
+            for h in hops {
+                assert!(
+                    declared.contains(&h.as_str()),
+                    "README.md:{line}: `{}` reports hop {h:?}, which the collector's pipeline {:?} does not declare ({declared:?})",
+                    w.join(" "),
+                    spec.name
+                );
+                stamped.push(h);
+            }
+        }
+        let expected: Vec<&str> = match &spec.expected {
+            Some(e) => e.iter().map(String::as_str).collect(),
+            None => declared.clone(),
+        };
+        for hop in expected {
+            assert!(
+                stamped.iter().any(|s| s == hop),
+                "README.md:{line}: nothing in the block stamps hop {hop:?}, which the pipeline {:?} expects: every message would end incomplete",
+                spec.name
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked} recipes checked");
 }

@@ -175,8 +175,11 @@ pub fn cdf(hists: &[StageHistograms]) -> Chart {
                 "stage": h.name,
                 "inv": inv,
                 "percentile": p * 100.0,
-                // A log axis has no 0: values below 1 ns sit at 1 ns.
-                "latency_us": us(h.whole.median_equivalent(v.value_iterated_to()).max(1) as f64),
+                // A log axis has no 0: values below 1 ns sit at 1 ns. The bucket's middle
+                // never above the exact maximum, as every reported percentile.
+                "latency_us": us(h.whole.median_equivalent(v.value_iterated_to())
+                    .min(u64::try_from(h.max_ns).unwrap_or(0))
+                    .max(1) as f64),
             }));
         }
     }

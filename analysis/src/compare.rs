@@ -1,14 +1,16 @@
 //! Stage percentiles of several runs side by side, and gates for CI.
 //!
 //! The first run is the baseline; every other run is compared with it. A gate is
-//! `<stage>.<stat> <op> <threshold>`, failing when true for any compared run:
+//! `<stage>.<stat> <op> <threshold>`, a **requirement**: a compared run passes when it
+//! holds and fails when it does not, as a sweep's service level (`--sla`) is met when it
+//! holds. One syntax, one meaning, across the tool:
 //!
 //! - `stat`: `p50`, `p90`, `p95`, `p99`, `p99.9`, `p99.99`, `min`, `max`, `mean`;
 //! - `op`: `>`, `>=`, `<`, `<=`;
 //! - `threshold`: `+10%` / `-5%` (change relative to the baseline), `+500us` / `-1ms`
 //!   (absolute change), or `5ms` (the run's own value).
 //!
-//! Example: `--fail-if 'Total Ingestion.p99 > +10%'` fails when a run's P99 of Total
+//! Example: `--require 'Total Ingestion.p99 <= +10%'` fails a run whose P99 of Total
 //! Ingestion is more than 10 % above the baseline's.
 
 use std::fmt::Write as _;
@@ -228,7 +230,7 @@ pub struct GateResult {
     pub gate: String,
     /// The run compared.
     pub run_id: String,
-    /// Whether the gate's condition holds (the run fails).
+    /// Whether the run fails: the gate's requirement does not hold.
     pub failed: bool,
     /// What was compared.
     pub detail: String,
@@ -272,7 +274,7 @@ pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, A
         out.push(GateResult {
             gate: gate.text.clone(),
             run_id: s.runs.first().map(|r| r.run_id.clone()).unwrap_or_default(),
-            failed: gate.op.holds(lhs, rhs),
+            failed: !gate.op.holds(lhs, rhs),
             detail: format!(
                 "{}.{}: baseline {}, run {} ({shown} {} {}: {})",
                 gate.stage,
@@ -282,9 +284,9 @@ pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, A
                 gate.op.symbol(),
                 gate.threshold.shown(),
                 if gate.op.holds(lhs, rhs) {
-                    "holds, the run fails"
+                    "holds"
                 } else {
-                    "does not hold"
+                    "does not hold, the run fails"
                 }
             ),
         });

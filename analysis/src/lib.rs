@@ -84,6 +84,20 @@ pub enum AnalysisError {
     /// Runs cannot be read together.
     #[error("runs cannot be read together: {0}")]
     Mismatch(String),
+    /// Part files a run's `run.json` lists are gone from its `traces/`: the run cannot be
+    /// reported as it was written (its counts would not add up). Put them back, or report
+    /// another copy of the run.
+    #[error(
+        "{dir}: {} part file(s) its run.json lists are missing from traces/: {}",
+        missing.len(),
+        missing.join(", ")
+    )]
+    MissingFiles {
+        /// The run directory.
+        dir: PathBuf,
+        /// The missing files' names.
+        missing: Vec<String>,
+    },
     /// A Parquet file is truncated or not Parquet: the run's collector was killed before
     /// closing it, or the file was damaged; move it aside (the collector's recovery does).
     #[error("{path}: not a readable Parquet file: {reason}")]
@@ -96,6 +110,10 @@ pub enum AnalysisError {
     /// A query failed: the message names the column, table or function.
     #[error(transparent)]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    /// A query failed, said with what to write instead (a syntax error, an unknown table
+    /// and the tables there are).
+    #[error("{0}")]
+    Query(String),
     /// Writing an output failed.
     #[error("writing {path}: {source}")]
     Io {

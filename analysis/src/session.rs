@@ -83,7 +83,24 @@ impl Run {
                 path: path.clone(),
                 source,
             })?;
-        let (_, unlisted) = split_listed(&traces_files(dir), &summary);
+        let files = traces_files(dir);
+        let missing: Vec<String> = summary
+            .files
+            .iter()
+            .filter(|f| {
+                !files
+                    .iter()
+                    .any(|p| p.file_name() == Some(std::ffi::OsStr::new(&f.name)))
+            })
+            .map(|f| f.name.clone())
+            .collect();
+        if !missing.is_empty() {
+            return Err(AnalysisError::MissingFiles {
+                dir: dir.to_owned(),
+                missing,
+            });
+        }
+        let (_, unlisted) = split_listed(&files, &summary);
         Ok(Self {
             dir: dir.to_owned(),
             summary,

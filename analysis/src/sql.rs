@@ -7,6 +7,7 @@ use std::path::Path;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 
 use crate::AnalysisError;
@@ -45,7 +46,36 @@ impl std::str::FromStr for OutputFormat {
 /// # Errors
 /// When the query does not plan or run; the message names the column, table or function.
 pub async fn query(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, AnalysisError> {
-    Ok(ctx.sql(sql).await?.collect().await?)
+    let run = async { ctx.sql(sql).await?.collect().await };
+    run.await.map_err(|e| explain(ctx, e))
+}
+
+/// A query's error said once, and with what to write instead where it can: a syntax error
+/// without DataFusion's debug form of the parser's error beside its text; an unknown table
+/// with the tables there are (an unknown column already lists the fields).
+pub(crate) fn explain(ctx: &SessionContext, e: DataFusionError) -> AnalysisError {
+    let root = e.find_root();
+    if let DataFusionError::SQL(parser, _) = root {
+        return AnalysisError::Query(format!("SQL syntax: {parser}"));
+    }
+    let text = root.to_string();
+    if text.contains("table '") && text.contains("not found") {
+        let mut tables: Vec<String> = ctx
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+            .map(|s| s.table_names())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| !t.contains('_') || t == "traces_raw")
+            .collect();
+        tables.sort();
+        return AnalysisError::Query(format!(
+            "{}; the tables are: {}",
+            text.replace("datafusion.public.", ""),
+            tables.join(", ")
+        ));
+    }
+    e.into()
 }
 
 /// Writes `batches` to `out` in `format` (not Parquet: see [`write_parquet`]).
@@ -98,12 +128,13 @@ pub async fn write_parquet(
     sql: &str,
     path: &Path,
 ) -> Result<(), AnalysisError> {
-    let df = ctx.sql(sql).await?;
+    let df = ctx.sql(sql).await.map_err(|e| explain(ctx, e))?;
     df.write_parquet(
         &path.to_string_lossy(),
         DataFrameWriteOptions::new().with_single_file_output(true),
         None,
     )
-    .await?;
+    .await
+    .map_err(|e| explain(ctx, e))?;
     Ok(())
 }

@@ -222,8 +222,10 @@ pub struct PerMetric {
     pub percentiles: Vec<PercentileValue>,
 }
 
-/// The per-metric figures of one stage from its weighted histograms and moments.
-fn per_metric(w: &WeightedStage) -> PerMetric {
+/// The per-metric figures of one stage from its weighted histograms and moments; the
+/// percentiles kept within `figures`' exact minimum and maximum (the weighted values are
+/// some of those values).
+fn per_metric(w: &WeightedStage, figures: &SignedStats) -> PerMetric {
     PerMetric {
         count: w.pos.len() + w.neg.len(),
         mean_ns: w.moments.mean_ns(),
@@ -231,6 +233,7 @@ fn per_metric(w: &WeightedStage) -> PerMetric {
         percentiles: QUANTILES
             .iter()
             .filter_map(|&q| signed_percentile(&w.pos, &w.neg, q))
+            .map(|p| p.within(figures.min, figures.max))
             .map(|p| PercentileValue {
                 label: quantile_label(p.quantile),
                 quantile: p.quantile,
@@ -408,6 +411,9 @@ pub struct StageHistograms {
     pub name: String,
     /// Over the whole run.
     pub whole: Histogram<u64>,
+    /// The exact largest value over the whole run (ns; 0 without values): charts drawn
+    /// from `whole` keep their percentiles at or below it.
+    pub max_ns: i64,
     /// Per time bucket (same buckets as [`Throughput`]).
     pub by_time: Vec<Histogram<u64>>,
 }
@@ -822,6 +828,13 @@ pub async fn compute(
     {
         let hist = figures.pos.to_histogram();
         let summary = stage_summary(st, figures, weighted, &env.hosts, &polled);
+        if summary.count == 0 {
+            // Said once; nothing else about it (no uncertainty against a P50 it has not).
+            warnings.push(format!(
+                "{}: no values: no trace had both {} and {} stamped",
+                st.name, st.from, st.to
+            ));
+        }
         if let Some(b) = summary.poll_bracket.as_ref().filter(|b| b.warning) {
             warnings.push(format!(
                 "{}: the poll bracket of {} (P99 {}, mean {}, max {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
@@ -860,6 +873,7 @@ pub async fn compute(
         hists.push(StageHistograms {
             name: st.name.clone(),
             whole: hist,
+            max_ns: figures.max_ns().unwrap_or(0),
             by_time: cells
                 .iter()
                 .map(|c| c.map_or_else(new_histogram, |c| c.pos.to_histogram()))
@@ -870,8 +884,8 @@ pub async fn compute(
     let accounting = accounting(runs, rows, &counts, &hops);
     if !accounting.adds_up {
         warnings.push(format!(
-            "counts do not add up: sent {} vs complete {} + incomplete {} + unseen {} (Parquet rows {rows})",
-            accounting.sent, accounting.complete, accounting.incomplete, accounting.unseen
+            "counts do not add up: {}",
+            accounting.discrepancies.join("; ")
         ));
     }
     let files = runs.part_files();
@@ -1055,10 +1069,11 @@ fn stage_summary(
         .collect();
     let (uncertainty, note) = clock_uncertainty(hosts, &st.from, &st.to);
     let p50 = percentiles.first().map(|p| p.value_ns);
+    // A stage without values has nothing for an uncertainty to be large against.
     let clock_warning = match (uncertainty, p50) {
-        (None, _) => true,
+        (_, None) => false,
+        (None, Some(_)) => true,
         (Some(u), Some(p50)) => u as f64 > CLOCK_WARN_FRACTION * p50.unsigned_abs() as f64,
-        (Some(_), None) => false,
     };
     StageSummary {
         name: st.name.clone(),
@@ -1079,7 +1094,7 @@ fn stage_summary(
         clock_note: note,
         clock_warning,
         poll_bracket: poll_bracket(polled, &st.from, &st.to, p50),
-        per_metric: Some(per_metric(weighted)),
+        per_metric: Some(per_metric(weighted, figures)),
     }
 }
 
@@ -1158,6 +1173,12 @@ fn accounting(
             "the Parquet holds {complete} complete rows, the run's accounting {run_complete}"
         ));
     }
+    // The line every report prints, checked on the figures it prints.
+    if sent != complete + incomplete + unseen {
+        discrepancies.push(format!(
+            "sent {sent} != complete {complete} + incomplete {incomplete} + unseen {unseen} (the Parquet's rows and the publishers' reports)"
+        ));
+    }
     let adds_up = discrepancies.is_empty();
     AccountingSummary {
         sent,
@@ -1203,17 +1224,31 @@ fn environment(runs: &RunSet) -> Environment {
     };
     let mut idle_probes = Vec::new();
     for run in &runs.runs {
-        for p in &run.summary.probes {
-            // The hops the probe stamped; runs of older collectors only say which it
-            // announced.
-            let stamped: Vec<&String> = match &p.stamps_by_hop {
+        // The hops the probe stamped; runs of older collectors only say which it
+        // announced.
+        let stamped_by = |p: &hoptrace_format::run::ProbeInfo| -> Vec<String> {
+            match &p.stamps_by_hop {
                 Some(by_hop) => by_hop
                     .iter()
                     .filter(|(_, n)| **n > 0)
-                    .map(|(h, _)| h)
+                    .map(|(h, _)| h.clone())
                     .collect(),
-                None => p.hops.iter().collect(),
-            };
+                None => p.hops.clone(),
+            }
+        };
+        for p in &run.summary.probes {
+            let stamped = stamped_by(p);
+            // A probe is one exporter, which may have connected more than once (a
+            // reconnection): a connection that stamped nothing is idle only when no other
+            // connection of its exporter stamped anything.
+            let its_exporter_stamped = run
+                .summary
+                .probes
+                .iter()
+                .any(|q| q.instance_id == p.instance_id && !stamped_by(q).is_empty());
+            if stamped.is_empty() && its_exporter_stamped {
+                continue;
+            }
             if stamped.is_empty() {
                 idle_probes.push(format!(
                     "{}/{} (announced {})",
@@ -1225,8 +1260,8 @@ fn environment(runs: &RunSet) -> Environment {
             }
             let mut h = entry(&mut hosts, &p.host);
             for hop in stamped {
-                if !h.hops.contains(hop) {
-                    h.hops.push(hop.clone());
+                if !h.hops.contains(&hop) {
+                    h.hops.push(hop);
                 }
             }
             if !h.processes.contains(&p.process) {

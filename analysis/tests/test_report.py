@@ -7,7 +7,7 @@ loopback TCP), reported with `hoptrace report`, and then:
   of DuckDB's exact `quantile_disc`;
 - summary.json must validate against analysis/schema/summary.schema.json;
 - `hoptrace sql` must give the same figures as CSV, JSON and Parquet;
-- `hoptrace compare --fail-if` must exit non-zero exactly when its gate holds.
+- `hoptrace compare --require` must exit non-zero exactly when its requirement does not hold.
 
 Needs HOPTRACE_BIN (infra/test.sh sets it to the build of cargo test).
 """
@@ -42,7 +42,7 @@ def hoptrace(*args, check=True):
 
 def make_run(out: Path, skew_ns=0) -> Path:
     hoptrace("roundtrip", "--messages", "30k", "--rate", "30k", "--streams", "50",
-             "--last-hop-skew-ns", skew_ns, "--out", out)
+             "--last-hop-skew-ns", skew_ns, "--runs", out)
     (run,) = [p for p in out.iterdir() if (p / "run.json").exists()]
     return run
 
@@ -144,7 +144,7 @@ def test_batches_are_counted_per_metric_and_agree_with_duckdb(tmp_path):
     messages."""
     out = tmp_path / "runs"
     hoptrace("roundtrip", "--messages", "20k", "--rate", "40k", "--streams", "20",
-             "--metrics-per-message", "10", "--out", out)
+             "--metrics-per-message", "10", "--runs", out)
     (run,) = [p for p in out.iterdir() if (p / "run.json").exists()]
     rep = tmp_path / "report"
     hoptrace("report", run, "--out", rep)
@@ -252,13 +252,13 @@ def test_sql_formats_agree(run, report):
 def test_compare_gate_exits_non_zero_when_it_holds(run, tmp_path):
     slower = make_run(tmp_path, skew_ns=100_000_000)
     stage = "total (publish -> store_in)"
-    same = hoptrace("compare", run, run, "--fail-if", f"{stage}.p99 > +10%", check=False)
+    same = hoptrace("compare", run, run, "--require", f"{stage}.p99 <= +10%", check=False)
     assert same.returncode == 0, same.stderr
     assert "pass" in same.stdout
-    worse = hoptrace("compare", run, slower, "--fail-if", f"{stage}.p50 > +10%", check=False)
+    worse = hoptrace("compare", run, slower, "--require", f"{stage}.p50 <= +10%", check=False)
     assert worse.returncode == 1, worse.stdout + worse.stderr
     assert "FAIL" in worse.stdout and "gate(s) failed" in worse.stderr
-    bad = hoptrace("compare", run, run, "--fail-if", "nonsense", check=False)
+    bad = hoptrace("compare", run, run, "--require", "nonsense", check=False)
     assert bad.returncode != 0 and "bad gate" in bad.stderr
 
 

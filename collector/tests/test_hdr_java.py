@@ -43,7 +43,7 @@ def java_classpath(tmp_path_factory):
 
 def test_interval_logs_read_by_java_hdrhistogram(tmp_path, java_classpath):
     subprocess.run(
-        [hoptrace_bin(), "roundtrip", "--messages", "30000", "--rate", "15000", "--out", str(tmp_path)],
+        [hoptrace_bin(), "roundtrip", "--messages", "30000", "--rate", "15000", "--runs", str(tmp_path)],
         check=True, capture_output=True, text=True,
     )
     (run_dir,) = glob.glob(str(tmp_path / "roundtrip-*"))

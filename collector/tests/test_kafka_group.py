@@ -119,7 +119,7 @@ def run(cluster, tmp_path_factory):
         members = {}
         for name in ["c1", "c2"]:
             members[name] = start([bin_, "-v", "collect", "--from", kafka, "--group", group,
-                                   "--member", name, "--run-id", "group", "--out", runs,
+                                   "--member", name, "--run-id", "group", "--runs", runs,
                                    "--commit-interval-s", "2"], tmp / f"{name}.log")
             procs.append(members[name])
         for name in ["c1", "c2"]:

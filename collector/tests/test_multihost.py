@@ -94,7 +94,7 @@ def run(lab):
     runs = tmp / "runs"
     collector = start([bin_, "collect", "--listen", COLLECTOR, "--token", TOKEN,
                        "--tls-cert", pki / "collector.pem", "--tls-key", pki / "collector-key.pem",
-                       "--run-id", "lab", "--out", runs], tmp / "collector.log")
+                       "--run-id", "lab", "--runs", runs], tmp / "collector.log")
     deadline = time.time() + 20
     while "collecting on" not in (tmp / "collector.log").read_text():
         assert collector.poll() is None and time.time() < deadline, \
@@ -187,7 +187,7 @@ def test_wrong_token_and_plain_text_probes_are_refused_and_counted(run):
 
 
 def test_a_collector_off_loopback_without_a_token_does_not_start(lab):
-    p = subprocess.run([lab["bin"], "collect", "--listen", "10.231.0.1:7432", "--out",
+    p = subprocess.run([lab["bin"], "collect", "--listen", "10.231.0.1:7432", "--runs",
                         lab["tmp"] / "no-token"], capture_output=True, text=True, timeout=30,
                        env={k: v for k, v in os.environ.items() if k != "HOPTRACE_TOKEN"})
     assert p.returncode != 0

@@ -24,6 +24,16 @@ use std::path::{Path, PathBuf};
 use hoptrace_protocol::{HopId, MAX_HOPS};
 use serde::{Deserialize, Serialize};
 
+/// A hop's `id`: an integer from 0 to 255 (the wire id is one byte), said so when not.
+fn hop_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    let v = <i64 as serde::Deserialize>::deserialize(d)?;
+    u8::try_from(v).map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "a hop's `id` is 0-255 (its wire id is one byte), not {v}"
+        ))
+    })
+}
+
 /// A commented pipeline spec for publisher → broker → stream processor → store, with the
 /// five stages of the reference report. [`PipelineSpec::default_pipeline`] parses it.
 pub const DEFAULT_PIPELINE_TOML: &str = r#"# hoptrace pipeline spec.
@@ -174,7 +184,11 @@ pub struct HopSpec {
     /// Hop name: non-empty, `[a-z0-9_]+`, unique within the pipeline.
     pub name: String,
     /// Wire id the hop's probe puts in its records; `None` means the hop's index.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "hop_id"
+    )]
     pub id: Option<u8>,
     /// What the hop is, in one line.
     #[serde(default)]
@@ -321,7 +335,11 @@ pub enum SpecError {
     },
     /// Two hops with the same wire id (explicit, or defaulted to the hop's index): give
     /// one of them another `id`.
-    #[error("hop \"{name}\": `id` {id} is already used by hop \"{other}\"")]
+    #[error(
+        "hop \"{name}\": `id` {id}{} is already used by hop \"{other}\"{}: give one of them another `id` (0-255)",
+        if *defaulted { " (its position in [[hops]], counting from 0: a hop without `id` takes its position)" } else { "" },
+        if *other_defaulted { " (its position in [[hops]], as it gives no `id`)" } else { "" }
+    )]
     DuplicateHopId {
         /// The later hop.
         name: String,
@@ -329,6 +347,10 @@ pub enum SpecError {
         id: u8,
         /// The earlier hop with that id.
         other: String,
+        /// The later hop gives no `id`: it defaulted to its index.
+        defaulted: bool,
+        /// The earlier hop gives no `id` either.
+        other_defaulted: bool,
     },
     /// `expected` is an empty list: list at least one hop, or leave `expected` out to
     /// expect every hop.
@@ -576,6 +598,8 @@ impl ResolvedSpec {
                     name: hop.name.clone(),
                     id,
                     other: spec.hops[usize::from(other)].name.clone(),
+                    defaulted: hop.id.is_none(),
+                    other_defaulted: spec.hops[usize::from(other)].id.is_none(),
                 });
             }
             index_by_id[usize::from(id)] = Some(index);
@@ -1061,9 +1085,23 @@ mod tests {
     #[test]
     fn duplicate_hop_ids_are_refused_explicit_or_defaulted() {
         let msg = error_of(|s| s.hops[1].id = Some(0));
-        assert_eq!(msg, "hop \"b\": `id` 0 is already used by hop \"a\"");
+        assert_eq!(
+            msg,
+            "hop \"b\": `id` 0 is already used by hop \"a\" (its position in [[hops]], as it gives no `id`): give one of them another `id` (0-255)"
+        );
         let msg = error_of(|s| s.hops[0].id = Some(1));
-        assert_eq!(msg, "hop \"b\": `id` 1 is already used by hop \"a\"");
+        assert_eq!(
+            msg,
+            "hop \"b\": `id` 1 (its position in [[hops]], counting from 0: a hop without `id` takes its position) is already used by hop \"a\": give one of them another `id` (0-255)"
+        );
+    }
+
+    #[test]
+    fn a_hop_id_out_of_range_says_the_range() {
+        let text = "name = \"p\"\n[[hops]]\nname = \"a\"\nid = 300\n[[hops]]\nname = \"b\"\n";
+        let e = PipelineSpec::from_toml_str(text).unwrap_err().to_string();
+        assert!(e.contains("0-255") && e.contains("300"), "{e}");
+        assert!(!e.contains("expected u8"), "{e}");
     }
 
     #[test]

@@ -52,6 +52,27 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_nanos(ns))
 }
 
+/// Parses a duration that must carry its unit (`500us`, `1ms`, `2s`; `0` needs none): for
+/// settings usually well below a second (a publisher's tick, a batch's linger, a poll
+/// interval), where a bare number, read as seconds by [`parse_duration`], would almost
+/// always be a mistake (`--tick 1`: one second).
+pub fn parse_short_duration(s: &str) -> Result<std::time::Duration, String> {
+    if s.trim() == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    parse_ns_with(s, None)
+        .map(std::time::Duration::from_nanos)
+        .map_err(|e| {
+            if s.trim().parse::<f64>().is_ok() {
+                format!(
+                    "{s:?} needs a unit here (e.g. 500us, 1ms, 10ms): a bare number would be seconds"
+                )
+            } else {
+                e
+            }
+        })
+}
+
 /// Parses a size in bytes: `65536`, `512KiB`, `64MiB`, `1GiB` (powers of 1024), or `64MB`,
 /// `1GB` (powers of 1000); `B` alone is bytes.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {

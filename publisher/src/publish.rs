@@ -222,6 +222,9 @@ pub struct PublishSummary {
     pub exporter: Option<CounterSnapshot>,
     /// Whether the collector got everything (final counters and Goodbye).
     pub exporter_clean: Option<bool>,
+    /// The collector refused the publisher's probe for good during the run (its reason):
+    /// the run stopped there.
+    pub collector_refused: Option<String>,
 }
 
 impl PublishSummary {
@@ -649,6 +652,7 @@ impl Publisher {
         let mut errors = 0u64;
         let mut failure: Option<TargetError> = None;
         let mut stopped_early = false;
+        let mut refused: Option<String> = None;
         let tick = Duration::from_millis(250);
         let start = Instant::now();
         let start_ns = realtime_ns();
@@ -741,6 +745,14 @@ impl Publisher {
             schedule_span_ns = n.offset_ns;
             if now >= next_tick {
                 next_tick = now + tick;
+                if let Some(r) = self.exporter.as_ref().and_then(Exporter::rejected) {
+                    tracing::error!(
+                        "publishing stopped: the collector refused the probe for good: {r}"
+                    );
+                    refused = Some(r);
+                    stopped_early = true;
+                    break 'run;
+                }
                 self.update_live(
                     start,
                     &ledger,
@@ -823,6 +835,7 @@ impl Publisher {
             broker,
             exporter,
             exporter_clean,
+            collector_refused: refused,
         })
     }
 

@@ -235,6 +235,7 @@ mod tests {
             },
             exporter: None,
             exporter_clean: None,
+            collector_refused: None,
         }
     }
 

@@ -151,6 +151,9 @@ pub struct TapSummary {
     pub exporter: Option<CounterSnapshot>,
     /// Whether the collector got everything.
     pub exporter_clean: Option<bool>,
+    /// The collector refused the tap's probe for good during the run (its reason): the
+    /// tap stopped there.
+    pub collector_refused: Option<String>,
 }
 
 /// A tap, subscribed and ready.
@@ -238,6 +241,8 @@ impl Tap {
         let mut delivery = LagHistogram::new();
         let live = Arc::clone(&self.live);
         let mut failure = None;
+        let mut refused: Option<String> = None;
+        let mut next_check = Instant::now();
         while !shutdown.load(Relaxed)
             && deadline.is_none_or(|d| Instant::now() < d)
             && self
@@ -245,6 +250,16 @@ impl Tap {
                 .max_messages
                 .is_none_or(|m| live.traced.load(Relaxed) < m)
         {
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + Duration::from_millis(100);
+                if let Some(r) = self.exporter.as_ref().and_then(Exporter::rejected) {
+                    tracing::error!(
+                        "tapping stopped: the collector refused the probe for good: {r}"
+                    );
+                    refused = Some(r);
+                    break;
+                }
+            }
             let m = match self.source.recv(Duration::from_millis(100)) {
                 Ok(Some(m)) => m,
                 Ok(None) => continue,
@@ -340,6 +355,7 @@ impl Tap {
             new_sessions: self.source.new_sessions(),
             exporter,
             exporter_clean,
+            collector_refused: refused,
         })
     }
 }

@@ -29,7 +29,8 @@
 //! - [`supervisor`]: child processes; [`sampler`] and [`procfs`]: their CPU and memory;
 //!   [`broker_process`]: the broker's process and version; [`rundir`]: a run directory
 //!   before and after its run; [`query`]: the one query runtime; [`progress`]: the live
-//!   line; [`out`]: printing that a closed pipe cannot break.
+//!   line; [`interrupt`]: waits that SIGINT and SIGTERM end; [`out`]: printing that a
+//!   closed pipe cannot break.
 //!
 //! The processes of a soak talk through typed contracts: the publisher's end summary is
 //! `hoptrace_publisher::report::PublishReport`, the collector's progress is
@@ -84,6 +85,7 @@ macro_rules! eprintln {
 pub mod bench;
 pub mod broker_process;
 pub mod demo;
+pub mod interrupt;
 pub mod out;
 pub mod pipeline;
 pub mod procfs;

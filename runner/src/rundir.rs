@@ -32,6 +32,38 @@ fn read_run_json(path: &Path) -> anyhow::Result<RunSummary> {
     })
 }
 
+/// Checks, before a long run, that its output can be written at `dir`, creating nothing:
+/// a run that measures for minutes and then cannot write its report has wasted them. The
+/// nearest part of `dir` that exists must be a directory a file can be written in (the
+/// rest is created later). `what` names the option (`--out`).
+///
+/// # Errors
+/// A part of `dir` is not a directory, or nothing can be written in it.
+pub fn check_writable(dir: &Path, what: &str) -> anyhow::Result<()> {
+    let fail = |why: String| {
+        anyhow::anyhow!(
+            "{what} {}: cannot write there ({why}); choose another {what} (nothing was run)",
+            dir.display()
+        )
+    };
+    let mut existing = dir;
+    while !existing.as_os_str().is_empty() && !existing.exists() {
+        existing = existing.parent().unwrap_or(Path::new(""));
+    }
+    let existing = if existing.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        existing
+    };
+    if !existing.is_dir() {
+        return Err(fail(format!("{} is not a directory", existing.display())));
+    }
+    let probe = existing.join(format!(".hoptrace-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| fail(format!("{}: {e}", existing.display())))?;
+    std::fs::remove_file(&probe).map_err(|e| fail(format!("{}: {e}", existing.display())))?;
+    Ok(())
+}
+
 /// Refuses to write into `dir` when it holds a run that closed cleanly (unless
 /// `continue_run`) or data of another pipeline (always): either would leave a directory
 /// that no reader can make sense of. A directory a killed collector left (part files, no

@@ -213,12 +213,19 @@ pub enum StoreTapError {
     /// The store could not be reached at start, for as long as the tap was told to wait:
     /// start it (or check the address), or wait longer (`--wait-for-store 30s`).
     #[error(
-        "the store did not answer{}: {detail} (is it running at that address? `--wait-for-store 30s` waits for a store that is still starting)",
-        if *waited_ms > 0 { format!(" within {waited_ms} ms") } else { String::new() }
+        "the store did not answer{}: {detail} (is it running at that address?{})",
+        if *wait_ms > 0 { format!(" within {waited_ms} ms") } else { String::new() },
+        if *wait_ms > 0 {
+            " It did not come up in the time --wait-for-store gave it"
+        } else {
+            " `--wait-for-store 30s` waits for a store that is still starting"
+        }
     )]
     StoreDown {
         /// How long the tap waited, ms.
         waited_ms: u64,
+        /// How long it was told to wait (`--wait-for-store`), ms.
+        wait_ms: u64,
         /// The last error.
         detail: String,
     },
@@ -317,6 +324,9 @@ pub struct StoreTapSummary {
     /// The exporters' final counters (tap host, then store host) and whether they closed
     /// cleanly.
     pub exporters: Vec<(CounterSnapshot, bool)>,
+    /// The collector refused one of the tap's probes for good during the run (its
+    /// reason): the tap stopped there.
+    pub collector_refused: Option<String>,
 }
 
 impl StoreTapSummary {
@@ -459,6 +469,7 @@ fn open_waiting(store: &mut dyn Store, wait: Duration) -> Result<store::Opened, 
                 if waited >= wait {
                     return Err(StoreTapError::StoreDown {
                         waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                         detail,
                     });
                 }
@@ -601,6 +612,7 @@ impl StoreTap {
         let mut error_streak = 0u64;
         let mut last_error: Option<String> = None;
         let mut sample_failed = false;
+        let mut refused: Option<String> = None;
         let live = Arc::clone(&self.live);
         while !shutdown.load(Relaxed)
             && deadline.is_none_or(|d| Instant::now() < d)
@@ -609,6 +621,17 @@ impl StoreTap {
             let now = Instant::now();
             if now >= next_counters {
                 next_counters = now + self.config.counters_interval;
+                if let Some(r) = [&self.main, &self.store_exporter]
+                    .into_iter()
+                    .flatten()
+                    .find_map(Exporter::rejected)
+                {
+                    tracing::error!(
+                        "polling stopped: the collector refused the tap's probe for good: {r}"
+                    );
+                    refused = Some(r);
+                    break;
+                }
                 self.send_counters(
                     &c,
                     &hists(&bracket, &query_time, &server_elapsed),
@@ -827,6 +850,7 @@ impl StoreTap {
                 .then(|| (self.store_host.clone(), self.store.time_resolution_ns())),
             notice: self.notice.take(),
             exporters,
+            collector_refused: refused,
         }
     }
 

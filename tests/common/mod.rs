@@ -65,6 +65,20 @@ impl Running {
         interrupt(&self.child);
     }
 
+    /// Sends it signal `sig` (SIGINT, SIGTERM).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: a plain kill(2) of our own child process.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as libc::pid_t, sig) },
+            0
+        );
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     /// Waits for its end and what it printed; a command still running after `within` (a
     /// hang) is killed and fails the test.
     pub fn finish_within(mut self, within: Duration) -> Output {

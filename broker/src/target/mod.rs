@@ -156,6 +156,9 @@ pub struct TargetStats {
     pub abandoned_unwritten: u64,
     /// MQTT: connections that were down (broker unreachable) when the target closed.
     pub down_at_close: u64,
+    /// MQTT: the QoS of the publishes (at QoS 0 the broker acknowledges nothing, so
+    /// `written` is all a publisher can know); `None` for Kafka.
+    pub mqtt_qos: Option<u8>,
 }
 
 /// A broker to send to.

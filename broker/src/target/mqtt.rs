@@ -854,6 +854,7 @@ impl Target for MqttTarget {
             connection_errors: sum(|s| &s.errors),
             retransmitted: sum(|s| &s.retransmitted),
             requeued: sum(|s| &s.requeued),
+            mqtt_qos: Some(self.qos),
             ..TargetStats::default()
         }
     }

@@ -138,7 +138,7 @@ await_line() {
 "$KAFKA_SH" create-topic "src.$topic" --partitions 2 --replication 3 --bootstrap 127.0.0.1:29092 >&2
 
 # --- Collector ----------------------------------------------------------------------------
-"$BIN" collect --listen 127.0.0.1:0 --pipeline "$HERE/pipeline.toml" --out "$out/runs" \
+"$BIN" collect --listen 127.0.0.1:0 --pipeline "$HERE/pipeline.toml" --runs "$out/runs" \
     --run-id "$run_id" >"$work/collect.log" 2>&1 &
 collect_pid=$!
 pids+=("$collect_pid")

@@ -438,7 +438,17 @@ impl PartCommands {
             &format!("{}us", opts.linger.as_micros()),
         ]);
         if let (true, Some(root)) = (mqtt, &plan.topic_root) {
-            processor.extend(args(["--topics", &format!("{root}/#")]));
+            // The address's path is a topic prefix for every part: the publisher publishes
+            // under it, so the processor subscribes under it.
+            let prefix = match Endpoint::parse(&opts.broker) {
+                Ok(Endpoint::Mqtt(m)) => m.prefix,
+                _ => None,
+            };
+            let filter = match prefix {
+                Some(p) => format!("{p}/{root}/#"),
+                None => format!("{root}/#"),
+            };
+            processor.extend(args(["--topics", &filter]));
         }
         let mut publisher = args([
             "publish",

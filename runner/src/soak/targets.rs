@@ -12,6 +12,45 @@ pub const TARGET_BYTES_PER_TRACE: f64 = 16.0;
 pub const TARGET_REPORT_S: f64 = 60.0;
 /// Achieved / target rate the publisher must reach.
 pub const TARGET_RATE_RATIO: f64 = 0.99;
+/// Share of the messages sent whose traces must be complete (every hop seen).
+pub const TARGET_COMPLETE_FRACTION: f64 = 0.999;
+
+/// Whether `complete` of `sent` messages is at least [`TARGET_COMPLETE_FRACTION`] (and
+/// something was sent), in integers: `complete / sent >= 999 / 1000`.
+#[must_use]
+pub fn complete_enough(complete: u64, sent: u64) -> bool {
+    sent > 0 && u128::from(complete) * 1000 >= u128::from(sent) * 999
+}
+
+/// The completeness target's measured figure: complete of sent, and which hops the
+/// incomplete traces miss (the hop that broke first is the one most miss).
+#[must_use]
+pub fn completeness(a: &AccountingSummary) -> String {
+    let mut missing: Vec<(&String, &u64)> = a.missing_by_hop.iter().collect();
+    missing.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+    format!(
+        "{} of {} ({:.3} %){}",
+        a.complete,
+        a.sent,
+        if a.sent > 0 {
+            a.complete as f64 / a.sent as f64 * 100.0
+        } else {
+            0.0
+        },
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; incomplete traces miss {}",
+                missing
+                    .iter()
+                    .map(|(h, n)| format!("{h} ({n})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    )
+}
 
 /// One of the soak's targets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,6 +110,12 @@ pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
                 a.sent, a.complete, a.incomplete, a.unseen, a.records_lost_by_probes
             ),
             met: a.adds_up && a.sent == m.sent,
+        },
+        Target {
+            name: "Complete traces (every hop seen)".into(),
+            target: format!(">= {:.1} % of sent", TARGET_COMPLETE_FRACTION * 100.0),
+            measured: completeness(a),
+            met: complete_enough(a.complete, a.sent),
         },
         Target {
             name: "Collector RSS flat after warm-up".into(),
@@ -159,11 +204,12 @@ mod tests {
             resources: &res,
             report_s: 2.5,
         });
-        assert_eq!(t.len(), 5);
+        assert_eq!(t.len(), 6);
         assert!(t.iter().all(|t| t.met), "{t:#?}");
         assert_eq!(t[0].measured, "0.9950 (99.5k of 100.0k metrics/s)");
-        assert_eq!(t[3].measured, "8.00 (8000 bytes, 1000 traces)");
-        assert_eq!(t[4].measured, "2.5 s");
+        assert_eq!(t[2].measured, "1000 of 1000 (100.000 %)");
+        assert_eq!(t[4].measured, "8.00 (8000 bytes, 1000 traces)");
+        assert_eq!(t[5].measured, "2.5 s");
     }
 
     #[test]
@@ -200,7 +246,29 @@ mod tests {
                 report_s: 1.0,
             }
         });
-        assert_eq!(t[2].measured, "not sampled");
-        assert!(!t[2].met);
+        assert_eq!(t[3].measured, "not sampled");
+        assert!(!t[3].met);
+    }
+
+    #[test]
+    fn completeness_names_the_hop_the_incomplete_traces_miss() {
+        // The reference pipeline with its processor subscribed elsewhere: nothing passed
+        // flow_in, so every hop after it is missing too.
+        let mut a = accounting(1_800_000, 0, true);
+        a.missing_by_hop = [
+            ("flow_in", 1_800_000),
+            ("store_in", 1_800_000),
+            ("broker", 3),
+        ]
+        .into_iter()
+        .map(|(h, n)| (h.to_owned(), n))
+        .collect();
+        assert!(!complete_enough(a.complete, a.sent));
+        assert_eq!(
+            completeness(&a),
+            "0 of 1800000 (0.000 %); incomplete traces miss flow_in (1800000), store_in (1800000), broker (3)"
+        );
+        assert!(complete_enough(999, 1000) && !complete_enough(998, 1000));
+        assert!(!complete_enough(0, 0), "nothing sent is not complete");
     }
 }

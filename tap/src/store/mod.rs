@@ -38,6 +38,14 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
+    /// Every kind, in the order the documentation lists them.
+    pub const ALL: [Self; 4] = [
+        Self::InfluxDb,
+        Self::Postgres,
+        Self::ClickHouse,
+        Self::VictoriaMetrics,
+    ];
+
     /// The URL scheme.
     #[must_use]
     pub fn scheme(self) -> &'static str {
@@ -483,6 +491,8 @@ pub(crate) fn duration_ns(d: Duration) -> i64 {
 pub(crate) struct Http {
     agent: ureq::Agent,
     base: String,
+    /// The longest a request may take (`timeout=`), connecting included.
+    timeout: Duration,
 }
 
 /// An HTTP answer: status, the headers a store needs, body.
@@ -523,14 +533,53 @@ impl Http {
         Ok(Self {
             agent,
             base: format!("http://{host}:{}", url.port),
+            timeout,
         })
     }
 
-    fn finish(r: Result<ureq::Response, ureq::Error>, keep: &[&str]) -> Result<Answer, StoreError> {
+    /// A transport failure in one line, each cause once: where (the address and path,
+    /// never the query, which can hold a password), what, and for a store that did not
+    /// answer in time, the `timeout=` that ran out.
+    fn transport(&self, t: &ureq::Transport) -> StoreError {
+        let at = t.url().map_or_else(
+            || self.base.clone(),
+            |u| format!("{}{}", self.base, u.path()),
+        );
+        let mut cause: Option<String> = t.message().map(str::to_owned);
+        let mut timed_out = false;
+        let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
+        while let Some(e) = next {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                timed_out |= matches!(
+                    io.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                );
+            }
+            cause = Some(e.to_string());
+            next = e.source();
+        }
+        let kind = t.kind().to_string();
+        let what = match cause {
+            _ if timed_out => format!(
+                "no answer within {:?} (the address's timeout=): the store is silent, overloaded or not what the address names",
+                self.timeout
+            ),
+            Some(c) if c.contains(&kind) => c,
+            Some(c) => format!("{kind}: {c}"),
+            None => kind,
+        };
+        StoreError::Unreachable(format!("{at}: {what}"))
+    }
+
+    fn finish(
+        &self,
+        r: Result<ureq::Response, ureq::Error>,
+        keep: &[&str],
+    ) -> Result<Answer, StoreError> {
         let resp = match r {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => r,
-            Err(ureq::Error::Transport(t)) => return Err(StoreError::Unreachable(t.to_string())),
+            Err(ureq::Error::Transport(t)) => return Err(self.transport(&t)),
         };
         let status = resp.status();
         let headers = keep
@@ -542,7 +591,21 @@ impl Http {
             &mut std::io::Read::take(resp.into_reader(), MAX_BODY),
             &mut body,
         )
-        .map_err(|e| StoreError::Unreachable(format!("reading the answer: {e}")))?;
+        .map_err(|e| {
+            StoreError::Unreachable(
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) {
+                    format!(
+                        "{}: the answer stopped coming within {:?} (the address's timeout=)",
+                        self.base, self.timeout
+                    )
+                } else {
+                    format!("{}: reading the answer: {e}", self.base)
+                },
+            )
+        })?;
         Ok(Answer {
             status,
             headers,
@@ -561,7 +624,7 @@ impl Http {
         for (k, v) in query {
             req = req.query(k, v);
         }
-        Self::finish(req.call(), keep)
+        self.finish(req.call(), keep)
     }
 
     /// `POST base+path?query` with `body`.
@@ -576,7 +639,7 @@ impl Http {
         for (k, v) in query {
             req = req.query(k, v);
         }
-        Self::finish(req.send_string(body), keep)
+        self.finish(req.send_string(body), keep)
     }
 }
 

@@ -19,15 +19,43 @@
 //!
 //! A table dropped mid-run fails the poll (`42P01`); the connection is opened and the
 //! statement prepared again at the next poll, so a table created again is polled again.
+//!
+//! Every wait on the server is bounded by the address's `timeout=` (default 10 s): the
+//! whole connection (TCP, start-up, authentication, preparing the statement; at most 5 s)
+//! and every query. A server that accepts and never answers fails the poll with "no
+//! answer within ..."; the connection is dropped and opened again at the next poll.
 
+use std::future::Future;
 use std::time::Duration;
 
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage, Statement};
+
 use super::{Batch, Opened, Row, Store, StoreError, StoreKind, StoreUrl, UrlError};
+
+/// One connection: its client, the poll's prepared statement, and the task that drives
+/// the connection (run by the tap's runtime while a query waits).
+struct Conn {
+    client: Client,
+    stmt: Statement,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
 
 /// A PostgreSQL table polled over one connection.
 pub struct Postgres {
     url: StoreUrl,
-    config: postgres::Config,
+    config: tokio_postgres::Config,
+    /// The longest a query may wait for the server.
+    timeout: Duration,
+    /// The longest opening a connection may take.
+    connect_timeout: Duration,
+    /// The tap's own single-threaded runtime, made at the first connection.
+    runtime: Option<tokio::runtime::Runtime>,
     table: String,
     key: String,
     time: String,
@@ -37,7 +65,7 @@ pub struct Postgres {
     answered: u64,
     /// The bound of the last answered poll whose own duration is still to be sampled.
     to_sample: Option<i64>,
-    client: Option<(postgres::Client, postgres::Statement)>,
+    client: Option<Conn>,
 }
 
 /// `"name"` with `"` doubled.
@@ -138,7 +166,7 @@ pub fn classify(sqlstate: &str, message: String) -> StoreError {
     }
 }
 
-fn error(e: &postgres::Error) -> StoreError {
+fn error(e: &tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(db) => classify(
             db.code().code(),
@@ -172,16 +200,15 @@ impl Postgres {
         if url.path.is_empty() {
             return Err(url.error("the path names the database: postgres://USER:PASSWORD@HOST:PORT/DATABASE?table=T&time=C".into()));
         }
-        let mut config = postgres::Config::new();
+        let timeout = url.duration("timeout", Duration::from_secs(10))?;
+        let connect_timeout = timeout.min(Duration::from_secs(5));
+        let mut config = tokio_postgres::Config::new();
         config
             .host(&url.host)
             .port(url.port)
             .dbname(&url.path)
             .application_name("hoptrace-tap")
-            .connect_timeout(
-                url.duration("timeout", Duration::from_secs(10))?
-                    .min(Duration::from_secs(5)),
-            );
+            .connect_timeout(connect_timeout);
         if let Some(u) = &url.user {
             config.user(u);
         }
@@ -191,6 +218,9 @@ impl Postgres {
         Ok(Self {
             url: url.clone(),
             config,
+            timeout,
+            connect_timeout,
+            runtime: None,
             table: url.required("table", "table")?.to_owned(),
             key: url.param("key").unwrap_or("hoptrace").to_owned(),
             time: url.required("time", "time column")?.to_owned(),
@@ -202,27 +232,72 @@ impl Postgres {
         })
     }
 
-    fn client(&mut self) -> Result<&mut (postgres::Client, postgres::Statement), StoreError> {
-        if self.client.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+    /// The server's address, for messages.
+    fn at(&self) -> String {
+        format!("PostgreSQL {}:{}", self.url.host, self.url.port)
+    }
+
+    /// Runs `f` on the tap's runtime for at most `limit`; a server that does not answer
+    /// in time is [`StoreError::Unreachable`], naming `what` and the limit.
+    fn within<T>(
+        runtime: &tokio::runtime::Runtime,
+        at: &str,
+        what: &str,
+        limit: Duration,
+        f: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StoreError> {
+        match runtime.block_on(async { tokio::time::timeout(limit, f).await }) {
+            Ok(r) => r.map_err(|e| error(&e)),
+            Err(_) => Err(StoreError::Unreachable(format!(
+                "{at}: no answer within {limit:?} ({what}; the address's timeout=): the server is silent, overloaded or not PostgreSQL"
+            ))),
+        }
+    }
+
+    fn client(&mut self) -> Result<&mut Conn, StoreError> {
+        if self.client.as_ref().is_some_and(|c| c.client.is_closed()) {
             self.client = None;
         }
+        if self.runtime.is_none() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::Unreachable(format!("starting the tap's runtime: {e}")))?;
+            self.runtime = Some(rt);
+        }
         if self.client.is_none() {
-            let mut c =
-                self.config
-                    .connect(postgres::NoTls)
-                    .map_err(|e| match e.as_db_error() {
-                        Some(_) => error(&e),
-                        None => StoreError::Unreachable(format!(
-                            "PostgreSQL {}:{}: {e}",
-                            self.url.host, self.url.port
-                        )),
-                    })?;
-            c.batch_execute("SET TIME ZONE 'UTC'")
-                .map_err(|e| error(&e))?;
-            let stmt = c
-                .prepare(&poll_query(&self.table, &self.key, &self.time))
-                .map_err(|e| error(&e))?;
-            self.client = Some((c, stmt));
+            let at = self.at();
+            let config = self.config.clone();
+            let sql = poll_query(&self.table, &self.key, &self.time);
+            let rt = self.runtime.as_ref().expect("made above");
+            let conn = Self::within(rt, &at, "connecting", self.connect_timeout, async {
+                let (client, connection) = config.connect(NoTls).await?;
+                let driver = tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                let conn = async {
+                    client.batch_execute("SET TIME ZONE 'UTC'").await?;
+                    client.prepare(&sql).await
+                };
+                match conn.await {
+                    Ok(stmt) => Ok(Conn {
+                        client,
+                        stmt,
+                        driver,
+                    }),
+                    Err(e) => {
+                        driver.abort();
+                        Err(e)
+                    }
+                }
+            })
+            .map_err(|e| match e {
+                StoreError::Unreachable(m) if !m.starts_with(&at) => {
+                    StoreError::Unreachable(format!("{at}: {m}"))
+                }
+                other => other,
+            })?;
+            self.client = Some(conn);
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -267,16 +342,31 @@ impl Store for Postgres {
             "PostgreSQL {}:{} database {}",
             self.url.host, self.url.port, self.url.path
         );
-        let (c, _) = self.client().map_err(|e| match e {
+        self.client().map_err(|e| match e {
             StoreError::Missing(m) => {
                 StoreError::Missing(format!("{where_}: {m} (check table=, key= and time=)"))
             }
             other => other,
         })?;
-        let row = c.query_one(&sql, &[]).map_err(|e| match error(&e) {
+        let (at, timeout) = (self.at(), self.timeout);
+        let (Some(rt), Some(c)) = (self.runtime.as_ref(), self.client.as_ref()) else {
+            unreachable!("connected above");
+        };
+        let row = Self::within(
+            rt,
+            &at,
+            "the first query",
+            timeout,
+            c.client.query_one(&sql, &[]),
+        )
+        .map_err(|e| match e {
             StoreError::Missing(m) => StoreError::Missing(format!("{where_}: {m}")),
             other => other,
-        })?;
+        });
+        if matches!(row, Err(StoreError::Unreachable(_))) {
+            self.client = None;
+        }
+        let row = row?;
         let newest: Option<i64> = row
             .try_get(0)
             .map_err(|e| StoreError::Answer(format!("the time column is not a timestamp: {e}")))?;
@@ -288,14 +378,26 @@ impl Store for Postgres {
 
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
         let since_us = since_ns.map_or(ALL_ROWS_US, |n| n.div_euclid(1000));
-        let (c, stmt) = self.client()?;
-        let rows = match c.query(&*stmt, &[&since_us]) {
+        self.client()?;
+        let (at, timeout) = (self.at(), self.timeout);
+        let (Some(rt), Some(c)) = (self.runtime.as_ref(), self.client.as_ref()) else {
+            unreachable!("connected above");
+        };
+        let answer = Self::within(
+            rt,
+            &at,
+            "a poll",
+            timeout,
+            c.client.query(&c.stmt, &[&since_us]),
+        );
+        let rows = match answer {
             Ok(r) => r,
-            Err(e) => {
-                let err = error(&e);
-                // A closed connection, or a table dropped under the prepared statement:
-                // connect and prepare again at the next poll.
-                if c.is_closed() || matches!(err, StoreError::Missing(_)) {
+            Err(err) => {
+                // A closed or silent connection, or a table dropped under the prepared
+                // statement: connect and prepare again at the next poll.
+                if c.client.is_closed()
+                    || matches!(err, StoreError::Missing(_) | StoreError::Unreachable(_))
+                {
                     self.client = None;
                 }
                 return Err(err);
@@ -329,12 +431,19 @@ impl Store for Postgres {
             return Ok(None);
         };
         let sql = explain_query(&self.table, &self.key, &self.time, since_us);
-        let (c, _) = self.client()?;
-        let answer = c.simple_query(&sql).map_err(|e| error(&e))?;
-        let text = answer
+        self.client()?;
+        let (at, timeout) = (self.at(), self.timeout);
+        let (Some(rt), Some(c)) = (self.runtime.as_ref(), self.client.as_ref()) else {
+            unreachable!("connected above");
+        };
+        let answer = Self::within(rt, &at, "EXPLAIN", timeout, c.client.simple_query(&sql));
+        if matches!(answer, Err(StoreError::Unreachable(_))) {
+            self.client = None;
+        }
+        let text = answer?
             .iter()
             .find_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
                 _ => None,
             })
             .ok_or_else(|| StoreError::Answer("EXPLAIN returned no row".into()))?;
