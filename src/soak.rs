@@ -220,7 +220,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             t.name,
             t.target,
             t.measured,
-            if t.met { "met" } else { "MISSED" }
+            t.verdict()
         );
     }
     for p in &o.result.resources {
@@ -244,7 +244,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .result
         .targets
         .iter()
-        .filter(|t| !t.met)
+        .filter(|t| t.missed())
         .map(|t| t.name.as_str())
         .collect();
     if !missed.is_empty() {
@@ -260,9 +260,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Exit status of `hoptrace soak` (and `sweep`) when the run was measured and reported but
-/// a target was missed (or, for the sweep, a cell's traces were not complete).
-pub const SOAK_TARGET_MISSED: i32 = 3;
+pub use hoptrace_runner::soak::EXIT_TARGET_MISSED as SOAK_TARGET_MISSED;
 
 #[cfg(test)]
 mod tests {

@@ -220,15 +220,19 @@ impl Collector {
             cfg.tls_key.as_deref(),
         )?;
         let started_unix_ns = hoptrace_clock::realtime_ns();
-        let run_id = cfg
-            .run_id
-            .clone()
-            .unwrap_or_else(|| default_run_id(started_unix_ns));
-        let run_dir = cfg.out_dir.join(&run_id);
-        std::fs::create_dir_all(&run_dir).map_err(|source| CollectorError::Io {
-            path: run_dir.clone(),
-            source,
-        })?;
+        let (run_id, run_dir) = match &cfg.run_id {
+            Some(id) => {
+                let run_dir = cfg.out_dir.join(id);
+                std::fs::create_dir_all(&run_dir).map_err(|source| CollectorError::Io {
+                    path: run_dir.clone(),
+                    source,
+                })?;
+                (id.clone(), run_dir)
+            }
+            // A new run never lands in another's directory, even when two start within
+            // the same second.
+            None => claim_run_dir(&cfg.out_dir, &default_run_id(started_unix_ns))?,
+        };
         // A restart's replay, as probes wait for it: from reading the checkpoint on.
         let replay_started = Instant::now();
         let (log, checkpoint) = if cfg.durable {
@@ -1419,6 +1423,29 @@ fn default_run_id(unix_ns: i64) -> String {
     format!("run-{y:04}{m:02}{d:02}T{h:02}{min:02}{s:02}Z")
 }
 
+/// Creates `out_dir/<base>` for a new run, or `<base>-2`, `<base>-3`, ... when a run of
+/// that name exists; returns the id and the directory.
+fn claim_run_dir(out_dir: &Path, base: &str) -> Result<(String, PathBuf), CollectorError> {
+    std::fs::create_dir_all(out_dir).map_err(|source| CollectorError::Io {
+        path: out_dir.to_owned(),
+        source,
+    })?;
+    let mut n = 1u32;
+    loop {
+        let id = if n == 1 {
+            base.to_owned()
+        } else {
+            format!("{base}-{n}")
+        };
+        let dir = out_dir.join(&id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((id, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
+            Err(source) => return Err(CollectorError::Io { path: dir, source }),
+        }
+    }
+}
+
 /// Waits until the disk has every file of the run directory outside the log, and the
 /// directories' entries (`fsync`).
 fn sync_files(run_dir: &Path) -> Result<(), CollectorError> {
@@ -1503,6 +1530,14 @@ mod tests {
     #[test]
     fn run_ids_are_utc_times() {
         assert_eq!(default_run_id(0), "run-19700101T000000Z");
+        // Two runs started within the same second get directories of their own.
+        let out = std::env::temp_dir().join(format!("hoptrace-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let (a, _) = claim_run_dir(&out, "run-x").unwrap();
+        let (b, dir) = claim_run_dir(&out, "run-x").unwrap();
+        assert_eq!((a.as_str(), b.as_str()), ("run-x", "run-x-2"));
+        assert!(dir.is_dir());
+        std::fs::remove_dir_all(&out).unwrap();
         assert_eq!(
             default_run_id(1_700_000_000_000_000_000),
             "run-20231114T221320Z"

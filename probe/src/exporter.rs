@@ -217,6 +217,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// How long a host that stops at a person's request (the command-line taps and
+/// publishers) waits for a collector that is away, with [`Exporter::shutdown_promptly`]:
+/// short enough that the command ends and prints its summary well within a second.
+pub const AWAY_AT_STOP: Duration = Duration::from_millis(300);
+
 /// What happened to everything reported, after [`Exporter::shutdown`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -239,6 +244,9 @@ pub struct Exporter {
     control: Arc<Mutex<Vec<u8>>>,
     status: Arc<Mutex<Status>>,
     shutdown_timeout_ns: Arc<AtomicU64>,
+    /// Once stopping, how long a collector that is away is waited for
+    /// ([`Exporter::shutdown_promptly`]); `u64::MAX`: the whole shutdown timeout.
+    away_at_stop_ns: Arc<AtomicU64>,
     thread: Option<JoinHandle<(bool, u64)>>,
 }
 
@@ -282,6 +290,7 @@ impl Exporter {
         let shutdown_timeout_ns = Arc::new(AtomicU64::new(duration_ns(
             config.connect_timeout.max(Duration::from_secs(5)),
         )));
+        let away_at_stop_ns = Arc::new(AtomicU64::new(u64::MAX));
         let hello = Hello {
             // Without retention there is nothing to send again: version 1 says so.
             version: if config.retention_bytes == 0 {
@@ -311,6 +320,7 @@ impl Exporter {
             status: Arc::clone(&status),
             clock,
             shutdown_timeout_ns: Arc::clone(&shutdown_timeout_ns),
+            away_at_stop_ns: Arc::clone(&away_at_stop_ns),
         };
         let thread = std::thread::Builder::new()
             .name("hoptrace-exporter".into())
@@ -321,6 +331,7 @@ impl Exporter {
             control,
             status,
             shutdown_timeout_ns,
+            away_at_stop_ns,
             thread: Some(thread),
         })
     }
@@ -474,6 +485,16 @@ impl Exporter {
         self.shutdown_timeout_ns
             .store(duration_ns(timeout), Relaxed);
         self
+    }
+
+    /// [`Exporter::shutdown`] for a host that was asked to stop (Ctrl-C, the end of its
+    /// run): while connected it flushes as usual, within the shutdown timeout; a
+    /// collector that is away (now, or once the flush has begun) is waited for at most
+    /// `away`, not the whole timeout, so the host can print its summary promptly. What
+    /// does not reach the collector is counted as `send_failed`, as always.
+    pub fn shutdown_promptly(self, away: Duration) -> ExportSummary {
+        self.away_at_stop_ns.store(duration_ns(away), Relaxed);
+        self.shutdown()
     }
 
     /// Flushes everything queued, sends the final counters and Goodbye, stops, and
@@ -631,6 +652,9 @@ struct Worker {
     /// The clock status readings, taken on their own thread.
     clock: ClockFeed,
     shutdown_timeout_ns: Arc<AtomicU64>,
+    /// Once stopping, how long a collector that is away is waited for
+    /// ([`Exporter::shutdown_promptly`]); `u64::MAX`: the whole shutdown timeout.
+    away_at_stop_ns: Arc<AtomicU64>,
 }
 
 impl Worker {
@@ -654,6 +678,8 @@ impl Worker {
         let mut clock_seen = 0u64;
         let mut last_counters: Option<Instant> = None;
         let mut deadline: Option<Instant> = None;
+        // When, once stopping, the collector was first found away.
+        let mut away_since: Option<Instant> = None;
         let mut last_ack_read = Instant::now();
         let max_batch = self.config.max_batch.clamp(1, MAX_RECORDS_PER_FRAME);
         let clean = loop {
@@ -666,6 +692,13 @@ impl Worker {
             let Some(stream) = conn.as_mut() else {
                 if past_deadline {
                     break false;
+                }
+                let away = self.away_at_stop_ns.load(Relaxed);
+                if stopping && away != u64::MAX {
+                    let since = *away_since.get_or_insert(now);
+                    if now.duration_since(since) >= Duration::from_nanos(away) {
+                        break false;
+                    }
                 }
                 if refused {
                     // Refused for good: nothing will ever be sent. What the probes give is

@@ -90,5 +90,7 @@ pub use carrier::{CarrierError, Extracted};
 pub use clock::{Clock, ClockStatus, ManualClock, OffsetClock, SystemClock};
 pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey};
 pub use counters::{AsExtracted, CounterSnapshot, Counters};
-pub use exporter::{ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError};
+pub use exporter::{
+    AWAY_AT_STOP, ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError,
+};
 pub use probe::{LocalQueue, Probe, ReportError};

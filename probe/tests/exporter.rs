@@ -636,3 +636,37 @@ fn connect_waits_for_the_welcome_or_says_why_none_came() {
     let err = Exporter::connect(cfg, HOPS).unwrap_err().to_string();
     assert!(err.contains("bad token"), "{err}");
 }
+
+/// A host stopping while its collector is away (the collector was stopped first) waits
+/// for it at most the `away` it gives, not the whole shutdown timeout, and counts what
+/// it held as `send_failed`.
+#[test]
+fn a_prompt_shutdown_does_not_wait_out_an_absent_collector() {
+    let mc = MiniCollector::start(None);
+    let addr = mc.addr;
+    let exp = Exporter::start(config(addr), HOPS)
+        .unwrap()
+        .with_shutdown_timeout(Duration::from_secs(30));
+    mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
+    mc.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while exp.is_connected() {
+        assert!(std::time::Instant::now() < deadline, "still connected");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let p = exp.probe(HopId(0)).unwrap();
+    for seq in 0..5 {
+        p.try_record(&mut ctx(seq)).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let summary = exp.shutdown_promptly(Duration::from_millis(200));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(!summary.clean);
+    assert_eq!(
+        (summary.counters.sent, summary.counters.send_failed),
+        (0, 5),
+        "{:?}",
+        summary.counters
+    );
+}

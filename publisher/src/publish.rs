@@ -784,7 +784,7 @@ impl Publisher {
                         .expect("the ledger splits sent entries into frames that fit");
                 }
                 let run_id = e.run_id();
-                let s = e.shutdown();
+                let s = e.shutdown_promptly(hoptrace_probe::AWAY_AT_STOP);
                 if !s.clean || s.counters.lost() > 0 {
                     tracing::error!(
                         lost = s.counters.lost(),

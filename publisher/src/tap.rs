@@ -318,7 +318,7 @@ impl Tap {
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
                 let run_id = e.run_id();
-                let s = e.shutdown();
+                let s = e.shutdown_promptly(hoptrace_probe::AWAY_AT_STOP);
                 (Some(s.counters), Some(s.clean), run_id)
             }
             None => (None, None, None),

@@ -813,7 +813,7 @@ impl StoreTap {
             .into_iter()
             .flatten()
         {
-            let s = e.shutdown();
+            let s = e.shutdown_promptly(hoptrace_probe::AWAY_AT_STOP);
             exporters.push((s.counters, s.clean));
         }
         StoreTapSummary {

@@ -20,6 +20,10 @@
 
 pub mod targets;
 
+/// Exit status of `hoptrace soak` (and `sweep`) when the run was measured and reported but
+/// a target was missed (or, for the sweep, a cell's traces were not complete).
+pub const EXIT_TARGET_MISSED: i32 = 3;
+
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -1022,7 +1026,11 @@ fn soak_section(r: &SoakResult) -> Section {
                         t.name.clone(),
                         t.target.clone(),
                         t.measured.clone(),
-                        if t.met { "yes" } else { "NO" }.into(),
+                        match (&t.not_judged, t.met) {
+                            (Some(why), _) => format!("not judged: {why}"),
+                            (None, true) => "yes".into(),
+                            (None, false) => "NO".into(),
+                        },
                     ]
                 })
                 .collect(),

@@ -14,6 +14,13 @@ pub const TARGET_REPORT_S: f64 = 60.0;
 pub const TARGET_RATE_RATIO: f64 = 0.99;
 /// Share of the messages sent whose traces must be complete (every hop seen).
 pub const TARGET_COMPLETE_FRACTION: f64 = 0.999;
+/// Traces below which Parquet bytes per trace is not judged: a file's footer, schema and
+/// row-group statistics are a few kilobytes whatever it holds, so a short run measures
+/// them, not the encoding of a trace (10,000 traces at 4 KiB of overhead add 0.4 bytes).
+pub const MIN_TRACES_FOR_SIZE: u64 = 100_000;
+/// Collector samples (one a second) below which "RSS flat" is not judged:
+/// a slope over less than a minute says nothing of a 30-minute run.
+pub const MIN_SAMPLES_FOR_RSS: u64 = 60;
 
 /// Whether `complete` of `sent` messages is at least [`TARGET_COMPLETE_FRACTION`] (and
 /// something was sent), in integers: `complete / sent >= 999 / 1000`.
@@ -63,6 +70,28 @@ pub struct Target {
     pub measured: String,
     /// Whether it was met.
     pub met: bool,
+    /// Why the run is too short to judge this target (it is then neither met nor missed,
+    /// whatever `met` says of the figure): `None` when it was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<String>,
+}
+
+impl Target {
+    /// Whether the target was judged and missed: what makes a soak fail.
+    #[must_use]
+    pub fn missed(&self) -> bool {
+        self.not_judged.is_none() && !self.met
+    }
+
+    /// "met", "MISSED", or "not judged (why)".
+    #[must_use]
+    pub fn verdict(&self) -> String {
+        match &self.not_judged {
+            Some(why) => format!("not judged ({why})"),
+            None if self.met => "met".into(),
+            None => "MISSED".into(),
+        }
+    }
 }
 
 /// What the targets are judged on.
@@ -101,6 +130,7 @@ pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
                 units::rate(m.target_metrics_per_s as f64)
             ),
             met: ratio >= TARGET_RATE_RATIO,
+            not_judged: None,
         },
         Target {
             name: "Counts add up (sent = complete + incomplete + dropped)".into(),
@@ -110,12 +140,14 @@ pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
                 a.sent, a.complete, a.incomplete, a.unseen, a.records_lost_by_probes
             ),
             met: a.adds_up && a.sent == m.sent,
+            not_judged: None,
         },
         Target {
             name: "Complete traces (every hop seen)".into(),
             target: format!(">= {:.1} % of sent", TARGET_COMPLETE_FRACTION * 100.0),
             measured: completeness(a),
             met: complete_enough(a.complete, a.sent),
+            not_judged: None,
         },
         Target {
             name: "Collector RSS flat after warm-up".into(),
@@ -136,6 +168,14 @@ pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
                 },
             ),
             met: collector.is_some_and(|p| p.rss_flat),
+            not_judged: collector
+                .filter(|p| p.samples < MIN_SAMPLES_FOR_RSS)
+                .map(|p| {
+                    format!(
+                        "{} samples, fewer than {MIN_SAMPLES_FOR_RSS}",
+                        p.samples
+                    )
+                }),
         },
         Target {
             name: "Parquet bytes per trace".into(),
@@ -145,12 +185,19 @@ pub fn evaluate(m: &Measures<'_>) -> Vec<Target> {
                 m.data.bytes, m.data.rows
             ),
             met: bytes_per_trace <= TARGET_BYTES_PER_TRACE,
+            not_judged: (m.data.rows < MIN_TRACES_FOR_SIZE).then(|| {
+                format!(
+                    "{} traces, fewer than {MIN_TRACES_FOR_SIZE}: the files' fixed overhead dominates",
+                    m.data.rows
+                )
+            }),
         },
         Target {
             name: "Report over the whole run".into(),
             target: format!("<= {TARGET_REPORT_S:.0} s"),
             measured: format!("{:.1} s", m.report_s),
             met: m.report_s <= TARGET_REPORT_S,
+            not_judged: None,
         },
     ]
 }
@@ -173,7 +220,7 @@ mod tests {
         ProcessResources {
             process: "collector".into(),
             pid: 1,
-            samples: 30,
+            samples: 120,
             cpu_mean: 0.2,
             cpu_max: 0.4,
             rss_mean_bytes: 50 << 20,
@@ -190,25 +237,32 @@ mod tests {
             accounting(1000, 1000, true),
             DataRead {
                 files: 1,
-                bytes: 8_000,
-                rows: 1000,
+                bytes: 1_600_000,
+                rows: 200_000,
             },
             [collector(true)],
         );
+        let a = AccountingSummary {
+            sent: 200_000,
+            complete: 200_000,
+            incomplete: 0,
+            ..a
+        };
         let t = evaluate(&Measures {
             target_metrics_per_s: 100_000,
             achieved_metrics_per_s: 99_500.0,
-            sent: 1000,
+            sent: 200_000,
             accounting: &a,
             data: &data,
             resources: &res,
             report_s: 2.5,
         });
         assert_eq!(t.len(), 6);
-        assert!(t.iter().all(|t| t.met), "{t:#?}");
+        assert!(t.iter().all(|t| t.met && !t.missed()), "{t:#?}");
+        assert!(t.iter().all(|t| t.verdict() == "met"), "{t:#?}");
         assert_eq!(t[0].measured, "0.9950 (99.5k of 100.0k metrics/s)");
-        assert_eq!(t[2].measured, "1000 of 1000 (100.000 %)");
-        assert_eq!(t[4].measured, "8.00 (8000 bytes, 1000 traces)");
+        assert_eq!(t[2].measured, "200000 of 200000 (100.000 %)");
+        assert_eq!(t[4].measured, "8.00 (1600000 bytes, 200000 traces)");
         assert_eq!(t[5].measured, "2.5 s");
     }
 
@@ -218,8 +272,8 @@ mod tests {
             accounting(1000, 990, false),
             DataRead {
                 files: 1,
-                bytes: 17_000,
-                rows: 1000,
+                bytes: 1_700_000,
+                rows: 100_000,
             },
             [collector(false)],
         );
@@ -232,7 +286,8 @@ mod tests {
             resources: &res,
             report_s: 61.0,
         });
-        assert!(t.iter().all(|t| !t.met), "{t:#?}");
+        assert!(t.iter().all(Target::missed), "{t:#?}");
+        assert_eq!(t[4].verdict(), "MISSED");
         // Without a collector sample its target cannot be met.
         let t = evaluate(&Measures {
             resources: &[],
@@ -247,7 +302,40 @@ mod tests {
             }
         });
         assert_eq!(t[3].measured, "not sampled");
-        assert!(!t[3].met);
+        assert!(t[3].missed());
+    }
+
+    #[test]
+    fn a_short_run_does_not_judge_size_or_growth() {
+        // A few seconds at a few hundred messages: the Parquet footer is most of the bytes
+        // and the collector was sampled a handful of times.
+        let (a, data) = (
+            accounting(1000, 1000, true),
+            DataRead {
+                files: 1,
+                bytes: 40_000,
+                rows: 1000,
+            },
+        );
+        let mut short = collector(false);
+        short.samples = 8;
+        let t = evaluate(&Measures {
+            target_metrics_per_s: 200,
+            achieved_metrics_per_s: 200.0,
+            sent: 1000,
+            accounting: &a,
+            data: &data,
+            resources: &[short],
+            report_s: 1.0,
+        });
+        assert!(!t[4].met && !t[4].missed(), "{t:#?}");
+        assert_eq!(
+            t[4].verdict(),
+            "not judged (1000 traces, fewer than 100000: the files' fixed overhead dominates)"
+        );
+        assert!(!t[3].missed());
+        assert_eq!(t[3].verdict(), "not judged (8 samples, fewer than 60)");
+        assert!(t.iter().filter(|t| t.not_judged.is_none()).all(|t| t.met));
     }
 
     #[test]
