@@ -39,10 +39,11 @@ Example, a processor between two MQTT topics::
     assert summary.counters.lost() == 0
 """
 
+from ._version import __version__
 from .carrier import BadContext, CarrierError, Extracted, NotTraced
 from .context import DecodeError, TraceContext
 from .counters import CounterSnapshot, Counters
-from .exporter import ExporterConfig, Exporter, ExportSummary, __version__
+from .exporter import ExporterConfig, Exporter, ExportSummary
 from .probe import LocalQueue, NoStamp, Probe
 from .protocol import ProtocolError
 from .publisher import Publisher

@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import protocol
+from ._version import __version__
 from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named, this_host
 from .counters import CounterSnapshot
 from .probe import Probe, Shared
 from .protocol import Frame
 from .retention import Retained, Retention
-
-__version__ = "0.1.0"
 
 log = logging.getLogger("hoptrace_probe")
 
