@@ -1,6 +1,7 @@
 """The package as a registry would get it: a wheel built from pyproject.toml installs into
 a clean virtual environment, imports there, has the version written in one place
-(``hoptrace_probe/_version.py``), every subpackage found by the build, and ``py.typed``."""
+(``hoptrace_probe/_version.py``), every subpackage found by the build, ``py.typed`` and the
+license text."""
 
 import ast
 import shutil
@@ -25,7 +26,7 @@ def test_the_wheel_installs_into_a_clean_venv_with_its_version_and_types(tmp_pat
     # Built from a copy, so that no build files land in the work tree.
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(HERE / name, src / name)
     shutil.copytree(HERE / "hoptrace_probe", src / "hoptrace_probe",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -40,6 +41,8 @@ def test_the_wheel_installs_into_a_clean_venv_with_its_version_and_types(tmp_pat
     assert "hoptrace_probe/py.typed" in names
     assert "hoptrace_probe/carrier/mqtt_property.py" in names, "subpackages are found"
     assert not any(n.startswith(("tests/", "examples/")) for n in names), sorted(names)
+    assert any(n.startswith("hoptrace_probe-") and n.endswith("/LICENSE") for n in names), \
+        "the Apache-2.0 license text travels with the wheel"
 
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)
