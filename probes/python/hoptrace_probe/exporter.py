@@ -426,7 +426,8 @@ class Exporter:
                     parts.extend(protocol.encode(f) for f in source())
                 # Counted as if this frame's records were already sent, which they are once
                 # the write below succeeds; on failure the connection is dropped.
-                snap = counters.snapshot(len(queue) + self._control.waiting_records())._replace(sent=counters.sent + n + control_records)
+                snap = counters.snapshot(len(queue) + self._control.waiting_records())._replace(
+                    sent=counters.sent + n + control_records)
                 parts.append(protocol.encode(protocol.Counters(now_ns(), snap.to_wire())))
                 last_counters = now
             if finishing:
