@@ -27,7 +27,7 @@ fi
 # It is built from a copy so that no build files land in the work tree.
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/hoptrace_probe" "$build/"
+cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/LICENSE" "$HERE/hoptrace_probe" "$build/"
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$build"
 (cd / && "$PY" -c 'import hoptrace_probe, sys; assert "site-packages" in hoptrace_probe.__file__, hoptrace_probe.__file__')
 

@@ -36,6 +36,7 @@ const { EventEmitter } = require('node:events');
 const protocol = require('./protocol');
 const { RecordRing } = require('./ring');
 const { Retention } = require('./retention');
+const { ControlFrames } = require('./control');
 
 const COUNTER_NAMES = Object.keys(protocol.COUNTER_ID);
 const SOFTWARE = `node-red-contrib-hoptrace ${require('../package.json').version}`;
@@ -62,6 +63,12 @@ const DEFAULTS = {
   backoffMaxMs: 5000,
   tickMs: 50,
   retentionBytes: 64 << 20,
+  // Version 2: entries kept about frames evicted after they were written, until the
+  // collector acknowledges or (after a reconnection) says what it holds; past this many
+  // the exporter connects again to learn it.
+  maxEvictedFrames: 65536,
+  // Records frames given to sendFrame() that wait for the collector at most.
+  maxControlFrames: 64,
   protocolVersion: protocol.PROTOCOL_VERSION,
 };
 
@@ -99,7 +106,9 @@ class Exporter extends EventEmitter {
     this.counters = Object.fromEntries(COUNTER_NAMES.map((n) => [n, 0]));
     this.hops = new Map(); // id -> name
     this.announced = null; // Map id -> name of the current connection's Hello
-    this.control = []; // encoded frames other than records (Sent), sent before records
+    // Encoded frames other than records (Sent, Clock, ...), sent before records; bounded
+    // (lib/control.js).
+    this.control = new ControlFrames(this.opts.maxControlFrames);
     this.state = 'idle'; // idle | connecting | handshake | connected | closing | stopped
     this.sock = null;
     this.reader = null;
@@ -128,6 +137,7 @@ class Exporter extends EventEmitter {
       this._guard(() => this._pump());
     };
     this.closingSince = 0;
+    this.connectStarted = 0;
   }
 
   // -------------------------------------------------------------------------------------
@@ -218,10 +228,41 @@ class Exporter extends EventEmitter {
     this.counters[name] += 1;
   }
 
-  /** Queues an encoded frame other than records (a publisher's Sent frame). */
+  /**
+   * Queues an encoded Sent, Counters, Clock or Records frame for the collector; never
+   * waits. What waits is bounded however long the collector is away: a Sent entry replaces
+   * the one of the same publisher and stream, a counter's value the one of the same id, a
+   * Clock status the one before (all cumulative, so nothing is lost). Records frames wait
+   * up to `maxControlFrames`; beyond it the frame is refused, its records counted as
+   * `queue_full`, and false returned. Their records count as `reported`, and as `sent` or
+   * `send_failed` as their write goes. Other kinds throw a RangeError.
+   * @returns {boolean}
+   */
   sendFrame(frame) {
-    this.control.push(frame);
+    const records = frame[4] === protocol.TYPE.RECORDS && frame.length >= 9 ? frame.readUInt32LE(5) : 0;
+    if (!this.control.push(frame)) {
+      this.counters.reported += records;
+      this.counters.queue_full += records;
+      if (this.control.refused === 1) {
+        this.log.warn(`${this.opts.maxControlFrames} Records frames given to sendFrame wait for the collector already: ` +
+          'refusing more (their records are counted as queue_full)');
+      }
+      return false;
+    }
+    this.counters.reported += records;
     this._schedule();
+    return true;
+  }
+
+  /**
+   * What the exporter holds in memory now, each within its bound: records in the ring
+   * (queueCapacity), bytes of frames retained for the collector's Ack (retentionBytes),
+   * entries about frames evicted after they were written (maxEvictedFrames), and control
+   * frames waiting ([Sent entries, counter ids, clock statuses, Records frames]).
+   */
+  footprint() {
+    const [retainedBytes, evictedEntries] = this.retention.footprint();
+    return { queued: this.ring.held, retainedBytes, evictedEntries, control: this.control.footprint() };
   }
 
   /** The counters now. */
@@ -271,10 +312,16 @@ class Exporter extends EventEmitter {
       // retention buffer, whose bound drops the oldest first.
       if (this.durable) this._retainQueued();
       if (this.hops.size === 0) {
-        if (this.stopping) this._finish(this.ring.held === 0 && this.control.length === 0);
+        if (this.stopping) this._finish(this.ring.held === 0 && this.control.empty);
         return;
       }
       if (now >= this.nextAttempt) this._connect();
+      return;
+    }
+    if ((this.state === 'connecting' || this.state === 'handshake') && now - this.connectStarted > this.opts.connectTimeoutMs) {
+      // The socket's timeout counts idle time only: a collector that trickles bytes, or
+      // answers Welcome late, is given connectTimeoutMs in all.
+      this._drop(new Error('no welcome in time'));
       return;
     }
     if (this.state === 'closing' && now - this.closingSince > this.opts.connectTimeoutMs + 5000) {
@@ -295,6 +342,7 @@ class Exporter extends EventEmitter {
     const hops = [...this.hops.entries()].sort((a, b) => a[0] - b[0]);
     this.announced = new Map(hops);
     this.state = 'connecting';
+    this.connectStarted = Date.now();
     const { host, port } = this.address;
     let sock;
     if (this.opts.tlsCa) {
@@ -479,6 +527,9 @@ class Exporter extends EventEmitter {
   _lost(sock, err) {
     if (this.sock !== sock) return;
     const wasClosing = this.state === 'closing';
+    if (!err && (this.state === 'connecting' || this.state === 'handshake')) {
+      err = new Error('the collector closed the connection before Welcome');
+    }
     this.sock = null;
     this.blocked = false;
     // Protocol v1: a frame the socket had not taken when the connection died is lost.
@@ -556,7 +607,7 @@ class Exporter extends EventEmitter {
         this.clockStatus.read().then((c) => {
           this.clockReading = false;
           if (this.sock === sock && this.state === 'connected') {
-            this.control.unshift(protocol.encodeClock(c));
+            this.control.push(protocol.encodeClock(c));
             this._schedule();
           }
         }).catch((e) => {
@@ -565,7 +616,12 @@ class Exporter extends EventEmitter {
           this._schedule();
         });
       }
-      while (this.control.length && !this.blocked) this._write(this.control.shift());
+      if (!this.control.empty) {
+        // All at once: what waits is bounded (lib/control.js), blocked socket or not.
+        const { frames, records } = this.control.take();
+        for (const f of frames) this._write(f);
+        this.counters.sent += records;
+      }
       // At most a few frames per turn of the event loop, unless flushing for good.
       const max = Math.min(this.opts.maxBatch, protocol.MAX_RECORDS_PER_FRAME);
       for (let i = 0; (finishing || i < 4) && !this.blocked; i++) {
@@ -580,6 +636,13 @@ class Exporter extends EventEmitter {
           this._write(f.frame);
           this.retention.markWritten(seq);
           this.counters.sent += f.count;
+          const evicted = this.retention.footprint()[1];
+          if (evicted > this.opts.maxEvictedFrames) {
+            // Only a new Welcome tells what became of them: connect again.
+            this._drop(new Error(`the collector acknowledged none of the ${evicted} frames evicted since they were ` +
+              'written: connecting again to learn which it holds'));
+            return;
+          }
           continue;
         }
         const f = this.ring.takeFrame(max);
@@ -617,7 +680,7 @@ class Exporter extends EventEmitter {
   /** Final Counters and Goodbye once everything queued has been taken by the socket. */
   _maybeGoodbye() {
     if (this.state !== 'connected' || this.blocked) return;
-    if (this.ring.queued > 0 || this.control.length > 0 || this.inflight.length > 0 || this.clockReading) return;
+    if (this.ring.queued > 0 || !this.control.empty || this.inflight.length > 0 || this.clockReading) return;
     const sock = this.sock;
     this.state = 'closing';
     this.closingSince = Date.now();
@@ -641,7 +704,7 @@ class Exporter extends EventEmitter {
     // Version 2: frames numbered while away and never handed to a connection are
     // undelivered too; evicted ones never written are lost.
     const unwritten = this.retention.unwrittenRecords();
-    const leftover = this.ring.queued + this.inflight.filter((f) => !f.done).reduce((a, f) => a + f.count, 0) + unwritten;
+    const leftover = this.control.take().records + this.ring.queued + this.inflight.filter((f) => !f.done).reduce((a, f) => a + f.count, 0) + unwritten;
     this.inflight = [];
     this.ring.clear();
     if (leftover > 0) {

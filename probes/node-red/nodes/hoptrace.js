@@ -23,6 +23,7 @@ module.exports = function register(RED) {
       token: (node.credentials && node.credentials.token) || '',
       process: String(config.process || 'node-red').trim() || 'node-red',
       queueCapacity: Number(config.queueCapacity) > 0 ? Math.floor(Number(config.queueCapacity)) : 65536,
+      retentionBytes: Number(config.retentionMiB) > 0 ? Math.floor(Number(config.retentionMiB) * 1048576) : 64 << 20,
       tlsCaFile: String(config.tlsCa || '').trim(),
       tlsServerName: String(config.tlsName || '').trim(),
     };

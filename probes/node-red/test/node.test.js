@@ -232,3 +232,20 @@ test('a redeploy says Goodbye with the final counters; a node-only deploy keeps 
   assert.notEqual(col.connections[1].hello.instanceId, col.connections[0].hello.instanceId);
   await col.close();
 });
+
+test('the collector node passes its Queue and Retention bounds to the exporter', async () => {
+  const col = await new FakeCollector().listen();
+  const nodes = (extra) => [
+    { id: 'c1', type: 'hoptrace-collector', collector: col.address, ...extra },
+    { id: 'a', type: 'hoptrace', collector: 'c1', hop: 'flow_in', hopId: 1, mode: 'in', carrier: 'property', wires: [[]] },
+  ];
+  await helper.load([hoptraceNode], nodes({ queueCapacity: 500, retentionMiB: 2 }), { c1: { token: '' } });
+  let ex = helper.getNode('c1').entry.exporter;
+  assert.deepEqual([ex.ring.capacity, ex.retention.maxBytes], [500, 2 << 20]);
+  await helper.unload();
+  // A flow saved before the setting existed gets the defaults.
+  await helper.load([hoptraceNode], nodes({}), { c1: { token: '' } });
+  ex = helper.getNode('c1').entry.exporter;
+  assert.deepEqual([ex.ring.capacity, ex.retention.maxBytes], [65536, 64 << 20]);
+  await col.close();
+});

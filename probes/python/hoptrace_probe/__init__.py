@@ -39,16 +39,17 @@ Example, a processor between two MQTT topics::
     assert summary.counters.lost() == 0
 """
 
+from ._version import __version__
 from .carrier import BadContext, CarrierError, Extracted, NotTraced
 from .context import DecodeError, TraceContext
 from .counters import CounterSnapshot, Counters
-from .exporter import ExporterConfig, Exporter, ExportSummary, __version__
+from .exporter import ExporterConfig, Exporter, ExporterFootprint, ExportSummary
 from .probe import LocalQueue, NoStamp, Probe
 from .protocol import ProtocolError
 from .publisher import Publisher
 
 __all__ = [
     "BadContext", "CarrierError", "CounterSnapshot", "Counters", "DecodeError", "ExportSummary",
-    "Exporter", "ExporterConfig", "Extracted", "LocalQueue", "NoStamp", "NotTraced", "Probe",
-    "ProtocolError", "Publisher", "TraceContext", "__version__",
+    "Exporter", "ExporterConfig", "ExporterFootprint", "Extracted", "LocalQueue", "NoStamp",
+    "NotTraced", "Probe", "ProtocolError", "Publisher", "TraceContext", "__version__",
 ]

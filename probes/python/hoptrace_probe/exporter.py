@@ -23,18 +23,17 @@ import socket
 import ssl
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import protocol
+from ._version import __version__
 from .clock import ClockStatusSource, UnknownClockStatus, now_ns, source_named, this_host
+from .control import ControlFootprint, ControlFrames
 from .counters import CounterSnapshot
 from .probe import Probe, Shared
 from .protocol import Frame
 from .retention import Retained, Retention
-
-__version__ = "0.1.0"
 
 log = logging.getLogger("hoptrace_probe")
 
@@ -84,6 +83,18 @@ class ExporterConfig:
     """Version 2: bytes of records frames kept until the collector acknowledges them; when
     full the oldest are dropped and counted as ``evicted`` (64 MiB, as the Rust probe:
     about 18 s of 100,000 records/s while the collector is away)."""
+    max_evicted_frames: int = 65536
+    """Version 2: frames evicted after they were written whose fate the exporter keeps
+    track of (a small entry each) until the collector acknowledges or, after a reconnection,
+    says what it holds. A collector that acknowledges nothing while the buffer overflows
+    would make these grow: past this many the exporter drops the connection and connects
+    again, and the new Welcome settles them (those it does not hold are ``lost_unacked``)."""
+    max_control_frames: int = 64
+    """Records frames given to :meth:`Exporter.send_frame` that wait for the collector at
+    most; beyond it such a frame is refused and its records counted as ``queue_full``. Sent,
+    Counters and Clock frames need no bound of their own: a newer one replaces what it
+    supersedes (one entry per publisher and stream, one value per counter id, one clock
+    status)."""
     protocol_version: int = protocol.PROTOCOL_VERSION
     """The highest collector protocol version to offer: 2 (a version 1 collector is then
     spoken to in version 1), or 1."""
@@ -110,6 +121,22 @@ class ExportSummary(NamedTuple):
     unacknowledged: int = 0
     """Version 2: records written that the collector had not acknowledged as durable when
     the exporter stopped (it may hold them; 0 after a clean shutdown)."""
+
+
+class ExporterFootprint(NamedTuple):
+    """What an exporter holds in memory (:meth:`Exporter.footprint`)."""
+
+    queued: int
+    """Records in the queue (at most ``queue_capacity``, plus one per thread reporting at
+    that moment)."""
+    retained_bytes: int
+    """Bytes of records frames kept for the collector's Ack (at most ``retention_bytes``,
+    beyond that only while one frame larger than the whole buffer is being written)."""
+    evicted_entries: int
+    """Entries kept about frames evicted after they were written, until the collector says
+    whether it holds them (at most ``max_evicted_frames``)."""
+    control: ControlFootprint
+    """Control frames waiting (see :class:`~hoptrace_probe.control.ControlFrames`)."""
 
 
 class _ConnectError(Exception):
@@ -160,7 +187,7 @@ class Exporter:
             else None if config.clock_status in (None, "", "auto")
             else source_named(config.clock_status))
         self._shared = Shared(config.queue_capacity)
-        self._control: Deque[Frame] = deque()
+        self._control = ControlFrames(config.max_control_frames)
         self._frame_sources: List[Callable[[], List[Frame]]] = []
         # Version 2: numbered records frames kept until acknowledged.
         self._retention = Retention(config.retention_bytes)
@@ -169,6 +196,12 @@ class Exporter:
         self._resume_seq = 0
         self._inbox = b""
         self._unacknowledged = 0
+        # When shutdown must be over (monotonic), once it has begun: blocking socket calls
+        # are cut to it.
+        self._stop_deadline: Optional[float] = None
+        # The socket of the connection (or attempt) under way: shutdown() shuts it from its
+        # own thread when a blocking call on it outlasts the shutdown's time.
+        self._sock: Optional[socket.socket] = None
         if config.protocol_version not in protocol.VERSIONS:
             raise ValueError(f"protocol_version {config.protocol_version}: 1 or 2")
         self._hello = protocol.Hello(
@@ -206,10 +239,26 @@ class Exporter:
         raise ValueError(f"hop {hop!r} was not declared when the exporter started "
                          f"(declared: {', '.join(n for _, n in self.hops)})")
 
-    def send_frame(self, frame: Frame) -> None:
-        """Queues a frame other than records (a publisher's Sent frame) for the collector.
-        Frames queued before :meth:`shutdown` are sent before Goodbye."""
-        self._control.append(frame)
+    def send_frame(self, frame: Frame) -> bool:
+        """Queues a Sent, Counters, Clock or Records frame for the collector; frames queued
+        before :meth:`shutdown` are sent before Goodbye. Never waits.
+
+        What waits is bounded however long the collector is away: a Sent entry replaces the
+        one of the same publisher and stream, a counter's value the one of the same id, a
+        Clock status the one before (all cumulative, so nothing is lost). Records frames wait
+        up to ``max_control_frames``; beyond it the frame is refused, its records counted as
+        ``queue_full``, and ``False`` returned. Other kinds raise ``ValueError``. The records
+        of Records frames count as records handed to the exporter (``reported``), and as
+        ``sent`` or ``send_failed`` as their write goes.
+        """
+        if self._control.push(frame):
+            return True
+        self._shared.counters.cell().queue_full += len(frame.records)  # type: ignore[union-attr]
+        if self._control.refused == 1:
+            log.warning("%d Records frames given to send_frame wait for the collector %s already: "
+                        "refusing more (their records are counted as queue_full)",
+                        self.config.max_control_frames, self.config.collector)
+        return False
 
     def add_frame_source(self, source: Callable[[], List[Frame]]) -> None:
         """Registers a callable whose frames are sent with every Counters frame and once
@@ -218,7 +267,14 @@ class Exporter:
 
     def counters(self) -> CounterSnapshot:
         """Current counters."""
-        return self._shared.counters.snapshot(len(self._shared.queue))
+        return self._shared.counters.snapshot(len(self._shared.queue)
+                                              + self._control.waiting_records())
+
+    def footprint(self) -> "ExporterFootprint":
+        """What the exporter holds in memory now, each within its configured bound."""
+        retained, evicted = self._retention.footprint()
+        return ExporterFootprint(len(self._shared.queue), retained, evicted,
+                                 self._control.footprint())
 
     @property
     def is_connected(self) -> bool:
@@ -254,7 +310,18 @@ class Exporter:
                 if timeout_s is not None:
                     self.config.shutdown_timeout_s = timeout_s
                 self._shared.stopping = True
-                self._thread.join()
+                # A write or a wait for Welcome already under way may block for longer than
+                # the shutdown's time (write_timeout_s, connect_timeout_s): past it, shutting
+                # the socket from here ends that call at once.
+                self._thread.join(self.config.shutdown_timeout_s + 0.5)
+                if self._thread.is_alive():
+                    sock = self._sock
+                    if sock is not None:
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    self._thread.join()
                 atexit.unregister(self._at_exit)
                 self._summary = ExportSummary(self.counters(), self._clean, self._run_id,
                                               self.rejected, self._unacknowledged)
@@ -292,7 +359,7 @@ class Exporter:
             now = time.monotonic()
             stopping = self._shared.stopping
             if stopping and deadline is None:
-                deadline = now + cfg.shutdown_timeout_s
+                deadline = self._stop_deadline = now + cfg.shutdown_timeout_s
             past_deadline = deadline is not None and now >= deadline
             if conn is None:
                 if past_deadline:
@@ -332,8 +399,11 @@ class Exporter:
             if last_clock is None or now - last_clock >= cfg.clock_interval_s:
                 parts.append(protocol.encode(self._clock_frame()))
                 last_clock = now
-            while self._control:
-                parts.append(protocol.encode(self._control.popleft()))
+            control = self._control.take()
+            parts.extend(protocol.encode(f) for f in control)
+            # Records frames a host gave send_frame count as records handed to the exporter.
+            control_records = _records_in(control)
+            counters.dequeued += control_records
             # Only this thread pops, so at least len(queue) entries are there to take.
             pop = queue.popleft
             batch = [pop() for _ in range(min(len(queue), max_batch))]
@@ -356,15 +426,20 @@ class Exporter:
                     parts.extend(protocol.encode(f) for f in source())
                 # Counted as if this frame's records were already sent, which they are once
                 # the write below succeeds; on failure the connection is dropped.
-                snap = counters.snapshot(len(queue))._replace(sent=counters.sent + n)
+                snap = counters.snapshot(len(queue) + self._control.waiting_records())._replace(
+                    sent=counters.sent + n + control_records)
                 parts.append(protocol.encode(protocol.Counters(now_ns(), snap.to_wire())))
                 last_counters = now
             if finishing:
                 parts.append(protocol.encode(protocol.Goodbye()))
             if parts:
                 try:
+                    conn.settimeout(self._write_timeout())
                     conn.sendall(b"".join(parts))
                 except OSError as e:
+                    # The cumulative frames go again on the next connection.
+                    self._control.restore(control)
+                    counters.send_failed += control_records
                     if not self._durable:
                         counters.send_failed += n
                         if n:
@@ -373,9 +448,17 @@ class Exporter:
                     self._drop(conn, f"write failed: {e}")
                     conn, next_attempt = None, time.monotonic()
                     continue
-                counters.sent += n
+                counters.sent += n + control_records
                 if seq is not None:
                     self._retention.mark_written(seq)
+                    evicted_entries = self._retention.footprint()[1]
+                    if evicted_entries > cfg.max_evicted_frames:
+                        # Only a new Welcome tells what became of them: connect again.
+                        self._drop(conn, f"the collector acknowledged none of the {evicted_entries} "
+                                         "frames evicted since they were written: connecting again "
+                                         "to learn which it holds")
+                        conn, next_attempt = None, time.monotonic()
+                        continue
             # What the collector says after Welcome: Acks (version 2), or a Reject before
             # it closes.
             if not self._durable or finishing or n == 0 or now - last_ack_read >= _ACK_READ_INTERVAL_S:
@@ -408,7 +491,7 @@ class Exporter:
         if conn is not None:
             self._drop(conn, None)
         # Whatever is still queued cannot be delivered any more: count it, say so.
-        left = 0
+        left = _records_in(self._control.take())
         try:
             while True:
                 queue.popleft()
@@ -434,6 +517,13 @@ class Exporter:
                         "as durable", self._unacknowledged, cfg.collector)
         self._connected = False
         self._clean = clean
+
+    def _write_timeout(self) -> float:
+        """How long one write may block: ``write_timeout_s``, cut to what is left of the
+        shutdown's time once shutdown has begun."""
+        if self._stop_deadline is None:
+            return self.config.write_timeout_s
+        return max(0.01, min(self.config.write_timeout_s, self._stop_deadline - time.monotonic()))
 
     def _count_evicted(self, evicted: int) -> None:
         if evicted:
@@ -469,6 +559,7 @@ class Exporter:
         resent = first = 0
         try:
             for f in self._retention.frames():
+                conn.settimeout(self._write_timeout())
                 conn.sendall(f.data)
                 if f.written:
                     resent += f.records
@@ -534,17 +625,24 @@ class Exporter:
     def _connect_once(self) -> socket.socket:
         cfg = self.config
         self._inbox = b""
+        # The whole attempt, Welcome included, is bounded: a collector that trickles bytes
+        # does not hold the exporter longer.
+        deadline = time.monotonic() + cfg.connect_timeout_s
+        if self._stop_deadline is not None:
+            deadline = min(deadline, max(self._stop_deadline, time.monotonic() + 0.05))
         try:
-            sock = socket.create_connection(self._address, timeout=cfg.connect_timeout_s)
+            sock = socket.create_connection(self._address,
+                                            timeout=max(0.01, deadline - time.monotonic()))
         except OSError as e:
             raise _ConnectError(f"connect to {cfg.collector}: {e}") from None
+        self._sock = sock
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls is not None:
-                sock = self._tls.wrap_socket(
+                sock = self._sock = self._tls.wrap_socket(
                     sock, server_hostname=cfg.tls_server_name or self._address[0])
             sock.sendall(protocol.encode(self._hello))
-            frame = protocol.read_frame(lambda n: _recv_exactly(sock, n))
+            frame = protocol.read_frame(lambda n: _recv_exactly(sock, n, deadline))
         except ssl.SSLError as e:
             sock.close()
             raise _ConnectError(f"TLS with {cfg.collector} failed: {e}") from None
@@ -568,9 +666,12 @@ class Exporter:
 
     def _read_incoming(self, conn: socket.socket) -> None:
         """Reads what the collector sent, if anything, and acts on complete frames: Acks
-        release retained frames; a Reject ends the connection."""
-        while (isinstance(conn, ssl.SSLSocket) and conn.pending()) or \
-                select.select([conn], [], [], 0)[0]:
+        release retained frames; a Reject ends the connection. Reads at most 1 MiB per
+        call, so that a collector that sends without end does not hold the exporter here."""
+        for _ in range(16):
+            if not ((isinstance(conn, ssl.SSLSocket) and conn.pending())
+                    or select.select([conn], [], [], 0)[0]):
+                return
             chunk = conn.recv(65536)
             if not chunk:
                 raise EOFError("the collector closed the connection")
@@ -587,7 +688,9 @@ class Exporter:
                 elif isinstance(frame, protocol.Reject):
                     raise EOFError(f"rejected (code {frame.code}): {frame.reason}")
                 else:
-                    log.warning("unexpected frame from the collector: %r", frame)
+                    # Nothing else may come after Welcome: a peer that sends it is not a
+                    # collector to trust (and one warning per frame could flood the log).
+                    raise protocol.ProtocolError("unexpected_frame", type(frame).__name__)
 
     def _finish(self, conn: socket.socket) -> None:
         """Closes the write side after Goodbye and waits briefly for the collector to close."""
@@ -614,9 +717,18 @@ class Exporter:
             log.warning("%s", error)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def _records_in(frames: List[Frame]) -> int:
+    return sum(len(f.records) for f in frames if isinstance(f, protocol.Records))
+
+
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """``n`` bytes from ``sock``, all by ``deadline`` (monotonic), else ``socket.timeout``."""
     buf = bytearray()
     while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout(f"timed out with {len(buf)} of {n} bytes")
+        sock.settimeout(left)
         chunk = sock.recv(n - len(buf))
         if not chunk:
             raise EOFError(f"connection closed after {len(buf)} of {n} bytes")

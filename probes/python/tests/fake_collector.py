@@ -112,6 +112,10 @@ class FakeCollector:
                     return
                 if self.close_after is not None and len(c.frames) >= self.close_after:
                     return
+        except OSError:
+            # The connection was dropped (drop_connections, or the probe went away): the
+            # end of this connection, as for a collector.
+            return
         finally:
             conn.close()
             c.closed.set()
