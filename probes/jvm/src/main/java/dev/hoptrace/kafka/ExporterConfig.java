@@ -32,7 +32,10 @@ public final class ExporterConfig {
     public long clockIntervalMs = 5000;
     /** Counters frame period, ms. */
     public long countersIntervalMs = 1000;
-    /** Timeout of one connection attempt, TLS handshake and Welcome, ms. */
+    /**
+     * A whole connection attempt, ms: name resolution, TCP connect, TLS handshake, Hello and
+     * Welcome, in total.
+     */
     public long connectTimeoutMs = 2000;
     /** A write blocked longer than this (collector stalled) drops the connection, ms. */
     public long writeTimeoutMs = 10_000;
@@ -66,6 +69,17 @@ public final class ExporterConfig {
         this.tlsName = tlsName;
         this.process = process;
         this.host = hostName();
+    }
+
+    /**
+     * The settings that do not name the connection (bounds, timeouts, periods), for the
+     * warning when clients sharing one exporter ask for different ones.
+     */
+    String tuning() {
+        return "queue.capacity=" + queueCapacity + " batch.records=" + maxBatch + " connect.timeout.ms="
+                + connectTimeoutMs + " write.timeout.ms=" + writeTimeoutMs + " close.timeout.ms=" + closeTimeoutMs
+                + " backoff.min.ms=" + backoffMinMs + " backoff.max.ms=" + backoffMaxMs
+                + " counters.interval.ms=" + countersIntervalMs + " clock.interval.ms=" + clockIntervalMs;
     }
 
     /** What identifies the collector connection: exporters with equal keys are one. */
