@@ -6,15 +6,25 @@ import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.net.UnknownHostException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 import javax.net.ssl.SSLSocket;
 import org.slf4j.Logger;
@@ -36,6 +46,23 @@ import org.slf4j.LoggerFactory;
  * created later) is announced by a new Hello: the exporter finishes the connection cleanly
  * (Counters, Goodbye) and connects again; records of that hop wait in the queue meanwhile.
  *
+ * <p><b>Bounds.</b> Whatever the collector does, the clients' threads ({@link #report}) only
+ * claim a slot of the queue (no allocation, lock or wait; a full queue is counted as {@code
+ * queue_full}), and what the exporter holds is bounded ({@link #footprint()}): the queue's
+ * preallocated slots; one write buffer of at most one Records frame ({@link
+ * ExporterConfig#maxBatch} records) plus one Clock and one Counters frame, both built from the
+ * current status and counters when they are written, so an outage piles up neither; frames
+ * from the collector of at most {@link Protocol#MAX_COLLECTOR_FRAME_LEN} bytes, read one at a
+ * time; one connection (socket, reader thread, write watchdog) at a time; at most 16 hops and
+ * 16 refusal codes remembered for the log. Version 1 keeps nothing once it is written.
+ *
+ * <p>The exporter thread's waits are bounded too: a connection attempt (name resolution, TCP
+ * connect, TLS handshake, Hello, Welcome) within {@link ExporterConfig#connectTimeoutMs} in
+ * total, a write within {@link ExporterConfig#writeTimeoutMs}; a connection the collector ends
+ * soon after Welcome is retried with backoff, not at once. {@link #shutdown} returns within
+ * its timeout plus {@link #SHUTDOWN_MARGIN_MS}, closing the socket of a write still blocked
+ * then from the calling thread.
+ *
  * <p>Delivery: in version 1 a Records frame counts as {@code sent} once written to the socket
  * and is forgotten ({@link Delivery}). A later version with durable acknowledgements replaces
  * {@link Delivery} with one that keeps written frames (bounded) until the collector
@@ -46,17 +73,38 @@ public final class Exporter {
     private static final Logger LOG = LoggerFactory.getLogger(Exporter.class);
     /** Software name and version sent in Hello. */
     public static final String SOFTWARE = "hoptrace-kafka-interceptors 0.1.0 (Java " + Runtime.version() + ")";
+    /** How long {@link #shutdown} waits past its timeout for the exporter thread to finish, ms. */
+    public static final long SHUTDOWN_MARGIN_MS = 500;
+    /** Bytes of a write buffer beyond its Records frame: one Clock, one Counters, Goodbye. */
+    static final int CONTROL_BYTES = 2048;
+    /** Refusal codes remembered (the first refusal of each is logged as an error). */
+    static final int MAX_REJECT_CODES = 16;
+    /** A connection that ends sooner than this after Welcome counts as a failed attempt. */
+    private static final long BRIEF_NS = TimeUnit.SECONDS.toNanos(1);
+    /** Repeated warnings of one kind: at most one line per this long. */
+    private static final long QUIET_NS = TimeUnit.SECONDS.toNanos(60);
 
     // ------------------------------------------------------------------------------------
     // Sharing
 
     private static final Map<String, Exporter> SHARED = new HashMap<>();
     private static boolean hookInstalled;
-    private static final ScheduledExecutorService WATCHDOG = Executors.newSingleThreadScheduledExecutor(r -> {
+    private static final ScheduledThreadPoolExecutor WATCHDOG = new ScheduledThreadPoolExecutor(1, r -> {
         Thread t = new Thread(r, "hoptrace-watchdog");
         t.setDaemon(true);
         return t;
     });
+    /** Name resolution, off the exporter thread so that it counts in the connect timeout. */
+    private static final ExecutorService RESOLVER = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "hoptrace-resolver");
+        t.setDaemon(true);
+        return t;
+    });
+
+    static {
+        // Cancelled guards leave the queue at once instead of when they would have run.
+        WATCHDOG.setRemoveOnCancelPolicy(true);
+    }
 
     /** The JVM's exporter for {@code config}'s collector, started on first use. */
     public static Exporter acquire(ExporterConfig config) {
@@ -70,6 +118,10 @@ public final class Exporter {
                     Runtime.getRuntime().addShutdownHook(new Thread(Exporter::atExit, "hoptrace-shutdown"));
                     hookInstalled = true;
                 }
+            } else if (!e.config.tuning().equals(config.tuning())) {
+                LOG.warn("hoptrace: clients sharing the exporter to {} ask for other settings ({}) than the "
+                        + "first one ({}); the first one's apply", config.collector, config.tuning(),
+                        e.config.tuning());
             }
             e.refs++;
             return e;
@@ -139,6 +191,7 @@ public final class Exporter {
     private final Tls tls;
     private ClockStatusSource clockStatus;
     private final Delivery delivery;
+    private final int writeLimit;
     private int refs;
 
     private final List<Protocol.Hop> hops = new ArrayList<>();
@@ -152,8 +205,19 @@ public final class Exporter {
     private volatile boolean connected;
     private volatile String runId;
     private volatile String lastError;
-    private final java.util.concurrent.atomic.AtomicLong rejected = new java.util.concurrent.atomic.AtomicLong();
-    private final java.util.Set<String> rejectReasons = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    private final AtomicLong rejected = new AtomicLong();
+    private final Set<Integer> rejectCodes = ConcurrentHashMap.newKeySet();
+    /** The connection in use, for {@link #shutdown} to abort a blocked write. */
+    private volatile Conn current;
+    /** The socket of a connection attempt under way, likewise. */
+    private volatile Socket attempt;
+    /** A name resolution still running from an earlier attempt (reused, never doubled). */
+    private CompletableFuture<InetAddress[]> resolving;
+    /** The write buffer's storage now (footprint). */
+    private volatile int writeBufferBytes;
+    private final AtomicInteger readers = new AtomicInteger();
+    /** The first trace context that did not decode, set by a client's thread, logged by ours. */
+    private volatile String badContextError;
 
     /** A Reject from the collector (code 2: wrong or missing token). */
     static final class Rejected extends IOException {
@@ -173,6 +237,8 @@ public final class Exporter {
         this.tls = config.tlsCa == null ? null : new Tls(config.tlsCa);
         this.clockStatus = config.clockStatus;
         this.delivery = new Delivery.AtOnce(counters);
+        int batch = Math.max(1, Math.min(config.maxBatch, Protocol.MAX_RECORDS_PER_FRAME));
+        this.writeLimit = 4 + 1 + 4 + batch * (Protocol.RECORD_LEN + 16) + CONTROL_BYTES;
     }
 
     /** Starts the exporter thread. */
@@ -230,6 +296,16 @@ public final class Exporter {
         return false;
     }
 
+    /**
+     * Notes that a record's trace context did not decode ({@code error}, its wire name), for
+     * the exporter thread to log once: the client's thread that finds it does no I/O.
+     */
+    void noteBadContext(String error) {
+        if (badContextError == null) {
+            badContextError = error;
+        }
+    }
+
     /** The counters now. */
     public Counters.Snapshot counters() {
         return counters.snapshot(queue.size());
@@ -238,6 +314,32 @@ public final class Exporter {
     /** The shared counters, for the interceptors' carrier outcomes. */
     Counters counterSet() {
         return counters;
+    }
+
+    /**
+     * What the exporter holds now, beside its fixed queue.
+     *
+     * @param queuedRecords records waiting in the queue (at most {@code queueSlots})
+     * @param queueSlots the queue's preallocated slots (72 bytes each)
+     * @param writeBufferBytes storage of the write buffer (at most {@code writeBufferLimit})
+     * @param writeBufferLimit the most it may hold: one Records frame of {@link
+     *     ExporterConfig#maxBatch} records, one Clock and one Counters frame
+     * @param readerThreads connection reader threads alive (one per connection; the one of a
+     *     connection just closed may still be ending)
+     * @param rejectCodes refusal codes remembered for the log (at most {@link #MAX_REJECT_CODES})
+     * @param hops hops announced (at most 16)
+     */
+    public record Footprint(long queuedRecords, int queueSlots, int writeBufferBytes, int writeBufferLimit,
+                            int readerThreads, int rejectCodes, int hops) {}
+
+    /** What the exporter holds now. */
+    public Footprint footprint() {
+        int h;
+        synchronized (hops) {
+            h = hops.size();
+        }
+        return new Footprint(queue.size(), queue.capacity(), writeBufferBytes, writeLimit, readers.get(),
+                rejectCodes.size(), h);
     }
 
     /** Whether the exporter is connected to the collector now. */
@@ -259,7 +361,7 @@ public final class Exporter {
      * Connections the collector refused with a Reject (a wrong or missing
      * {@code hoptrace.token}, a hop its pipeline does not declare, ...). A refused probe
      * reaches no collector, so this count stays in the process; the first refusal of each
-     * reason is logged as an error.
+     * code is logged as an error.
      */
     public long rejected() {
         return rejected.get();
@@ -268,34 +370,83 @@ public final class Exporter {
     /**
      * Flushes what is queued, sends the final Counters and Goodbye, and stops, waiting at most
      * {@code timeoutMs}; what cannot be delivered by then is counted as {@code send_failed}.
+     * Returns within {@code timeoutMs} + {@link #SHUTDOWN_MARGIN_MS} whatever the collector
+     * does: at the timeout the socket of a write or connection attempt still under way is
+     * closed from this thread.
      *
      * @return whether the collector got everything and Goodbye
      */
     public boolean shutdown(long timeoutMs) {
-        stopDeadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(0, timeoutMs));
+        long t = Math.max(0, timeoutMs);
+        stopDeadlineNs = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(t);
         stopping = true;
-        Thread t = worker;
-        if (t != null) {
-            LockSupport.unpark(t);
-            try {
-                t.join(Math.max(1, timeoutMs) + 2000);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        Thread w = worker;
+        if (w == null) {
+            return clean;
+        }
+        LockSupport.unpark(w);
+        try {
+            w.join(Math.max(1, t));
+            if (w.isAlive()) {
+                abortIo();
+                LockSupport.unpark(w);
+                w.join(SHUTDOWN_MARGIN_MS);
             }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
         return clean;
+    }
+
+    /** Closes the sockets under the exporter thread's I/O (it then sees the failure). */
+    private void abortIo() {
+        Conn c = current;
+        if (c != null) {
+            c.abort();
+        }
+        Socket a = attempt;
+        if (a != null) {
+            closeQuietly(a);
+        }
     }
 
     // ------------------------------------------------------------------------------------
     // The exporter thread
 
+    /** Warnings of one kind: the first is logged, then at most one line a minute. */
+    private static final class Quiet {
+        private long lastNs;
+        private long held;
+        private boolean any;
+
+        /** Whether to log now; {@link #held()} then tells how many were not logged since. */
+        boolean due(long now) {
+            if (!any || now - lastNs >= QUIET_NS) {
+                any = true;
+                lastNs = now;
+                return true;
+            }
+            held++;
+            return false;
+        }
+
+        String held() {
+            long h = held;
+            held = 0;
+            return h == 0 ? "" : " (" + h + " more like it since the last such line)";
+        }
+    }
+
     private void run() {
         if (clockStatus == null) {
             clockStatus = ClockStatusSource.detect();
         }
-        Protocol.Buffer buf = new Protocol.Buffer(1 << 16);
+        Protocol.Buffer buf = new Protocol.Buffer(1 << 16, writeLimit);
+        writeBufferBytes = buf.capacity();
         Conn conn = null;
-        long backoffNs = TimeUnit.MILLISECONDS.toNanos(config.backoffMinMs);
+        long backoffMinNs = TimeUnit.MILLISECONDS.toNanos(config.backoffMinMs);
+        long backoffMaxNs = TimeUnit.MILLISECONDS.toNanos(Math.max(config.backoffMinMs, config.backoffMaxMs));
+        long backoffNs = backoffMinNs;
         long nextAttemptNs = System.nanoTime();
         boolean connectedOnce = false;
         boolean planned = false;
@@ -304,7 +455,11 @@ public final class Exporter {
         boolean clockDue = true;
         boolean countersDue = true;
         int failures = 0;
-        long lastWarnNs = 0;
+        boolean badContextLogged = false;
+        Quiet connectWarnings = new Quiet();
+        Quiet dropWarnings = new Quiet();
+        Quiet connectedInfo = new Quiet();
+        Quiet lossErrors = new Quiet();
         long frameSeq = 0;
         int maxBatch = Math.max(1, Math.min(config.maxBatch, Protocol.MAX_RECORDS_PER_FRAME));
         long clockNs = TimeUnit.MILLISECONDS.toNanos(config.clockIntervalMs);
@@ -314,13 +469,34 @@ public final class Exporter {
             long now = System.nanoTime();
             boolean stop = stopping;
             boolean pastDeadline = stop && now - stopDeadlineNs >= 0;
+            if (!badContextLogged && badContextError != null) {
+                badContextLogged = true;
+                LOG.warn("hoptrace: a record carries a hoptrace header that does not decode ({}); "
+                        + "further ones are counted as bad_context", badContextError);
+            }
+            String ended = null;
             if (conn != null && conn.dead) {
-                LOG.warn("hoptrace: the collector {} closed the connection{}", config.collector,
-                        conn.rejectReason == null ? "" : ": " + conn.rejectReason);
-                lastError = conn.rejectReason != null ? conn.rejectReason : "connection closed by the collector";
+                ended = conn.endReason != null ? conn.endReason : "connection closed by the collector";
+            }
+            if (ended != null) {
+                if (dropWarnings.due(now)) {
+                    LOG.warn("hoptrace: the collector {} ended the connection: {}{}", config.collector, ended,
+                            dropWarnings.held());
+                }
+                lastError = ended;
+                boolean brief = now - conn.openedNs < BRIEF_NS;
                 conn.close();
                 conn = null;
+                current = null;
                 connected = false;
+                if (brief) {
+                    // Ended right after Welcome: a collector that cannot keep a connection is
+                    // retried with backoff, not in a loop.
+                    nextAttemptNs = now + backoffNs;
+                    backoffNs = Math.min(backoffNs * 2, backoffMaxNs);
+                } else {
+                    backoffNs = backoffMinNs;
+                }
             }
             if (conn == null) {
                 if (pastDeadline) {
@@ -334,6 +510,7 @@ public final class Exporter {
                 if (!settling && now - nextAttemptNs >= 0 && !hops().isEmpty()) {
                     try {
                         conn = connect();
+                        current = conn;
                         try {
                             for (byte[] frame : delivery.toResend()) {
                                 Protocol.Buffer again = new Protocol.Buffer(frame.length);
@@ -343,19 +520,19 @@ public final class Exporter {
                         } catch (IOException e) {
                             conn.close();
                             conn = null;
+                            current = null;
                             throw e;
                         }
                         if (connectedOnce) {
                             counters.reconnects.incrementAndGet();
                         }
-                        if (failures > 0 || !planned) {
-                            LOG.info("hoptrace: connected to the collector {} (run {}, hops {})", config.collector,
-                                    runId, conn.hopNames);
+                        if ((failures > 0 || !planned) && connectedInfo.due(now)) {
+                            LOG.info("hoptrace: connected to the collector {} (run {}, hops {}){}", config.collector,
+                                    runId, conn.hopNames, connectedInfo.held());
                         }
                         connectedOnce = true;
                         planned = false;
                         failures = 0;
-                        backoffNs = TimeUnit.MILLISECONDS.toNanos(config.backoffMinMs);
                         clockDue = true;
                         countersDue = true;
                         continue;
@@ -365,7 +542,8 @@ public final class Exporter {
                         failures++;
                         if (e instanceof Rejected r) {
                             rejected.incrementAndGet();
-                            if (rejectReasons.add(r.getMessage())) {
+                            boolean first = rejectCodes.size() < MAX_REJECT_CODES && rejectCodes.add(r.code);
+                            if (first) {
                                 LOG.error("hoptrace: {}{}; nothing is delivered until the collector accepts this probe: "
                                         + "records wait in the queue, beyond it they are counted as queue_full, and at "
                                         + "shutdown as send_failed; retrying with backoff", r.getMessage(),
@@ -373,16 +551,15 @@ public final class Exporter {
                                                 : r.code == 3 ? " (the collector's pipeline spec must declare every hop "
                                                 + "with the same id and name)" : "");
                             }
-                            lastWarnNs = now;
-                        } else if (failures == 1 || now - lastWarnNs > TimeUnit.SECONDS.toNanos(60)) {
-                            LOG.warn("hoptrace: cannot reach the collector {}: {}; retrying with backoff",
-                                    config.collector, e.getMessage());
-                            lastWarnNs = now;
+                        } else if (connectWarnings.due(now)) {
+                            LOG.warn("hoptrace: cannot reach the collector {}: {}; retrying with backoff{}",
+                                    config.collector, e.getMessage(), connectWarnings.held());
                         } else {
                             LOG.debug("hoptrace: cannot reach the collector {}: {}", config.collector, e.getMessage());
                         }
-                        nextAttemptNs = now + backoffNs;
-                        backoffNs = Math.min(backoffNs * 2, TimeUnit.MILLISECONDS.toNanos(config.backoffMaxMs));
+                        long after = System.nanoTime();
+                        nextAttemptNs = after + backoffNs;
+                        backoffNs = Math.min(backoffNs * 2, backoffMaxNs);
                     }
                 }
                 LockSupport.parkNanos(Math.min(TimeUnit.MILLISECONDS.toNanos(10),
@@ -422,6 +599,7 @@ public final class Exporter {
             if (finishing || rehello) {
                 Protocol.goodbye(buf);
             }
+            writeBufferBytes = buf.capacity();
             if (buf.length() > 0) {
                 try {
                     conn.write(buf);
@@ -431,21 +609,31 @@ public final class Exporter {
                 } catch (IOException e) {
                     if (n > 0) {
                         delivery.failed(frameSeq, n);
+                        if (lossErrors.due(now)) {
+                            LOG.error("hoptrace: lost {} records (counted as send_failed): write to the collector {} "
+                                    + "failed: {}{}", n, config.collector,
+                                    conn.endReason != null ? conn.endReason : e.getMessage(), lossErrors.held());
+                        }
                     }
-                    if (n > 0) {
-                        LOG.error("hoptrace: lost {} records: write to the collector {} failed: {}", n,
-                                config.collector, e.getMessage());
-                    }
-                    lastError = "write failed: " + e.getMessage();
+                    lastError = conn.endReason != null ? conn.endReason : "write failed: " + e.getMessage();
+                    boolean brief = System.nanoTime() - conn.openedNs < BRIEF_NS;
                     conn.close();
                     conn = null;
+                    current = null;
                     connected = false;
-                    nextAttemptNs = System.nanoTime();
+                    if (brief) {
+                        nextAttemptNs = System.nanoTime() + backoffNs;
+                        backoffNs = Math.min(backoffNs * 2, backoffMaxNs);
+                    } else {
+                        nextAttemptNs = System.nanoTime();
+                        backoffNs = backoffMinNs;
+                    }
                     continue;
                 }
             }
             if (finishing) {
                 conn.finish();
+                current = null;
                 clean = true;
                 break;
             }
@@ -454,6 +642,7 @@ public final class Exporter {
                         queue.blockedHop());
                 conn.finish();
                 conn = null;
+                current = null;
                 connected = false;
                 planned = true;
                 nextAttemptNs = System.nanoTime();
@@ -469,6 +658,7 @@ public final class Exporter {
         if (conn != null) {
             conn.close();
         }
+        current = null;
         connected = false;
         long left = queue.discardAll();
         if (left > 0) {
@@ -479,6 +669,20 @@ public final class Exporter {
         }
     }
 
+    /** Nanoseconds to milliseconds, rounded up, at least 0. */
+    private static long ceilMs(long ns) {
+        return ns <= 0 ? 0 : (ns + 999_999) / 1_000_000;
+    }
+
+    /** The connection attempt's deadline: the connect timeout, or the stop deadline if sooner. */
+    private long attemptDeadline() {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(config.connectTimeoutMs);
+        if (stopping && stopDeadlineNs - deadline < 0) {
+            deadline = stopDeadlineNs;
+        }
+        return deadline;
+    }
+
     private Conn connect() throws IOException {
         List<Protocol.Hop> announced;
         int version;
@@ -486,22 +690,34 @@ public final class Exporter {
             announced = List.copyOf(hops);
             version = hopsVersion;
         }
+        long deadline = attemptDeadline();
         String host = config.collectorHost();
         int port = config.collectorPort();
-        InetAddress[] addrs = InetAddress.getAllByName(host);
+        InetAddress[] addrs = resolve(host, deadline);
         IOException last = null;
         for (InetAddress addr : addrs) {
+            long restMs = ceilMs(deadline - System.nanoTime());
+            if (restMs <= 0) {
+                break;
+            }
             Socket tcp = new Socket();
+            attempt = tcp;
+            // The attempt's deadline in total: a collector that trickles its answer a byte at a
+            // time resets every read's timeout, not this.
+            ScheduledFuture<?> guard = WATCHDOG.schedule(() -> closeQuietly(tcp), restMs, TimeUnit.MILLISECONDS);
+            String step = "TCP connect";
             try {
                 tcp.setTcpNoDelay(true);
-                tcp.connect(new InetSocketAddress(addr, port), (int) config.connectTimeoutMs);
-                tcp.setSoTimeout((int) config.connectTimeoutMs);
+                tcp.connect(new InetSocketAddress(addr, port), (int) Math.min(Integer.MAX_VALUE, restMs));
+                tcp.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, ceilMs(deadline - System.nanoTime()))));
                 Socket s = tcp;
                 if (tls != null) {
+                    step = "TLS handshake";
                     SSLSocket ss = tls.wrap(tcp, config.tlsName != null ? config.tlsName : host, port);
                     ss.startHandshake();
                     s = ss;
                 }
+                step = "Welcome";
                 Protocol.Buffer hello = new Protocol.Buffer(256);
                 Protocol.hello(hello, new Protocol.Hello(instanceId, config.host, config.process, SOFTWARE,
                         config.token, announced));
@@ -509,7 +725,10 @@ public final class Exporter {
                 out.write(hello.array(), 0, hello.length());
                 out.flush();
                 InputStream in = s.getInputStream();
-                Protocol.Frame answer = Protocol.read(in);
+                Protocol.Frame answer = Protocol.read(in, Protocol.MAX_COLLECTOR_FRAME_LEN);
+                if (!guard.cancel(false)) {
+                    throw new SocketTimeoutException("the attempt's deadline passed");
+                }
                 if (answer instanceof Protocol.RejectFrame r) {
                     throw new Rejected(r.code(), "collector " + addr.getHostAddress() + ":" + port
                             + " rejected this probe (code " + r.code() + "): " + r.reason());
@@ -521,18 +740,74 @@ public final class Exporter {
                 runId = w.runId();
                 connected = true;
                 lastError = null;
-                return new Conn(s, in, out, announced, version);
+                return new Conn(s, tcp, in, out, announced, version);
             } catch (Rejected e) {
+                guard.cancel(false);
                 closeQuietly(tcp);
                 throw e;
             } catch (IOException e) {
+                guard.cancel(false);
                 closeQuietly(tcp);
-                last = e instanceof Protocol.ProtocolException || e.getMessage() == null
-                        ? new IOException("collector " + addr.getHostAddress() + ":" + port + ": " + e, e)
-                        : e;
+                String where = "collector " + addr.getHostAddress() + ":" + port;
+                if (System.nanoTime() - deadline >= 0) {
+                    last = new IOException(where + ": no " + step + " within " + config.connectTimeoutMs
+                            + " ms (" + e.getMessage() + ")", e);
+                } else if (e.getMessage() == null) {
+                    last = new IOException(where + " during the " + step + ": " + e, e);
+                } else {
+                    last = new IOException(where + " during the " + step + ": " + e.getMessage(), e);
+                }
+            } finally {
+                attempt = null;
             }
         }
-        throw last != null ? last : new IOException(host + " resolves to no address");
+        throw last != null ? last : new IOException("collector " + config.collector + ": no connection within "
+                + config.connectTimeoutMs + " ms");
+    }
+
+    /** The addresses of {@code host}, waiting at most until {@code deadline} for a lookup. */
+    private InetAddress[] resolve(String host, long deadline) throws IOException {
+        if (host.indexOf(':') >= 0 || host.matches("[0-9.]+")) {
+            return InetAddress.getAllByName(host); // a literal: no lookup
+        }
+        CompletableFuture<InetAddress[]> f = resolving;
+        if (f == null) {
+            f = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return InetAddress.getAllByName(host);
+                } catch (UnknownHostException e) {
+                    throw new java.util.concurrent.CompletionException(e);
+                }
+            }, RESOLVER);
+            resolving = f;
+        }
+        try {
+            // In slices, so that a shutdown under way is seen.
+            for (;;) {
+                long rest = deadline - System.nanoTime();
+                if (rest <= 0) {
+                    throw new SocketTimeoutException("resolving " + host + " took longer than "
+                            + config.connectTimeoutMs + " ms");
+                }
+                try {
+                    InetAddress[] a = f.get(Math.min(rest, TimeUnit.MILLISECONDS.toNanos(50)), TimeUnit.NANOSECONDS);
+                    resolving = null;
+                    return a;
+                } catch (TimeoutException e) {
+                    if (stopping && System.nanoTime() - stopDeadlineNs >= 0) {
+                        throw new SocketTimeoutException("stopping while resolving " + host);
+                    }
+                }
+            }
+        } catch (ExecutionException e) {
+            resolving = null;
+            Throwable c = e.getCause() instanceof java.util.concurrent.CompletionException ce ? ce.getCause()
+                    : e.getCause();
+            throw c instanceof IOException io ? io : new IOException("resolving " + host + ": " + c, c);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while resolving " + host);
+        }
     }
 
     private static void closeQuietly(Socket s) {
@@ -546,19 +821,23 @@ public final class Exporter {
     /** One connection: the socket, its reader thread and its write watchdog. */
     private final class Conn {
         final Socket socket;
+        /** The TCP socket under {@link #socket} (the same one without TLS). */
+        final Socket raw;
         final InputStream in;
         final OutputStream out;
         final long[] hopMask = new long[4];
         final List<String> hopNames = new ArrayList<>();
         final int hopsVersion;
+        final long openedNs = System.nanoTime();
         volatile boolean dead;
-        volatile String rejectReason;
+        volatile String endReason;
         volatile long writeStartedNs;
         private volatile boolean finishing;
         private final ScheduledFuture<?> watch;
 
-        Conn(Socket socket, InputStream in, OutputStream out, List<Protocol.Hop> hops, int hopsVersion) {
+        Conn(Socket socket, Socket raw, InputStream in, OutputStream out, List<Protocol.Hop> hops, int hopsVersion) {
             this.socket = socket;
+            this.raw = raw;
             this.in = in;
             this.out = out;
             this.hopsVersion = hopsVersion;
@@ -568,26 +847,42 @@ public final class Exporter {
             }
             Thread reader = new Thread(this::read, "hoptrace-reader " + config.collector);
             reader.setDaemon(true);
+            readers.incrementAndGet();
             reader.start();
             watch = WATCHDOG.scheduleWithFixedDelay(this::watch, 100, 100, TimeUnit.MILLISECONDS);
         }
 
-        /** Reads what the collector sends after Welcome (version 1: only Reject before it closes). */
+        /**
+         * Reads what the collector sends after Welcome: in version 1 only a Reject before it
+         * closes. Anything else (another frame, bytes that are no frame, a frame longer than a
+         * collector's longest) ends the connection, at once: a write blocked meanwhile fails.
+         */
         private void read() {
             try {
-                for (;;) {
-                    Protocol.Frame f = Protocol.read(in);
-                    if (f instanceof Protocol.RejectFrame r) {
-                        rejectReason = "rejected (code " + r.code() + "): " + r.reason();
-                    } else {
-                        LOG.warn("hoptrace: unexpected frame from the collector {}: {}", config.collector, f);
-                    }
+                Protocol.Frame f = Protocol.read(in, Protocol.MAX_COLLECTOR_FRAME_LEN);
+                if (f instanceof Protocol.RejectFrame r) {
+                    endReason = "rejected (code " + r.code() + "): " + r.reason();
+                } else {
+                    endReason = "unexpected frame from the collector: " + f;
                 }
+                end();
             } catch (IOException e) {
                 if (!finishing) {
-                    dead = true;
-                    LockSupport.unpark(worker);
+                    if (e instanceof Protocol.ProtocolException) {
+                        endReason = "the collector sent bytes that are no frame (" + e.getMessage() + ")";
+                    }
+                    end();
                 }
+            } finally {
+                readers.decrementAndGet();
+            }
+        }
+
+        private void end() {
+            if (!finishing) {
+                dead = true;
+                abort();
+                LockSupport.unpark(worker);
             }
         }
 
@@ -601,9 +896,11 @@ public final class Exporter {
             boolean tooLong = now - started > TimeUnit.MILLISECONDS.toNanos(config.writeTimeoutMs);
             boolean stopPast = stopping && now - stopDeadlineNs >= 0;
             if (tooLong || stopPast) {
-                LOG.warn("hoptrace: a write to the collector {} is blocked ({}); dropping the connection",
-                        config.collector, tooLong ? "write timeout" : "stop deadline");
-                closeQuietly(socket);
+                if (endReason == null) {
+                    endReason = tooLong ? "a write was blocked longer than " + config.writeTimeoutMs + " ms"
+                            : "a write was still blocked at the stop deadline";
+                }
+                abort();
             }
         }
 
@@ -617,16 +914,32 @@ public final class Exporter {
             }
         }
 
-        /** After Goodbye: the write side is done; close. */
-        void finish() {
-            finishing = true;
-            close();
+        /** Closes the TCP socket from any thread: whatever blocks on it fails at once. */
+        void abort() {
+            closeQuietly(raw);
         }
 
+        /** After Goodbye: the write side is done; close (over TLS with close_notify). */
+        void finish() {
+            finishing = true;
+            // Closing TLS writes close_notify, which a collector that stopped reading could
+            // block: the watchdog bounds it like any write.
+            writeStartedNs = System.nanoTime() | 1;
+            try {
+                closeQuietly(socket);
+            } finally {
+                writeStartedNs = 0;
+            }
+            closeQuietly(raw);
+            watch.cancel(false);
+        }
+
+        /** Drops the connection: the TCP socket first, so that closing writes nothing. */
         void close() {
             finishing = true;
-            watch.cancel(false);
+            closeQuietly(raw);
             closeQuietly(socket);
+            watch.cancel(false);
         }
     }
 

@@ -9,7 +9,9 @@ import org.slf4j.LoggerFactory;
 /**
  * What both interceptors do with a record's headers: take the trace context (the last
  * {@code hoptrace} header, with the trace id of a valid {@code traceparent} when it has none),
- * count what is not traced or does not decode, stamp the hop and report it.
+ * count what is not traced or does not decode, stamp the hop and report it. On the client's
+ * thread it allocates only the decoded context and its new header value, takes no lock, does
+ * no I/O and never waits (the exporter logs what is worth logging).
  */
 final class HopProbe implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(HopProbe.class);
@@ -22,7 +24,6 @@ final class HopProbe implements AutoCloseable {
     final Counters counters;
     final int hop;
     private boolean closed;
-    private boolean warnedBadContext;
 
     HopProbe(InterceptorConfig config, String role) {
         this.config = config;
@@ -70,11 +71,7 @@ final class HopProbe implements AutoCloseable {
             ctx = TraceContext.decode(v == null ? EMPTY : v);
         } catch (DecodeException e) {
             counters.badContext.increment();
-            if (!warnedBadContext) {
-                warnedBadContext = true;
-                LOG.warn("hoptrace: a record carries a hoptrace header that does not decode ({}); "
-                        + "further ones are counted as bad_context", e.error().wireName());
-            }
+            exporter.noteBadContext(e.error().wireName()); // logged by the exporter thread
             return null;
         }
         if (traceparent != null) {

@@ -75,21 +75,41 @@ public final class Protocol {
     public static final class Buffer {
         byte[] b;
         int len;
+        private final int limit;
 
         /** An empty buffer of {@code capacity} bytes to start with. */
         public Buffer(int capacity) {
-            b = new byte[Math.max(16, capacity)];
+            this(capacity, Integer.MAX_VALUE - 8);
+        }
+
+        /**
+         * An empty buffer of {@code capacity} bytes to start with, that never grows past {@code
+         * limit} bytes (its storage included): content beyond it is refused with
+         * IllegalStateException.
+         */
+        public Buffer(int capacity, int limit) {
+            this.limit = Math.max(16, limit);
+            b = new byte[Math.min(Math.max(16, capacity), this.limit)];
         }
 
         private void ensure(int more) {
-            if (len + more > b.length) {
-                b = Arrays.copyOf(b, Math.max(b.length * 2, len + more));
+            int need = len + more;
+            if (need > b.length) {
+                if (need > limit || need < 0) {
+                    throw new IllegalStateException("frame buffer limit of " + limit + " bytes reached");
+                }
+                b = Arrays.copyOf(b, (int) Math.min(limit, Math.max(2L * b.length, need)));
             }
         }
 
         /** Bytes written. */
         public int length() {
             return len;
+        }
+
+        /** Bytes of storage held (at most the limit). */
+        public int capacity() {
+            return b.length;
         }
 
         /** Forgets the content, keeping the storage. */
@@ -332,12 +352,26 @@ public final class Protocol {
 
     /** Reads one whole frame from {@code in}. */
     public static Frame read(InputStream in) throws IOException {
+        return read(in, MAX_FRAME_LEN);
+    }
+
+    /**
+     * The largest frame a collector sends: a Reject with a reason of 1024 bytes (a Welcome
+     * with a run id of 1024 bytes is 8 bytes shorter in version 1, as long in version 2).
+     */
+    public static final int MAX_COLLECTOR_FRAME_LEN = 1 + 2 + 2 + MAX_STRING_LEN + 8;
+
+    /**
+     * Reads one whole frame of at most {@code maxLen} bytes (type byte and body) from {@code
+     * in}; a longer one is refused as {@code frame_too_large} before its body is read.
+     */
+    public static Frame read(InputStream in, int maxLen) throws IOException {
         byte[] lenBytes = readFully(in, 4);
         long len = Bytes.getI32(lenBytes, 0) & 0xFFFFFFFFL;
         if (len == 0) {
             throw new ProtocolException("empty_frame", "length 0");
         }
-        if (len > MAX_FRAME_LEN) {
+        if (len > Math.min(maxLen, MAX_FRAME_LEN)) {
             throw new ProtocolException("frame_too_large", len + " bytes");
         }
         byte[] frame = readFully(in, (int) len);

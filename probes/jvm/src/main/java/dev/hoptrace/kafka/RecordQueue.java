@@ -44,9 +44,13 @@ final class RecordQueue {
         return capacity;
     }
 
-    /** Records waiting (claimed slots included). */
+    /**
+     * Records waiting (claimed slots included): at most the capacity, as the tail is read
+     * before the head.
+     */
     long size() {
-        return Math.max(0, tail.get() - head.get());
+        long t = tail.get();
+        return Math.max(0, t - head.get());
     }
 
     /**
@@ -127,11 +131,14 @@ final class RecordQueue {
                 out.i64(data[d + 5]);
                 out.i64(data[d + 6]);
             }
-            seq.setRelease(slot, pos + capacity);
             pos++;
+            // The head moves before the slot is handed back, record by record: a producer can
+            // claim a slot only once the head has passed it, so tail - head never exceeds the
+            // capacity ({@link #size()} is what is held).
+            head.setRelease(pos);
+            seq.setRelease(slot, pos - 1 + capacity);
             n++;
         }
-        head.lazySet(pos);
         return n;
     }
 
@@ -151,11 +158,11 @@ final class RecordQueue {
             if (seq.getAcquire(slot) != pos + 1) {
                 break;
             }
-            seq.setRelease(slot, pos + capacity);
             pos++;
+            head.setRelease(pos);
+            seq.setRelease(slot, pos - 1 + capacity);
             n++;
         }
-        head.lazySet(pos);
         return n;
     }
 }

@@ -192,6 +192,44 @@ class ExporterTest {
     }
 
     @Test
+    void shutdownCutsAConnectionAttemptThatWaitsForWelcome() throws Exception {
+        try (HostileCollector hc = new HostileCollector(HostileCollector.Mode.SILENT)) {
+            ExporterConfig cfg = config(hc.address());
+            cfg.connectTimeoutMs = 60_000; // the attempt alone would wait a minute
+            Exporter e = new Exporter(cfg);
+            e.registerHop(0, "a");
+            e.start();
+            e.report(ctx(0), 0, 1);
+            FakeCollector.await(() -> hc.accepted.get() == 1, 5000, "the attempt");
+            long t0 = System.nanoTime();
+            assertFalse(e.shutdown(200));
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms < 200 + Exporter.SHUTDOWN_MARGIN_MS, "shutdown took " + ms + " ms");
+            FakeCollector.await(() -> e.counters().sendFailed() == 1, 5000, "the record counted");
+            assertEquals(1, e.counters().reported());
+        }
+    }
+
+    @Test
+    void footprintTellsWhatIsHeld() throws Exception {
+        ExporterConfig cfg = config("127.0.0.1:1");
+        cfg.queueCapacity = 100;
+        cfg.maxBatch = 10;
+        Exporter e = new Exporter(cfg);
+        e.registerHop(0, "a");
+        for (int i = 0; i < 200; i++) {
+            e.report(ctx(i), 0, i);
+        }
+        Exporter.Footprint f = e.footprint();
+        assertEquals(128, f.queueSlots());
+        assertEquals(128, f.queuedRecords());
+        assertEquals(10 * 52 + 9 + Exporter.CONTROL_BYTES, f.writeBufferLimit());
+        assertEquals(0, f.readerThreads());
+        assertEquals(1, f.hops());
+        assertEquals(72, e.counters().queueFull());
+    }
+
+    @Test
     void manyThreadsReportWithoutLosingOrDuplicatingRecords() throws Exception {
         try (FakeCollector fc = new FakeCollector()) {
             ExporterConfig cfg = config(fc.address());

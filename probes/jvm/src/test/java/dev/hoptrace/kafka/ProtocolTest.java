@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
@@ -167,6 +168,36 @@ class ProtocolTest {
     private static String readError(byte[] frame) {
         return assertThrows(Protocol.ProtocolException.class,
                 () -> Protocol.read(new ByteArrayInputStream(frame))).name();
+    }
+
+    @Test
+    void aCollectorFrameLongerThanTheLongestRejectIsRefusedBeforeItsBodyIsRead() throws Exception {
+        Protocol.Buffer b = new Protocol.Buffer(64);
+        int at = b.begin(Protocol.REJECT);
+        b.u16(4).str("x".repeat(1024));
+        b.end(at);
+        byte[] longest = b.toByteArray();
+        assertEquals(4 + Protocol.MAX_COLLECTOR_FRAME_LEN - 8, longest.length, "a version 1 Reject");
+        assertInstanceOf(Protocol.RejectFrame.class,
+                Protocol.read(new ByteArrayInputStream(longest), Protocol.MAX_COLLECTOR_FRAME_LEN));
+        // A length just past the bound, and no body at all: refused on the length alone.
+        byte[] header = {(byte) (Protocol.MAX_COLLECTOR_FRAME_LEN + 1), (byte) ((Protocol.MAX_COLLECTOR_FRAME_LEN + 1) >> 8),
+            0, 0};
+        Protocol.ProtocolException e = assertThrows(Protocol.ProtocolException.class,
+                () -> Protocol.read(new ByteArrayInputStream(header), Protocol.MAX_COLLECTOR_FRAME_LEN));
+        assertEquals("frame_too_large", e.name());
+    }
+
+    @Test
+    void aBufferNeverGrowsPastItsLimit() {
+        Protocol.Buffer b = new Protocol.Buffer(16, 100);
+        for (int i = 0; i < 12; i++) {
+            b.i64(i);
+        }
+        assertEquals(96, b.length());
+        assertTrue(b.capacity() <= 100, "capacity " + b.capacity());
+        assertThrows(IllegalStateException.class, () -> b.i64(12));
+        assertEquals(96, b.length(), "nothing written past the limit");
     }
 
     @Test
