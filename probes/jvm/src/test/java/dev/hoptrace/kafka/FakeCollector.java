@@ -50,7 +50,12 @@ final class FakeCollector implements AutoCloseable {
     }
 
     FakeCollector(int port) throws IOException {
-        server = new ServerSocket();
+        this(port, null);
+    }
+
+    /** A collector on {@code port} (0: any) that speaks TLS when {@code tls} is given. */
+    FakeCollector(int port, javax.net.ssl.SSLContext tls) throws IOException {
+        server = tls == null ? new ServerSocket() : tls.getServerSocketFactory().createServerSocket();
         server.setReuseAddress(true);
         server.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), port));
         acceptor = new Thread(this::accept, "fake-collector");
@@ -122,6 +127,21 @@ final class FakeCollector implements AutoCloseable {
         } finally {
             c.closed = true;
         }
+    }
+
+    /**
+     * Closes every connection open now, as a collector that restarts does; the listening
+     * socket stays. Returns how many were closed.
+     */
+    int dropConnections() throws IOException {
+        int n = 0;
+        for (Connection c : connections) {
+            if (!c.closed && !c.socket.isClosed()) {
+                c.socket.close();
+                n++;
+            }
+        }
+        return n;
     }
 
     /** Every record received, over all connections. */
