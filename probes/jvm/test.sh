@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds the hoptrace Kafka interceptors with Maven and runs their tests.
+# Builds the hoptrace Kafka interceptors with Maven and runs their tests (mvn verify).
 #
-#   probes/jvm/test.sh                     unit tests (trace vectors, frames, exporter, interceptors)
+#   probes/jvm/test.sh                     unit tests (trace vectors, frames, settings, exporter,
+#                                          interceptors, hostile collectors), then the built jar
+#                                          (JarIT: contents, references, a class loader with
+#                                          only kafka-clients)
 #   HOPTRACE_INTEGRATION=1 HOPTRACE_BIN=/path/to/hoptrace probes/jvm/test.sh
 #                                          also the tests against the real collector and Kafka,
 #                                          MirrorMaker 2's included (mm2/run.sh --short)

@@ -80,7 +80,8 @@ if [[ ! -f $MM2_LIB/connect-mirror-3.9.1.jar ]]; then
     rm -rf "$MM2_LIB"
     mv "$tmp" "$MM2_LIB"
 fi
-# The interceptors: the classes a running `mvn test` compiled, else a fresh package.
+# The interceptors: the jar (or classes) HOPTRACE_JVM_PROBE_CLASSES names (MirrorMakerIT: the
+# jar `mvn verify` built), else a fresh package.
 probe_cp=${HOPTRACE_JVM_PROBE_CLASSES:-}
 if [[ -z $probe_cp ]]; then
     log "building the interceptors (mvn package)"

@@ -71,8 +71,10 @@ import org.slf4j.LoggerFactory;
  */
 public final class Exporter {
     private static final Logger LOG = LoggerFactory.getLogger(Exporter.class);
+    /** The version of these interceptors (the jar's Implementation-Version, checked by JarIT). */
+    public static final String VERSION = "0.1.0";
     /** Software name and version sent in Hello. */
-    public static final String SOFTWARE = "hoptrace-kafka-interceptors 0.1.0 (Java " + Runtime.version() + ")";
+    public static final String SOFTWARE = "hoptrace-kafka-interceptors " + VERSION + " (Java " + Runtime.version() + ")";
     /** How long {@link #shutdown} waits past its timeout for the exporter thread to finish, ms. */
     public static final long SHUTDOWN_MARGIN_MS = 500;
     /** Bytes of a write buffer beyond its Records frame: one Clock, one Counters, Goodbye. */

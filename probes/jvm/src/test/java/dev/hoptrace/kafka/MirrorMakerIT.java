@@ -24,8 +24,11 @@ import org.junit.jupiter.api.io.TempDir;
  * the 3-node cluster, with the interceptors in its consumer and producer, measured hop by hop
  * by mm2/run.sh --short. The accounting must be exact, and every replicated record must carry
  * the context with the publish, mm2_consume and mm2_produce stamps in-band.
+ *
+ * <p>An integration test (Maven's failsafe, after {@code package}): MirrorMaker 2 runs with
+ * the jar as built, put on its classpath unchanged.
  */
-class MirrorMakerTest {
+class MirrorMakerIT {
     @Test
     void mirrorMaker2ReplicatesAndEveryTraceIsComplete(@TempDir Path dir) throws Exception {
         Path bin = Integration.require();
@@ -34,7 +37,7 @@ class MirrorMakerTest {
         ProcessBuilder pb = new ProcessBuilder("bash", script.toString(), "--short", "--out", dir.toString())
                 .redirectErrorStream(true).redirectOutput(log.toFile());
         pb.environment().put("HOPTRACE_BIN", bin.toString());
-        pb.environment().put("HOPTRACE_JVM_PROBE_CLASSES", Path.of("target/classes").toAbsolutePath().toString());
+        pb.environment().put("HOPTRACE_JVM_PROBE_CLASSES", JarIT.builtJar().toString());
         Process p = pb.start();
         if (!p.waitFor(600, TimeUnit.SECONDS)) {
             p.destroy();
