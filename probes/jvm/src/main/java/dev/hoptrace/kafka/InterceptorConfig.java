@@ -85,15 +85,16 @@ public final class InterceptorConfig extends AbstractConfig {
             .define(TOKEN, Type.PASSWORD, null, Importance.MEDIUM,
                     "The collector's token (`hoptrace collect --token`). Unset: `$HOPTRACE_TOKEN`, else none.")
             .define(TLS_CA, Type.STRING, null, new ReadableFile(), Importance.MEDIUM,
-                    "A PEM file of CA certificates: speak TLS 1.2/1.3 to the collector and verify its "
-                    + "certificate against these.")
+                    "A PEM file of CA certificates: speak TLS 1.2/1.3 to the collector (`hoptrace collect "
+                    + "--tls-cert/--tls-key`; `infra/tls/make-certs.sh` makes both) and verify its certificate "
+                    + "against these.")
             .define(TLS_NAME, Type.STRING, null, Importance.LOW,
                     "The name the collector's certificate must carry. Unset: the host of `" + COLLECTOR + "`.")
             .define(PROCESS, Type.STRING, null, Importance.LOW,
                     "The process name the collector records. Unset: the JVM's main class.")
             .define(LAT_HOP, Type.STRING, null, new HopName(), Importance.MEDIUM,
-                    "Consumer only: for records of LogAppendTime topics, also report the broker's append "
-                    + "time as this hop.")
+                    "Consumer only: for records of topics with `message.timestamp.type=LogAppendTime`, also "
+                    + "report the broker's append time as this hop.")
             .define(LAT_HOP_ID, Type.INT, null, optional(Range.between(0, 255)), Importance.MEDIUM,
                     "The id of `" + LAT_HOP + "`, unless `" + HOPS + "` maps it.")
             .define(IN_BAND, Type.BOOLEAN, true, Importance.MEDIUM,
@@ -105,7 +106,7 @@ public final class InterceptorConfig extends AbstractConfig {
                     Importance.LOW,
                     "Most records per Records frame. The exporter's write buffer holds one such frame "
                     + "(52 bytes a record at most) and one Clock and one Counters frame: at most "
-                    + "batch x 52 + 2 KiB.")
+                    + "batch × 52 bytes + 2 KiB.")
             .define(CONNECT_TIMEOUT_MS, Type.LONG, 2000L, Range.between(1, 600_000), Importance.LOW,
                     "A whole connection attempt, in total: name resolution, TCP connect, TLS handshake, "
                     + "Hello and Welcome, however slowly the collector answers.")
@@ -291,11 +292,11 @@ public final class InterceptorConfig extends AbstractConfig {
             if (!k.hasDefault()) {
                 dflt = "required";
             } else if (k.defaultValue == null) {
-                dflt = "";
+                dflt = "unset";
             } else {
                 dflt = "`" + k.defaultValue + "`";
             }
-            String valid = k.validator == null ? "" : k.validator.toString();
+            String valid = k.validator == null ? "" : "`" + k.validator + "`";
             sb.append("| `").append(k.name).append("` | ").append(k.type.name().toLowerCase(java.util.Locale.ROOT))
                     .append(" | ").append(dflt).append(" | ").append(valid.replace("|", "\\|")).append(" | ")
                     .append(k.importance.name().toLowerCase(java.util.Locale.ROOT)).append(" | ")

@@ -356,8 +356,9 @@ public final class Protocol {
     }
 
     /**
-     * The largest frame a collector sends: a Reject with a reason of 1024 bytes (a Welcome
-     * with a run id of 1024 bytes is 8 bytes shorter in version 1, as long in version 2).
+     * The largest frame a collector sends: a version 2 Welcome with a run id of 1024 bytes
+     * (type, version, string length, string, {@code resume_seq}); a Reject with a reason of
+     * 1024 bytes, like a version 1 Welcome, is 8 bytes shorter.
      */
     public static final int MAX_COLLECTOR_FRAME_LEN = 1 + 2 + 2 + MAX_STRING_LEN + 8;
 
