@@ -8,6 +8,9 @@
 #   HOPTRACE_INTEGRATION=1 HOPTRACE_BIN=/path/to/hoptrace probes/jvm/test.sh
 #                                          also the tests against the real collector and Kafka,
 #                                          MirrorMaker 2's included (mm2/run.sh --short)
+#   probes/jvm/test.sh -Dtest=HostileTest -Dit.test=JarIT
+#                                          arguments go to Maven: here one unit test class
+#                                          and one integration test class
 #
 # Maven fetches its plugins and the test dependencies on the first run; later runs work
 # offline (HOPTRACE_MAVEN_OFFLINE=1 forces -o). Exits non-zero when a test fails.
@@ -21,4 +24,4 @@ if [[ ${HOPTRACE_INTEGRATION:-} == 1 && -z ${HOPTRACE_BIN:-} ]]; then
 fi
 offline=()
 [[ ${HOPTRACE_MAVEN_OFFLINE:-} == 1 ]] && offline=(-o)
-exec mvn -B "${offline[@]}" -f "$HERE/pom.xml" verify
+exec mvn -B "${offline[@]}" -f "$HERE/pom.xml" verify "$@"

@@ -291,6 +291,9 @@ class HostileTest {
             assertEquals(s.sendFailed(), fin.get(Protocol.SEND_FAILED));
             assertEquals(s.reconnects(), fin.get(Protocol.RECONNECTS));
             assertEquals(load.notTraced(), fin.get(Protocol.NOT_TRACED));
+            // Version 1 retains nothing, so nothing is evicted (11) or lost unacknowledged (12).
+            assertEquals(0, fin.get(11));
+            assertEquals(0, fin.get(12));
             assertEquals(load.records(), s.reported(), "every record a client handed over is reported");
             assertEquals(s.reported(), s.sent() + s.sendFailed() + s.queueFull(), "the counts add up: " + s);
             assertEquals(s.sent() - r.sentBefore(), fc.records().size(),
