@@ -21,7 +21,8 @@ use crate::probe::{Probe, Shared};
 use crate::retention::{Retained, Retention};
 use hoptrace_protocol::{
     self as protocol, CountersFrame, EncodeError, Frame, Hello, MAX_FRAME_LEN, MAX_HOPS,
-    MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, SentFrame, reject_code,
+    MAX_RECORDS_PER_FRAME, MAX_SENT_PER_FRAME, PROTOCOL_VERSION, RecordsWriter, SentEntry,
+    SentFrame, reject_code,
 };
 
 /// How an exporter reaches the collector and paces itself: the one configuration of a
@@ -213,6 +214,99 @@ const ACK_READ_INTERVAL: Duration = Duration::from_millis(20);
 /// Locks `m`, also when a thread panicked while holding it: the data behind these locks
 /// (queued frame bytes, connection status) stays consistent at every step, so a panic
 /// elsewhere must not turn into a panic in the embedding application's threads.
+/// Counters a Counters frame holds.
+const MAX_COUNTERS_PER_FRAME: usize = 255;
+
+/// The caller's control frames not yet written to a collector, kept in a size that does
+/// not grow with time, however long the collector is away: a Sent entry is a snapshot of
+/// its stream's totals that the collector keeps only the newest of
+/// (`docs/collector-protocol.md`), so only the newest per (publisher, stream) is kept; the
+/// caller's counters are kept as their newest value per counter id. The memory is one
+/// entry per stream the caller reports (40 bytes each) and one per counter id (at most
+/// 65,536), whatever the outage. What a superseded frame said is never needed: nothing is
+/// dropped that the collector would have kept.
+#[derive(Debug, Default)]
+struct PendingControl {
+    /// The newest entry per (publisher, stream).
+    sent: std::collections::BTreeMap<(u16, u32), SentEntry>,
+    /// Publishers whose empty Sent frame is waiting (it changes nothing at the collector,
+    /// but a caller may send one to say it is there).
+    empty_sent: std::collections::BTreeSet<u16>,
+    /// The newest value per counter id, and when the newest of those frames was read.
+    counters: std::collections::BTreeMap<u16, u64>,
+    counters_at_ns: Option<i64>,
+}
+
+impl PendingControl {
+    fn add_sent(&mut self, frame: SentFrame) {
+        if frame.entries.is_empty() {
+            self.empty_sent.insert(frame.publisher);
+        }
+        for e in frame.entries {
+            self.sent.insert((frame.publisher, e.stream), e);
+        }
+    }
+
+    fn add_counters(&mut self, frame: CountersFrame) {
+        self.counters.extend(frame.values);
+        self.counters_at_ns = Some(
+            self.counters_at_ns
+                .map_or(frame.at_ns, |t| t.max(frame.at_ns)),
+        );
+    }
+
+    /// Entries waiting (Sent entries and counter values).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sent.len() + self.counters.len()
+    }
+
+    /// Encodes what is waiting into `buf` (Sent frames per publisher, as many as its
+    /// entries need; one Counters frame per 255 counters) and forgets it.
+    fn encode_into(&mut self, buf: &mut Vec<u8>) {
+        let sent = std::mem::take(&mut self.sent);
+        let mut frame = SentFrame::default();
+        let mut flush = |frame: &mut SentFrame, buf: &mut Vec<u8>| {
+            Frame::Sent(std::mem::take(frame))
+                .encode(buf)
+                .expect("a Sent frame of at most MAX_SENT_PER_FRAME entries encodes");
+        };
+        for ((publisher, _), entry) in sent {
+            if !frame.entries.is_empty()
+                && (frame.publisher != publisher || frame.entries.len() == MAX_SENT_PER_FRAME)
+            {
+                flush(&mut frame, buf);
+            }
+            frame.publisher = publisher;
+            self.empty_sent.remove(&publisher);
+            frame.entries.push(entry);
+        }
+        if !frame.entries.is_empty() {
+            flush(&mut frame, buf);
+        }
+        for publisher in std::mem::take(&mut self.empty_sent) {
+            flush(
+                &mut SentFrame {
+                    publisher,
+                    entries: Vec::new(),
+                },
+                buf,
+            );
+        }
+        if let Some(at_ns) = self.counters_at_ns.take() {
+            let values: Vec<(u16, u64)> = std::mem::take(&mut self.counters).into_iter().collect();
+            for chunk in values.chunks(MAX_COUNTERS_PER_FRAME) {
+                Frame::Counters(CountersFrame {
+                    at_ns,
+                    values: chunk.to_vec(),
+                })
+                .encode(buf)
+                .expect("a Counters frame of at most 255 counters encodes");
+            }
+        }
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -241,7 +335,7 @@ pub struct ExportSummary {
 pub struct Exporter {
     shared: Arc<Shared>,
     hops: Vec<(HopId, String)>,
-    control: Arc<Mutex<Vec<u8>>>,
+    control: Arc<Mutex<PendingControl>>,
     status: Arc<Mutex<Status>>,
     shutdown_timeout_ns: Arc<AtomicU64>,
     /// Once stopping, how long a collector that is away is waited for
@@ -285,7 +379,7 @@ impl Exporter {
         let tls = Tls::new(&config)?;
         let shared = Arc::new(Shared::new(config.queue_capacity));
         let hops: Vec<(HopId, String)> = hops.iter().map(|(h, n)| (*h, (*n).to_owned())).collect();
-        let control = Arc::new(Mutex::new(Vec::new()));
+        let control = Arc::new(Mutex::new(PendingControl::default()));
         let status = Arc::new(Mutex::new(Status::default()));
         let shutdown_timeout_ns = Arc::new(AtomicU64::new(duration_ns(
             config.connect_timeout.max(Duration::from_secs(5)),
@@ -423,7 +517,11 @@ impl Exporter {
     /// More entries than a frame holds ([`EncodeError::TooManySentEntries`]): split them
     /// over several frames; nothing is queued.
     pub fn send_sent_frame(&self, sent: SentFrame) -> Result<(), EncodeError> {
-        self.send_control(&Frame::Sent(sent))
+        if sent.entries.len() > MAX_SENT_PER_FRAME {
+            return Err(EncodeError::TooManySentEntries(sent.entries.len()));
+        }
+        lock(&self.control).add_sent(sent);
+        Ok(())
     }
 
     /// Queues counters of the caller's own (a tap's polls, for instance, with ids from 64
@@ -433,13 +531,10 @@ impl Exporter {
     /// # Errors
     /// More than 255 counters ([`EncodeError::TooManyCounters`]); nothing is queued.
     pub fn send_counters_frame(&self, counters: CountersFrame) -> Result<(), EncodeError> {
-        self.send_control(&Frame::Counters(counters))
-    }
-
-    fn send_control(&self, frame: &Frame) -> Result<(), EncodeError> {
-        let mut bytes = Vec::new();
-        frame.encode(&mut bytes)?;
-        lock(&self.control).extend_from_slice(&bytes);
+        if counters.values.len() > MAX_COUNTERS_PER_FRAME {
+            return Err(EncodeError::TooManyCounters(counters.values.len()));
+        }
+        lock(&self.control).add_counters(counters);
         Ok(())
     }
 
@@ -647,7 +742,7 @@ struct Worker {
     /// Bytes read from the collector not yet decoded (its Acks).
     inbox: Vec<u8>,
     shared: Arc<Shared>,
-    control: Arc<Mutex<Vec<u8>>>,
+    control: Arc<Mutex<PendingControl>>,
     status: Arc<Mutex<Status>>,
     /// The clock status readings, taken on their own thread.
     clock: ClockFeed,
@@ -784,7 +879,7 @@ impl Worker {
                     .encode(&mut buf)
                     .expect("the clock feed cuts the detail to the frame's limit");
             }
-            buf.append(&mut lock(&self.control));
+            lock(&self.control).encode_into(&mut buf);
             let frame_at = buf.len();
             let mut w = if self.durable {
                 RecordsWriter::numbered(&mut buf, self.next_seq)
@@ -1141,4 +1236,119 @@ fn fill(
 
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(stream: u32, messages: u64) -> SentEntry {
+        SentEntry {
+            stream,
+            messages,
+            metrics: messages * 10,
+            first_sequence: 0,
+            last_sequence: messages.saturating_sub(1),
+        }
+    }
+
+    fn decode(buf: &[u8]) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        let used = protocol::decode_frames(buf, MAX_FRAME_LEN, |f| frames.push(f)).unwrap();
+        assert_eq!(used, buf.len());
+        frames
+    }
+
+    /// An hour of a 3,000-stream publisher's Sent frames (one a second) while the
+    /// collector is away: what waits is one entry per stream, and what is sent on
+    /// reconnection is each stream's newest snapshot, as the collector would have kept.
+    #[test]
+    fn pending_sent_frames_keep_the_newest_entry_per_stream_whatever_the_outage() {
+        let mut p = PendingControl::default();
+        for second in 1..=3_600u64 {
+            p.add_sent(SentFrame {
+                publisher: 7,
+                entries: (0..3_000).map(|s| entry(s, second * 10)).collect(),
+            });
+            assert_eq!(p.len(), 3_000, "after {second} s");
+        }
+        let mut buf = Vec::new();
+        p.encode_into(&mut buf);
+        assert_eq!(p.len(), 0);
+        let frames = decode(&buf);
+        assert_eq!(frames.len(), 1);
+        let Frame::Sent(s) = &frames[0] else {
+            panic!("{frames:?}")
+        };
+        assert_eq!(s.publisher, 7);
+        assert_eq!(
+            s.entries,
+            (0..3_000).map(|s| entry(s, 36_000)).collect::<Vec<_>>()
+        );
+        // Nothing is sent twice.
+        let mut again = Vec::new();
+        p.encode_into(&mut again);
+        assert!(again.is_empty());
+    }
+
+    #[test]
+    fn pending_sent_entries_split_per_publisher_and_per_frame_limit() {
+        let mut p = PendingControl::default();
+        let many = MAX_SENT_PER_FRAME as u32 + 5;
+        p.add_sent(SentFrame {
+            publisher: 2,
+            entries: (0..MAX_SENT_PER_FRAME as u32)
+                .map(|s| entry(s, 1))
+                .collect(),
+        });
+        p.add_sent(SentFrame {
+            publisher: 2,
+            entries: (MAX_SENT_PER_FRAME as u32..many)
+                .map(|s| entry(s, 1))
+                .collect(),
+        });
+        p.add_sent(SentFrame {
+            publisher: 1,
+            entries: vec![entry(0, 3)],
+        });
+        p.add_sent(SentFrame {
+            publisher: 9,
+            entries: Vec::new(),
+        });
+        let mut buf = Vec::new();
+        p.encode_into(&mut buf);
+        let sizes: Vec<(u16, usize)> = decode(&buf)
+            .iter()
+            .map(|f| match f {
+                Frame::Sent(s) => (s.publisher, s.entries.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(sizes, [(1, 1), (2, MAX_SENT_PER_FRAME), (2, 5), (9, 0)]);
+    }
+
+    #[test]
+    fn pending_counters_keep_the_newest_value_per_id() {
+        let mut p = PendingControl::default();
+        for i in 0..10_000u64 {
+            p.add_counters(CountersFrame {
+                at_ns: i64::try_from(i).unwrap(),
+                values: vec![(64, i), (65, 2 * i)],
+            });
+        }
+        p.add_counters(CountersFrame {
+            at_ns: 5,
+            values: vec![(70, 1)],
+        });
+        assert_eq!(p.len(), 3);
+        let mut buf = Vec::new();
+        p.encode_into(&mut buf);
+        assert_eq!(
+            decode(&buf),
+            [Frame::Counters(CountersFrame {
+                at_ns: 9_999,
+                values: vec![(64, 9_999), (65, 19_998), (70, 1)],
+            })]
+        );
+    }
 }

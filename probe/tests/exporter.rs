@@ -557,6 +557,54 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
     assert_eq!(mc.records().len(), 1);
 }
 
+/// Sent frames made while the collector is away wait as one entry per stream, however
+/// many were made: when it comes, it gets each stream's newest snapshot, once, which is
+/// all it keeps of them (`docs/collector-protocol.md`).
+#[test]
+fn sent_frames_made_while_the_collector_is_away_reach_it_as_the_newest_per_stream() {
+    use hoptrace_protocol::{SentEntry, SentFrame};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let exp = Exporter::start(config(addr), HOPS).unwrap();
+    let entry = |stream, messages| SentEntry {
+        stream,
+        messages,
+        metrics: messages,
+        first_sequence: 0,
+        last_sequence: messages - 1,
+    };
+    for round in 1..=500u64 {
+        exp.send_sent_frame(SentFrame {
+            publisher: 3,
+            entries: (0..3_000).map(|s| entry(s, round)).collect(),
+        })
+        .unwrap();
+    }
+    let mc = MiniCollector::start_on(std::net::TcpListener::bind(addr).unwrap(), None);
+    mc.wait_for("the Sent entries", Duration::from_secs(10), |f| {
+        f.iter().any(|(_, f)| matches!(f, Frame::Sent(_)))
+    });
+    let summary = exp.shutdown();
+    assert!(summary.clean, "{summary:?}");
+    let entries: Vec<SentEntry> = mc
+        .frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Frame::Sent(s) if s.publisher == 3 => Some(s.entries.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(
+        entries,
+        (0..3_000).map(|s| entry(s, 500)).collect::<Vec<_>>(),
+        "one entry per stream, the newest"
+    );
+}
+
 /// Dropping an exporter returns at once, also while its thread still has seconds of
 /// trying left (an unreachable collector); the thread goes on delivering in the
 /// background.
