@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
+use hoptrace_analysis::bounds::Decision;
 use hoptrace_analysis::compare::{self, Gate};
 use hoptrace_analysis::session::OpenOptions;
 use hoptrace_analysis::sql::{self, OutputFormat};
@@ -95,6 +96,10 @@ pub const COMPARE_USAGE: i32 = 2;
 /// Exit status of `hoptrace compare` when a run cannot be compared (missing, unreadable,
 /// or without data for a gated stage).
 pub const COMPARE_BAD_RUN: i32 = 3;
+/// Exit status of `hoptrace compare` when no requirement failed but one is undecided: it
+/// holds for some of the values the bounds allow (a polled stamp's, the clocks') and not
+/// for others.
+pub const COMPARE_UNDECIDED: i32 = 4;
 
 /// Arguments of `hoptrace compare`.
 #[derive(Debug, clap::Args)]
@@ -102,8 +107,9 @@ pub const COMPARE_BAD_RUN: i32 = 3;
     after_help = "Exit status: 0 every requirement held (or none was given); 1 a \
 requirement did not hold for a run; 2 the command is wrong (a malformed requirement, a \
 stage or statistic the runs do not have, a bad option); 3 a run is missing, unreadable, or \
-has no data for a required stage. Requirements are checked against the runs before \
-anything is printed."
+has no data for a required stage; 4 none failed but one is undecided (it holds for some of \
+the values a polled stamp's bounds or the clocks' uncertainty allow and not for others). \
+Requirements are checked against the runs before anything is printed."
 )]
 pub struct CompareArgs {
     /// Runs to compare, one run directory each; the first is the baseline.
@@ -290,6 +296,29 @@ pub fn print_summary(s: &hoptrace_analysis::Summary) {
             st.clock_uncertainty_ns
                 .map_or_else(|| "unknown".into(), duration_ns)
         );
+        if st.bounds.is_some() {
+            // A polled hop: where the true figures lie, with the clocks' uncertainty.
+            let b = |l: &str| {
+                st.stat_interval(&l.to_ascii_lowercase(), false)
+                    .map_or_else(
+                        || "-".into(),
+                        |(lo, hi)| {
+                            format!(
+                                "[{}, {}]",
+                                hoptrace_format::units::duration_f64(lo),
+                                hoptrace_format::units::duration_f64(hi)
+                            )
+                        },
+                    )
+            };
+            println!(
+                "  {:<18} bounds  p50 {}  p99 {}  p99.99 {}  (polled stamps and clocks)",
+                "",
+                b("P50"),
+                b("P99"),
+                b("P99.99")
+            );
+        }
     }
     let a = &s.accounting;
     // Said on the figures printed, and on every other finding of the accounting.
@@ -376,21 +405,34 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
             .extend(compare::evaluate(g, &summaries).map_err(|e| exit_with(COMPARE_BAD_RUN, e))?);
     }
     print!("{}", compare::table(&summaries));
-    let mut failed = 0;
+    let (mut failed, mut undecided) = (0, 0);
     for r in &results {
         println!(
             "{} {:?} on {}: {}",
-            if r.failed { "FAIL" } else { "pass" },
+            match r.decision {
+                Decision::Met => "pass",
+                Decision::Failed => "FAIL",
+                Decision::Undecided => "UNDECIDED",
+            },
             r.gate,
             r.run_id,
             r.detail
         );
-        failed += usize::from(r.failed);
+        failed += usize::from(r.decision == Decision::Failed);
+        undecided += usize::from(r.decision == Decision::Undecided);
     }
     if failed > 0 {
         return Err(exit_with(
             COMPARE_GATE_FAILED,
             anyhow::anyhow!("{failed} requirement(s) not met (gate(s) failed)"),
+        ));
+    }
+    if undecided > 0 {
+        return Err(exit_with(
+            COMPARE_UNDECIDED,
+            anyhow::anyhow!(
+                "{undecided} requirement(s) undecided: the bounds of a polled stage or the clocks' uncertainty hold them for some values and not for others (narrow the bounds: poll more often, more pollers)"
+            ),
         ));
     }
     Ok(())

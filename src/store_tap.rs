@@ -17,11 +17,22 @@ use hoptrace_runner::interrupt::{interruptible, run_watching};
 /// `clickhouse://`, `victoriametrics://`).
 #[derive(Debug, clap::Args)]
 pub struct StoreTapArgs {
-    /// Store taps: time from one poll's send to the next one's, at least 1ms (a unit is
-    /// needed). Shorter finds data sooner (a smaller poll bracket) and costs the store more
-    /// CPU.
-    #[arg(long, default_value = "10ms", value_parser = parse_poll_interval)]
+    /// Store taps: the least time from one poll's send to the next one's, at least 1ms (a
+    /// unit is needed). A poll leaves only when a poller is free (closed loop), so a store
+    /// slower than this is polled as fast as it answers. Shorter finds data sooner (a
+    /// narrower bound) and costs the store more CPU.
+    #[arg(long, alias = "min-poll-interval", default_value = "10ms", value_parser = parse_poll_interval)]
     pub poll_interval: Duration,
+    /// Store taps: connections that poll the store, taking turns, so that polls leave one
+    /// --poll-interval apart even when one takes longer: the bound on each row is then
+    /// about one interval plus one query time. Each poll costs the store the same.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub pollers: u16,
+    /// Store taps: after a second without a new row, polls slow down, doubling up to this
+    /// interval, and come back to --poll-interval at the first row found: an idle pipeline
+    /// costs the store little, and the first message after a pause has a wider bound.
+    #[arg(long, default_value = "100ms", value_parser = parse_poll_interval)]
+    pub idle_poll_interval: Duration,
     /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and
     /// PostgreSQL, whose row time is normally the store's; not ClickHouse's 1 s DateTime nor
     /// VictoriaMetrics, whose samples usually carry the writer's time), `on` or `off`.
@@ -69,6 +80,8 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     let url = StoreUrl::parse(&args.from).context("--from")?;
     let mut c = StoreTapConfig::new(url);
     c.poll_interval = s.poll_interval;
+    c.pollers = usize::from(s.pollers);
+    c.idle_poll_interval = s.idle_poll_interval;
     c.wait_for_store = s.wait_for_store;
     c.store_host.clone_from(&s.store_host);
     c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
@@ -134,6 +147,11 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
         (Some(true), hop) => hop,
         (None, hop) => hop.filter(|_| c.url.kind.store_in_by_default()),
     };
+    // The spec's earliest instant of the queryable hop, when it declares one: reported
+    // per message, so that every stage ending there has bounds.
+    c.earliest_hop = spec
+        .earliest_of(&c.queryable_hop.1)
+        .map(|e| find(e).expect("the spec checked its `earliest`"));
     if let Some(p) = spec.hops.iter().position(|h| h.name == "publish") {
         c.publish_hop = HopId(spec.hops[p].id.unwrap_or(p as u8));
     }
@@ -254,9 +272,34 @@ fn print_summary(s: &StoreTapSummary) {
         }
     );
     println!(
-        "poll bracket (previous poll's send -> this response; the queryable stamp is late by at most this): {}",
-        spread(&s.bracket)
+        "bounds (the earliest instant the data can have become queryable -> this response; the queryable stamp is late by at most this): {}; {} poller(s){}{}",
+        spread(&s.bracket),
+        s.pollers,
+        if s.earliest_from_store_time > 0 {
+            format!(
+                "; {} keys bounded by their own store time",
+                s.earliest_from_store_time
+            )
+        } else {
+            String::new()
+        },
+        if s.earliest_fallbacks > 0 {
+            format!(
+                "; {} keys no remembered poll covered (bounded by their publish stamp)",
+                s.earliest_fallbacks
+            )
+        } else {
+            String::new()
+        }
     );
+    if s.late_rows > 0 {
+        println!(
+            "late rows: {} keys became visible behind the newest row time already seen (up to {:.1} ms); polls ended looking {:.1} ms back",
+            s.late_rows,
+            s.late_max_ns as f64 / 1e6,
+            s.look_back_ns as f64 / 1e6
+        );
+    }
     if s.publish_to_queryable.count > 0 {
         println!(
             "publish stamp -> queryable here: {}",

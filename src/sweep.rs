@@ -134,8 +134,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!(
             "{:<50} {:>14} {:>14}  {}",
             sweep::settings_label(&k.series),
-            k.target_metrics_per_s
-                .map_or_else(|| "none held".into(), |v| units::rate(v as f64)),
+            k.shown(),
             k.achieved_metrics_per_s
                 .map_or_else(|| "-".into(), units::rate),
             match (k.first_failing_metrics_per_s, &k.failing_because) {

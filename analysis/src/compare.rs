@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 
 use crate::AnalysisError;
+use crate::bounds::Decision;
 use crate::summary::{StageSummary, Summary};
 use hoptrace_format::units::{duration_f64, duration_ns};
 
@@ -156,19 +157,25 @@ impl std::str::FromStr for Gate {
 impl Gate {
     /// Whether `stages` meet this gate read as a service level objective: with an
     /// absolute threshold, `Total Ingestion.p99 < 5ms` is met when that stage's P99 is
-    /// below 5 ms. A stage without values does not meet it.
+    /// below 5 ms for every value its bounds allow (a polled hop's, the clocks'), failed
+    /// when for none, undecided otherwise. A stage without values fails it.
     ///
     /// # Errors
     /// [`AnalysisError::Gate`] when the threshold is relative to a baseline or the stage
     /// is not among `stages`.
-    pub fn met_by(&self, stages: &[StageSummary]) -> Result<bool, AnalysisError> {
+    pub fn met_by(&self, stages: &[StageSummary]) -> Result<Decision, AnalysisError> {
         let Threshold::Value(limit) = self.threshold else {
             return Err(AnalysisError::Gate {
                 gate: self.text.clone(),
                 reason: "a service level needs an absolute value such as 5ms, not a change".into(),
             });
         };
-        Ok(stat(self.stage_of(stages)?, &self.stat).is_some_and(|v| self.op.holds(v, limit)))
+        Ok(
+            match self.stage_of(stages)?.stat_interval(&self.stat, false) {
+                Some((lo, hi)) => Decision::over(lo, hi, |v| self.op.holds(v, limit)),
+                None => Decision::Failed,
+            },
+        )
     }
 
     /// Checks that every run has the gate's stage, so that a misspelt stage is reported
@@ -215,11 +222,23 @@ impl Threshold {
 /// A statistic of a stage, ns.
 #[must_use]
 pub fn stat(s: &StageSummary, name: &str) -> Option<f64> {
+    stat_counted(s, name, false)
+}
+
+/// A statistic of a stage, ns, its percentiles per metric when `per_metric` and the stage
+/// has them.
+#[must_use]
+pub fn stat_counted(s: &StageSummary, name: &str, per_metric: bool) -> Option<f64> {
     match name {
         "min" => s.min_ns.map(|v| v as f64),
         "max" => s.max_ns.map(|v| v as f64),
         "mean" => s.mean_ns,
-        p => s.percentile(p).map(|p| p.value_ns as f64),
+        p => s
+            .counted(per_metric)
+            .1
+            .iter()
+            .find(|q| q.label.eq_ignore_ascii_case(p))
+            .map(|p| p.value_ns as f64),
     }
 }
 
@@ -230,63 +249,89 @@ pub struct GateResult {
     pub gate: String,
     /// The run compared.
     pub run_id: String,
-    /// Whether the run fails: the gate's requirement does not hold.
+    /// Whether the run fails: the gate's requirement does not hold for any value its
+    /// bounds allow.
     pub failed: bool,
+    /// Met, failed, or undecided (the requirement holds for some of the values the bounds
+    /// allow and not for others).
+    pub decision: Decision,
     /// What was compared.
     pub detail: String,
 }
 
-/// Evaluates `gate` on every run after the baseline (`summaries[0]`).
+/// Evaluates `gate` on every run after the baseline (`summaries[0]`), with each figure's
+/// interval ([`StageSummary::stat_interval`]: the bounds of a polled stage, widened by
+/// the clock uncertainty): a run meets the requirement when it holds for every value the
+/// intervals allow, fails it when it holds for none, and is undecided otherwise.
 ///
 /// # Errors
 /// [`AnalysisError::Gate`] when the stage is not in a run.
 pub fn evaluate(gate: &Gate, summaries: &[Summary]) -> Result<Vec<GateResult>, AnalysisError> {
-    let find = |s: &Summary| -> Result<f64, AnalysisError> {
+    let find = |s: &Summary| -> Result<(f64, (f64, f64)), AnalysisError> {
         let st = gate.stage_of(&s.stages)?;
-        stat(st, &gate.stat).ok_or_else(|| AnalysisError::Gate {
+        let none = || AnalysisError::Gate {
             gate: gate.text.clone(),
             reason: format!("stage {:?} has no data", gate.stage),
-        })
+        };
+        let v = stat(st, &gate.stat).ok_or_else(none)?;
+        Ok((v, st.stat_interval(&gate.stat, false).ok_or_else(none)?))
     };
     let Some(base) = summaries.first() else {
         return Ok(Vec::new());
     };
-    let b = find(base)?;
+    let (b, (blo, bhi)) = find(base)?;
     let mut out = Vec::new();
     let candidates = if summaries.len() == 1 {
         summaries
     } else {
         &summaries[1..]
     };
+    let shown_interval = |lo: f64, hi: f64, show: &dyn Fn(f64) -> String| {
+        if lo == hi {
+            String::new()
+        } else {
+            format!(" [{}, {}]", show(lo), show(hi))
+        }
+    };
     for s in candidates {
-        let v = find(s)?;
-        let (lhs, shown) = match gate.threshold {
+        let (v, (rlo, rhi)) = find(s)?;
+        let pct = |x: f64| format!("{:+.1}%", x * 100.0);
+        let dur = |x: f64| duration_f64(x);
+        // The compared figure at the point and over every value the intervals allow.
+        let (lhs, lo, hi, show): (f64, f64, f64, &dyn Fn(f64) -> String) = match gate.threshold {
             Threshold::Relative(_) => {
-                let rel = if b == 0.0 { 0.0 } else { (v - b) / b };
-                (rel, format!("{:+.1}%", rel * 100.0))
+                let rel = |v: f64, b: f64| if b > 0.0 { (v - b) / b } else { 0.0 };
+                (rel(v, b), rel(rlo, bhi), rel(rhi, blo), &pct)
             }
-            Threshold::Change(_) => (v - b, duration_f64(v - b)),
-            Threshold::Value(_) => (v, duration_f64(v)),
+            Threshold::Change(_) => (v - b, rlo - bhi, rhi - blo, &dur),
+            Threshold::Value(_) => (v, rlo, rhi, &dur),
         };
         let rhs = match gate.threshold {
             Threshold::Relative(x) | Threshold::Change(x) | Threshold::Value(x) => x,
         };
+        let decision = Decision::over(lo.min(lhs), hi.max(lhs), |x| gate.op.holds(x, rhs));
         out.push(GateResult {
             gate: gate.text.clone(),
             run_id: s.runs.first().map(|r| r.run_id.clone()).unwrap_or_default(),
-            failed: !gate.op.holds(lhs, rhs),
+            failed: decision == Decision::Failed,
+            decision,
             detail: format!(
-                "{}.{}: baseline {}, run {} ({shown} {} {}: {})",
+                "{}.{}: baseline {}{}, run {}{} ({}{} {} {}: {})",
                 gate.stage,
                 gate.stat,
                 duration_f64(b),
+                shown_interval(blo, bhi, &dur),
                 duration_f64(v),
+                shown_interval(rlo, rhi, &dur),
+                show(lhs),
+                shown_interval(lo, hi, show),
                 gate.op.symbol(),
                 gate.threshold.shown(),
-                if gate.op.holds(lhs, rhs) {
-                    "holds"
-                } else {
-                    "does not hold, the run fails"
+                match decision {
+                    Decision::Met => "holds",
+                    Decision::Failed => "does not hold, the run fails",
+                    Decision::Undecided =>
+                        "undecided: the bounds (polled stamps, clocks) hold it for some values and not for others",
                 }
             ),
         });

@@ -14,7 +14,8 @@
 //! - [`summary`]: everything a report says about a run, computed by SQL over its Parquet
 //!   (`summary.json` is this, serialized);
 //! - [`report`]: `report.md`, `report.html` and the Vega-Lite chart specs;
-//! - [`compare`]: percentiles of several runs side by side and CI gates.
+//! - [`compare`]: percentiles of several runs side by side and CI gates;
+//! - [`bounds`]: the bounds of stages with a polled hop, and decisions made with them.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), hoptrace_analysis::AnalysisError> {
@@ -34,6 +35,7 @@
 use std::path::PathBuf;
 
 mod binary_agg;
+pub mod bounds;
 pub mod charts;
 pub mod compare;
 mod counts;

@@ -165,6 +165,44 @@ fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
     rows
 }
 
+/// `[lower, upper]` of the statistic a stage table's row shows (`Min`, `P99`, ...), from
+/// the stage's bounds widened by its clock uncertainty; `None` for rows without one.
+fn bounds_cell(st: &StageSummary, label: &str, per_metric: bool) -> Option<String> {
+    st.bounds.as_ref()?;
+    let name = match label {
+        "Min" => "min".to_owned(),
+        "Max" => "max".to_owned(),
+        "Mean" => "mean".to_owned(),
+        l if l.starts_with('P') => l.to_ascii_lowercase(),
+        _ => return None,
+    };
+    let (lo, hi) = st.stat_interval(&name, per_metric)?;
+    Some(format!(
+        "[{}, {}]{}",
+        duration_f64(lo),
+        duration_f64(hi),
+        if st.clock_uncertainty_ns.is_none() {
+            " + clock unknown"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The paragraph above a bounded stage's table: what its polled stamps allow.
+fn bounds_note(st: &StageSummary, b: &crate::bounds::StageBounds) -> String {
+    format!(
+        "{} is stamped by polling (a store tap): the event happened no later than that stamp and no earlier than the hop the spec names as its `earliest`. Message by message, this stage lies between {} − {} and {} − {}, so its true figures lie between the same figures of those two (each figure below is monotone in the values), widened by the clock uncertainty (±{}) on each side. A decision (service level, requirement, knee) is met only when the whole interval meets it, failed when none of it does, undecided otherwise.",
+        b.polled.join(" and "),
+        b.lower_hops.1,
+        b.lower_hops.0,
+        b.upper_hops.1,
+        b.upper_hops.0,
+        st.clock_uncertainty_ns
+            .map_or_else(|| "unknown".into(), duration_ns)
+    )
+}
+
 /// What the stage tables count, in a line the report prints.
 fn counting(s: &Summary) -> String {
     if s.per_metric() {
@@ -323,7 +361,16 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             .find(|p| p.label == l)
             .map_or_else(
                 || "-".into(),
-                |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
+                |p| {
+                    format!(
+                        "{} {}{}",
+                        signed_ns(p.value_ns),
+                        precision_ns(p.precision_ns),
+                        bounds_cell(st, l, per_metric)
+                            .map(|b| format!(" {b}"))
+                            .unwrap_or_default()
+                    )
+                },
             )
     };
     b.push(Block::Table(
@@ -476,10 +523,17 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
             3,
             format!("{} ({} − {})", st.name, st.to, st.from),
         ));
-        b.push(Block::Table(
-            vec!["Stat".into(), "Value".into(), "Precision".into()],
-            stat_rows(st, per_metric),
-        ));
+        let mut head = vec!["Stat".into(), "Value".into(), "Precision".into()];
+        let mut rows = stat_rows(st, per_metric);
+        if let Some(bounds) = &st.bounds {
+            head.push("Bounds (polled stamps and clocks)".into());
+            for r in &mut rows {
+                let cell = bounds_cell(st, &r[0], per_metric).unwrap_or_default();
+                r.push(cell);
+            }
+            b.push(Block::Para(bounds_note(st, bounds)));
+        }
+        b.push(Block::Table(head, rows));
     }
     if !s.store_taps.is_empty() {
         b.extend(store_tap_blocks(&s.store_taps));

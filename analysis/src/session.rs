@@ -383,6 +383,18 @@ impl RunSet {
         &self.runs[0].summary.pipeline
     }
 
+    /// The stages the pipeline's polled hops bound ([`crate::bounds`]): a stage whose
+    /// two hops one probe connection announced (a poll's send and its response) is exact.
+    #[must_use]
+    pub(crate) fn bound_stages(&self) -> crate::bounds::BoundStages {
+        crate::bounds::BoundStages::new(self.pipeline(), |st| {
+            self.runs
+                .iter()
+                .flat_map(|r| r.summary.probes.iter())
+                .any(|p| p.hops.iter().any(|h| *h == st.from) && p.hops.iter().any(|h| *h == st.to))
+        })
+    }
+
     /// Every part file of every run.
     #[must_use]
     pub fn part_files(&self) -> Vec<PathBuf> {
@@ -445,6 +457,22 @@ impl RunSet {
                 stage_expr(stage),
                 quote_ident(&stage_column(&stage.name))
             ));
+        }
+        // A stage with a polled hop: its deltas at the earliest and at the latest instants
+        // the stamps allow, as `<stage>_lower_ns` and `<stage>_upper_ns`.
+        let bounds = self.bound_stages();
+        for (stage, of) in self.pipeline().stages.iter().zip(&bounds.of) {
+            let Some((lo, hi)) = of else {
+                continue;
+            };
+            let (lower, upper) = hoptrace_format::schema::stage_bound_columns(&stage.name);
+            for (j, name) in [(*lo, lower), (*hi, upper)] {
+                select.push_str(&format!(
+                    ", {} AS {}",
+                    stage_expr(&bounds.scan[j]),
+                    quote_ident(&name)
+                ));
+            }
         }
         select.push_str(" FROM traces_raw");
         let view = ctx.sql(&select).await?;

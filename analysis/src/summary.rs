@@ -14,15 +14,14 @@ use datafusion::arrow::datatypes::Int64Type;
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{SessionContext, ident};
 use hdrhistogram::Histogram;
-use hoptrace_format::hist::{
-    MAX_TRACKABLE_NS, QUANTILES, SIGNIFICANT_DIGITS, SignedStats, new_histogram, signed_percentile,
-};
+use hoptrace_format::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, SignedStats, new_histogram};
 use hoptrace_format::run::HostInfo;
 use hoptrace_format::schema::hop_column;
 use hoptrace_format::spec::StageSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
+use crate::bounds::{BoundFigures, BoundStages};
 pub use crate::polled::{
     CostSpread, PollBracket, PolledEnd, PolledHop, StoreTapCost, poll_bracket, polled_hops,
 };
@@ -202,6 +201,22 @@ pub struct StageSummary {
     /// it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_metric: Option<PerMetric>,
+    /// Where the stage's true figures lie when a hop at one of its ends is polled (its
+    /// spec names an `earliest` hop): the figures over the smallest and the largest
+    /// deltas the polled stamps allow. Absent for exact stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<crate::bounds::StageBounds>,
+}
+
+impl From<hoptrace_format::hist::Percentile> for PercentileValue {
+    fn from(p: hoptrace_format::hist::Percentile) -> Self {
+        Self {
+            label: quantile_label(p.quantile),
+            quantile: p.quantile,
+            value_ns: p.value_ns,
+            precision_ns: p.precision_ns,
+        }
+    }
 }
 
 /// A stage's percentiles over metrics rather than messages: each trace's delta counted
@@ -230,18 +245,33 @@ fn per_metric(w: &WeightedStage, figures: &SignedStats) -> PerMetric {
         count: w.pos.len() + w.neg.len(),
         mean_ns: w.moments.mean_ns(),
         stddev_ns: w.moments.stddev_ns(),
-        percentiles: QUANTILES
-            .iter()
-            .filter_map(|&q| signed_percentile(&w.pos, &w.neg, q))
-            .map(|p| p.within(figures.min, figures.max))
-            .map(|p| PercentileValue {
-                label: quantile_label(p.quantile),
-                quantile: p.quantile,
-                value_ns: p.value_ns,
-                precision_ns: p.precision_ns,
-            })
-            .collect(),
+        percentiles: crate::bounds::weighted_percentiles(w, figures),
     }
+}
+
+/// Stage `i`'s bounds from the figures of every scanned stage.
+fn stage_bounds(
+    bs: &BoundStages,
+    i: usize,
+    figures: &[SignedStats],
+    weighted: &[WeightedStage],
+    per_metric: bool,
+    spec: &hoptrace_format::spec::PipelineSpec,
+) -> Option<crate::bounds::StageBounds> {
+    let (lo, hi) = bs.of.get(i).copied().flatten()?;
+    let st = &spec.stages[i];
+    let hops = |j: usize| (bs.scan[j].from.clone(), bs.scan[j].to.clone());
+    Some(crate::bounds::StageBounds {
+        polled: [&st.from, &st.to]
+            .into_iter()
+            .filter(|h| spec.earliest_of(h).is_some())
+            .cloned()
+            .collect(),
+        lower_hops: hops(lo),
+        upper_hops: hops(hi),
+        lower: BoundFigures::of(&figures[lo], per_metric.then(|| &weighted[lo])),
+        upper: BoundFigures::of(&figures[hi], per_metric.then(|| &weighted[hi])),
+    })
 }
 
 /// A `per_metric` result: its stage, or an empty one for NULL.
@@ -526,14 +556,13 @@ async fn constant_metric_count(ctx: &SessionContext) -> Result<Option<u64>, Anal
 /// traces, their metrics and [`SignedStats`] of every stage, and every stage per metric
 /// (scaled from its figures when every message carried `constant_metrics`).
 async fn scan_buckets(
-    runs: &RunSet,
+    stages: &[StageSpec],
     ctx: &SessionContext,
     time_col: &str,
     t_min: i64,
     bucket_ns: i64,
     constant_metrics: Option<u64>,
 ) -> Result<Vec<BucketScan>, AnalysisError> {
-    let stages = &runs.pipeline().stages;
     if let Some(m) = constant_metrics {
         let raw = ctx.table("traces_raw").await?;
         let time = raw.parse_sql_expr(time_col)?;
@@ -749,8 +778,9 @@ pub async fn compute(
     // The two scans read different columns of the same files: side by side, one's
     // reads warm the page cache for the other, and one's single-threaded end (merging
     // its partitions) overlaps the other's work.
+    let bs = runs.bound_stages();
     let (scanned, counts) = tokio::try_join!(
-        scan_buckets(runs, ctx, &time_col, t_min, bucket_ns, constant_metrics),
+        scan_buckets(&bs.scan, ctx, &time_col, t_min, bucket_ns, constant_metrics),
         scan_counts(ctx)
     )?;
 
@@ -771,8 +801,8 @@ pub async fn compute(
             metrics_per_s: 0.0,
         })
         .collect();
-    let mut whole = vec![SignedStats::default(); pipeline.stages.len()];
-    let mut whole_weighted = vec![WeightedStage::default(); pipeline.stages.len()];
+    let mut whole = vec![SignedStats::default(); bs.scan.len()];
+    let mut whole_weighted = vec![WeightedStage::default(); bs.scan.len()];
     let mut by_time: Vec<Vec<Option<&SignedStats>>> =
         vec![vec![None; nbuckets]; pipeline.stages.len()];
     for s in &scanned {
@@ -819,15 +849,18 @@ pub async fn compute(
             r.summary.run_id
         )
     }));
-    for (((st, figures), weighted), cells) in pipeline
+    let per_metric_run = metrics > rows;
+    for (i, (((st, figures), weighted), cells)) in pipeline
         .stages
         .iter()
         .zip(&whole)
         .zip(&whole_weighted)
         .zip(&by_time)
+        .enumerate()
     {
         let hist = figures.pos.to_histogram();
-        let summary = stage_summary(st, figures, weighted, &env.hosts, &polled);
+        let mut summary = stage_summary(st, figures, weighted, &env.hosts, &polled);
+        summary.bounds = stage_bounds(&bs, i, &whole, &whole_weighted, per_metric_run, pipeline);
         if summary.count == 0 {
             // Said once; nothing else about it (no uncertainty against a P50 it has not).
             warnings.push(format!(
@@ -1004,7 +1037,8 @@ pub async fn window(
     ))?;
     let df = df.filter(due)?;
     let constant_metrics = constant_metric_count(ctx).await?;
-    let mut aggregates = trace_aggregates(&df, &pipeline.stages, constant_metrics)?;
+    let bs = runs.bound_stages();
+    let mut aggregates = trace_aggregates(&df, &bs.scan, constant_metrics)?;
     aggregates.push(
         df.parse_sql_expr("sum(CASE WHEN status = 'complete' THEN 1 ELSE 0 END)")?
             .alias("complete"),
@@ -1015,8 +1049,9 @@ pub async fn window(
     })?;
     let env = environment(runs);
     let polled = polled_hops(runs, ctx).await?;
-    let mut stages = Vec::new();
-    for (i, st) in pipeline.stages.iter().enumerate() {
+    let mut all_figures = Vec::with_capacity(bs.scan.len());
+    let mut all_weighted = Vec::with_capacity(bs.scan.len());
+    for i in 0..bs.scan.len() {
         let figures = scalar(batch, &format!("s_{i}"))?;
         let figures = match figures {
             ScalarValue::Binary(Some(b)) => SignedStats::decode(&b)
@@ -1033,7 +1068,21 @@ pub async fn window(
             Some(m) => WeightedStage::scaled(&figures, m),
             None => weighted_stage(binary(format!("w_{i}"))?.as_deref())?,
         };
-        stages.push(stage_summary(st, &figures, &weighted, &env.hosts, &polled));
+        all_figures.push(figures);
+        all_weighted.push(weighted);
+    }
+    let mut stages = Vec::new();
+    for (i, st) in pipeline.stages.iter().enumerate() {
+        let mut summary = stage_summary(st, &all_figures[i], &all_weighted[i], &env.hosts, &polled);
+        summary.bounds = stage_bounds(
+            &bs,
+            i,
+            &all_figures,
+            &all_weighted,
+            constant_metrics.is_none_or(|m| m > 1),
+            pipeline,
+        );
+        stages.push(summary);
     }
     let messages = as_u64(&scalar(batch, "messages")?);
     Ok(WindowSummary {
@@ -1095,6 +1144,7 @@ fn stage_summary(
         clock_warning,
         poll_bracket: poll_bracket(polled, &st.from, &st.to, p50),
         per_metric: Some(per_metric(weighted, figures)),
+        bounds: None,
     }
 }
 

@@ -38,8 +38,26 @@ pub struct Setting {
 pub struct SloResult {
     /// As written: `Total Ingestion.p99 < 5ms`.
     pub slo: String,
-    /// Whether the window's figures meet it.
+    /// Whether the window's figures meet it for every value their bounds allow.
     pub met: bool,
+    /// Met, failed, or undecided (the bounds of a polled stage or the clocks' uncertainty
+    /// hold it for some values and not for others). Absent in sweeps written before it:
+    /// met or failed as `met` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<crate::bounds::Decision>,
+}
+
+impl SloResult {
+    /// The decision, as written or from `met`.
+    #[must_use]
+    pub fn decision(&self) -> crate::bounds::Decision {
+        use crate::bounds::Decision;
+        self.decision.unwrap_or(if self.met {
+            Decision::Met
+        } else {
+            Decision::Failed
+        })
+    }
 }
 
 /// One CPU and memory figure of a process during a cell.
@@ -170,6 +188,69 @@ pub struct Knee {
     pub first_failing_metrics_per_s: Option<u64>,
     /// Why that rate did not hold.
     pub failing_because: Option<String>,
+    /// Rates below the first failing one whose service levels the bounds could not decide
+    /// (a P99 inside its poll bounds). Empty when every cell was decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided_metrics_per_s: Vec<u64>,
+    /// With undecided rates: the highest rate below the first failing one that held or
+    /// was undecided. The knee lies from `target_metrics_per_s` (proven) to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_metrics_per_s: Option<u64>,
+}
+
+impl Knee {
+    /// The knee as said: `50.0k` when proven, `50.0k to 200.0k (undecided inside its
+    /// bounds)` when undecided cells leave a range, `none held` when no rate held.
+    #[must_use]
+    pub fn shown(&self) -> String {
+        match (self.target_metrics_per_s, self.upper_metrics_per_s) {
+            (lo, Some(hi)) => format!(
+                "{} to {} (undecided within the bounds)",
+                lo.map_or_else(|| "none".into(), |v| units::rate(v as f64)),
+                units::rate(hi as f64)
+            ),
+            (Some(lo), None) => units::rate(lo as f64),
+            (None, None) => "none held".into(),
+        }
+    }
+}
+
+/// What a cell's window says of its settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It kept up, lost nothing and met every service level.
+    Holds,
+    /// It kept up and lost nothing, and a service level lies inside its bounds.
+    Undecided(String),
+    /// Something failed: why.
+    Fails(String),
+}
+
+/// The verdict on a cell.
+#[must_use]
+pub fn verdict(c: &Cell) -> Verdict {
+    use crate::bounds::Decision;
+    let undecided: Vec<String> = c
+        .slos
+        .iter()
+        .filter(|s| s.decision() == Decision::Undecided)
+        .map(|s| format!("undecided {} (inside its bounds)", s.slo))
+        .collect();
+    match why_not(c) {
+        Some(why) if why_fails(c) => Verdict::Fails(why),
+        _ if !undecided.is_empty() => Verdict::Undecided(undecided.join("; ")),
+        Some(why) => Verdict::Fails(why),
+        None => Verdict::Holds,
+    }
+}
+
+/// Whether something other than an undecided service level failed.
+fn why_fails(c: &Cell) -> bool {
+    use crate::bounds::Decision;
+    c.window.messages == 0
+        || !c.kept_up()
+        || c.lost() > 0
+        || c.slos.iter().any(|s| s.decision() == Decision::Failed)
 }
 
 /// Why a cell does not hold, in words; `None` when it holds.
@@ -189,12 +270,13 @@ pub fn why_not(c: &Cell) -> Option<String> {
     if c.lost() > 0 {
         why.push(format!("{} messages incomplete", units::count(c.lost())));
     }
-    why.extend(
-        c.slos
-            .iter()
-            .filter(|s| !s.met)
-            .map(|s| format!("missed {}", s.slo)),
-    );
+    why.extend(c.slos.iter().filter(|s| !s.met).map(|s| {
+        if s.decision() == crate::bounds::Decision::Undecided {
+            format!("undecided {} (inside its bounds)", s.slo)
+        } else {
+            format!("missed {}", s.slo)
+        }
+    }));
     (!why.is_empty()).then(|| why.join("; "))
 }
 
@@ -220,16 +302,31 @@ pub fn knees(cells: &[Cell]) -> Vec<Knee> {
                 achieved_metrics_per_s: None,
                 first_failing_metrics_per_s: None,
                 failing_because: None,
+                undecided_metrics_per_s: Vec::new(),
+                upper_metrics_per_s: None,
             };
+            // The knee: the highest rate that held with every rate below it. Past an
+            // undecided rate, the knee may be anywhere up to the first rate that failed.
+            let mut proven = true;
             for c in of {
-                if let Some(why) = why_not(c) {
-                    knee.first_failing_metrics_per_s = Some(c.target_metrics_per_s);
-                    knee.failing_because = Some(why);
-                    break;
+                match verdict(c) {
+                    Verdict::Fails(why) => {
+                        knee.first_failing_metrics_per_s = Some(c.target_metrics_per_s);
+                        knee.failing_because = Some(why);
+                        break;
+                    }
+                    Verdict::Undecided(_) => {
+                        proven = false;
+                        knee.undecided_metrics_per_s.push(c.target_metrics_per_s);
+                        knee.upper_metrics_per_s = Some(c.target_metrics_per_s);
+                    }
+                    Verdict::Holds if proven => {
+                        knee.run_id = Some(c.run_id.clone());
+                        knee.target_metrics_per_s = Some(c.target_metrics_per_s);
+                        knee.achieved_metrics_per_s = Some(c.achieved_metrics_per_s());
+                    }
+                    Verdict::Holds => knee.upper_metrics_per_s = Some(c.target_metrics_per_s),
                 }
-                knee.run_id = Some(c.run_id.clone());
-                knee.target_metrics_per_s = Some(c.target_metrics_per_s);
-                knee.achieved_metrics_per_s = Some(c.achieved_metrics_per_s());
             }
             knee
         })
@@ -468,8 +565,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
         .map(|k| {
             let mut row = vec![
                 settings_label(&k.series),
-                k.target_metrics_per_s
-                    .map_or_else(|| "none held".into(), |v| units::rate(v as f64)),
+                k.shown(),
                 k.achieved_metrics_per_s
                     .map_or_else(|| "-".into(), units::rate),
                 k.first_failing_metrics_per_s.map_or_else(
@@ -665,6 +761,7 @@ mod tests {
             clock_note: String::new(),
             clock_warning: false,
             poll_bracket: None,
+            bounds: None,
             per_metric: None,
         };
         Cell {
@@ -701,6 +798,7 @@ mod tests {
             slos: vec![SloResult {
                 slo: "Total Ingestion.p99 < 5ms".into(),
                 met: p99_ns < 5_000_000,
+                decision: None,
             }],
             resources: Vec::new(),
         }
@@ -736,6 +834,42 @@ mod tests {
         assert_eq!(hosts_needed(1_000_000.0, 2000.0), Some(500));
         assert_eq!(hosts_needed(1_000_001.0, 2000.0), Some(501));
         assert_eq!(hosts_needed(1.0, 0.0), None);
+    }
+
+    /// A service level inside a cell's bounds is undecided: the knee becomes a range from
+    /// the last rate proven to hold to the last one below the first that failed.
+    #[test]
+    fn undecided_cells_make_the_knee_a_range() {
+        use crate::bounds::Decision;
+        let with = |rate: u64, d: Decision| {
+            let mut c = cell(rate, "1", 1_000_000, (10, 10));
+            c.slos[0].decision = Some(d);
+            c.slos[0].met = d == Decision::Met;
+            c
+        };
+        let cells = vec![
+            with(1000, Decision::Met),
+            with(2000, Decision::Undecided),
+            with(4000, Decision::Met),
+            with(8000, Decision::Failed),
+        ];
+        let k = &knees(&cells)[0];
+        assert_eq!(k.target_metrics_per_s, Some(1000));
+        assert_eq!(k.undecided_metrics_per_s, [2000]);
+        assert_eq!(k.upper_metrics_per_s, Some(4000));
+        assert_eq!(k.first_failing_metrics_per_s, Some(8000));
+        assert!(k.shown().contains("1.0k to 4.0k"), "{}", k.shown());
+        assert_eq!(
+            verdict(&cells[1]),
+            Verdict::Undecided("undecided Total Ingestion.p99 < 5ms (inside its bounds)".into())
+        );
+        // Decided cells keep a point.
+        let k = &knees(&[with(1000, Decision::Met), with(2000, Decision::Failed)])[0];
+        assert_eq!(
+            (k.target_metrics_per_s, k.upper_metrics_per_s),
+            (Some(1000), None)
+        );
+        assert_eq!(k.shown(), "1.0k");
     }
 
     #[test]

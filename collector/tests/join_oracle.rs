@@ -58,6 +58,7 @@ fn make_spec(
                 name: name(i),
                 id: Some(id),
                 description: String::new(),
+                earliest: None,
             })
             .collect(),
         stages: stages

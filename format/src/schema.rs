@@ -22,6 +22,15 @@ pub fn stage_column(stage: &str) -> String {
     format!("{}_ns", crate::spec::slug(stage))
 }
 
+/// The columns of a polled stage's bounds in the `traces` view: its deltas at the earliest
+/// and at the latest instants the polled stamps allow, `<slug>_lower_ns` and
+/// `<slug>_upper_ns` (`PipelineSpec::stage_bound`).
+#[must_use]
+pub fn stage_bound_columns(stage: &str) -> (String, String) {
+    let slug = crate::spec::slug(stage);
+    (format!("{slug}_lower_ns"), format!("{slug}_upper_ns"))
+}
+
 /// The schema of a traces file for these hops (in the spec's order).
 #[must_use]
 pub fn traces_schema(hop_names: &[String]) -> SchemaRef {

@@ -86,6 +86,12 @@ description = "The visibility query that first found the data started."
 name = "queryable"
 id = 5
 description = "That query returned the data: from here on it is queryable."
+# A hop stamped by polling (a store tap: `hoptrace tap --from influxdb://...`) knows only
+# that its event happened between two instants: declare a hop for the earliest one and
+# name it here. The tap reports it for every message, and every stage that starts or ends
+# at this hop is reported with bounds. The reference store stamps this hop itself, so
+# here it is exact.
+# earliest = "queryable_earliest"
 
 # The stages the report measures, in report order.
 [[stages]]
@@ -193,6 +199,28 @@ pub struct HopSpec {
     /// What the hop is, in one line.
     #[serde(default)]
     pub description: String,
+    /// The hop's stamp is taken by polling (a store tap): the event happened no later
+    /// than the stamp and no earlier than the stamp of the hop named here, which the same
+    /// tap reports for the same message (the send of the last poll that would have
+    /// returned the data and did not, or the data's own time when sharper). Every stage
+    /// that starts or ends at this hop is then reported with bounds
+    /// ([`PipelineSpec::stage_bound`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<String>,
+}
+
+/// A stage one of whose hops is polled: its delta lies between the delta of `lower`'s
+/// hops and that of `upper`'s (each a `(from, to)` pair of hop names), message by
+/// message, so every statistic of the stage lies between the same statistic of the two
+/// (percentiles, min, max and mean are monotone in the values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageBound {
+    /// The delta at its smallest: from the `from` hop's latest instant to the `to` hop's
+    /// earliest.
+    pub lower: (String, String),
+    /// The delta at its largest: from the `from` hop's earliest instant to the `to`
+    /// hop's latest.
+    pub upper: (String, String),
 }
 
 /// One stage: the difference of two hops' stamps, `to - from`.
@@ -415,6 +443,17 @@ pub enum SpecError {
         /// The hop.
         hop: String,
     },
+    /// A hop's `earliest` names no declared hop, itself, or a hop that has an `earliest`
+    /// of its own: name the hop the tap reports as the earliest instant.
+    #[error("hop \"{hop}\": `earliest` \"{earliest}\" {why}")]
+    BadEarliest {
+        /// The polled hop.
+        hop: String,
+        /// What its `earliest` names.
+        earliest: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A setting that must be positive is 0: raise it.
     #[error("`{field}` is 0; it must be greater than 0")]
     Zero {
@@ -437,6 +476,31 @@ impl PipelineSpec {
         let spec: Self = toml::from_str(text)?;
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// The hop holding the earliest instant of polled hop `hop` (its `earliest`).
+    #[must_use]
+    pub fn earliest_of(&self, hop: &str) -> Option<&str> {
+        self.hops
+            .iter()
+            .find(|h| h.name == hop)
+            .and_then(|h| h.earliest.as_deref())
+    }
+
+    /// The bounds of `stage` when one of its hops is polled (has an `earliest`); `None`
+    /// when neither is. (A stage between two stamps of one poll, the poll's send and its
+    /// response, is exact: the analysis, which knows from the taps' announcements which
+    /// hops one poll stamped, does not bound it.)
+    #[must_use]
+    pub fn stage_bound(&self, stage: &StageSpec) -> Option<StageBound> {
+        let (from_e, to_e) = (self.earliest_of(&stage.from), self.earliest_of(&stage.to));
+        if from_e.is_none() && to_e.is_none() {
+            return None;
+        }
+        Some(StageBound {
+            lower: (stage.from.clone(), to_e.unwrap_or(&stage.to).to_owned()),
+            upper: (from_e.unwrap_or(&stage.from).to_owned(), stage.to.clone()),
+        })
     }
 
     /// Reads, parses and validates a spec file.
@@ -498,6 +562,7 @@ impl PipelineSpec {
                     name: h.clone(),
                     id: u8::try_from(i).ok(),
                     description: String::new(),
+                    earliest: None,
                 })
                 .collect(),
             stages,
@@ -608,6 +673,28 @@ impl ResolvedSpec {
         }
         let declared = || hop_names.join(", ");
         let find = |name: &str| hop_names.iter().position(|h| h == name);
+        for hop in &spec.hops {
+            let Some(e) = &hop.earliest else {
+                continue;
+            };
+            let bad = |why: String| SpecError::BadEarliest {
+                hop: hop.name.clone(),
+                earliest: e.clone(),
+                why,
+            };
+            let Some(i) = find(e) else {
+                return Err(bad(format!("is not declared (hops: {})", declared())));
+            };
+            if *e == hop.name {
+                return Err(bad("is the hop itself".into()));
+            }
+            if spec.hops[i].earliest.is_some() {
+                return Err(bad(
+                    "has an `earliest` of its own: name the hop that holds the earliest instant"
+                        .into(),
+                ));
+            }
+        }
 
         let all_mask = all_hops_mask(count);
         let expected_mask = match &spec.expected {
@@ -673,6 +760,19 @@ impl ResolvedSpec {
                 });
             }
             columns.insert(column, format!("stage \"{}\"", stage.name));
+            if spec.stage_bound(stage).is_some() {
+                let (lower, upper) = crate::schema::stage_bound_columns(&stage.name);
+                for c in [lower, upper] {
+                    if let Some(other) = columns.get(&c) {
+                        return Err(SpecError::StageColumnClash {
+                            stage: stage.name.clone(),
+                            column: c,
+                            other: other.clone(),
+                        });
+                    }
+                    columns.insert(c, format!("the bounds of stage \"{}\"", stage.name));
+                }
+            }
             let resolve = |field: &'static str, hop: &str| {
                 find(hop).ok_or_else(|| SpecError::UnknownStageHop {
                     stage: stage.name.clone(),
@@ -879,6 +979,7 @@ mod tests {
             name: name.into(),
             id,
             description: String::new(),
+            earliest: None,
         }
     }
 

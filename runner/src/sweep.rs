@@ -692,9 +692,11 @@ fn measure(
     let slo_results = slos
         .iter()
         .map(|g| {
+            let decision = g.met_by(&window.stages)?;
             Ok(SloResult {
                 slo: g.text.clone(),
-                met: g.met_by(&window.stages)?,
+                met: decision == hoptrace_analysis::bounds::Decision::Met,
+                decision: Some(decision),
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

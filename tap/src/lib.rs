@@ -13,13 +13,19 @@
 //!   point time, a PostgreSQL column default), reported by a second exporter that announces
 //!   the store's host, so the report's clock uncertainty for stages ending there is honest.
 //!
-//! The data became visible somewhere between the previous poll's send and this poll's
-//! response (the *poll bracket*): the `queryable` stamp is late by at most that much. The
-//! tap measures the bracket per key, its own polls and query times, and sends them as
-//! counters (`docs/collector-protocol.md`) that the analysis states beside each stage.
+//! - the earliest instant the data can have become queryable (`bounds`: the latest send of
+//!   an answered poll that covered the row and did not return it, or the row's own store
+//!   time when sharper), as the hop the pipeline spec names as `queryable`'s `earliest`:
+//!   the analysis then bounds every stage at the polled hop.
+//!
+//! The data became visible between that instant and this poll's response (the *poll
+//! bracket*): the `queryable` stamp is late by at most that much. The tap measures the
+//! bracket per key, its own polls and query times, and sends them as counters
+//! (`docs/collector-protocol.md`) that the analysis states beside each stage.
 //!
 //! - [`store`]: store addresses, the [`store::Store`] trait and one module per store.
-//! - [`poll`]: the poll loop, its counters and summary.
+//! - [`poll`]: the poll loop, its counters and summary; `pollers` runs its connections,
+//!   `bounds` finds each row's earliest instant.
 //!
 //! This crate depends on the probe (the wire format and the exporter) and on the stores'
 //! client libraries only. It must never depend on the collector or on the analysis: a tap
@@ -28,7 +34,9 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+mod bounds;
 pub mod poll;
+mod pollers;
 pub mod store;
 
 pub use poll::{StoreTap, StoreTapConfig, StoreTapError, StoreTapLive, StoreTapSummary};

@@ -10,8 +10,15 @@
 //!   CLOCK_REALTIME), through an exporter announcing this host;
 //! - `store_in` = the row's time, through a second exporter announcing the store's host,
 //!   whose clock status is this host's when the store runs here and unknown otherwise;
-//! - the *poll bracket*, this poll's response minus the previous successful poll's send:
-//!   the data became visible within it, so `queryable` is late by at most that much.
+//! - the earliest instant the data can have become visible ([`crate::bounds`]), reported
+//!   as the spec's `earliest` hop of `queryable` when it names one;
+//! - the *poll bracket*, this poll's response minus that earliest instant: the data became
+//!   visible within it, so `queryable` is late by at most that much.
+//!
+//! Polls are sent by one or more pollers ([`crate::pollers`]), each on a connection of its
+//! own; a poll leaves only when a poller is free and at least `poll_interval` after the
+//! previous one, and polls slow down towards `idle_poll_interval` after a second without
+//! a new key.
 //!
 //! A store that is down or restarting is polled again with backoff; its errors are counted
 //! and logged once per kind, and polling resumes where it left off. A store that cannot be
@@ -37,6 +44,8 @@ use hoptrace_probe::{
 use hoptrace_protocol::CountersFrame;
 use rustc_hash::FxHashSet;
 
+use crate::bounds::{Covering, Earliest};
+use crate::pollers::{Answer, Pollers, Ticket};
 use crate::store::{self, Store, StoreError, StoreUrl, UrlError};
 
 /// Counter ids a store tap adds to its Counters frames (`docs/collector-protocol.md`).
@@ -99,6 +108,21 @@ pub mod counter_id {
     pub const SERVER_ELAPSED_MAX_NS: u16 = 90;
     /// Time since the tap began polling, ns (polls per second = polls / this).
     pub const POLLING_NS: u16 = 91;
+    /// Keys whose earliest instant is their own store time (later than every poll that
+    /// covered them).
+    pub const EARLIEST_FROM_STORE_TIME: u16 = 92;
+    /// Keys no remembered poll covered: their earliest instant is their publish stamp.
+    pub const EARLIEST_FALLBACKS: u16 = 93;
+    /// Connections polling the store.
+    pub const POLLERS: u16 = 94;
+    /// New keys whose row time was older than the newest row time seen when the poll that
+    /// found them was sent: rows that became visible out of their time order.
+    pub const LATE_ROWS: u16 = 95;
+    /// The most such a row was behind that newest row time, ns.
+    pub const LATE_MAX_NS: u16 = 96;
+    /// How far behind the newest row time polls look now (the store's overlap, widened to
+    /// twice the latest lateness seen), ns.
+    pub const LOOK_BACK_NS: u16 = 97;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -132,6 +156,12 @@ pub mod counter_id {
             SERVER_ELAPSED_P99_NS => "server_elapsed_p99_ns",
             SERVER_ELAPSED_MAX_NS => "server_elapsed_max_ns",
             POLLING_NS => "polling_ns",
+            EARLIEST_FROM_STORE_TIME => "earliest_from_store_time",
+            EARLIEST_FALLBACKS => "earliest_fallbacks",
+            POLLERS => "pollers",
+            LATE_ROWS => "late_rows",
+            LATE_MAX_NS => "late_max_ns",
+            LOOK_BACK_NS => "look_back_ns",
             _ => return None,
         })
     }
@@ -153,11 +183,21 @@ pub struct StoreTapConfig {
     pub query_start_hop: Option<(HopId, String)>,
     /// The hop of the row's own time (default 3 `store_in`); `None`: not reported.
     pub store_in_hop: Option<(HopId, String)>,
+    /// The hop of the earliest instant the data can have become queryable (the spec's
+    /// `earliest` of the queryable hop); `None`: not reported.
+    pub earliest_hop: Option<(HopId, String)>,
     /// The store's host name for the `store_in` exporter's Hello (default: the address's
     /// host, or this host's name when that is a loopback address).
     pub store_host: Option<String>,
-    /// Time from one poll's send to the next one's (a slow poll is followed at once).
+    /// Least time from one poll's send to the next one's. A poll is sent only when a
+    /// poller is free (closed loop), so a slow store is polled as fast as it answers.
     pub poll_interval: Duration,
+    /// Connections polling the store, taking turns (default 1).
+    pub pollers: usize,
+    /// The interval polls slow down to, doubling from `poll_interval`, after a second
+    /// without a new key; back to `poll_interval` at the first key found. Equal to
+    /// `poll_interval`: never slower.
+    pub idle_poll_interval: Duration,
     /// Only these publishers' keys are reported; others are counted.
     pub publishers: Option<Vec<u16>>,
     /// Hop id of the publish stamp in the contexts, for the local publish → queryable
@@ -187,8 +227,11 @@ impl StoreTapConfig {
             queryable_hop: (HopId(5), "queryable".into()),
             query_start_hop: Some((HopId(4), "query_start".into())),
             store_in_hop: store_in.then(|| (HopId(3), "store_in".into())),
+            earliest_hop: None,
             store_host: None,
             poll_interval: Duration::from_millis(10),
+            pollers: 1,
+            idle_poll_interval: Duration::from_millis(100),
             publishers: None,
             publish_hop: HopId(0),
             duration: None,
@@ -280,6 +323,8 @@ pub struct StoreTapSummary {
     pub elapsed_ns: u64,
     /// The poll interval.
     pub poll_interval: Duration,
+    /// Connections that polled.
+    pub pollers: usize,
     /// Polls sent.
     pub polls: u64,
     /// Polls that failed.
@@ -308,8 +353,21 @@ pub struct StoreTapSummary {
     pub foreign_keys: u64,
     /// Keys forgotten early (set full).
     pub keys_evicted_early: u64,
-    /// The keys' poll brackets: the `queryable` stamp's measurement uncertainty.
+    /// The keys' bounds: `queryable` minus the earliest instant the data can have become
+    /// queryable (the `queryable` stamp's measurement uncertainty).
     pub bracket: Spread,
+    /// Keys whose earliest instant was their own store time.
+    pub earliest_from_store_time: u64,
+    /// Keys no remembered poll covered (earliest instant: their publish stamp).
+    pub earliest_fallbacks: u64,
+    /// New keys whose row time was behind the newest row time seen when their poll was
+    /// sent (visible out of time order).
+    pub late_rows: u64,
+    /// The most one of those was behind, ns.
+    pub late_max_ns: u64,
+    /// How far behind the newest row time polls looked at the end, ns (the store's
+    /// overlap, widened to twice the lateness seen).
+    pub look_back_ns: u64,
     /// This host's queryable stamp minus the context's publish stamp, for keys that carry
     /// one (clocks of two hosts when the publisher runs elsewhere).
     pub publish_to_queryable: Spread,
@@ -427,22 +485,64 @@ impl Hist {
 /// A store tap, connected and ready to poll.
 pub struct StoreTap {
     config: StoreTapConfig,
-    store: Box<dyn Store>,
+    /// The connection opened at start; the first poller's once polling starts.
+    store: Option<Box<dyn Store>>,
+    /// What the store says of itself, and the shape of its poll, for the summary.
+    describe_store: String,
+    query_shape: String,
+    /// The resolution of its row times, ns.
+    resolution_ns: u64,
+    /// How far behind the newest row time a poll looks, as the store is configured, ns.
+    overlap_ns: i64,
     newest_ns: Option<i64>,
     notice: Option<String>,
     main: Option<Exporter>,
     store_exporter: Option<Exporter>,
     queryable: Option<Probe>,
     query_start: Option<Probe>,
+    queryable_earliest: Option<Probe>,
     store_in: Option<Probe>,
     store_host: String,
+    /// The row times are this host's clock and the store's own time of taking the row: a
+    /// sharper earliest instant ([`crate::bounds`]).
+    store_time_is_ours: bool,
+    pollers_used: usize,
     live: Arc<StoreTapLive>,
 }
+
+/// A poll loop's state between answers.
+struct Loop {
+    seen: Seen<TraceKey>,
+    /// Rows whose key does not decode, by a hash of the text: counted once each.
+    seen_bad: Seen<u64>,
+    covering: Covering,
+    query_time: Hist,
+    server_elapsed: Hist,
+    bracket: Hist,
+    to_queryable: Hist,
+    to_store: Hist,
+    c: Tally,
+    /// How much further back than the store's overlap polls look (see [`look_back`]).
+    widen_ns: i64,
+    baseline: bool,
+    error_streak: u64,
+    last_error: Option<String>,
+    sample_failed: bool,
+}
+
+/// What [`StoreTap::take`] made of an answer.
+enum Taken {
+    Failed,
+    Answered { found: u64 },
+}
+
+/// After a second without a new key, polls slow down towards the idle interval.
+const IDLE_AFTER: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for StoreTap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreTap")
-            .field("store", &self.store.describe())
+            .field("store", &self.describe_store)
             .finish_non_exhaustive()
     }
 }
@@ -517,16 +617,24 @@ impl StoreTap {
             None if config.url.is_loopback() => this_host.clone(),
             None => config.url.host.clone(),
         };
+        let store_time_is_ours = config.store_in_hop.is_some() && store_host == this_host;
         let mut tap = Self {
-            store,
+            describe_store: store.describe(),
+            query_shape: store.query_shape(),
+            resolution_ns: store.time_resolution_ns(),
+            overlap_ns: store::duration_ns(store.overlap()),
+            store: Some(store),
             newest_ns: opened.newest_ns,
             notice: opened.notice,
             main: None,
             store_exporter: None,
             queryable: None,
             query_start: None,
+            queryable_earliest: None,
             store_in: None,
             store_host,
+            store_time_is_ours,
+            pollers_used: 0,
             live: Arc::new(StoreTapLive::default()),
             config,
         };
@@ -538,10 +646,16 @@ impl StoreTap {
             hops.push((*h, n));
         }
         hops.push((tap.config.queryable_hop.0, &tap.config.queryable_hop.1));
+        if let Some((h, n)) = &tap.config.earliest_hop {
+            hops.push((*h, n));
+        }
         let main = Exporter::connect(exporter.clone(), &hops)?;
         tap.queryable = Some(main.probe(tap.config.queryable_hop.0)?);
         if let Some((h, _)) = &tap.config.query_start_hop {
             tap.query_start = Some(main.probe(*h)?);
+        }
+        if let Some((h, _)) = &tap.config.earliest_hop {
+            tap.queryable_earliest = Some(main.probe(*h)?);
         }
         tap.main = Some(main);
         if let Some((h, n)) = tap.config.store_in_hop.clone() {
@@ -566,13 +680,17 @@ impl StoreTap {
             hops.push(n.clone());
         }
         hops.push(self.config.queryable_hop.1.clone());
+        if let Some((_, n)) = &self.config.earliest_hop {
+            hops.push(format!("{n} (the earliest instant)"));
+        }
         if let Some((_, n)) = &self.config.store_in_hop {
             hops.push(format!("{n} (row time, host {})", self.store_host));
         }
         format!(
-            "{} every {:?}{}",
-            self.store.describe(),
+            "{}, a poll at most every {:?} from {} poller(s){}",
+            self.describe_store,
             self.config.poll_interval,
+            self.config.pollers.max(1),
             if self.main.is_some() {
                 format!(", reporting {}", hops.join(", "))
             } else {
@@ -594,30 +712,58 @@ impl StoreTap {
         let started = Instant::now();
         let deadline = self.config.duration.map(|d| started + d);
         let interval = self.config.poll_interval;
-        let resolution = i64::try_from(self.store.time_resolution_ns()).unwrap_or(1);
-        let mut seen: Seen<TraceKey> = Seen::new(self.config.dedup_capacity);
-        // Rows whose key does not decode, by a hash of the text: counted once each.
-        let mut seen_bad: Seen<u64> = Seen::new(self.config.dedup_capacity);
-        let mut query_time = Hist::new();
-        let mut server_elapsed = Hist::new();
-        let mut bracket = Hist::new();
-        let mut to_queryable = Hist::new();
-        let mut to_store = Hist::new();
-        let mut c = Tally::default();
-        let mut baseline = true;
-        let mut prev_send: Option<i64> = None;
+        let idle_interval = self.config.idle_poll_interval.max(interval);
+        let resolution = i64::try_from(self.resolution_ns).unwrap_or(1);
+        let mut l = Loop {
+            seen: Seen::new(self.config.dedup_capacity),
+            seen_bad: Seen::new(self.config.dedup_capacity),
+            covering: Covering::default(),
+            query_time: Hist::new(),
+            server_elapsed: Hist::new(),
+            bracket: Hist::new(),
+            to_queryable: Hist::new(),
+            to_store: Hist::new(),
+            c: Tally::default(),
+            widen_ns: 0,
+            baseline: true,
+            error_streak: 0,
+            last_error: None,
+            sample_failed: false,
+        };
+        let mut refused: Option<String> = None;
+        let live = Arc::clone(&self.live);
+        let mut stores: Vec<Box<dyn Store>> = self.store.take().into_iter().collect();
+        for _ in 1..self.config.pollers.max(1) {
+            match store::connect(&self.config.url) {
+                Ok(s) => stores.push(s),
+                Err(e) => {
+                    tracing::warn!("a further poller could not be made ({e}): polling with fewer")
+                }
+            }
+        }
+        self.pollers_used = stores.len();
+        let mut pollers = match Pollers::start(stores) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!("cannot start the pollers: {e}");
+                l.last_error = Some(format!("cannot start the pollers: {e}"));
+                None
+            }
+        };
         let mut next_poll = Instant::now();
         let mut next_counters = Instant::now() + self.config.counters_interval;
         let mut backoff = Duration::ZERO;
-        let mut error_streak = 0u64;
-        let mut last_error: Option<String> = None;
-        let mut sample_failed = false;
-        let mut refused: Option<String> = None;
-        let live = Arc::clone(&self.live);
-        while !shutdown.load(Relaxed)
-            && deadline.is_none_or(|d| Instant::now() < d)
-            && self.config.max_keys.is_none_or(|m| c.keys_found < m)
-        {
+        // Idle: no key found for a second; polls then slow down, up to the idle interval,
+        // and come back to the full rate at the first key found.
+        let mut last_found = Instant::now();
+        let mut pace = interval;
+        while let Some(p) = pollers.as_mut() {
+            if shutdown.load(Relaxed)
+                || deadline.is_some_and(|d| Instant::now() >= d)
+                || self.config.max_keys.is_some_and(|m| l.c.keys_found >= m)
+            {
+                break;
+            }
             let now = Instant::now();
             if now >= next_counters {
                 next_counters = now + self.config.counters_interval;
@@ -632,182 +778,281 @@ impl StoreTap {
                     refused = Some(r);
                     break;
                 }
-                self.send_counters(
-                    &c,
-                    &hists(&bracket, &query_time, &server_elapsed),
-                    seen.evicted_early,
-                    started,
-                );
+                self.send_counters(&l, started);
             }
-            if now < next_poll {
-                std::thread::sleep((next_poll - now).min(Duration::from_millis(50)));
+            // Until the baseline is taken, one poll at a time: the rows already in the store
+            // are the first answer's.
+            if now >= next_poll && p.any_free() && !(l.baseline && p.in_flight() > 0) {
+                if p.send(Ticket {
+                    newest_ns: self.newest_ns,
+                    widen_ns: l.widen_ns,
+                }) {
+                    l.c.polls += 1;
+                    live.polls.fetch_add(1, Relaxed);
+                } else {
+                    l.last_error = Some("a poller's thread ended".into());
+                    break;
+                }
+                if last_found.elapsed() >= IDLE_AFTER {
+                    pace = (pace * 2).min(idle_interval);
+                }
+                next_poll = now + pace.max(backoff);
+            }
+            let wait = if p.any_free() {
+                next_poll.saturating_duration_since(Instant::now())
+            } else {
+                Duration::from_millis(50)
+            };
+            let Some(answer) = p.recv(wait.min(Duration::from_millis(50))) else {
                 continue;
-            }
-            let send_ns = realtime_ns();
-            let since = self.store.since(self.newest_ns, send_ns);
-            let result = self.store.poll(since);
-            let resp_ns = realtime_ns();
-            c.polls += 1;
-            live.polls.fetch_add(1, Relaxed);
-            let batch = match result {
-                Ok(b) => b,
-                Err(e) => {
-                    c.poll_errors += 1;
-                    live.poll_errors.fetch_add(1, Relaxed);
-                    error_streak += 1;
-                    let msg = e.to_string();
-                    if last_error.as_deref() != Some(msg.as_str()) {
-                        if matches!(e, StoreError::Missing(_)) {
-                            // Data written while it is gone cannot be found: their traces
-                            // will miss this hop. A table created again is polled again.
-                            tracing::error!(
-                                "poll failed: {msg}: what the tap polls is gone, so rows written now are not found (their traces will miss {}); polling on with backoff in case it is created again, each failed poll counted",
-                                self.config.queryable_hop.1
-                            );
-                        } else {
-                            tracing::warn!(
-                                "poll failed: {msg} (polling on with backoff; errors are counted)"
-                            );
-                        }
-                    }
-                    last_error = Some(msg);
+            };
+            match self.take(&mut l, answer, resolution, p.lowest_since_in_flight()) {
+                Taken::Failed => {
                     backoff = (backoff * 2).clamp(
                         interval.max(Duration::from_millis(50)),
                         Duration::from_secs(2),
                     );
                     next_poll = Instant::now() + backoff;
+                }
+                Taken::Answered { found } => {
+                    backoff = Duration::ZERO;
+                    if found > 0 {
+                        last_found = Instant::now();
+                        if pace > interval {
+                            pace = interval;
+                            next_poll = Instant::now();
+                        }
+                    }
+                }
+            }
+        }
+        // Answers already on their way are taken; a poll still waiting on the store is
+        // left to end by itself.
+        if let Some(p) = pollers.as_mut() {
+            let until = Instant::now() + Duration::from_millis(200);
+            while p.in_flight() > 0 && Instant::now() < until {
+                if let Some(a) = p.recv(Duration::from_millis(20)) {
+                    let floor = p.lowest_since_in_flight();
+                    self.take(&mut l, a, resolution, floor);
+                }
+            }
+        }
+        drop(pollers);
+        self.send_counters(&l, started);
+        self.finish(l, started, interval, refused)
+    }
+
+    /// Takes one poll's answer: finds the new keys and reports their stamps.
+    /// `in_flight_since`: the lowest row time a poll still in flight may return.
+    fn take(&mut self, l: &mut Loop, a: Answer, resolution: i64, in_flight_since: i64) -> Taken {
+        let live = Arc::clone(&self.live);
+        let (send_ns, resp_ns) = (a.send_ns, a.resp_ns);
+        let batch = match a.result {
+            Ok(b) => b,
+            Err(e) => {
+                l.c.poll_errors += 1;
+                live.poll_errors.fetch_add(1, Relaxed);
+                l.error_streak += 1;
+                let msg = e.to_string();
+                if l.last_error.as_deref() != Some(msg.as_str()) {
+                    if matches!(e, StoreError::Missing(_)) {
+                        // Data written while it is gone cannot be found: their traces
+                        // will miss this hop. A table created again is polled again.
+                        tracing::error!(
+                            "poll failed: {msg}: what the tap polls is gone, so rows written now are not found (their traces will miss {}); polling on with backoff in case it is created again, each failed poll counted",
+                            self.config.queryable_hop.1
+                        );
+                    } else {
+                        tracing::warn!(
+                            "poll failed: {msg} (polling on with backoff; errors are counted)"
+                        );
+                    }
+                }
+                l.last_error = Some(msg);
+                return Taken::Failed;
+            }
+        };
+        if l.error_streak > 0 {
+            tracing::info!(
+                "the store answers again after {} failed polls",
+                l.error_streak
+            );
+            l.error_streak = 0;
+        }
+        let c = &mut l.c;
+        c.answered += 1;
+        l.query_time.record(resp_ns - send_ns);
+        if let Some(s) = batch.server_elapsed_ns {
+            l.server_elapsed
+                .record(i64::try_from(s).unwrap_or(i64::MAX));
+            c.server_elapsed_sum = c.server_elapsed_sum.saturating_add(s);
+            c.server_elapsed_polls += 1;
+        }
+        c.untraced_rows += batch.untraced;
+        let mut found_here = 0u64;
+        for row in &batch.rows {
+            c.rows += 1;
+            self.newest_ns = Some(self.newest_ns.map_or(row.time_ns, |n| n.max(row.time_ns)));
+            let ctx = match TraceContext::decode_text(&row.key) {
+                Ok(ctx) => ctx,
+                Err(e) => {
+                    let h = std::hash::BuildHasher::hash_one(
+                        &rustc_hash::FxBuildHasher,
+                        (row.key.as_str(), row.time_ns),
+                    );
+                    if !l.seen_bad.insert(h, row.time_ns) {
+                        c.rows_repeated += 1;
+                        continue;
+                    }
+                    if l.baseline {
+                        c.baseline_keys += 1;
+                        continue;
+                    }
+                    if c.bad_keys == 0 {
+                        tracing::warn!(
+                            "a row's key {:?} is not a trace context: {e} (further ones are counted as bad_keys)",
+                            crate::store::clip(&row.key, 60)
+                        );
+                    }
+                    c.bad_keys += 1;
+                    live.bad_keys.fetch_add(1, Relaxed);
                     continue;
                 }
             };
-            if error_streak > 0 {
-                tracing::info!("the store answers again after {error_streak} failed polls");
-                error_streak = 0;
+            if !l.seen.insert(ctx.key, row.time_ns) {
+                c.rows_repeated += 1;
+                continue;
             }
-            backoff = Duration::ZERO;
-            next_poll = now + interval;
-            c.answered += 1;
-            query_time.record(resp_ns - send_ns);
-            if let Some(s) = batch.server_elapsed_ns {
-                server_elapsed.record(i64::try_from(s).unwrap_or(i64::MAX));
-                c.server_elapsed_sum = c.server_elapsed_sum.saturating_add(s);
-                c.server_elapsed_polls += 1;
+            if l.baseline {
+                c.baseline_keys += 1;
+                continue;
             }
-            c.untraced_rows += batch.untraced;
-            let mut found_here = 0u64;
-            for row in &batch.rows {
-                c.rows += 1;
-                self.newest_ns = Some(self.newest_ns.map_or(row.time_ns, |n| n.max(row.time_ns)));
-                let ctx = match TraceContext::decode_text(&row.key) {
-                    Ok(ctx) => ctx,
-                    Err(e) => {
-                        let h = std::hash::BuildHasher::hash_one(
-                            &rustc_hash::FxBuildHasher,
-                            (row.key.as_str(), row.time_ns),
-                        );
-                        if !seen_bad.insert(h, row.time_ns) {
-                            c.rows_repeated += 1;
-                            continue;
-                        }
-                        if baseline {
-                            c.baseline_keys += 1;
-                            continue;
-                        }
-                        if c.bad_keys == 0 {
-                            tracing::warn!(
-                                "a row's key {:?} is not a trace context: {e} (further ones are counted as bad_keys)",
-                                crate::store::clip(&row.key, 60)
-                            );
-                        }
-                        c.bad_keys += 1;
-                        live.bad_keys.fetch_add(1, Relaxed);
-                        continue;
-                    }
-                };
-                if !seen.insert(ctx.key, row.time_ns) {
-                    c.rows_repeated += 1;
-                    continue;
+            if let Some(newest) = a.newest_ns {
+                let late = newest.saturating_sub(row.time_ns);
+                if late > 0 {
+                    c.late_rows += 1;
+                    c.late_max_ns = c.late_max_ns.max(late);
                 }
-                if baseline {
-                    c.baseline_keys += 1;
-                    continue;
-                }
-                if self
-                    .config
-                    .publishers
-                    .as_ref()
-                    .is_some_and(|p| !p.contains(&ctx.key.publisher))
-                {
-                    c.foreign_keys += 1;
-                    continue;
-                }
-                // A full exporter queue is counted by the probe and reported.
-                if let Some(p) = &self.query_start {
-                    p.report_stamp(&ctx, send_ns);
-                }
-                if let Some(p) = &self.queryable {
-                    p.report_stamp(&ctx, resp_ns);
-                }
-                if let Some(p) = &self.store_in {
-                    p.report_stamp(&ctx, row.time_ns);
-                }
-                if let Some(prev) = prev_send {
-                    bracket.record(resp_ns - prev);
-                }
-                if let Some(s) = ctx.stamp_of(self.config.publish_hop) {
-                    to_queryable.record(resp_ns - s.ns);
-                    if self.config.store_in_hop.is_some() {
-                        to_store.record(row.time_ns - s.ns);
-                    }
-                }
-                found_here += 1;
             }
-            if found_here > 0 {
-                c.keys_found += found_here;
-                c.polls_with_keys += 1;
-                live.keys_found.fetch_add(found_here, Relaxed);
+            if self
+                .config
+                .publishers
+                .as_ref()
+                .is_some_and(|p| !p.contains(&ctx.key.publisher))
+            {
+                c.foreign_keys += 1;
+                continue;
             }
-            if let Some(s) = since {
-                seen.forget_before(s.saturating_sub(resolution));
-                seen_bad.forget_before(s.saturating_sub(resolution));
+            let publish = ctx.stamp_of(self.config.publish_hop).map(|s| s.ns);
+            let earliest = l.covering.earliest(
+                row.time_ns,
+                resp_ns,
+                self.store_time_is_ours,
+                publish.unwrap_or(ctx.intended_ns),
+            );
+            match earliest {
+                Earliest::Poll(_) => {}
+                Earliest::StoreTime(_) => c.earliest_from_store_time += 1,
+                Earliest::Fallback(_) => c.earliest_fallbacks += 1,
             }
-            if baseline && c.baseline_keys > 0 {
+            // A full exporter queue is counted by the probe and reported.
+            if let Some(p) = &self.query_start {
+                p.report_stamp(&ctx, send_ns);
+            }
+            if let Some(p) = &self.queryable {
+                p.report_stamp(&ctx, resp_ns);
+            }
+            if let Some(p) = &self.queryable_earliest {
+                p.report_stamp(&ctx, earliest.ns());
+            }
+            if let Some(p) = &self.store_in {
+                p.report_stamp(&ctx, row.time_ns);
+            }
+            l.bracket.record(resp_ns - earliest.ns());
+            if let Some(s) = publish {
+                l.to_queryable.record(resp_ns - s);
+                if self.config.store_in_hop.is_some() {
+                    l.to_store.record(row.time_ns - s);
+                }
+            }
+            found_here += 1;
+        }
+        // At most doubling the look-back at a time: the keys already reported stay known
+        // for one look-back below each poll's lower bound, so a poll that looks further
+        // back than the one before finds no key twice.
+        let widen = widening(self.overlap_ns, c.late_max_ns)
+            .min(self.overlap_ns.saturating_add(l.widen_ns.saturating_mul(2)));
+        if widen > l.widen_ns {
+            tracing::warn!(
+                "rows became visible up to {:.1} ms behind the newest row time seen (the store's overlap is {:.1} ms): polls now look {:.1} ms back, so later ones are not missed (late rows are counted)",
+                c.late_max_ns as f64 / 1e6,
+                self.overlap_ns as f64 / 1e6,
+                (self.overlap_ns + widen) as f64 / 1e6
+            );
+            l.widen_ns = widen;
+        }
+        if found_here > 0 {
+            c.keys_found += found_here;
+            c.polls_with_keys += 1;
+            live.keys_found.fetch_add(found_here, Relaxed);
+        }
+        // This poll covered every row from its lower bound and returned these: a proof for
+        // the rows later polls find.
+        l.covering.push(a.since_ns, send_ns);
+        // Keys are forgotten only below every poll that can still answer (this one, and
+        // those in flight, which other pollers may answer later), and twice the look-back
+        // below that: the next poll looks back at most twice as far (from a newest row
+        // time no older), so it finds none of them again.
+        if let Some(s) = a.since_ns {
+            let keep = self.overlap_ns.saturating_add(l.widen_ns).saturating_mul(2);
+            let cutoff = s
+                .min(in_flight_since)
+                .saturating_sub(resolution)
+                .saturating_sub(keep);
+            l.seen.forget_before(cutoff);
+            l.seen_bad.forget_before(cutoff);
+        }
+        if l.baseline {
+            if c.baseline_keys > 0 {
                 tracing::info!(
                     keys = c.baseline_keys,
                     "keys already in the store at start: not reported"
                 );
             }
-            if baseline {
-                live.baseline_taken.store(true, Relaxed);
-            }
-            baseline = false;
-            prev_send = Some(send_ns);
-            match self.store.sample_own_duration() {
-                Ok(Some(ns)) => {
-                    server_elapsed.record(i64::try_from(ns).unwrap_or(i64::MAX));
-                    c.server_elapsed_sum = c.server_elapsed_sum.saturating_add(ns);
-                    c.server_elapsed_polls += 1;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    if !sample_failed {
-                        tracing::warn!(
-                            "sampling the store's own query duration failed: {e} (further failures are not logged)"
-                        );
-                        sample_failed = true;
-                    }
-                }
-            }
+            live.baseline_taken.store(true, Relaxed);
+            l.baseline = false;
         }
-        self.send_counters(
-            &c,
-            &hists(&bracket, &query_time, &server_elapsed),
-            seen.evicted_early,
-            started,
-        );
+        match a.own_duration {
+            Some(Ok(Some(ns))) => {
+                l.server_elapsed
+                    .record(i64::try_from(ns).unwrap_or(i64::MAX));
+                l.c.server_elapsed_sum = l.c.server_elapsed_sum.saturating_add(ns);
+                l.c.server_elapsed_polls += 1;
+            }
+            Some(Err(e)) if !l.sample_failed => {
+                tracing::warn!(
+                    "sampling the store's own query duration failed: {e} (further failures are not logged)"
+                );
+                l.sample_failed = true;
+            }
+            _ => {}
+        }
+        Taken::Answered { found: found_here }
+    }
+
+    /// The summary, once polling stopped; closes the exporters.
+    fn finish(
+        mut self,
+        l: Loop,
+        started: Instant,
+        interval: Duration,
+        refused: Option<String>,
+    ) -> StoreTapSummary {
         let run_id = self.main.as_ref().and_then(Exporter::run_id);
         let mut exporters = Vec::new();
         self.queryable = None;
         self.query_start = None;
+        self.queryable_earliest = None;
         self.store_in = None;
         for e in [self.main.take(), self.store_exporter.take()]
             .into_iter()
@@ -816,17 +1061,19 @@ impl StoreTap {
             let s = e.shutdown_promptly(hoptrace_probe::AWAY_AT_STOP);
             exporters.push((s.counters, s.clean));
         }
+        let c = &l.c;
         StoreTapSummary {
-            source: self.store.describe(),
-            query: self.store.query_shape(),
+            source: self.describe_store.clone(),
+            query: self.query_shape.clone(),
             run_id,
             elapsed_ns: started.elapsed().as_nanos() as u64,
             poll_interval: interval,
+            pollers: self.pollers_used,
             polls: c.polls,
             poll_errors: c.poll_errors,
-            last_error,
-            query_time: query_time.spread(),
-            server_elapsed: (!server_elapsed.h.is_empty()).then(|| server_elapsed.spread()),
+            last_error: l.last_error.clone(),
+            query_time: l.query_time.spread(),
+            server_elapsed: (!l.server_elapsed.h.is_empty()).then(|| l.server_elapsed.spread()),
             keys_found: c.keys_found,
             polls_with_keys: c.polls_with_keys,
             bad_keys: c.bad_keys,
@@ -835,35 +1082,42 @@ impl StoreTap {
             untraced_rows: c.untraced_rows,
             baseline_keys: c.baseline_keys,
             foreign_keys: c.foreign_keys,
-            keys_evicted_early: seen.evicted_early,
-            bracket: bracket.spread(),
-            publish_to_queryable: to_queryable.spread(),
+            keys_evicted_early: l.seen.evicted_early,
+            bracket: l.bracket.spread(),
+            earliest_from_store_time: c.earliest_from_store_time,
+            earliest_fallbacks: c.earliest_fallbacks,
+            late_rows: c.late_rows,
+            late_max_ns: u64::try_from(c.late_max_ns).unwrap_or(0),
+            look_back_ns: u64::try_from(self.overlap_ns.saturating_add(l.widen_ns)).unwrap_or(0),
+            publish_to_queryable: l.to_queryable.spread(),
             publish_to_store: self
                 .config
                 .store_in_hop
                 .is_some()
-                .then(|| to_store.spread()),
+                .then(|| l.to_store.spread()),
             store_in: self
                 .config
                 .store_in_hop
                 .is_some()
-                .then(|| (self.store_host.clone(), self.store.time_resolution_ns())),
+                .then(|| (self.store_host.clone(), self.resolution_ns)),
             notice: self.notice.take(),
             exporters,
             collector_refused: refused,
         }
     }
 
-    fn send_counters(&self, c: &Tally, h: &Hists<'_>, evicted: u64, started: Instant) {
+    fn send_counters(&self, l: &Loop, started: Instant) {
         use counter_id as id;
         let Some(e) = &self.main else {
             return;
         };
-        let b = h.bracket.spread();
-        let q = h.query_time.spread();
-        let server = h.server_elapsed.spread();
+        let c = &l.c;
+        let evicted = l.seen.evicted_early;
+        let b = l.bracket.spread();
+        let q = l.query_time.spread();
+        let server = l.server_elapsed.spread();
         let sum = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-        let (bracket, query_time) = (h.bracket, h.query_time);
+        let (bracket, query_time) = (&l.bracket, &l.query_time);
         let values = vec![
             (id::POLLS, c.polls),
             (id::POLL_ERRORS, c.poll_errors),
@@ -899,6 +1153,15 @@ impl StoreTap {
                 id::POLLING_NS,
                 u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             ),
+            (id::EARLIEST_FROM_STORE_TIME, c.earliest_from_store_time),
+            (id::EARLIEST_FALLBACKS, c.earliest_fallbacks),
+            (id::POLLERS, self.pollers_used as u64),
+            (id::LATE_ROWS, c.late_rows),
+            (id::LATE_MAX_NS, u64::try_from(c.late_max_ns).unwrap_or(0)),
+            (
+                id::LOOK_BACK_NS,
+                u64::try_from(self.overlap_ns.saturating_add(l.widen_ns)).unwrap_or(0),
+            ),
         ];
         if let Err(err) = e.send_counters_frame(CountersFrame {
             at_ns: realtime_ns(),
@@ -909,19 +1172,17 @@ impl StoreTap {
     }
 }
 
-/// The loop's distributions, for the counters.
-struct Hists<'a> {
-    bracket: &'a Hist,
-    query_time: &'a Hist,
-    server_elapsed: &'a Hist,
-}
+/// Most a poll looks back beyond the store's overlap.
+const MAX_WIDEN: Duration = Duration::from_secs(60);
 
-fn hists<'a>(bracket: &'a Hist, query_time: &'a Hist, server_elapsed: &'a Hist) -> Hists<'a> {
-    Hists {
-        bracket,
-        query_time,
-        server_elapsed,
-    }
+/// How much further back than the store's `overlap_ns` polls look once rows have been
+/// found up to `late_max_ns` behind the newest row time seen: twice that lateness in all,
+/// so a row twice as late as any seen so far is still found (at most [`MAX_WIDEN`] more).
+fn widening(overlap_ns: i64, late_max_ns: i64) -> i64 {
+    late_max_ns
+        .saturating_mul(2)
+        .saturating_sub(overlap_ns)
+        .clamp(0, store::duration_ns(MAX_WIDEN))
 }
 
 /// The loop's counts.
@@ -940,6 +1201,10 @@ struct Tally {
     foreign_keys: u64,
     server_elapsed_sum: u64,
     server_elapsed_polls: u64,
+    earliest_from_store_time: u64,
+    earliest_fallbacks: u64,
+    late_rows: u64,
+    late_max_ns: i64,
 }
 
 /// Opens the store, then polls until `shutdown`: [`StoreTap::start`] then [`StoreTap::run`].
@@ -981,9 +1246,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=91).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 28);
-        assert_eq!(counter_id::name(92), None);
+        let names: FxHashSet<&str> = (64..=94).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 31);
+        assert_eq!(counter_id::name(95), None);
         assert_eq!(counter_id::name(63), None);
     }
 
@@ -998,5 +1263,17 @@ mod tests {
         assert_eq!(s.max_ns, 1_000_000);
         assert!((s.mean_ns - 251_500.0).abs() < 1.0);
         assert!(s.p99_ns >= 999_000, "{s:?}");
+    }
+
+    #[test]
+    fn polls_look_back_twice_the_lateness_seen_within_a_limit() {
+        let ms = 1_000_000;
+        // Rows on time or within half the overlap: the overlap as configured.
+        assert_eq!(widening(200 * ms, 0), 0);
+        assert_eq!(widening(200 * ms, 100 * ms), 0);
+        // A row 300 ms late: 600 ms back in all.
+        assert_eq!(widening(200 * ms, 300 * ms), 400 * ms);
+        // Never more than a minute beyond the overlap, whatever was seen.
+        assert_eq!(widening(200 * ms, i64::MAX), 60_000 * ms);
     }
 }

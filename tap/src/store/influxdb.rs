@@ -23,6 +23,8 @@ pub struct InfluxDb {
     key: String,
     rp: Option<String>,
     overlap: Duration,
+    /// The address's `where=`.
+    filter: Option<String>,
 }
 
 /// `"name"` with `\` and `"` escaped: an InfluxQL identifier that may be a keyword.
@@ -40,26 +42,46 @@ pub fn quote_ident(name: &str) -> String {
     s
 }
 
-/// The poll's statement: the key field of every point at or after `since_ns`.
+/// The poll's statement: the key field of every point at or after `since_ns` that meets
+/// `filter` (the address's `where=`, e.g. `"topic" =~ /^plant\//`).
 #[must_use]
-pub fn poll_query(measurement: &str, key: &str, rp: Option<&str>, since_ns: Option<i64>) -> String {
+pub fn poll_query(
+    measurement: &str,
+    key: &str,
+    rp: Option<&str>,
+    since_ns: Option<i64>,
+    filter: Option<&str>,
+) -> String {
     let from = match rp {
         Some(rp) => format!("{}.{}", quote_ident(rp), quote_ident(measurement)),
         None => quote_ident(measurement),
     };
     let mut q = format!("SELECT {} FROM {from}", quote_ident(key));
+    let mut conditions = Vec::new();
     if let Some(s) = since_ns {
-        q.push_str(&format!(" WHERE time >= {s}"));
+        conditions.push(format!("time >= {s}"));
+    }
+    if let Some(f) = filter {
+        conditions.push(format!("({f})"));
+    }
+    if !conditions.is_empty() {
+        q.push_str(" WHERE ");
+        q.push_str(&conditions.join(" AND "));
     }
     q
 }
 
 /// The newest point's statement.
 #[must_use]
-pub fn newest_query(measurement: &str, key: &str, rp: Option<&str>) -> String {
+pub fn newest_query(
+    measurement: &str,
+    key: &str,
+    rp: Option<&str>,
+    filter: Option<&str>,
+) -> String {
     format!(
         "{} ORDER BY time DESC LIMIT 1",
-        poll_query(measurement, key, rp, None)
+        poll_query(measurement, key, rp, None, filter)
     )
 }
 
@@ -173,7 +195,7 @@ impl InfluxDb {
     /// # Errors
     /// [`UrlError`] for a missing database or measurement, or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["measurement", "key", "rp"])?;
+        url.check_params(&["measurement", "key", "rp", "where"])?;
         if url.path.is_empty() {
             return Err(url.error(
                 "the path names the database: influxdb://HOST:PORT/DATABASE?measurement=M".into(),
@@ -187,6 +209,7 @@ impl InfluxDb {
             key: url.param("key").unwrap_or("hoptrace").to_owned(),
             rp: url.param("rp").map(str::to_owned),
             overlap: url.duration("overlap", Duration::from_millis(200))?,
+            filter: url.condition()?,
         })
     }
 
@@ -212,10 +235,16 @@ impl Store for InfluxDb {
     }
 
     fn query_shape(&self) -> String {
-        format!(
-            "{} WHERE time >= <newest seen - {:?}>",
-            poll_query(&self.measurement, &self.key, self.rp.as_deref(), None),
-            self.overlap
+        poll_query(
+            &self.measurement,
+            &self.key,
+            self.rp.as_deref(),
+            Some(0),
+            self.filter.as_deref(),
+        )
+        .replace(
+            "time >= 0",
+            &format!("time >= <newest seen - {:?}>", self.overlap),
         )
     }
 
@@ -266,6 +295,7 @@ impl Store for InfluxDb {
             &self.measurement,
             &self.key,
             self.rp.as_deref(),
+            self.filter.as_deref(),
         ))?;
         let b = parse_poll(a.status, &a.body)?;
         Ok(Opened {
@@ -275,7 +305,13 @@ impl Store for InfluxDb {
     }
 
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
-        let q = poll_query(&self.measurement, &self.key, self.rp.as_deref(), since_ns);
+        let q = poll_query(
+            &self.measurement,
+            &self.key,
+            self.rp.as_deref(),
+            since_ns,
+            self.filter.as_deref(),
+        );
         let a = self.query(&q)?;
         parse_poll(a.status, &a.body)
     }
@@ -302,16 +338,39 @@ mod tests {
     #[test]
     fn queries_quote_every_name() {
         assert_eq!(
-            poll_query("nodered", "key", None, Some(1_700_000_000_000_000_000)),
+            poll_query(
+                "nodered",
+                "key",
+                None,
+                Some(1_700_000_000_000_000_000),
+                None
+            ),
             r#"SELECT "key" FROM "nodered" WHERE time >= 1700000000000000000"#
         );
         assert_eq!(
-            poll_query(r#"a"b"#, r"c\d", Some("autogen"), None),
+            poll_query(r#"a"b"#, r"c\d", Some("autogen"), None, None),
             r#"SELECT "c\\d" FROM "autogen"."a\"b""#
         );
         assert_eq!(
-            newest_query("m", "hoptrace", None),
+            newest_query("m", "hoptrace", None, None),
             r#"SELECT "hoptrace" FROM "m" ORDER BY time DESC LIMIT 1"#
+        );
+        // Only the run's series, on a store with others: the address's where=.
+        let f = r#""topic" =~ /^plant\//"#;
+        assert_eq!(
+            poll_query("m", "hoptrace", None, Some(5), Some(f)),
+            r#"SELECT "hoptrace" FROM "m" WHERE time >= 5 AND ("topic" =~ /^plant\//)"#
+        );
+        assert_eq!(
+            newest_query("m", "hoptrace", None, Some(f)),
+            r#"SELECT "hoptrace" FROM "m" WHERE ("topic" =~ /^plant\//) ORDER BY time DESC LIMIT 1"#
+        );
+        let u = StoreUrl::parse("influxdb://h/db?measurement=m&where=a;b").unwrap();
+        assert!(
+            InfluxDb::new(&u)
+                .unwrap_err()
+                .reason
+                .contains("without `;`")
         );
     }
 

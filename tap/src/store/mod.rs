@@ -333,6 +333,25 @@ impl StoreUrl {
 /// Parameters every store address takes.
 const COMMON_PARAMS: &[&str] = &["overlap", "timeout"];
 
+impl StoreUrl {
+    /// The address's `where=`: a condition in the store's own query language that every
+    /// poll adds (`AND (...)`), to poll only the run's series on a store that holds
+    /// others, so that a poll's cost does not grow with what the store held before the
+    /// run. One condition, no `;`.
+    ///
+    /// # Errors
+    /// [`UrlError`] for an empty condition or one with `;`.
+    pub fn condition(&self) -> Result<Option<String>, UrlError> {
+        match self.param("where") {
+            None => Ok(None),
+            Some(w) if w.trim().is_empty() || w.contains(';') => Err(self.error(format!(
+                "where={w:?}: one condition of the store's query language, without `;` (e.g. where=\"topic\" =~ /^plant\\//)"
+            ))),
+            Some(w) => Ok(Some(w.trim().to_owned())),
+        }
+    }
+}
+
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {

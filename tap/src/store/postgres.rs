@@ -65,6 +65,8 @@ pub struct Postgres {
     answered: u64,
     /// The bound of the last answered poll whose own duration is still to be sampled.
     to_sample: Option<i64>,
+    /// The address's `where=`.
+    filter: Option<String>,
     client: Option<Conn>,
 }
 
@@ -91,15 +93,18 @@ fn micros(time: &str) -> String {
     )
 }
 
-/// The poll's statement; `$1` is the bound in Unix microseconds.
+/// The poll's statement; `$1` is the bound in Unix microseconds. `filter`: the address's
+/// `where=`, an SQL condition every poll adds (the run's rows only, on a table that holds
+/// others).
 #[must_use]
-pub fn poll_query(table: &str, key: &str, time: &str) -> String {
+pub fn poll_query(table: &str, key: &str, time: &str, filter: Option<&str>) -> String {
     format!(
-        "SELECT {k}::text, {m} FROM {t} WHERE {c} >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'",
+        "SELECT {k}::text, {m} FROM {t} WHERE {c} >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'{f}",
         k = quote_ident(key),
         m = micros(time),
         t = qualified(table),
         c = quote_ident(time),
+        f = filter.map(|f| format!(" AND ({f})")).unwrap_or_default(),
     )
 }
 
@@ -122,10 +127,16 @@ pub fn open_query(table: &str, key: &str, time: &str) -> String {
 /// The statement that samples the store's own duration of a poll from `since_us`: the
 /// poll's statement with its bound written in (an integer), under `EXPLAIN ANALYZE`.
 #[must_use]
-pub fn explain_query(table: &str, key: &str, time: &str, since_us: i64) -> String {
+pub fn explain_query(
+    table: &str,
+    key: &str,
+    time: &str,
+    filter: Option<&str>,
+    since_us: i64,
+) -> String {
     format!(
         "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) {}",
-        poll_query(table, key, time).replace("$1::int8", &format!("({since_us})::int8"))
+        poll_query(table, key, time, filter).replace("$1::int8", &format!("({since_us})::int8"))
     )
 }
 
@@ -188,7 +199,7 @@ impl Postgres {
     /// [`UrlError`] for a missing database, table or time column, an `explain_every` that
     /// is not a count, or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["table", "key", "time", "explain_every"])?;
+        url.check_params(&["table", "key", "time", "explain_every", "where"])?;
         let explain_every = match url.param("explain_every") {
             None => 0,
             Some(v) => v.parse::<u64>().map_err(|_| {
@@ -228,6 +239,7 @@ impl Postgres {
             explain_every,
             answered: 0,
             to_sample: None,
+            filter: url.condition()?,
             client: None,
         })
     }
@@ -268,7 +280,7 @@ impl Postgres {
         if self.client.is_none() {
             let at = self.at();
             let config = self.config.clone();
-            let sql = poll_query(&self.table, &self.key, &self.time);
+            let sql = poll_query(&self.table, &self.key, &self.time, self.filter.as_deref());
             let rt = self.runtime.as_ref().expect("made above");
             let conn = Self::within(rt, &at, "connecting", self.connect_timeout, async {
                 let (client, connection) = config.connect(NoTls).await?;
@@ -331,7 +343,7 @@ impl Store for Postgres {
     fn query_shape(&self) -> String {
         format!(
             "{} with $1 = <newest seen - {:?}>",
-            poll_query(&self.table, &self.key, &self.time),
+            poll_query(&self.table, &self.key, &self.time, self.filter.as_deref()),
             self.overlap
         )
     }
@@ -430,7 +442,13 @@ impl Store for Postgres {
         let Some(since_us) = self.to_sample.take() else {
             return Ok(None);
         };
-        let sql = explain_query(&self.table, &self.key, &self.time, since_us);
+        let sql = explain_query(
+            &self.table,
+            &self.key,
+            &self.time,
+            self.filter.as_deref(),
+            since_us,
+        );
         self.client()?;
         let (at, timeout) = (self.at(), self.timeout);
         let (Some(rt), Some(c)) = (self.runtime.as_ref(), self.client.as_ref()) else {
@@ -472,7 +490,7 @@ mod tests {
     #[test]
     fn queries_quote_every_name() {
         assert_eq!(
-            poll_query("public.t", "key", "at"),
+            poll_query("public.t", "key", "at", None),
             r#"SELECT "key"::text, (extract(epoch from "at") * 1000000)::int8 FROM "public"."t" WHERE "at" >= timestamptz 'epoch' + $1::int8 * interval '1 microsecond'"#
         );
         assert_eq!(qualified(r#"we"ird"#), r#""we""ird""#);
@@ -485,7 +503,7 @@ mod tests {
     #[test]
     fn explain_answers() {
         assert_eq!(
-            explain_query("t", "hoptrace", "at", -5),
+            explain_query("t", "hoptrace", "at", None, -5),
             r#"EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT "hoptrace"::text, (extract(epoch from "at") * 1000000)::int8 FROM "t" WHERE "at" >= timestamptz 'epoch' + (-5)::int8 * interval '1 microsecond'"#
         );
         let answer = r#"[{"Plan": {"Node Type": "Seq Scan"}, "Planning Time": 0.071, "Triggers": [], "Execution Time": 0.024}]"#;

@@ -1,0 +1,398 @@
+//! The bounds of polled stamps, against the real InfluxDB and PostgreSQL, each holding
+//! history (tens of thousands of older series or rows) as a staging store does, polled
+//! only for the run's series (`where=`) by two pollers taking turns.
+//!
+//! Beside the tap, an independent poller of its own (its own connection, back to back,
+//! sharing nothing with the tap) records for each key the send of its last poll that did
+//! not see it and the response of its first that did. The truth lies within both the
+//! tap's bounds and the independent poller's, so: the tap's earliest instant is at most
+//! the independent first sight, and the independent last miss is before the tap's
+//! `queryable`. Then the report's bounds: the true figure between the lower and upper.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Collector, bin, sql, store, tempdir, unique, wait_for};
+use hoptrace_probe::clock::realtime_ns;
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+use hoptrace_protocol::{SentEntry, SentFrame};
+use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
+
+/// Messages per run.
+const N: u64 = 60;
+
+/// The spec of these runs: `queryable` is polled, its earliest instant a hop of its own.
+const SPEC: &str = r#"name = "bounds-test"
+
+[[hops]]
+name = "publish"
+id = 0
+
+[[hops]]
+name = "store_in"
+id = 3
+
+[[hops]]
+name = "query_start"
+id = 4
+
+[[hops]]
+name = "queryable"
+id = 5
+earliest = "queryable_earliest"
+
+[[hops]]
+name = "queryable_earliest"
+id = 6
+
+[[stages]]
+name = "Total Ingestion"
+from = "publish"
+to = "queryable"
+definition = "publish to queryable"
+headline = true
+
+[[stages]]
+name = "Store Visibility"
+from = "store_in"
+to = "queryable"
+definition = "the row's store time to queryable"
+
+[[stages]]
+name = "Query Duration"
+from = "query_start"
+to = "queryable"
+definition = "the poll that found it"
+"#;
+
+/// What the independent poller saw of each key: the send of its last poll without it and
+/// the response of its first poll with it, `CLOCK_REALTIME` ns.
+type Sightings = Arc<Mutex<HashMap<String, (i64, i64)>>>;
+
+/// Polls back to back with `snapshot` (the keys the store shows now) until `stop`.
+fn independent_poller(
+    stop: Arc<AtomicBool>,
+    mut snapshot: impl FnMut() -> Vec<String> + Send + 'static,
+) -> (Sightings, std::thread::JoinHandle<u64>) {
+    let seen: Sightings = Arc::default();
+    let out = Arc::clone(&seen);
+    let thread = std::thread::spawn(move || {
+        let mut last_send = realtime_ns();
+        let mut polls = 0u64;
+        while !stop.load(Relaxed) {
+            let send = realtime_ns();
+            let keys = snapshot();
+            let resp = realtime_ns();
+            polls += 1;
+            let mut s = out.lock().unwrap();
+            for k in keys {
+                s.entry(k).or_insert((last_send, resp));
+            }
+            last_send = send;
+        }
+        polls
+    });
+    (seen, thread)
+}
+
+/// One run: the collector, the tap at `url`, the independent poller, `N` messages written
+/// by `write` (one key each, `topic` the run's series); checks the bounds per message and
+/// in the report.
+fn run(
+    store_name: &str,
+    url: &str,
+    mut write: impl FnMut(&str),
+    snapshot: impl FnMut() -> Vec<String> + Send + 'static,
+) {
+    let dir = tempdir(store_name);
+    let spec = dir.join("pipeline.toml");
+    std::fs::write(&spec, SPEC).unwrap();
+    let collector = Collector::start(&dir, &spec);
+    let mut tc = StoreTapConfig::new(StoreUrl::parse(url).unwrap());
+    tc.collector = Some(ExporterConfig::new(&collector.addr, "bounds-test"));
+    tc.earliest_hop = Some((HopId(6), "queryable_earliest".into()));
+    tc.pollers = 2;
+    tc.poll_interval = Duration::from_millis(5);
+    let tap = StoreTap::start(tc).unwrap();
+    let live = tap.live();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tapping = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || tap.run(&stop))
+    };
+    wait_for("the baseline", 20, || live.baseline_taken.load(Relaxed));
+    let (seen, independent) = independent_poller(Arc::clone(&stop), snapshot);
+
+    let publisher = 1 + (realtime_ns() % 60_000) as u16;
+    let exporter = Exporter::start(
+        ExporterConfig::new(&collector.addr, "bounds-writer"),
+        &[(HopId(0), "publish")],
+    )
+    .unwrap();
+    let probe = exporter.probe(HopId(0)).unwrap();
+    let mut texts = Vec::new();
+    for seq in 0..N {
+        let key = TraceKey {
+            publisher,
+            stream: 0,
+            sequence: seq,
+        };
+        let mut ctx = TraceContext::new(key, 1, realtime_ns());
+        probe.try_record(&mut ctx).unwrap();
+        let text = ctx.to_text();
+        write(&text);
+        texts.push(text);
+        std::thread::sleep(Duration::from_millis(7));
+    }
+    exporter
+        .send_sent_frame(SentFrame {
+            publisher,
+            entries: vec![SentEntry {
+                stream: 0,
+                messages: N,
+                metrics: N,
+                first_sequence: 0,
+                last_sequence: N - 1,
+            }],
+        })
+        .unwrap();
+    assert_eq!(exporter.shutdown().counters.lost(), 0);
+    wait_for("the tap to find every key", 30, || {
+        live.keys_found.load(Relaxed) >= N
+    });
+    wait_for("the independent poller to see every key", 30, || {
+        let s = seen.lock().unwrap();
+        texts.iter().all(|t| s.contains_key(t))
+    });
+    stop.store(true, Relaxed);
+    let s = tapping.join().unwrap();
+    let independent_polls = independent.join().unwrap();
+    eprintln!("{store_name}: {s:?}; independent polls {independent_polls}");
+    assert_eq!(s.keys_found, N);
+    assert_eq!(s.poll_errors, 0, "{:?}", s.last_error);
+    assert_eq!(s.pollers, 2);
+    assert_eq!(s.earliest_fallbacks, 0, "every key was covered by a poll");
+
+    let run = collector.stop();
+    assert_eq!(run["accounting"]["adds_up"], true, "{}", run["accounting"]);
+    let rows = sql(
+        &collector_run(&dir),
+        "SELECT sequence, CAST(queryable_earliest_ns AS BIGINT) AS e, CAST(queryable_ns AS BIGINT) AS q, \
+         CAST(query_start_ns AS BIGINT) AS qs FROM traces",
+    );
+    assert_eq!(rows.len() as u64, N);
+    let seen = seen.lock().unwrap();
+    for r in &rows {
+        let seq = r["sequence"].as_u64().unwrap();
+        let (e, q, qs) = (
+            r["e"].as_i64().unwrap(),
+            r["q"].as_i64().unwrap(),
+            r["qs"].as_i64().unwrap(),
+        );
+        let (miss, first) = seen[&texts[seq as usize]];
+        assert!(e <= q, "key {seq}: earliest {e} after queryable {q}");
+        assert!(qs <= q, "key {seq}");
+        // The truth lies in both intervals.
+        assert!(
+            e <= first,
+            "key {seq}: the tap's earliest {e} after the independent poller saw it at {first}"
+        );
+        assert!(
+            miss < q,
+            "key {seq}: the independent poller missed it at {miss}, after the tap's queryable {q}"
+        );
+    }
+
+    // The report: every bounded figure between its lower and upper bound, Query Duration
+    // exact.
+    let out = dir.join("report");
+    let o = std::process::Command::new(bin())
+        .arg("report")
+        .arg(collector_run(&dir))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    for st in summary["stages"].as_array().unwrap() {
+        let name = st["name"].as_str().unwrap();
+        if name == "Query Duration" {
+            assert!(
+                st["bounds"].is_null(),
+                "one poll's two stamps are exact: {st}"
+            );
+            continue;
+        }
+        let b = &st["bounds"];
+        assert_eq!(b["polled"][0], "queryable", "{name}: {st}");
+        for (i, p) in st["percentiles"].as_array().unwrap().iter().enumerate() {
+            let v = p["value_ns"].as_i64().unwrap();
+            let lo = b["lower"]["percentiles"][i]["value_ns"].as_i64().unwrap();
+            let hi = b["upper"]["percentiles"][i]["value_ns"].as_i64().unwrap();
+            assert!(
+                lo <= v && v <= hi,
+                "{name} {}: {lo} <= {v} <= {hi}",
+                p["label"]
+            );
+        }
+        assert!(b["lower"]["min_ns"].as_i64() <= st["min_ns"].as_i64());
+    }
+    // And the bound columns of `traces` give the same percentiles.
+    let p = sql(
+        &collector_run(&dir),
+        "SELECT hdr_percentile(total_ingestion_lower_ns, 0.99) AS lo, \
+         hdr_percentile(total_ingestion_upper_ns, 0.99) AS hi, \
+         hdr_percentile(total_ingestion_ns, 0.99) AS v FROM traces",
+    );
+    let (lo, hi, v) = (
+        p[0]["lo"].as_i64().unwrap(),
+        p[0]["hi"].as_i64().unwrap(),
+        p[0]["v"].as_i64().unwrap(),
+    );
+    assert!(lo <= v && v == hi, "{lo} {v} {hi}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn collector_run(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("t")
+}
+
+/// Runs its closure when dropped, also when the test panics.
+struct Cleanup<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Cleanup<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
+fn http() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_with_history() {
+    let _guard = store("influxdb");
+    let m = format!("bounds_{}", unique());
+    let base = "http://127.0.0.1:18086";
+    // Dropped however the test ends: a store's history is the test's, not the next one's.
+    let _drop = Cleanup({
+        let m = m.clone();
+        move || {
+            let _ = http()
+                .post(&format!("{base}/query"))
+                .query("db", "hoptrace")
+                .query("q", &format!("DROP MEASUREMENT \"{m}\""))
+                .call();
+        }
+    });
+    // History: 30,000 series of older data in the same measurement.
+    let hour_ago = realtime_ns() - 3_600_000_000_000;
+    for chunk in 0..6 {
+        let lines: Vec<String> = (0..5_000)
+            .map(|i| {
+                let n = chunk * 5_000 + i;
+                format!(
+                    "{m},topic=old/s{n} hoptrace=\"\",value=1 {}",
+                    hour_ago + n as i64
+                )
+            })
+            .collect();
+        http()
+            .post(&format!("{base}/write?db=hoptrace"))
+            .send_string(&lines.join("\n"))
+            .unwrap();
+    }
+    let write = |key: &str| {
+        let line = format!("{m},topic=run/s0 hoptrace=\"{key}\",value=1.5");
+        http()
+            .post(&format!("{base}/write?db=hoptrace"))
+            .send_string(&line)
+            .unwrap();
+    };
+    let q = format!(
+        "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^run\\//"
+    );
+    let snapshot = move || {
+        let body = http()
+            .get(&format!("{base}/query"))
+            .query("db", "hoptrace")
+            .query("q", &q)
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["results"][0]["series"][0]["values"]
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| r[1].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let url = format!(
+        "influxdb://127.0.0.1:18086/hoptrace?measurement={m}&where=%22topic%22%20%3D~%20%2F%5Erun%5C%2F%2F"
+    );
+    run("influxdb", &url, write, snapshot);
+}
+
+fn pg() -> postgres::Client {
+    postgres::Client::connect(
+        "host=127.0.0.1 port=15432 user=hoptrace password=hoptrace-test dbname=hoptrace",
+        postgres::NoTls,
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_with_history() {
+    let _guard = store("postgres");
+    let t = format!("bounds_{}", unique());
+    let mut c = pg();
+    // History: 300,000 older rows of 30,000 series in the same table.
+    c.batch_execute(&format!(
+        "CREATE TABLE {t} (topic text, hoptrace text, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         INSERT INTO {t} (topic, hoptrace, at)
+           SELECT 'old/s' || (n % 30000), '', now() - interval '1 hour' + n * interval '1 microsecond'
+           FROM generate_series(1, 300000) AS n;
+         CREATE INDEX ON {t} (at);
+         CREATE INDEX ON {t} (topic, at);"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO {t} (topic, hoptrace) VALUES ('run/s0', $1)");
+    let mut writer = pg();
+    let write = move |key: &str| {
+        writer.execute(&insert, &[&key]).unwrap();
+    };
+    let select = format!(
+        "SELECT hoptrace FROM {t} WHERE at > now() - interval '30 seconds' AND topic LIKE 'run/%'"
+    );
+    let mut reader = pg();
+    let snapshot = move || {
+        reader
+            .query(&select, &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect()
+    };
+    let url = format!(
+        "postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at&where=topic%20LIKE%20%27run%2F%25%27"
+    );
+    let _drop = Cleanup(move || {
+        let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {t}"));
+    });
+    run("postgres", &url, write, snapshot);
+}
