@@ -391,7 +391,7 @@ impl RunSet {
             self.runs
                 .iter()
                 .flat_map(|r| r.summary.probes.iter())
-                .any(|p| p.hops.iter().any(|h| *h == st.from) && p.hops.iter().any(|h| *h == st.to))
+                .any(|p| p.hops.contains(&st.from) && p.hops.contains(&st.to))
         })
     }
 

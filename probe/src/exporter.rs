@@ -266,7 +266,7 @@ impl PendingControl {
     fn encode_into(&mut self, buf: &mut Vec<u8>) {
         let sent = std::mem::take(&mut self.sent);
         let mut frame = SentFrame::default();
-        let mut flush = |frame: &mut SentFrame, buf: &mut Vec<u8>| {
+        let flush = |frame: &mut SentFrame, buf: &mut Vec<u8>| {
             Frame::Sent(std::mem::take(frame))
                 .encode(buf)
                 .expect("a Sent frame of at most MAX_SENT_PER_FRAME entries encodes");
