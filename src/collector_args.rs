@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use hoptrace_format::units;
-use hoptrace_probe::{ClockReporting, ExporterConfig};
+use hoptrace_probe::{ClockReporting, CounterSnapshot, ExporterConfig};
 
 /// What probes must present to a command that takes their connections (`collect`,
 /// `relay`): a token, and TLS.
@@ -86,5 +86,35 @@ impl CollectorArgs {
         c.retention_bytes = usize::try_from(self.collector_retention).unwrap_or(usize::MAX);
         c.clock = ClockReporting::Detect;
         Some(c)
+    }
+}
+
+/// An exporter's losses as the summaries print them, the parts adding up to the total:
+/// `lost N (queue full Q, send failed F, evicted and never acknowledged E)`.
+pub fn lost_line(c: &CounterSnapshot) -> String {
+    format!(
+        "lost {} (queue full {}, send failed {}, evicted and never acknowledged {})",
+        c.lost(),
+        c.queue_full,
+        c.send_failed,
+        c.lost_unacked
+    )
+}
+
+#[cfg(test)]
+mod lost_tests {
+    use super::*;
+
+    #[test]
+    fn the_lost_line_names_every_part_of_the_total() {
+        let mut c = CounterSnapshot::default();
+        c.queue_full = 1;
+        c.send_failed = 5_910;
+        c.lost_unacked = 20_508;
+        let line = lost_line(&c);
+        assert_eq!(
+            line,
+            "lost 26419 (queue full 1, send failed 5910, evicted and never acknowledged 20508)"
+        );
     }
 }

@@ -506,12 +506,10 @@ fn print_publish_summary(s: &PublishSummary, window_s: f64) {
     );
     match (&s.exporter, s.exporter_clean) {
         (Some(c), clean) => println!(
-            "collector: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); Sent frames for {} streams; closed cleanly: {}",
+            "collector: stamps reported {}, delivered {}, {}; Sent frames for {} streams; closed cleanly: {}",
             c.reported,
             c.sent,
-            c.lost(),
-            c.queue_full,
-            c.send_failed,
+            crate::collector_args::lost_line(c),
             s.streams,
             if clean == Some(true) { "yes" } else { "NO" }
         ),
@@ -628,12 +626,10 @@ fn print_tap_summary(s: &TapSummary) {
     }
     if let Some(c) = &s.exporter {
         println!(
-            "collector: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); closed cleanly: {}",
+            "collector: stamps reported {}, delivered {}, {}; closed cleanly: {}",
             c.reported,
             c.sent,
-            c.lost(),
-            c.queue_full,
-            c.send_failed,
+            crate::collector_args::lost_line(c),
             if s.exporter_clean == Some(true) {
                 "yes"
             } else {

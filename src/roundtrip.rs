@@ -160,12 +160,10 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
         println!("  incomplete, missing {hop}: {m}");
     }
     println!(
-        "Probe records: reported {}, sent {}, lost {} (queue full {}, send failed {})",
+        "Probe records: reported {}, sent {}, {}",
         exp.reported,
         exp.sent,
-        exp.lost(),
-        exp.queue_full,
-        exp.send_failed
+        crate::collector_args::lost_line(exp)
     );
     let files = r.files.len();
     let bytes: u64 = r.files.iter().map(|f| f.bytes).sum();

@@ -319,13 +319,11 @@ fn print_summary(s: &StoreTapSummary) {
     }
     for (i, (c, clean)) in s.exporters.iter().enumerate() {
         println!(
-            "collector{}: stamps reported {}, delivered {}, lost {} (queue full {}, send failed {}); closed cleanly: {}",
+            "collector{}: stamps reported {}, delivered {}, {}; closed cleanly: {}",
             if i == 0 { "" } else { " (store clock)" },
             c.reported,
             c.sent,
-            c.lost(),
-            c.queue_full,
-            c.send_failed,
+            crate::collector_args::lost_line(c),
             if *clean { "yes" } else { "NO" }
         );
     }
