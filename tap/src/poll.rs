@@ -10,12 +10,12 @@
 //!   CLOCK_REALTIME), through an exporter announcing this host;
 //! - `store_in` = the row's time, through a second exporter announcing the store's host,
 //!   whose clock status is this host's when the store runs here and unknown otherwise;
-//! - the earliest instant the data can have become visible ([`crate::bounds`]), reported
+//! - the earliest instant the data can have become visible (the `bounds` module), reported
 //!   as the spec's `earliest` hop of `queryable` when it names one;
 //! - the *poll bracket*, this poll's response minus that earliest instant: the data became
 //!   visible within it, so `queryable` is late by at most that much.
 //!
-//! Polls are sent by one or more pollers ([`crate::pollers`]), each on a connection of its
+//! Polls are sent by one or more pollers (the `pollers` module), each on a connection of its
 //! own; a poll leaves only when a poller is free and at least `poll_interval` after the
 //! previous one, and polls slow down towards `idle_poll_interval` after a second without
 //! a new key.
