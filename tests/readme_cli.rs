@@ -565,7 +565,12 @@ fn readme_recipes_stamp_every_hop_their_collector_expects() {
             let from = flag(w, "--from").unwrap_or_default();
             let hops: Vec<String> = if w[1] == "tap" && hoptrace_tap::store::is_store_url(from) {
                 let kind = hoptrace_tap::StoreUrl::parse(from).unwrap().kind;
-                let mut h = vec![flag(w, "--queryable-hop").unwrap_or("queryable").to_owned()];
+                let queryable = flag(w, "--queryable-hop").unwrap_or("queryable");
+                let mut h = vec![queryable.to_owned()];
+                // A polled hop's earliest instant, where the spec names a hop for it.
+                if let Some(e) = spec.earliest_of(queryable) {
+                    h.push(e.to_owned());
+                }
                 match flag(w, "--query-start-hop") {
                     Some("none") => {}
                     other => h.push(other.unwrap_or("query_start").to_owned()),
