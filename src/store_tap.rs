@@ -275,22 +275,14 @@ fn print_summary(s: &StoreTapSummary) {
         "bounds (the earliest instant the data can have become queryable -> this response; the queryable stamp is late by at most this): {}; {} poller(s){}{}",
         spread(&s.bracket),
         s.pollers,
-        if s.earliest_from_store_time > 0 {
-            format!(
-                "; {} keys bounded by their own store time",
-                s.earliest_from_store_time
-            )
-        } else {
-            String::new()
-        },
-        if s.earliest_fallbacks > 0 {
-            format!(
-                "; {} keys no remembered poll covered (bounded by their publish stamp)",
-                s.earliest_fallbacks
-            )
-        } else {
-            String::new()
-        }
+        count_clause(
+            s.earliest_from_store_time,
+            "keys bounded by their own store time"
+        ),
+        count_clause(
+            s.earliest_fallbacks,
+            "keys no remembered poll covered (bounded by their publish stamp)"
+        )
     );
     if s.late_rows > 0 {
         println!(
@@ -326,5 +318,14 @@ fn print_summary(s: &StoreTapSummary) {
             crate::collector_args::lost_line(c),
             if *clean { "yes" } else { "NO" }
         );
+    }
+}
+
+/// `"; N what"` when `n` is not 0, else nothing: a clause of a summary line.
+fn count_clause(n: u64, what: &str) -> String {
+    if n > 0 {
+        format!("; {n} {what}")
+    } else {
+        String::new()
     }
 }
