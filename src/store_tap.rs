@@ -33,6 +33,15 @@ pub struct StoreTapArgs {
     /// costs the store little, and the first message after a pause has a wider bound.
     #[arg(long, default_value = "100ms", value_parser = parse_poll_interval)]
     pub idle_poll_interval: Duration,
+    /// Store taps: while rows are being found, one poll every --catch-up-every looks this
+    /// far behind the newest row time, so that rows which became visible later than the
+    /// regular polls look back are still found (their bounds as wide as that poll's; `0s`:
+    /// none). A row later than this is missed and its trace ends incomplete.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub catch_up: Duration,
+    /// Store taps: the least time between two catch-up polls.
+    #[arg(long, default_value = "1s", value_parser = parse_poll_interval)]
+    pub catch_up_every: Duration,
     /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and
     /// PostgreSQL, whose row time is normally the store's; not ClickHouse's 1 s DateTime nor
     /// VictoriaMetrics, whose samples usually carry the writer's time), `on` or `off`.
@@ -82,6 +91,8 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     c.poll_interval = s.poll_interval;
     c.pollers = usize::from(s.pollers);
     c.idle_poll_interval = s.idle_poll_interval;
+    c.catch_up = s.catch_up;
+    c.catch_up_interval = s.catch_up_every;
     c.wait_for_store = s.wait_for_store;
     c.store_host.clone_from(&s.store_host);
     c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
@@ -290,6 +301,22 @@ fn print_summary(s: &StoreTapSummary) {
             s.late_rows,
             s.late_max_ns as f64 / 1e6,
             s.look_back_ns as f64 / 1e6
+        );
+    }
+    if s.catch_up_ns > 0 {
+        println!(
+            "catch-up: {} polls looking {:.1} s back found {} keys the regular polls had missed{}",
+            s.catch_up_polls,
+            s.catch_up_ns as f64 / 1e9,
+            s.caught_up_keys,
+            if s.caught_up_keys > 0 {
+                format!(
+                    " (up to {:.1} ms behind the newest row time)",
+                    s.caught_up_late_max_ns as f64 / 1e6
+                )
+            } else {
+                String::new()
+            }
         );
     }
     if s.publish_to_queryable.count > 0 {

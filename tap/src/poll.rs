@@ -123,6 +123,16 @@ pub mod counter_id {
     /// How far behind the newest row time polls look now (the store's overlap, widened to
     /// twice the latest lateness seen), ns.
     pub const LOOK_BACK_NS: u16 = 97;
+    /// Catch-up polls sent: once a second while keys are found, a poll looks back the
+    /// catch-up window (counted in `polls` too).
+    pub const CATCH_UP_POLLS: u16 = 98;
+    /// Keys only a catch-up poll found: their rows became visible further behind the
+    /// newest row time than the regular polls looked.
+    pub const CAUGHT_UP_KEYS: u16 = 99;
+    /// The most such a row was behind the newest row time seen when its poll was sent, ns.
+    pub const CAUGHT_UP_LATE_MAX_NS: u16 = 100;
+    /// How far behind the newest row time catch-up polls look, ns (0: none are sent).
+    pub const CATCH_UP_NS: u16 = 101;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -162,6 +172,10 @@ pub mod counter_id {
             LATE_ROWS => "late_rows",
             LATE_MAX_NS => "late_max_ns",
             LOOK_BACK_NS => "look_back_ns",
+            CATCH_UP_POLLS => "catch_up_polls",
+            CAUGHT_UP_KEYS => "caught_up_keys",
+            CAUGHT_UP_LATE_MAX_NS => "caught_up_late_max_ns",
+            CATCH_UP_NS => "catch_up_ns",
             _ => return None,
         })
     }
@@ -198,6 +212,14 @@ pub struct StoreTapConfig {
     /// without a new key; back to `poll_interval` at the first key found. Equal to
     /// `poll_interval`: never slower.
     pub idle_poll_interval: Duration,
+    /// How far behind the newest row time a catch-up poll looks (at least as far as the
+    /// regular polls); zero: none are sent. While keys are being found, one poll every
+    /// `catch_up_interval` looks this far back, so that rows which became visible later
+    /// than the regular polls look back are still found (counted as `caught_up_keys`,
+    /// their bounds as wide as the catch-up poll's). A row later than this is missed.
+    pub catch_up: Duration,
+    /// Least time between two catch-up polls.
+    pub catch_up_interval: Duration,
     /// Only these publishers' keys are reported; others are counted.
     pub publishers: Option<Vec<u16>>,
     /// Hop id of the publish stamp in the contexts, for the local publish → queryable
@@ -232,6 +254,8 @@ impl StoreTapConfig {
             poll_interval: Duration::from_millis(10),
             pollers: 1,
             idle_poll_interval: Duration::from_millis(100),
+            catch_up: Duration::from_secs(10),
+            catch_up_interval: Duration::from_secs(1),
             publishers: None,
             publish_hop: HopId(0),
             duration: None,
@@ -368,6 +392,14 @@ pub struct StoreTapSummary {
     /// How far behind the newest row time polls looked at the end, ns (the store's
     /// overlap, widened to twice the lateness seen).
     pub look_back_ns: u64,
+    /// How far behind the newest row time catch-up polls looked, ns (0: none were sent).
+    pub catch_up_ns: u64,
+    /// Catch-up polls sent (counted in `polls` too).
+    pub catch_up_polls: u64,
+    /// Keys only a catch-up poll found (behind what the regular polls looked back).
+    pub caught_up_keys: u64,
+    /// The most one of those was behind the newest row time seen, ns.
+    pub caught_up_late_max_ns: u64,
     /// This host's queryable stamp minus the context's publish stamp, for keys that carry
     /// one (clocks of two hosts when the publisher runs elsewhere).
     pub publish_to_queryable: Spread,
@@ -757,6 +789,7 @@ impl StoreTap {
         // and come back to the full rate at the first key found.
         let mut last_found = Instant::now();
         let mut pace = interval;
+        let mut next_catch_up = Instant::now() + self.config.catch_up_interval;
         while let Some(p) = pollers.as_mut() {
             if shutdown.load(Relaxed)
                 || deadline.is_some_and(|d| Instant::now() >= d)
@@ -780,12 +813,36 @@ impl StoreTap {
                 }
                 self.send_counters(&l, started);
             }
+            // While keys are being found, a catch-up poll now and then looks further back
+            // than the regular ones, for rows that became visible later than they look.
+            let catch_up_ns = self.catch_up_ns(l.widen_ns);
+            if catch_up_ns > 0
+                && !l.baseline
+                && now >= next_catch_up
+                && last_found.elapsed() < self.config.catch_up
+                && p.any_free()
+            {
+                next_catch_up = now + self.config.catch_up_interval;
+                if p.send(Ticket {
+                    newest_ns: self.newest_ns,
+                    widen_ns: l.widen_ns,
+                    catch_up_ns,
+                }) {
+                    l.c.polls += 1;
+                    l.c.catch_up_polls += 1;
+                    live.polls.fetch_add(1, Relaxed);
+                } else {
+                    l.last_error = Some("a poller's thread ended".into());
+                    break;
+                }
+            }
             // Until the baseline is taken, one poll at a time: the rows already in the store
             // are the first answer's.
             if now >= next_poll && p.any_free() && !(l.baseline && p.in_flight() > 0) {
                 if p.send(Ticket {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
+                    catch_up_ns: 0,
                 }) {
                     l.c.polls += 1;
                     live.polls.fetch_add(1, Relaxed);
@@ -929,7 +986,12 @@ impl StoreTap {
             }
             if let Some(newest) = a.newest_ns {
                 let late = newest.saturating_sub(row.time_ns);
-                if late > 0 {
+                // Behind what a regular poll looked at: only the catch-up found it, and the
+                // regular look-back does not widen for it.
+                if a.catch_up && a.regular_since_ns.is_some_and(|r| row.time_ns < r) {
+                    c.caught_up_keys += 1;
+                    c.caught_up_late_max_ns = c.caught_up_late_max_ns.max(late);
+                } else if late > 0 {
                     c.late_rows += 1;
                     c.late_max_ns = c.late_max_ns.max(late);
                 }
@@ -1003,12 +1065,16 @@ impl StoreTap {
         // those in flight, which other pollers may answer later), and twice the look-back
         // below that: the next poll looks back at most twice as far (from a newest row
         // time no older), so it finds none of them again.
+        // A catch-up poll to come looks back its window from the newest row time (or
+        // from now): keys within it stay known too.
         if let Some(s) = a.since_ns {
             let keep = self.overlap_ns.saturating_add(l.widen_ns).saturating_mul(2);
-            let cutoff = s
-                .min(in_flight_since)
-                .saturating_sub(resolution)
-                .saturating_sub(keep);
+            let mut cutoff = s.min(in_flight_since).saturating_sub(keep);
+            if self.catch_up_ns(l.widen_ns) > 0 {
+                let from = self.newest_ns.unwrap_or(i64::MAX).min(realtime_ns());
+                cutoff = cutoff.min(from.saturating_sub(store::duration_ns(self.config.catch_up)));
+            }
+            let cutoff = cutoff.saturating_sub(resolution);
             l.seen.forget_before(cutoff);
             l.seen_bad.forget_before(cutoff);
         }
@@ -1089,6 +1155,10 @@ impl StoreTap {
             late_rows: c.late_rows,
             late_max_ns: u64::try_from(c.late_max_ns).unwrap_or(0),
             look_back_ns: u64::try_from(self.overlap_ns.saturating_add(l.widen_ns)).unwrap_or(0),
+            catch_up_ns: u64::try_from(self.catch_up_total_ns(&l)).unwrap_or(0),
+            catch_up_polls: c.catch_up_polls,
+            caught_up_keys: c.caught_up_keys,
+            caught_up_late_max_ns: u64::try_from(c.caught_up_late_max_ns).unwrap_or(0),
             publish_to_queryable: l.to_queryable.spread(),
             publish_to_store: self
                 .config
@@ -1103,6 +1173,23 @@ impl StoreTap {
             notice: self.notice.take(),
             exporters,
             collector_refused: refused,
+        }
+    }
+
+    /// How much further back than a regular poll a catch-up poll looks now, ns (0: none
+    /// is sent, as the regular polls already look back the catch-up window).
+    fn catch_up_ns(&self, widen_ns: i64) -> i64 {
+        store::duration_ns(self.config.catch_up)
+            .saturating_sub(self.overlap_ns.saturating_add(widen_ns))
+            .max(0)
+    }
+
+    /// How far behind the newest row time catch-up polls look now, ns (0: none are sent).
+    fn catch_up_total_ns(&self, l: &Loop) -> i64 {
+        if self.catch_up_ns(l.widen_ns) > 0 {
+            store::duration_ns(self.config.catch_up)
+        } else {
+            0
         }
     }
 
@@ -1162,6 +1249,16 @@ impl StoreTap {
                 id::LOOK_BACK_NS,
                 u64::try_from(self.overlap_ns.saturating_add(l.widen_ns)).unwrap_or(0),
             ),
+            (id::CATCH_UP_POLLS, c.catch_up_polls),
+            (id::CAUGHT_UP_KEYS, c.caught_up_keys),
+            (
+                id::CAUGHT_UP_LATE_MAX_NS,
+                u64::try_from(c.caught_up_late_max_ns).unwrap_or(0),
+            ),
+            (
+                id::CATCH_UP_NS,
+                u64::try_from(self.catch_up_total_ns(l)).unwrap_or(0),
+            ),
         ];
         if let Err(err) = e.send_counters_frame(CountersFrame {
             at_ns: realtime_ns(),
@@ -1205,6 +1302,9 @@ struct Tally {
     earliest_fallbacks: u64,
     late_rows: u64,
     late_max_ns: i64,
+    catch_up_polls: u64,
+    caught_up_keys: u64,
+    caught_up_late_max_ns: i64,
 }
 
 /// Opens the store, then polls until `shutdown`: [`StoreTap::start`] then [`StoreTap::run`].
@@ -1246,9 +1346,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=97).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 34);
-        assert_eq!(counter_id::name(98), None);
+        let names: FxHashSet<&str> = (64..=101).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 38);
+        assert_eq!(counter_id::name(102), None);
         assert_eq!(counter_id::name(63), None);
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct Ticket {
     /// How much further back than the store's overlap this poll looks, ns: rows have been
     /// seen arriving that late.
     pub(crate) widen_ns: i64,
+    /// A catch-up poll: it looks this much further back again, ns (0: a regular poll).
+    pub(crate) catch_up_ns: i64,
 }
 
 /// A poll's outcome.
@@ -35,6 +37,12 @@ pub(crate) struct Answer {
     pub(crate) resp_ns: i64,
     /// The lower bound of the row times it asked for (`None`: every row).
     pub(crate) since_ns: Option<i64>,
+    /// The lower bound a regular poll sent at the same instant asks for: the same as
+    /// `since_ns` unless this is a catch-up poll, whose rows before it no regular poll
+    /// would have found.
+    pub(crate) regular_since_ns: Option<i64>,
+    /// Whether it was a catch-up poll.
+    pub(crate) catch_up: bool,
     /// The newest row time seen when it was sent (its ticket's).
     pub(crate) newest_ns: Option<i64>,
     /// What it returned.
@@ -75,8 +83,16 @@ impl Pollers {
                     // that never answers keeps it, and only it, until the process ends).
                     while let Ok(t) = rx.recv() {
                         let send_ns = realtime_ns();
-                        let since_ns =
-                            store.since(t.newest_ns.map(|n| n.saturating_sub(t.widen_ns)), send_ns);
+                        let regular_since_ns = store.since(t.newest_ns, send_ns, t.widen_ns);
+                        let since_ns = if t.catch_up_ns > 0 {
+                            store.since(
+                                t.newest_ns,
+                                send_ns,
+                                t.widen_ns.saturating_add(t.catch_up_ns),
+                            )
+                        } else {
+                            regular_since_ns
+                        };
                         floor.store(since_ns.unwrap_or(i64::MIN), Relaxed);
                         let result = store.poll(since_ns);
                         let resp_ns = realtime_ns();
@@ -86,6 +102,8 @@ impl Pollers {
                             send_ns,
                             resp_ns,
                             since_ns,
+                            regular_since_ns,
+                            catch_up: t.catch_up_ns > 0,
                             newest_ns: t.newest_ns,
                             result,
                             own_duration,

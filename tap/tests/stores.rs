@@ -7,7 +7,9 @@
 //! or gives up saying so), a store stopped and started again mid-run (every key still
 //! found once, the failed polls counted), a table dropped mid-run and created again (the
 //! tap polls on, counts, and finds the new table's rows), a query that fails mid-run (the
-//! time column's type changed under it: counted, polled on, found again once it is back).
+//! time column's type changed under it: counted, polled on, found again once it is back),
+//! rows that become visible seconds behind the newest row time (found by the catch-up
+//! polls, counted; missed without them).
 
 mod common;
 
@@ -802,4 +804,133 @@ fn victoriametrics() {
         .post(&format!("{base}/api/v1/admin/tsdb/delete_series"))
         .query("match[]", &metric)
         .call();
+}
+
+/// Rows that become visible far behind the newest row time already seen (a writer that
+/// stamps its own times and sends a batch seconds late): a tap whose catch-up polls look
+/// `catch_up` back finds every key once, counts those only they found, and does not widen
+/// its regular look-back for them; without catch-up polls they are missed.
+fn rows_far_behind(
+    url: &str,
+    catch_up: Duration,
+    write: &mut dyn FnMut(&[String], i64),
+) -> StoreTapSummary {
+    let mut config = StoreTapConfig::new(StoreUrl::parse(url).unwrap());
+    config.catch_up = catch_up;
+    let polling = Polling::start(StoreTap::start(config).unwrap());
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    write(&all[..N as usize], 0);
+    wait_for("the first rows", 10, || live.keys_found.load(Relaxed) >= N);
+    // Four seconds behind: beyond the regular look-back (1 s PostgreSQL, 200 ms InfluxDB).
+    write(&all[N as usize..], 4_000_000_000);
+    if catch_up > Duration::ZERO {
+        wait_for("the late rows", 15, || {
+            live.keys_found.load(Relaxed) >= 2 * N
+        });
+    } else {
+        let polls = live.polls.load(Relaxed);
+        wait_for("20 more polls", 15, || {
+            live.polls.load(Relaxed) >= polls + 20
+        });
+    }
+    polling.stop()
+}
+
+fn assert_caught_up(s: &StoreTapSummary, overlap_ns: u64) {
+    eprintln!("{s:?}");
+    assert_eq!(s.keys_found, 2 * N, "every key, once");
+    assert_eq!(
+        s.caught_up_keys, N,
+        "the late rows, found by a catch-up poll only"
+    );
+    assert!(s.catch_up_polls >= 1 && s.catch_up_polls < s.polls);
+    assert!(
+        (3_500_000_000..6_000_000_000).contains(&s.caught_up_late_max_ns),
+        "about 4 s behind: {}",
+        s.caught_up_late_max_ns
+    );
+    assert_eq!(s.catch_up_ns, 10_000_000_000);
+    assert_eq!(
+        s.look_back_ns, overlap_ns,
+        "the regular look-back did not widen"
+    );
+    assert_eq!(s.keys_evicted_early, 0);
+}
+
+fn assert_missed(s: &StoreTapSummary) {
+    eprintln!("{s:?}");
+    assert_eq!(s.keys_found, N, "the late rows are beyond every poll");
+    assert_eq!(
+        (s.catch_up_polls, s.caught_up_keys, s.catch_up_ns),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_rows_visible_far_behind_the_newest_row_time() {
+    let _guard = store("postgres");
+    for catch_up in [Duration::from_secs(10), Duration::ZERO] {
+        let t = format!("storetap_{}", unique());
+        let mut c = pg();
+        c.batch_execute(&format!(
+            "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL)"
+        ))
+        .unwrap();
+        let insert = format!(
+            "INSERT INTO {t} (hoptrace, at) SELECT unnest($1::text[]), clock_timestamp() - make_interval(secs => $2::float8 / 1e9)"
+        );
+        let url =
+            format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+        let mut writer = pg();
+        let s = rows_far_behind(&url, catch_up, &mut |keys, behind_ns| {
+            writer
+                .execute(&insert, &[&keys, &(behind_ns as f64)])
+                .unwrap();
+        });
+        if catch_up > Duration::ZERO {
+            assert_caught_up(&s, 1_000_000_000);
+        } else {
+            assert_missed(&s);
+        }
+        c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_rows_visible_far_behind_the_newest_row_time() {
+    let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for catch_up in [Duration::from_secs(10), Duration::ZERO] {
+        let m = format!("storetap_{}", unique());
+        // The measurement must exist for the tap to start.
+        post(
+            "http://127.0.0.1:18086/write?db=hoptrace",
+            &format!("{m} hoptrace=\"not a key\",value=0"),
+        );
+        let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}");
+        let s = rows_far_behind(&url, catch_up, &mut |keys, behind_ns| {
+            let at = realtime_ns() - behind_ns;
+            let lines: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{m} hoptrace=\"{k}\",value=1.5 {}", at + i as i64))
+                .collect();
+            post(
+                "http://127.0.0.1:18086/write?db=hoptrace",
+                &lines.join("\n"),
+            );
+        });
+        if catch_up > Duration::ZERO {
+            assert_caught_up(&s, 200_000_000);
+        } else {
+            assert_missed(&s);
+        }
+        influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+    }
 }

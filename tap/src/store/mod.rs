@@ -477,11 +477,15 @@ pub trait Store: Send {
     /// for VictoriaMetrics, 10^9 for ClickHouse's `DateTime`).
     fn time_resolution_ns(&self) -> u64;
 
-    /// Where each poll starts, given the newest row time seen and now: `overlap` before
-    /// the newest time by default; VictoriaMetrics looks back from now.
-    fn since(&self, newest_ns: Option<i64>, now_ns: i64) -> Option<i64> {
+    /// Where each poll starts, given the newest row time seen and now: `overlap` and
+    /// `further_ns` more before the newest time by default; VictoriaMetrics looks back
+    /// from now.
+    fn since(&self, newest_ns: Option<i64>, now_ns: i64, further_ns: i64) -> Option<i64> {
         let _ = now_ns;
-        newest_ns.map(|n| n.saturating_sub(duration_ns(self.overlap())))
+        newest_ns.map(|n| {
+            n.saturating_sub(duration_ns(self.overlap()))
+                .saturating_sub(further_ns)
+        })
     }
 
     /// How far before the newest row time a poll looks again.

@@ -230,8 +230,12 @@ impl Store for VictoriaMetrics {
         1_000_000
     }
 
-    fn since(&self, _newest_ns: Option<i64>, now_ns: i64) -> Option<i64> {
-        Some(now_ns.saturating_sub(duration_ns(self.lookback)))
+    fn since(&self, _newest_ns: Option<i64>, now_ns: i64, further_ns: i64) -> Option<i64> {
+        Some(
+            now_ns
+                .saturating_sub(duration_ns(self.lookback))
+                .saturating_sub(further_ns),
+        )
     }
 
     fn overlap(&self) -> Duration {
