@@ -303,6 +303,16 @@ fn print_summary(s: &StoreTapSummary) {
             s.look_back_ns as f64 / 1e6
         );
     }
+    if let Some((series, resolutions, errors)) = s.series {
+        println!(
+            "series: {series} polled by value, resolved {resolutions} times{}",
+            if errors > 0 {
+                format!(" ({errors} resolutions failed)")
+            } else {
+                String::new()
+            }
+        );
+    }
     if s.catch_up_ns > 0 {
         println!(
             "catch-up: {} polls looking {:.1} s back found {} keys the regular polls had missed{}",

@@ -76,7 +76,9 @@ impl Covering {
     /// The earliest instant a row of time `row_ns`, first returned by a poll answered at
     /// `resp_ns`, can have become queryable. `store_time`: the row time is this host's
     /// clock and the store's own time of taking the row. `fallback`: the message's publish
-    /// stamp, for a row no remembered poll covered. An instant after `resp_ns` (a clock
+    /// stamp, for a row no remembered poll covered. `proof_after`: only a poll sent after
+    /// this instant asked for the row's series (`i64::MIN`: every poll did); the latest
+    /// covering poll sent no later proves nothing. An instant after `resp_ns` (a clock
     /// that disagrees) is never used.
     pub(crate) fn earliest(
         &self,
@@ -84,8 +86,11 @@ impl Covering {
         resp_ns: i64,
         store_time: bool,
         fallback: i64,
+        proof_after: i64,
     ) -> Earliest {
-        let poll = self.latest_covering(row_ns).filter(|&s| s <= resp_ns);
+        let poll = self
+            .latest_covering(row_ns)
+            .filter(|&s| s <= resp_ns && s > proof_after);
         let own = (store_time && row_ns <= resp_ns).then_some(row_ns);
         match (poll, own) {
             (Some(p), Some(o)) if o > p => Earliest::StoreTime(o),
@@ -116,11 +121,32 @@ mod tests {
             Some(100),
             "the baseline covers everything"
         );
-        assert_eq!(c.earliest(1_200, 400, false, 50), Earliest::Poll(200));
+        assert_eq!(
+            c.earliest(1_200, 400, false, 50, i64::MIN),
+            Earliest::Poll(200)
+        );
         // Its own store time, later than that poll's send, is sharper.
-        assert_eq!(c.earliest(250, 400, true, 50), Earliest::StoreTime(250));
+        assert_eq!(
+            c.earliest(250, 400, true, 50, i64::MIN),
+            Earliest::StoreTime(250)
+        );
         // A store time after the response is a clock that disagrees: not used.
-        assert_eq!(c.earliest(2_000, 400, true, 50), Earliest::Poll(300));
+        assert_eq!(
+            c.earliest(2_000, 400, true, 50, i64::MIN),
+            Earliest::Poll(300)
+        );
+        // A row of a series first asked for by polls sent after 250: the latest covering
+        // poll (sent at 200) did not ask for it, so only its store time or the fallback
+        // bound it.
+        assert_eq!(
+            c.earliest(1_200, 400, false, 50, 250),
+            Earliest::Fallback(50)
+        );
+        assert_eq!(
+            c.earliest(350, 400, true, 50, 250),
+            Earliest::StoreTime(350)
+        );
+        assert_eq!(c.earliest(2_000, 400, false, 50, 250), Earliest::Poll(300));
     }
 
     #[test]
@@ -133,8 +159,14 @@ mod tests {
         assert_eq!(c.latest_covering(950), None);
         assert_eq!(c.latest_covering(1_000), Some(300));
         // Nothing covered: the publish stamp, and never after the response.
-        assert_eq!(c.earliest(950, 400, false, 120), Earliest::Fallback(120));
-        assert_eq!(c.earliest(950, 400, false, 900), Earliest::Fallback(400));
+        assert_eq!(
+            c.earliest(950, 400, false, 120, i64::MIN),
+            Earliest::Fallback(120)
+        );
+        assert_eq!(
+            c.earliest(950, 400, false, 900, i64::MIN),
+            Earliest::Fallback(400)
+        );
     }
 
     #[test]

@@ -133,6 +133,12 @@ pub mod counter_id {
     pub const CAUGHT_UP_LATE_MAX_NS: u16 = 100;
     /// How far behind the newest row time catch-up polls look, ns (0: none are sent).
     pub const CATCH_UP_NS: u16 = 101;
+    /// Series polled by value (InfluxDB `series=`), as resolved last.
+    pub const SERIES: u16 = 102;
+    /// Resolutions of the series (at start and about once a second).
+    pub const SERIES_RESOLUTIONS: u16 = 103;
+    /// Resolutions that failed (the tap polled on with the series it had).
+    pub const SERIES_RESOLUTION_ERRORS: u16 = 104;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -176,6 +182,9 @@ pub mod counter_id {
             CAUGHT_UP_KEYS => "caught_up_keys",
             CAUGHT_UP_LATE_MAX_NS => "caught_up_late_max_ns",
             CATCH_UP_NS => "catch_up_ns",
+            SERIES => "series",
+            SERIES_RESOLUTIONS => "series_resolutions",
+            SERIES_RESOLUTION_ERRORS => "series_resolution_errors",
             _ => return None,
         })
     }
@@ -400,6 +409,9 @@ pub struct StoreTapSummary {
     pub caught_up_keys: u64,
     /// The most one of those was behind the newest row time seen, ns.
     pub caught_up_late_max_ns: u64,
+    /// Series polled by value at the end, resolutions of them, and failed resolutions
+    /// (`None`: the address resolves no series).
+    pub series: Option<(u64, u64, u64)>,
     /// This host's queryable stamp minus the context's publish stamp, for keys that carry
     /// one (clocks of two hosts when the publisher runs elsewhere).
     pub publish_to_queryable: Spread,
@@ -539,7 +551,84 @@ pub struct StoreTap {
     /// sharper earliest instant ([`crate::bounds`]).
     store_time_is_ours: bool,
     pollers_used: usize,
+    /// The run's series, where the address resolves them (InfluxDB `series=`).
+    series: Option<SeriesSet>,
     live: Arc<StoreTapLive>,
+}
+
+/// The series a store tap polls by value, as resolved so far. The list only grows; each
+/// resolution that adds to it starts a new *epoch*, and a poll asks for the series of
+/// the epoch its ticket carried. A poll that did not ask for a row's series proves
+/// nothing about that row: [`SeriesSet::proof_after`].
+struct SeriesSet {
+    values: Arc<[String]>,
+    /// Per series, the epoch from which polls ask for it.
+    joined: Vec<u32>,
+    epoch: u32,
+    /// Per epoch, the latest send of an answered poll of that epoch.
+    latest_send: Vec<i64>,
+    resolutions: u64,
+    errors: u64,
+}
+
+impl SeriesSet {
+    fn new(values: Vec<String>) -> Self {
+        Self {
+            joined: vec![0; values.len()],
+            values: values.into(),
+            epoch: 0,
+            latest_send: vec![i64::MIN],
+            resolutions: 1,
+            errors: 0,
+        }
+    }
+
+    /// Adds the series of `found` not yet polled; returns how many.
+    fn merge(&mut self, found: Vec<String>) -> usize {
+        self.resolutions += 1;
+        let known: FxHashSet<&str> = self.values.iter().map(String::as_str).collect();
+        let new: Vec<String> = found
+            .into_iter()
+            .filter(|v| !known.contains(v.as_str()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if new.is_empty() {
+            return 0;
+        }
+        self.epoch += 1;
+        self.latest_send.push(i64::MIN);
+        self.joined
+            .extend(std::iter::repeat_n(self.epoch, new.len()));
+        let mut all = self.values.to_vec();
+        all.extend(new);
+        let added = all.len() - self.values.len();
+        self.values = all.into();
+        added
+    }
+
+    /// A poll of `epoch` sent at `send_ns` was answered.
+    fn answered(&mut self, epoch: u32, send_ns: i64) {
+        if let Some(s) = self.latest_send.get_mut(epoch as usize) {
+            *s = (*s).max(send_ns);
+        }
+    }
+
+    /// The latest send of an answered poll that did not ask for series `i`: only a poll
+    /// sent after it can prove that a row of that series was not yet visible.
+    fn proof_after(&self, i: u32) -> i64 {
+        let joined = self.joined.get(i as usize).copied().unwrap_or(u32::MAX) as usize;
+        self.latest_send
+            .iter()
+            .take(joined)
+            .copied()
+            .max()
+            .unwrap_or(i64::MIN)
+    }
+
+    fn ticket(&self) -> (u32, Arc<[String]>) {
+        (self.epoch, Arc::clone(&self.values))
+    }
 }
 
 /// A poll loop's state between answers.
@@ -650,6 +739,14 @@ impl StoreTap {
             None => config.url.host.clone(),
         };
         let store_time_is_ours = config.store_in_hop.is_some() && store_host == this_host;
+        // The run's series as they are at start: the baseline poll asks for them.
+        let series = store
+            .resolve_series()
+            .map_err(StoreTapError::Store)?
+            .map(SeriesSet::new);
+        if let Some(s) = &series {
+            store.set_series(s.ticket().1);
+        }
         let mut tap = Self {
             describe_store: store.describe(),
             query_shape: store.query_shape(),
@@ -667,6 +764,7 @@ impl StoreTap {
             store_host,
             store_time_is_ours,
             pollers_used: 0,
+            series,
             live: Arc::new(StoreTapLive::default()),
             config,
         };
@@ -790,6 +888,7 @@ impl StoreTap {
         let mut last_found = Instant::now();
         let mut pace = interval;
         let mut next_catch_up = Instant::now() + self.config.catch_up_interval;
+        let mut next_resolve = Instant::now() + self.config.catch_up_interval;
         while let Some(p) = pollers.as_mut() {
             if shutdown.load(Relaxed)
                 || deadline.is_some_and(|d| Instant::now() >= d)
@@ -813,6 +912,21 @@ impl StoreTap {
                 }
                 self.send_counters(&l, started);
             }
+            // The run's series, again about once a second: a new one is polled from the
+            // next poll on, and a catch-up poll looks back for its rows at once.
+            if self.series.is_some() && !l.baseline && now >= next_resolve && p.any_free() {
+                next_resolve = now + self.config.catch_up_interval;
+                if !p.send(Ticket {
+                    newest_ns: self.newest_ns,
+                    widen_ns: l.widen_ns,
+                    catch_up_ns: 0,
+                    series: self.series.as_ref().map(SeriesSet::ticket),
+                    resolve: true,
+                }) {
+                    l.last_error = Some("a poller's thread ended".into());
+                    break;
+                }
+            }
             // While keys are being found, a catch-up poll now and then looks further back
             // than the regular ones, for rows that became visible later than they look.
             let catch_up_ns = self.catch_up_ns(l.widen_ns);
@@ -827,6 +941,8 @@ impl StoreTap {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
                     catch_up_ns,
+                    series: self.series.as_ref().map(SeriesSet::ticket),
+                    resolve: false,
                 }) {
                     l.c.polls += 1;
                     l.c.catch_up_polls += 1;
@@ -843,6 +959,8 @@ impl StoreTap {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
                     catch_up_ns: 0,
+                    series: self.series.as_ref().map(SeriesSet::ticket),
+                    resolve: false,
                 }) {
                     l.c.polls += 1;
                     live.polls.fetch_add(1, Relaxed);
@@ -860,9 +978,19 @@ impl StoreTap {
             } else {
                 Duration::from_millis(50)
             };
-            let Some(answer) = p.recv(wait.min(Duration::from_millis(50))) else {
+            let Some(mut answer) = p.recv(wait.min(Duration::from_millis(50))) else {
                 continue;
             };
+            if let Some(resolved) = answer.resolved.take() {
+                if self.resolved(resolved) {
+                    // New series: poll at full rate, and look back for their first rows.
+                    last_found = Instant::now();
+                    pace = interval;
+                    next_poll = Instant::now();
+                    next_catch_up = Instant::now();
+                }
+                continue;
+            }
             match self.take(&mut l, answer, resolution, p.lowest_since_in_flight()) {
                 Taken::Failed => {
                     backoff = (backoff * 2).clamp(
@@ -888,7 +1016,9 @@ impl StoreTap {
         if let Some(p) = pollers.as_mut() {
             let until = Instant::now() + Duration::from_millis(200);
             while p.in_flight() > 0 && Instant::now() < until {
-                if let Some(a) = p.recv(Duration::from_millis(20)) {
+                if let Some(a) = p.recv(Duration::from_millis(20))
+                    && a.resolved.is_none()
+                {
                     let floor = p.lowest_since_in_flight();
                     self.take(&mut l, a, resolution, floor);
                 }
@@ -1006,11 +1136,17 @@ impl StoreTap {
                 continue;
             }
             let publish = ctx.stamp_of(self.config.publish_hop).map(|s| s.ns);
+            // A poll that did not ask for the row's series proves nothing about it.
+            let proof_after = match (&self.series, row.series) {
+                (Some(s), Some(i)) => s.proof_after(i),
+                _ => i64::MIN,
+            };
             let earliest = l.covering.earliest(
                 row.time_ns,
                 resp_ns,
                 self.store_time_is_ours,
                 publish.unwrap_or(ctx.intended_ns),
+                proof_after,
             );
             match earliest {
                 Earliest::Poll(_) => {}
@@ -1061,6 +1197,9 @@ impl StoreTap {
         // This poll covered every row from its lower bound and returned these: a proof for
         // the rows later polls find.
         l.covering.push(a.since_ns, send_ns);
+        if let Some(s) = &mut self.series {
+            s.answered(a.epoch, send_ns);
+        }
         // Keys are forgotten only below every poll that can still answer (this one, and
         // those in flight, which other pollers may answer later), and twice the look-back
         // below that: the next poll looks back at most twice as far (from a newest row
@@ -1159,6 +1298,10 @@ impl StoreTap {
             catch_up_polls: c.catch_up_polls,
             caught_up_keys: c.caught_up_keys,
             caught_up_late_max_ns: u64::try_from(c.caught_up_late_max_ns).unwrap_or(0),
+            series: self
+                .series
+                .as_ref()
+                .map(|s| (s.values.len() as u64, s.resolutions, s.errors)),
             publish_to_queryable: l.to_queryable.spread(),
             publish_to_store: self
                 .config
@@ -1173,6 +1316,37 @@ impl StoreTap {
             notice: self.notice.take(),
             exporters,
             collector_refused: refused,
+        }
+    }
+
+    /// Takes a resolution of the run's series; true when it found new ones.
+    fn resolved(&mut self, r: Result<Option<Vec<String>>, StoreError>) -> bool {
+        let Some(s) = &mut self.series else {
+            return false;
+        };
+        match r {
+            Ok(Some(found)) => {
+                let added = s.merge(found);
+                if added > 0 {
+                    tracing::info!(
+                        added,
+                        polled = s.values.len(),
+                        "new series of the run: polled from now on"
+                    );
+                }
+                added > 0
+            }
+            Ok(None) => false,
+            Err(e) => {
+                if s.errors == 0 {
+                    tracing::warn!(
+                        "resolving the run's series failed: {e} (polling on with the {} known; failures are counted)",
+                        s.values.len()
+                    );
+                }
+                s.errors += 1;
+                false
+            }
         }
     }
 
@@ -1260,6 +1434,14 @@ impl StoreTap {
                 u64::try_from(self.catch_up_total_ns(l)).unwrap_or(0),
             ),
         ];
+        let mut values = values;
+        if let Some(s) = &self.series {
+            values.extend([
+                (id::SERIES, s.values.len() as u64),
+                (id::SERIES_RESOLUTIONS, s.resolutions),
+                (id::SERIES_RESOLUTION_ERRORS, s.errors),
+            ]);
+        }
         if let Err(err) = e.send_counters_frame(CountersFrame {
             at_ns: realtime_ns(),
             values,
@@ -1346,9 +1528,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=101).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 38);
-        assert_eq!(counter_id::name(102), None);
+        let names: FxHashSet<&str> = (64..=104).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 41);
+        assert_eq!(counter_id::name(105), None);
         assert_eq!(counter_id::name(63), None);
     }
 

@@ -15,8 +15,8 @@ use hoptrace_probe::clock::realtime_ns;
 
 use crate::store::{Batch, Store, StoreError};
 
-/// A poll to send.
-#[derive(Debug, Clone, Copy)]
+/// A poll to send (or, with `resolve`, a resolution of the run's series).
+#[derive(Debug, Clone)]
 pub(crate) struct Ticket {
     /// The newest row time seen so far (the store derives the poll's lower bound from it).
     pub(crate) newest_ns: Option<i64>,
@@ -25,6 +25,10 @@ pub(crate) struct Ticket {
     pub(crate) widen_ns: i64,
     /// A catch-up poll: it looks this much further back again, ns (0: a regular poll).
     pub(crate) catch_up_ns: i64,
+    /// The resolved series to poll, and their epoch (`None`: the store resolves none).
+    pub(crate) series: Option<(u32, Arc<[String]>)>,
+    /// Not a poll: ask the store which series its `series=` selects now.
+    pub(crate) resolve: bool,
 }
 
 /// A poll's outcome.
@@ -49,6 +53,10 @@ pub(crate) struct Answer {
     pub(crate) result: Result<Batch, StoreError>,
     /// The store's own duration of the query, where the tap samples one after a poll.
     pub(crate) own_duration: Option<Result<Option<u64>, StoreError>>,
+    /// The epoch of the series it asked for (0 without resolved series).
+    pub(crate) epoch: u32,
+    /// For a resolution ticket (no poll then): the series the store selects now.
+    pub(crate) resolved: Option<Result<Option<Vec<String>>, StoreError>>,
 }
 
 /// The pollers and which of them are free.
@@ -81,7 +89,36 @@ impl Pollers {
                 .spawn(move || {
                     // Ends when the tap drops its side (after its current poll: a store
                     // that never answers keeps it, and only it, until the process ends).
+                    let mut series_epoch = None;
                     while let Ok(t) = rx.recv() {
+                        if let Some((epoch, values)) = &t.series
+                            && series_epoch != Some(*epoch)
+                        {
+                            store.set_series(Arc::clone(values));
+                            series_epoch = Some(*epoch);
+                        }
+                        if t.resolve {
+                            floor.store(i64::MAX, Relaxed);
+                            let send_ns = realtime_ns();
+                            let resolved = store.resolve_series();
+                            let a = Answer {
+                                poller: i,
+                                send_ns,
+                                resp_ns: realtime_ns(),
+                                since_ns: None,
+                                regular_since_ns: None,
+                                catch_up: false,
+                                newest_ns: t.newest_ns,
+                                result: Ok(Batch::default()),
+                                own_duration: None,
+                                epoch: 0,
+                                resolved: Some(resolved),
+                            };
+                            if out.send(a).is_err() {
+                                return;
+                            }
+                            continue;
+                        }
                         let send_ns = realtime_ns();
                         let regular_since_ns = store.since(t.newest_ns, send_ns, t.widen_ns);
                         let since_ns = if t.catch_up_ns > 0 {
@@ -107,6 +144,8 @@ impl Pollers {
                             newest_ns: t.newest_ns,
                             result,
                             own_duration,
+                            epoch: t.series.as_ref().map_or(0, |s| s.0),
+                            resolved: None,
                         };
                         if out.send(a).is_err() {
                             return;

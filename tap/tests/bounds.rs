@@ -1,6 +1,7 @@
 //! The bounds of polled stamps, against the real InfluxDB and PostgreSQL, each holding
 //! history (tens of thousands of older series or rows) as a staging store does, polled
-//! only for the run's series (`where=`) by two pollers taking turns.
+//! only for the run's series (`where=`; on InfluxDB also by value, `series=`, over series
+//! created mid-run) by two pollers taking turns.
 //!
 //! Beside the tap, an independent poller of its own (its own connection, back to back,
 //! sharing nothing with the tap) records for each key the send of its last poll that did
@@ -20,6 +21,7 @@ use common::{Collector, bin, sql, store, tempdir, unique, wait_for};
 use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
+use hoptrace_tap::poll::StoreTapSummary;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 
 /// Messages per run.
@@ -107,7 +109,7 @@ fn run(
     url: &str,
     mut write: impl FnMut(&str),
     snapshot: impl FnMut() -> Vec<String> + Send + 'static,
-) {
+) -> StoreTapSummary {
     let dir = tempdir(store_name);
     let spec = dir.join("pipeline.toml");
     std::fs::write(&spec, SPEC).unwrap();
@@ -257,6 +259,7 @@ fn run(
     );
     assert!(lo <= v && v == hi, "{lo} {v} {hi}");
     std::fs::remove_dir_all(&dir).ok();
+    s
 }
 
 fn collector_run(dir: &std::path::Path) -> std::path::PathBuf {
@@ -312,39 +315,56 @@ fn influxdb_with_history() {
             .send_string(&lines.join("\n"))
             .unwrap();
     }
-    let write = |key: &str| {
-        let line = format!("{m},topic=run/s0 hoptrace=\"{key}\",value=1.5");
-        http()
-            .post(&format!("{base}/write?db=hoptrace"))
-            .send_string(&line)
-            .unwrap();
-    };
-    let q = format!(
-        "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^run\\//"
-    );
-    let snapshot = move || {
-        let body = http()
-            .get(&format!("{base}/query"))
-            .query("db", "hoptrace")
-            .query("q", &q)
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["results"][0]["series"][0]["values"]
-            .as_array()
-            .map(|rows| {
-                rows.iter()
-                    .filter_map(|r| r[1].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let url = format!(
-        "influxdb://127.0.0.1:18086/hoptrace?measurement={m}&where=%22topic%22%20%3D~%20%2F%5Erun%5C%2F%2F"
-    );
-    run("influxdb", &url, write, snapshot);
+    // Twice: polled with a regular expression in `where=` (matched against every series
+    // of the measurement), then by value (`series=`) over six series that do not exist
+    // when the tap starts: each is found by a resolution, and its first rows by the
+    // catch-up poll that follows, bounded by what polls that asked for the series proved.
+    for (select, root) in [
+        ("where=%22topic%22%20%3D~%20%2F%5Erun%5C%2F%2F", "run"),
+        ("series=topic%3D~%2F%5Esr%5C%2F%2F", "sr"),
+    ] {
+        let mut n = 0u64;
+        let wm = m.clone();
+        let write = move |key: &str| {
+            let line = format!("{wm},topic={root}/s{} hoptrace=\"{key}\",value=1.5", n % 6);
+            n += 1;
+            http()
+                .post(&format!("{base}/write?db=hoptrace"))
+                .send_string(&line)
+                .unwrap();
+        };
+        let q = format!(
+            "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^{root}\\//"
+        );
+        let snapshot = move || {
+            let body = http()
+                .get(&format!("{base}/query"))
+                .query("db", "hoptrace")
+                .query("q", &q)
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            v["results"][0]["series"][0]["values"]
+                .as_array()
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| r[1].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}&{select}");
+        let s = run("influxdb", &url, write, snapshot);
+        if root == "sr" {
+            let (series, resolutions, errors) = s.series.expect("series resolved");
+            assert_eq!((series, errors), (6, 0), "{s:?}");
+            assert!(resolutions >= 2, "{s:?}");
+        } else {
+            assert_eq!(s.series, None);
+        }
+    }
 }
 
 fn pg() -> postgres::Client {
@@ -394,5 +414,6 @@ fn postgres_with_history() {
     let _drop = Cleanup(move || {
         let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {t}"));
     });
-    run("postgres", &url, write, snapshot);
+    let s = run("postgres", &url, write, snapshot);
+    assert_eq!(s.series, None);
 }

@@ -3,7 +3,8 @@
 //!
 //! - `hoptrace publish` (MQTT v5, the context in a user property and in the JSON payload's
 //!   `hoptrace` field) → Mosquitto → Node-RED (`infra/nodered`) → InfluxDB 1.6, measured by
-//!   a broker tap and an InfluxDB store tap;
+//!   a broker tap and an InfluxDB store tap that polls only the run's series by value
+//!   (`series=`) in a measurement holding every earlier run's;
 //! - `hoptrace publish` → Kafka → ClickHouse's Kafka engine and a materialized view
 //!   (`infra/stores/clickhouse.sh kafka-pipeline`), measured by a ClickHouse store tap.
 //!
@@ -22,6 +23,22 @@ use serde_json::Value;
 const RATE: u64 = 200;
 const SECONDS: u64 = 10;
 const N: u64 = RATE * SECONDS;
+
+/// The store tap's address for the run's points in measurement `nodered`, which holds
+/// every earlier run's: only the series whose `topic` tag starts with `topic/`, resolved
+/// once a second and polled by value (`series=`, percent-encoded).
+fn nodered_series(topic: &str) -> String {
+    let regex = format!("^{}\\/", topic.replace('/', "\\/"));
+    let mut enc = String::new();
+    for b in format!("topic=~/{regex}/").bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+            enc.push(char::from(b));
+        } else {
+            enc.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("influxdb://127.0.0.1:18086/hoptrace?measurement=nodered&series={enc}")
+}
 
 fn spawn(dir: &Path, name: &str, args: &[&str]) -> Child {
     Command::new(bin())
@@ -207,15 +224,7 @@ fn mosquitto_nodered_influxdb() {
     let mut influx = spawn(
         &dir,
         "store-tap",
-        &[
-            &[
-                "tap",
-                "--from",
-                "influxdb://127.0.0.1:18086/hoptrace?measurement=nodered",
-            ][..],
-            &common[..],
-        ]
-        .concat(),
+        &[&["tap", "--from", &nodered_series(&topic)][..], &common[..]].concat(),
     );
     wait_ready(&dir, "broker-tap", "tapping", &mut broker);
     wait_ready(&dir, "store-tap", "polling", &mut influx);
@@ -431,7 +440,7 @@ fn soak_of_mosquitto_nodered_influxdb() {
     // 2,000 metrics/s, 10 per message: 200 messages/s, 2,000 messages, 20,000 points.
     let broker_tap =
         format!("--from mqtt://127.0.0.1:11883?version=5 --topics {topic}/# --hop broker");
-    let store_tap = "--from influxdb://127.0.0.1:18086/hoptrace?measurement=nodered";
+    let store_tap = format!("--from {}", nodered_series(&topic));
     let out = Command::new(bin())
         .args(["soak", "--broker"])
         .arg(format!("mqtt://127.0.0.1:11883/{topic}?version=5"))
@@ -446,7 +455,7 @@ fn soak_of_mosquitto_nodered_influxdb() {
         .args(["--duration", "10s", "--warmup", "2s", "--payload-context"])
         .arg("--pipeline")
         .arg(&spec)
-        .args(["--tap", &broker_tap, "--tap", store_tap])
+        .args(["--tap", &broker_tap, "--tap", &store_tap])
         .args(["--watch-port", "11880", "--watch-port", "18086"])
         .arg("--runs")
         .arg(dir.join("runs"))

@@ -9,7 +9,8 @@
 //! tap polls on, counts, and finds the new table's rows), a query that fails mid-run (the
 //! time column's type changed under it: counted, polled on, found again once it is back),
 //! rows that become visible seconds behind the newest row time (found by the catch-up
-//! polls, counted; missed without them).
+//! polls, counted; missed without them), and a store holding another run's series beside
+//! this run's (`where=`: only this run's keys found).
 
 mod common;
 
@@ -933,4 +934,118 @@ fn influxdb_rows_visible_far_behind_the_newest_row_time() {
         }
         influx_q(&format!("DROP MEASUREMENT \"{m}\""));
     }
+}
+
+/// A store holding another run's rows beside this run's: a tap whose `where=` names this
+/// run's series finds exactly this run's keys. `write(keys, run)` writes rows of `keys`
+/// under this run's series (`run`) or the other one's; `visible(key)` asks the store
+/// directly.
+fn only_where(
+    url: &str,
+    write: &mut dyn FnMut(&[String], bool),
+    visible: &mut dyn FnMut(&str) -> bool,
+    visibility_s: u64,
+) -> StoreTapSummary {
+    let polling = Polling::start(
+        StoreTap::start(StoreTapConfig::new(StoreUrl::parse(url).unwrap())).unwrap(),
+    );
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let all = keys(0..2 * N);
+    write(&all[..N as usize], false);
+    write(&all[N as usize..], true);
+    wait_for("this run's rows", visibility_s, || {
+        live.keys_found.load(Relaxed) >= N
+    });
+    wait_for("the other run's rows, asked directly", visibility_s, || {
+        visible(&all[N as usize - 1])
+    });
+    let polls = live.polls.load(Relaxed);
+    wait_for("10 more polls", 10, || {
+        live.polls.load(Relaxed) >= polls + 10
+    });
+    let s = polling.stop();
+    eprintln!("{s:?}");
+    assert_eq!(s.keys_found, N, "this run's keys only");
+    assert_eq!((s.bad_keys, s.foreign_keys), (0, 0));
+    assert!(
+        s.query.contains("run"),
+        "the query names the condition: {}",
+        s.query
+    );
+    s
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn clickhouse_polls_only_the_runs_rows() {
+    let _guard = store("clickhouse");
+    let t = format!("storetap_{}", unique());
+    ch(&format!(
+        "CREATE TABLE hoptrace.{t} (topic String, hoptrace String, inserted DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY inserted"
+    ));
+    let mut write = |keys: &[String], run: bool| {
+        let topic = if run { "run/a" } else { "other/a" };
+        let values: Vec<String> = keys.iter().map(|k| format!("('{topic}', '{k}')")).collect();
+        ch(&format!(
+            "INSERT INTO hoptrace.{t} (topic, hoptrace) VALUES {}",
+            values.join(", ")
+        ));
+    };
+    let mut visible = |key: &str| {
+        ch(&format!(
+            "SELECT count() FROM hoptrace.{t} WHERE hoptrace = '{key}'"
+        ))
+        .trim()
+            != "0"
+    };
+    only_where(
+        &format!(
+            "clickhouse://127.0.0.1:18123/hoptrace?table={t}&time=inserted&where=topic%20LIKE%20%27run%2F%25%27"
+        ),
+        &mut write,
+        &mut visible,
+        10,
+    );
+    ch(&format!("DROP TABLE hoptrace.{t}"));
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn victoriametrics_polls_only_the_runs_series() {
+    let _guard = store("victoriametrics");
+    let m = format!("storetap_{}", unique());
+    let base = "http://127.0.0.1:18428";
+    let mut write = |keys: &[String], run: bool| {
+        let topic = if run { "run/a" } else { "other/a" };
+        let lines: Vec<String> = keys
+            .iter()
+            .map(|key| format!("{m},hoptrace={key},topic={topic} value=1.5"))
+            .collect();
+        post(&format!("{base}/write"), &lines.join("\n"));
+    };
+    let metric = format!("{m}_value");
+    let mut visible = |key: &str| {
+        let sel = format!("{{__name__=\"{metric}\",hoptrace=\"{key}\"}}");
+        http()
+            .get(&format!("{base}/api/v1/export"))
+            .query("match[]", &sel)
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+            .contains(key)
+    };
+    only_where(
+        &format!(
+            "victoriametrics://127.0.0.1:18428/?metric={metric}&where=topic%3D~%22run%2F.%2A%22"
+        ),
+        &mut write,
+        &mut visible,
+        30,
+    );
+    let _ = http()
+        .post(&format!("{base}/api/v1/admin/tsdb/delete_series"))
+        .query("match[]", &metric)
+        .call();
 }

@@ -1,5 +1,5 @@
 //! ClickHouse over HTTP: `SELECT key, toUnixTimestamp(time) FROM db.t WHERE time >=
-//! toDateTime(<since s>) FORMAT JSONCompact`.
+//! toDateTime(<since s>) [AND (<where=>)] FORMAT JSONCompact`.
 //!
 //! ClickHouse answers errors with a non-2xx status and a text body (`Code: 60,
 //! e.displayText() = DB::Exception: Table hoptrace.x doesn't exist.`). ClickHouse 18.16 has
@@ -23,6 +23,8 @@ pub struct ClickHouse {
     time: String,
     auth: Vec<(String, String)>,
     overlap: Duration,
+    /// The address's `where=`.
+    filter: Option<String>,
 }
 
 /// `` `name` `` with `` ` `` and `\` escaped.
@@ -51,30 +53,46 @@ pub fn qualified(database: &str, table: &str) -> String {
 
 /// The poll's statement.
 #[must_use]
-pub fn poll_query(table: &str, key: &str, time: &str, since_ns: Option<i64>) -> String {
+pub fn poll_query(
+    table: &str,
+    key: &str,
+    time: &str,
+    since_ns: Option<i64>,
+    filter: Option<&str>,
+) -> String {
     let mut q = format!(
         "SELECT {k}, toUnixTimestamp({t}) FROM {table}",
         k = quote_ident(key),
         t = quote_ident(time)
     );
+    let mut conditions = Vec::new();
     if let Some(s) = since_ns {
-        q.push_str(&format!(
-            " WHERE {} >= toDateTime({})",
+        conditions.push(format!(
+            "{} >= toDateTime({})",
             quote_ident(time),
             s.div_euclid(1_000_000_000)
         ));
+    }
+    if let Some(f) = filter {
+        conditions.push(format!("({f})"));
+    }
+    if !conditions.is_empty() {
+        q.push_str(" WHERE ");
+        q.push_str(&conditions.join(" AND "));
     }
     q.push_str(" FORMAT JSONCompact");
     q
 }
 
-/// The check at start: the newest time and the row count (fails on a missing column).
+/// The check at start: the newest time and the row count of the rows polled (fails on a
+/// missing column).
 #[must_use]
-pub fn open_query(table: &str, key: &str, time: &str) -> String {
+pub fn open_query(table: &str, key: &str, time: &str, filter: Option<&str>) -> String {
     format!(
-        "SELECT max(toUnixTimestamp({t})), count({k}) FROM {table} FORMAT JSONCompact",
+        "SELECT max(toUnixTimestamp({t})), count({k}) FROM {table}{w} FORMAT JSONCompact",
         k = quote_ident(key),
-        t = quote_ident(time)
+        t = quote_ident(time),
+        w = filter.map(|f| format!(" WHERE ({f})")).unwrap_or_default()
     )
 }
 
@@ -153,6 +171,7 @@ pub fn parse_poll(
             Some(Value::String(k)) if !k.is_empty() => batch.rows.push(Row {
                 key: k.clone(),
                 time_ns: secs.saturating_mul(1_000_000_000),
+                series: None,
             }),
             _ => batch.untraced += 1,
         }
@@ -166,7 +185,7 @@ impl ClickHouse {
     /// # Errors
     /// [`UrlError`] for a missing table or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["table", "key", "time", "user", "password"])?;
+        url.check_params(&["table", "key", "time", "user", "password", "where"])?;
         let database = if url.path.is_empty() {
             "default"
         } else {
@@ -187,6 +206,7 @@ impl ClickHouse {
             time: url.param("time").unwrap_or("inserted").to_owned(),
             auth,
             overlap: url.duration("overlap", Duration::from_secs(1))?,
+            filter: url.condition()?,
         })
     }
 
@@ -215,14 +235,26 @@ impl Store for ClickHouse {
     }
 
     fn query_shape(&self) -> String {
-        poll_query(&self.table, &self.key, &self.time, Some(0)).replace(
+        poll_query(
+            &self.table,
+            &self.key,
+            &self.time,
+            Some(0),
+            self.filter.as_deref(),
+        )
+        .replace(
             "toDateTime(0)",
             &format!("toDateTime(<newest second seen - {:?}>)", self.overlap),
         )
     }
 
     fn open(&mut self) -> Result<Opened, StoreError> {
-        let (status, _, body) = self.run(&open_query(&self.table, &self.key, &self.time))?;
+        let (status, _, body) = self.run(&open_query(
+            &self.table,
+            &self.key,
+            &self.time,
+            self.filter.as_deref(),
+        ))?;
         check_status(status, &body).map_err(|e| match e {
             StoreError::Missing(m) => StoreError::Missing(format!(
                 "ClickHouse {}:{}: {m} (check table=, key= and time=)",
@@ -245,8 +277,13 @@ impl Store for ClickHouse {
     }
 
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
-        let (status, summary, body) =
-            self.run(&poll_query(&self.table, &self.key, &self.time, since_ns))?;
+        let (status, summary, body) = self.run(&poll_query(
+            &self.table,
+            &self.key,
+            &self.time,
+            since_ns,
+            self.filter.as_deref(),
+        ))?;
         parse_poll(status, summary.as_deref(), &body)
     }
 
@@ -276,11 +313,32 @@ mod tests {
         assert_eq!(qualified("x", "db.t"), "`db`.`t`");
         assert_eq!(quote_ident("a`b"), "`a\\`b`");
         assert_eq!(
-            poll_query(&t, "hoptrace", "inserted", Some(1_700_000_000_999_999_999)),
+            poll_query(
+                &t,
+                "hoptrace",
+                "inserted",
+                Some(1_700_000_000_999_999_999),
+                None
+            ),
             "SELECT `hoptrace`, toUnixTimestamp(`inserted`) FROM `hoptrace`.`t_1` WHERE `inserted` >= toDateTime(1700000000) FORMAT JSONCompact"
         );
+        // Only the run's rows (where=).
         assert_eq!(
-            open_query(&t, "key", "inserted"),
+            poll_query(
+                &t,
+                "hoptrace",
+                "inserted",
+                Some(1_700_000_000_999_999_999),
+                Some("topic LIKE 'run/%'")
+            ),
+            "SELECT `hoptrace`, toUnixTimestamp(`inserted`) FROM `hoptrace`.`t_1` WHERE `inserted` >= toDateTime(1700000000) AND (topic LIKE 'run/%') FORMAT JSONCompact"
+        );
+        assert_eq!(
+            open_query(&t, "key", "inserted", Some("a = 1")),
+            "SELECT max(toUnixTimestamp(`inserted`)), count(`key`) FROM `hoptrace`.`t_1` WHERE (a = 1) FORMAT JSONCompact"
+        );
+        assert_eq!(
+            open_query(&t, "key", "inserted", None),
             "SELECT max(toUnixTimestamp(`inserted`)), count(`key`) FROM `hoptrace`.`t_1` FORMAT JSONCompact"
         );
     }

@@ -12,8 +12,13 @@
 //!
 //! Every address also takes `overlap=` (how far before the newest row time seen each poll
 //! looks again, for rows that become visible after newer ones; default per store) and
-//! `timeout=` (one request, default 10s). Names are quoted in every query (InfluxQL
-//! reserves `key`, for one).
+//! `timeout=` (one request, default 10s), and `where=` (a condition of the store's own
+//! language that every poll adds, to poll only the run's series on a store that holds
+//! others: InfluxQL, SQL, or label matchers on VictoriaMetrics). InfluxDB also takes
+//! `series=TAG=~/REGEX/`: the tag values matching it are resolved once a second and each
+//! poll asks for those series by value (an index lookup whose cost does not grow with
+//! the measurement's other series, where a regular expression scans them all). Names are quoted in every
+//! query (InfluxQL reserves `key`, for one).
 
 pub mod clickhouse;
 pub mod influxdb;
@@ -394,6 +399,9 @@ pub struct Row {
     pub key: String,
     /// The row's time, ns since the Unix epoch, in the store's resolution.
     pub time_ns: i64,
+    /// Which of the resolved series ([`Store::set_series`]) the row is in, by index;
+    /// `None` where the store polls no resolved series.
+    pub series: Option<u32>,
 }
 
 /// What one poll returned.
@@ -460,6 +468,22 @@ pub trait Store: Send {
     /// # Errors
     /// Any [`StoreError`]; the poll loop counts it and retries.
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError>;
+
+    /// The series the address's `series=` selects as they are now (InfluxDB: the values
+    /// of a tag that match a pattern), to restrict later polls to them; `None`: the store
+    /// polls no resolved series. Called at start and about once a second.
+    ///
+    /// # Errors
+    /// Any [`StoreError`]; the poll loop counts it and goes on with the series it had.
+    fn resolve_series(&mut self) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(None)
+    }
+
+    /// Restricts every later poll to `series` (a list that only grows: a row's
+    /// [`Row::series`] indexes it).
+    fn set_series(&mut self, series: std::sync::Arc<[String]>) {
+        let _ = series;
+    }
 
     /// The store's own duration of the last poll's query, where the store reports it only
     /// when asked separately (PostgreSQL's `EXPLAIN ANALYZE`, on sampled polls); called

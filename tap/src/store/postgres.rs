@@ -431,6 +431,7 @@ impl Store for Postgres {
                 (Some(k), Some(us)) if !k.is_empty() => batch.rows.push(Row {
                     key: k,
                     time_ns: us.saturating_mul(1000),
+                    series: None,
                 }),
                 _ => batch.untraced += 1,
             }

@@ -13,7 +13,8 @@
 //! (`hoptrace!="#<poll number>"`, [`selector_varied`]); `vary=off` polls one fixed
 //! selector. In one run of `tap/tests/stores.rs` here (40 new series written at once) the
 //! tap saw them 1.7 s after the write with the varied selector and 9.6 s after it with
-//! `vary=off`. Errors are non-2xx answers (400 with
+//! `vary=off`. `where=` adds label matchers to every selector (`where=topic=~"plant/.*"`:
+//! only the run's series). Errors are non-2xx answers (400 with
 //! text for `/export`, 422 with JSON for `/query`). A sample's time is the writer's unless
 //! it sent none; so `store_in` is off by default.
 
@@ -34,6 +35,8 @@ pub struct VictoriaMetrics {
     lookback: Duration,
     /// Whether every poll's selector differs from the one before (see [`selector_varied`]).
     vary: bool,
+    /// The address's `where=`: label matchers every selector adds.
+    matchers: Option<String>,
     polls: u64,
 }
 
@@ -56,19 +59,22 @@ pub fn quote_value(v: &str) -> String {
     s
 }
 
-/// The series selector: the metric's series that carry the label.
+/// The series selector: the metric's series that carry the label, and meet `matchers`
+/// (the address's `where=`, e.g. `topic=~"plant/.*"`) when given.
 #[must_use]
-pub fn selector(metric: &str, label: &str) -> String {
-    format!("{{__name__={},{label}!=\"\"}}", quote_value(metric))
+pub fn selector(metric: &str, label: &str, matchers: Option<&str>) -> String {
+    let extra = matchers.map(|m| format!(",{m}")).unwrap_or_default();
+    format!("{{__name__={},{label}!=\"\"{extra}}}", quote_value(metric))
 }
 
 /// The series selector of poll number `n`: [`selector`] plus a matcher no key can fail
 /// (`label!="#<n>"`; keys start `ht1.`), so that every poll's selector is new to the
 /// store's caches of series searches.
 #[must_use]
-pub fn selector_varied(metric: &str, label: &str, n: u64) -> String {
+pub fn selector_varied(metric: &str, label: &str, matchers: Option<&str>, n: u64) -> String {
+    let extra = matchers.map(|m| format!(",{m}")).unwrap_or_default();
     format!(
-        "{{__name__={},{label}!=\"\",{label}!=\"#{n}\"}}",
+        "{{__name__={},{label}!=\"\",{label}!=\"#{n}\"{extra}}}",
         quote_value(metric)
     )
 }
@@ -112,6 +118,7 @@ pub fn parse_poll(status: u16, body: &str, label: &str) -> Result<Batch, StoreEr
             Some(k) if !k.is_empty() => batch.rows.push(Row {
                 key: k.to_owned(),
                 time_ns: ts.saturating_mul(1_000_000),
+                series: None,
             }),
             _ => batch.untraced += 1,
         }
@@ -133,7 +140,7 @@ impl VictoriaMetrics {
     /// [`UrlError`] for a missing metric, a label that is not a label name, or an unknown
     /// parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["metric", "label", "lookback", "vary"])?;
+        url.check_params(&["metric", "label", "lookback", "vary", "where"])?;
         let vary = match url.param("vary").unwrap_or("on") {
             "on" | "1" | "true" => true,
             "off" | "0" | "false" => false,
@@ -147,6 +154,12 @@ impl VictoriaMetrics {
             Some(_) => url.duration("overlap", Duration::ZERO)?,
             None => url.duration("lookback", Duration::from_secs(30))?,
         };
+        let matchers = url.condition()?;
+        if let Some(m) = matchers.as_deref().filter(|m| m.contains(['{', '}'])) {
+            return Err(url.error(format!(
+                "where={m:?}: label matchers without braces (e.g. where=topic=~\"plant/.*\")"
+            )));
+        }
         Ok(Self {
             http: Http::new(url)?,
             url: url.clone(),
@@ -154,6 +167,7 @@ impl VictoriaMetrics {
             label,
             lookback,
             vary,
+            matchers,
             polls: 0,
         })
     }
@@ -175,9 +189,10 @@ impl Store for VictoriaMetrics {
         format!(
             "/api/v1/export?match[]={}&start=<now - {:?}>&nocache=1",
             if self.vary {
-                selector_varied(&self.metric, &self.label, 0).replace("#0", "#<poll number>")
+                selector_varied(&self.metric, &self.label, self.matchers.as_deref(), 0)
+                    .replace("#0", "#<poll number>")
             } else {
-                selector(&self.metric, &self.label)
+                selector(&self.metric, &self.label, self.matchers.as_deref())
             },
             self.lookback
         )
@@ -213,9 +228,14 @@ impl Store for VictoriaMetrics {
     fn poll(&mut self, since_ns: Option<i64>) -> Result<Batch, StoreError> {
         self.polls += 1;
         let sel = if self.vary {
-            selector_varied(&self.metric, &self.label, self.polls)
+            selector_varied(
+                &self.metric,
+                &self.label,
+                self.matchers.as_deref(),
+                self.polls,
+            )
         } else {
-            selector(&self.metric, &self.label)
+            selector(&self.metric, &self.label, self.matchers.as_deref())
         };
         let start = since_ns.map(start_param);
         let mut q: Vec<(&str, &str)> = vec![("match[]", &sel), ("nocache", "1")];
@@ -255,11 +275,27 @@ mod tests {
 
     #[test]
     fn queries() {
-        assert_eq!(selector("m", "hoptrace"), r#"{__name__="m",hoptrace!=""}"#);
         assert_eq!(
-            selector_varied("m", "hoptrace", 7),
+            selector("m", "hoptrace", None),
+            r#"{__name__="m",hoptrace!=""}"#
+        );
+        assert_eq!(
+            selector_varied("m", "hoptrace", None, 7),
             r##"{__name__="m",hoptrace!="",hoptrace!="#7"}"##
         );
+        // Only the run's series (where=).
+        assert_eq!(
+            selector_varied("m", "hoptrace", Some(r#"topic=~"run/.*""#), 7),
+            r##"{__name__="m",hoptrace!="",hoptrace!="#7",topic=~"run/.*"}"##
+        );
+        let url = |w: &str| {
+            StoreUrl::parse(&format!("victoriametrics://h:1?metric=m&where={w}")).unwrap()
+        };
+        assert!(VictoriaMetrics::new(&url("a%3D%22b%22")).is_ok());
+        let e = VictoriaMetrics::new(&url("a%3D%22b%22%7D%7Bc%3D%22d%22"))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("without braces"), "{e}");
         assert_eq!(quote_value(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(start_param(1_700_000_000_123_456_789), "1700000000.123");
         assert!(is_label_name("hoptrace"));
@@ -280,7 +316,8 @@ mod tests {
             b.rows,
             vec![Row {
                 key: "ht1.AQ".into(),
-                time_ns: 1_700_000_000_100_000_000
+                time_ns: 1_700_000_000_100_000_000,
+                series: None
             }]
         );
         assert_eq!(b.untraced, 1);
