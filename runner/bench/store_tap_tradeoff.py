@@ -239,6 +239,12 @@ def tap_url(store: str, tag: str, influx_select: str) -> str:
 # One run
 
 
+def collector_complete(collector: Proc, messages: int) -> bool:
+    """Whether the collector's last progress line counts every message complete."""
+    m = re.findall(r"complete ([\d,]+)", collector.text())
+    return bool(m) and int(m[-1].replace(",", "")) >= messages
+
+
 def cmd_line(cmd: List) -> str:
     return " ".join(str(c) if re.fullmatch(r"[\w@%+=:,./-]+", str(c)) else f"'{c}'" for c in cmd)
 
@@ -282,7 +288,7 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
         if setting.interval is not None:
             tap_cmd = [bin_path, "tap", "--from", tap_url(store, tag, influx_select), "--poll-interval", setting.interval,
                        "--pollers", str(setting.pollers), "--publishers", str(publisher_id),
-                       "--messages", str(messages), "--duration", f"{seconds + 120}s",
+                       "--duration", f"{seconds + 120}s",
                        "--collector", collector_addr, "--pipeline", spec]
             tap = spawn("tap-store", tap_cmd, workdir)
             procs.append(tap)
@@ -307,10 +313,13 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
             raise PipelineError(f"publish failed:\n{publish.text()[-3000:]}")
         polls_per_s = None
         if tap is not None:
-            try:
-                tap.popen.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                tap.stop()
+            # Stopped once it found every message (or 60 s passed): it keeps its store
+            # connections until then, so their CPU above was read while they were open.
+            deadline = time.monotonic() + 60
+            while (time.monotonic() < deadline and tap.popen.poll() is None
+                   and not collector_complete(collector, messages)):
+                time.sleep(0.5)
+            tap.stop()
             m = re.search(r"\(([\d.]+)(k?) polls/s", tap.text())
             if m:
                 polls_per_s = float(m.group(1)) * (1000 if m.group(2) else 1)

@@ -135,7 +135,8 @@ pub mod counter_id {
     pub const CATCH_UP_NS: u16 = 101;
     /// Series polled by value (InfluxDB `series=`), as resolved last.
     pub const SERIES: u16 = 102;
-    /// Resolutions of the series (at start and about once a second).
+    /// Resolutions of the series (at start, then every 100 ms while new ones appear,
+    /// backing off to once a second).
     pub const SERIES_RESOLUTIONS: u16 = 103;
     /// Resolutions that failed (the tap polled on with the series it had).
     pub const SERIES_RESOLUTION_ERRORS: u16 = 104;
@@ -660,6 +661,10 @@ enum Taken {
 /// After a second without a new key, polls slow down towards the idle interval.
 const IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// How soon the run's series are resolved again after a resolution found new ones (and
+/// at start); the pace doubles up to `catch_up_interval` while none appear.
+const RESOLVE_SOON: Duration = Duration::from_millis(100);
+
 impl std::fmt::Debug for StoreTap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreTap")
@@ -888,7 +893,10 @@ impl StoreTap {
         let mut last_found = Instant::now();
         let mut pace = interval;
         let mut next_catch_up = Instant::now() + self.config.catch_up_interval;
-        let mut next_resolve = Instant::now() + self.config.catch_up_interval;
+        // Series are resolved often while new ones appear (a run starting), less often,
+        // up to once a --catch-up-every, while none does.
+        let mut resolve_pace = RESOLVE_SOON;
+        let mut next_resolve = Instant::now() + resolve_pace;
         while let Some(p) = pollers.as_mut() {
             if shutdown.load(Relaxed)
                 || deadline.is_some_and(|d| Instant::now() >= d)
@@ -912,10 +920,10 @@ impl StoreTap {
                 }
                 self.send_counters(&l, started);
             }
-            // The run's series, again about once a second: a new one is polled from the
-            // next poll on, and a catch-up poll looks back for its rows at once.
+            // The run's series again: a new one is polled from the next poll on, and a
+            // catch-up poll looks back for its rows at once.
             if self.series.is_some() && !l.baseline && now >= next_resolve && p.any_free() {
-                next_resolve = now + self.config.catch_up_interval;
+                next_resolve = now + resolve_pace;
                 if !p.send(Ticket {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
@@ -983,12 +991,17 @@ impl StoreTap {
             };
             if let Some(resolved) = answer.resolved.take() {
                 if self.resolved(resolved) {
-                    // New series: poll at full rate, and look back for their first rows.
+                    // New series: poll at full rate, look back for their first rows, and
+                    // resolve again soon (more may be appearing).
                     last_found = Instant::now();
                     pace = interval;
                     next_poll = Instant::now();
                     next_catch_up = Instant::now();
+                    resolve_pace = RESOLVE_SOON;
+                } else {
+                    resolve_pace = (resolve_pace * 2).min(self.config.catch_up_interval);
                 }
+                next_resolve = Instant::now() + resolve_pace;
                 continue;
             }
             match self.take(&mut l, answer, resolution, p.lowest_since_in_flight()) {

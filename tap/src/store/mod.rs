@@ -15,7 +15,7 @@
 //! `timeout=` (one request, default 10s), and `where=` (a condition of the store's own
 //! language that every poll adds, to poll only the run's series on a store that holds
 //! others: InfluxQL, SQL, or label matchers on VictoriaMetrics). InfluxDB also takes
-//! `series=TAG=~/REGEX/`: the tag values matching it are resolved once a second and each
+//! `series=TAG=~/REGEX/`: the tag values matching it are resolved every 0.1–1 s and each
 //! poll asks for those series by value (an index lookup whose cost does not grow with
 //! the measurement's other series, where a regular expression scans them all). Names are quoted in every
 //! query (InfluxQL reserves `key`, for one).
@@ -471,7 +471,8 @@ pub trait Store: Send {
 
     /// The series the address's `series=` selects as they are now (InfluxDB: the values
     /// of a tag that match a pattern), to restrict later polls to them; `None`: the store
-    /// polls no resolved series. Called at start and about once a second.
+    /// polls no resolved series. Called at start, then every 100 ms while new ones appear, backing off
+    /// to once a second.
     ///
     /// # Errors
     /// Any [`StoreError`]; the poll loop counts it and goes on with the series it had.
