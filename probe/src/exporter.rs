@@ -951,6 +951,23 @@ impl Worker {
                     self.retention.mark_written(self.next_seq - 1);
                 }
             }
+            if self.durable && self.retention.stalled() && !finishing {
+                // What it holds of the frames dropped unacknowledged is learnt only from
+                // a Welcome: reconnect rather than remember ever more of them.
+                tracing::warn!(
+                    frames = crate::retention::MAX_UNRESOLVED,
+                    "the collector acknowledged none of the records frames the retention buffer dropped since the last acknowledgement; reconnecting so that it says what it holds"
+                );
+                stream.finish();
+                self.set_status(
+                    false,
+                    None,
+                    Some("the collector does not acknowledge: reconnecting".into()),
+                );
+                conn = None;
+                next_attempt = Instant::now();
+                continue;
+            }
             if self.durable
                 && (finishing || n == 0 || last_ack_read.elapsed() >= ACK_READ_INTERVAL)
                 && let Err(e) = {

@@ -1,8 +1,18 @@
 //! The records frames an exporter keeps until the collector acknowledges them as durable
 //! (collector protocol version 2): bounded in bytes, oldest dropped first, and every
 //! dropped record accounted for when the exporter learns what the collector holds.
+//!
+//! Whether a frame dropped after it was written is lost is known only when the collector
+//! says what it holds, so each such frame is remembered (24 bytes) until then. A
+//! collector that reads and never acknowledges would make that list grow without end:
+//! once it holds [`MAX_UNRESOLVED`] frames the exporter drops the connection
+//! ([`Retention::stalled`]), and the next Welcome's resume number settles them exactly.
 
 use std::collections::VecDeque;
+
+/// Most frames dropped after they were written whose fate is remembered before the
+/// exporter reconnects to learn it (about 1.5 MiB).
+pub(crate) const MAX_UNRESOLVED: usize = 1 << 16;
 
 /// One numbered records frame, as written to the connection.
 #[derive(Debug)]
@@ -152,6 +162,12 @@ impl Retention {
         self.frames.iter().map(|f| f.records).sum()
     }
 
+    /// The collector has acknowledged none of the last [`MAX_UNRESOLVED`] frames dropped
+    /// after they were written: reconnect, so that its Welcome says what it holds.
+    pub(crate) fn stalled(&self) -> bool {
+        self.evicted.len() >= MAX_UNRESOLVED
+    }
+
     /// Highest number acknowledged.
     #[cfg(test)]
     pub(crate) fn acked(&self) -> u64 {
@@ -216,6 +232,29 @@ mod tests {
             bytes: vec![0; len],
             written: false,
         }
+    }
+
+    /// A collector that reads every frame and never acknowledges one: the frames dropped
+    /// after they were written are remembered up to the limit, where the retention says
+    /// it is stalled; the resume after reconnecting settles every one of them exactly.
+    #[test]
+    fn a_collector_that_never_acknowledges_is_bounded_then_settled() {
+        let mut r = Retention::new(1000);
+        let mut dropped = 0;
+        let mut seq = 0;
+        while !r.stalled() {
+            seq += 1;
+            dropped += r.push(frame(seq, 2));
+            assert!(r.footprint().1 <= MAX_UNRESOLVED);
+        }
+        assert_eq!(r.footprint().1, MAX_UNRESOLVED);
+        assert_eq!(dropped, 2 * MAX_UNRESOLVED as u64);
+        assert_eq!(r.evicted_unresolved(), (dropped, 0));
+        // The collector held the first 1000 frames: the rest of those dropped are lost.
+        assert_eq!(r.resume(1000), dropped - 2000);
+        assert!(!r.stalled());
+        assert_eq!(r.footprint().1, 0);
+        assert_eq!(r.unacked_records(), 2 * (seq - MAX_UNRESOLVED as u64));
     }
 
     /// A collector away for long: a million frames numbered and never written through a

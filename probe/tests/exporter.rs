@@ -718,3 +718,42 @@ fn a_prompt_shutdown_does_not_wait_out_an_absent_collector() {
         summary.counters
     );
 }
+
+/// A collector that reads every frame and never acknowledges one: what the retention
+/// buffer drops after writing is remembered only up to a limit, then the exporter
+/// reconnects and the Welcome's resume number settles it exactly (here: it holds
+/// nothing, so every record dropped is lost).
+#[test]
+fn a_collector_that_reads_and_never_acknowledges_is_reconnected_to_and_settled() {
+    let mode = common::Durable::default();
+    let mc = MiniCollector::durable(&mode);
+    let mut cfg = config(mc.addr);
+    // One record a frame, and room for one frame: every frame written is dropped by the
+    // next one, unacknowledged.
+    cfg.max_batch = 1;
+    cfg.retention_bytes = 60;
+    let exp = Exporter::start(cfg, HOPS).unwrap();
+    let p = exp.probe(HopId(0)).unwrap();
+    let n = 70_000u64;
+    for seq in 0..n {
+        p.try_record(&mut ctx(seq)).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while exp.counters().reconnects == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let summary = exp.shutdown_promptly(Duration::from_millis(200));
+    let c = summary.counters;
+    eprintln!("{c:?}, unacknowledged {}", summary.unacknowledged);
+    assert!(c.reconnects >= 1, "it reconnected: {c:?}");
+    assert!(
+        c.lost_unacked >= 65_536,
+        "settled at the reconnection: {c:?}"
+    );
+    assert_eq!(c.queue_full, 0);
+    assert_eq!(
+        c.lost_unacked + summary.unacknowledged + c.send_failed,
+        n,
+        "every record accounted for once: {c:?}"
+    );
+}
