@@ -241,7 +241,7 @@ def tap_url(store: str, tag: str, influx_select: str) -> str:
 
 def collector_complete(collector: Proc, messages: int) -> bool:
     """Whether the collector's last progress line counts every message complete."""
-    m = re.findall(r"complete ([\d,]+)", collector.text())
+    m = re.findall(r"\bcomplete ([\d,]+)", collector.text())
     return bool(m) and int(m[-1].replace(",", "")) >= messages
 
 
