@@ -763,6 +763,19 @@ fn clickhouse() {
     ch(&format!("DROP TABLE hoptrace.{t}"));
 }
 
+/// Whether VictoriaMetrics answers `key`'s series of `metric` now.
+fn vm_visible(metric: &str, key: &str) -> bool {
+    let sel = format!("{{__name__=\"{metric}\",hoptrace=\"{key}\"}}");
+    http()
+        .get("http://127.0.0.1:18428/api/v1/export")
+        .query("match[]", &sel)
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap()
+        .contains(key)
+}
+
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn victoriametrics() {
@@ -780,17 +793,7 @@ fn victoriametrics() {
         post(&format!("{base}/write"), &lines.join("\n"));
     };
     let metric = format!("{m}_value");
-    let mut visible = |key: &str| {
-        let sel = format!("{{__name__=\"{metric}\",hoptrace=\"{key}\"}}");
-        http()
-            .get(&format!("{base}/api/v1/export"))
-            .query("match[]", &sel)
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap()
-            .contains(key)
-    };
+    let mut visible = |key: &str| vm_visible(&metric, key);
     run_case(&mut Case {
         store: "victoriametrics",
         resolution_ns: 1_000_000,
@@ -1025,17 +1028,7 @@ fn victoriametrics_polls_only_the_runs_series() {
         post(&format!("{base}/write"), &lines.join("\n"));
     };
     let metric = format!("{m}_value");
-    let mut visible = |key: &str| {
-        let sel = format!("{{__name__=\"{metric}\",hoptrace=\"{key}\"}}");
-        http()
-            .get(&format!("{base}/api/v1/export"))
-            .query("match[]", &sel)
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap()
-            .contains(key)
-    };
+    let mut visible = |key: &str| vm_visible(&metric, key);
     only_where(
         &format!(
             "victoriametrics://127.0.0.1:18428/?metric={metric}&where=topic%3D~%22run%2F.%2A%22"

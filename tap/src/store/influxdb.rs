@@ -243,6 +243,11 @@ pub fn parse_poll(
 
 /// The names in the first column of a `SHOW ...` answer.
 fn names(status: u16, body: &str) -> Result<Vec<String>, StoreError> {
+    column(status, body, 0)
+}
+
+/// The text values in column `index` of every row of an answer.
+fn column(status: u16, body: &str, index: usize) -> Result<Vec<String>, StoreError> {
     let mut out = Vec::new();
     for r in results(status, body)? {
         for s in r
@@ -257,7 +262,7 @@ fn names(status: u16, body: &str) -> Result<Vec<String>, StoreError> {
                 .into_iter()
                 .flatten()
             {
-                if let Some(n) = row.get(0).and_then(Value::as_str) {
+                if let Some(n) = row.get(index).and_then(Value::as_str) {
                     out.push(n.to_owned());
                 }
             }
@@ -445,26 +450,7 @@ impl Store for InfluxDb {
             re,
         ))?;
         // Rows of `SHOW TAG VALUES` are [key, value].
-        let mut values = Vec::new();
-        for r in results(a.status, &a.body)? {
-            for s in r
-                .get("series")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                for row in s
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(v) = row.get(1).and_then(Value::as_str) {
-                        values.push(v.to_owned());
-                    }
-                }
-            }
-        }
+        let values = column(a.status, &a.body, 1)?;
         Ok(Some(values))
     }
 
