@@ -711,6 +711,15 @@ fn ch(sql: &str) -> String {
     post("http://127.0.0.1:18123/", sql)
 }
 
+/// Whether ClickHouse's table `hoptrace.t` answers a row of `key` now.
+fn ch_visible(t: &str, key: &str) -> bool {
+    ch(&format!(
+        "SELECT count() FROM hoptrace.{t} WHERE hoptrace = '{key}'"
+    ))
+    .trim()
+        != "0"
+}
+
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn clickhouse() {
@@ -726,13 +735,7 @@ fn clickhouse() {
             values.join(", ")
         ));
     };
-    let mut visible = |key: &str| {
-        ch(&format!(
-            "SELECT count() FROM hoptrace.{t} WHERE hoptrace = '{key}'"
-        ))
-        .trim()
-            != "0"
-    };
+    let mut visible = |key: &str| ch_visible(&t, key);
     let s = run_case(&mut Case {
         store: "clickhouse",
         resolution_ns: 1_000_000_000,
@@ -995,13 +998,7 @@ fn clickhouse_polls_only_the_runs_rows() {
             values.join(", ")
         ));
     };
-    let mut visible = |key: &str| {
-        ch(&format!(
-            "SELECT count() FROM hoptrace.{t} WHERE hoptrace = '{key}'"
-        ))
-        .trim()
-            != "0"
-    };
+    let mut visible = |key: &str| ch_visible(&t, key);
     only_where(
         &format!(
             "clickhouse://127.0.0.1:18123/hoptrace?table={t}&time=inserted&where=topic%20LIKE%20%27run%2F%25%27"
