@@ -12,6 +12,7 @@ use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
+use hoptrace_testkit::wait_for;
 
 const TRACES: u64 = 5_000;
 
@@ -230,11 +231,10 @@ fn a_wrong_hop_or_token_is_rejected_with_a_reason() {
     let e = Exporter::start(ecfg, &[(HopId(0), "publish")])
         .unwrap()
         .with_shutdown_timeout(Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        e.last_error().unwrap_or_default().contains("token"),
-        "{:?}",
-        e.last_error()
+    wait_for(
+        "the refusal of the wrong token",
+        Duration::from_secs(10),
+        || e.last_error().unwrap_or_default().contains("token"),
     );
     drop(e);
 
@@ -243,11 +243,13 @@ fn a_wrong_hop_or_token_is_rejected_with_a_reason() {
     let e = Exporter::start(ecfg, &[(HopId(0), "flow_in")])
         .unwrap()
         .with_shutdown_timeout(Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
-    let err = e.last_error().unwrap_or_default();
-    assert!(
-        err.contains("flow_in") && err.contains("not declared"),
-        "{err}"
+    wait_for(
+        "the refusal of the undeclared hop",
+        Duration::from_secs(10),
+        || {
+            let err = e.last_error().unwrap_or_default();
+            err.contains("flow_in") && err.contains("not declared")
+        },
     );
     drop(e);
 
