@@ -1392,7 +1392,7 @@ impl StoreTap {
         let server = l.server_elapsed.spread();
         let sum = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
         let (bracket, query_time) = (&l.bracket, &l.query_time);
-        let values = vec![
+        let mut values = vec![
             (id::POLLS, c.polls),
             (id::POLL_ERRORS, c.poll_errors),
             (id::KEYS_FOUND, c.keys_found),
@@ -1447,7 +1447,6 @@ impl StoreTap {
                 u64::try_from(self.catch_up_total_ns(l)).unwrap_or(0),
             ),
         ];
-        let mut values = values;
         if let Some(s) = &self.series {
             values.extend([
                 (id::SERIES, s.values.len() as u64),
