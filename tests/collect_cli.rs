@@ -41,7 +41,7 @@ fn send_complete_traces(
         };
         let mut ctx = TraceContext::new(key, 5, 0);
         for p in &probes {
-            p.try_record(&mut ctx).unwrap();
+            assert!(p.record(&mut ctx).queued);
         }
     }
     exporter.shutdown()
@@ -358,7 +358,7 @@ fn continued_session(
                 1
             };
             for p in &probes[..hops] {
-                p.try_record(&mut ctx).unwrap();
+                assert!(p.record(&mut ctx).queued);
             }
         }
         exporter

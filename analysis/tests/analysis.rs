@@ -12,7 +12,8 @@ use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::ClockReporting;
 use hoptrace_probe::clock::{ClockSource, ClockStatus, Leap};
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, TraceContext, TraceKey};
+use hoptrace_probe::testing::ManualClock;
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
 
 const TRACES: u64 = 20_000;
@@ -131,12 +132,12 @@ fn make_run(dir: &Path) {
         );
         if let Some(p) = s[0] {
             ca.set(p);
-            pa.try_record(&mut ctx).unwrap();
+            assert!(pa.record(&mut ctx).queued);
         }
         for (i, p) in pb.iter().enumerate() {
             if let Some(ns) = s[i + 1] {
                 cb.set(ns);
-                p.try_record(&mut ctx).unwrap();
+                assert!(p.record(&mut ctx).queued);
             }
         }
     }

@@ -65,7 +65,7 @@ fn run_once(dir: &Path) -> hoptrace_collector::RunSummary {
         );
         for i in hops_of(seq) {
             clock.set(stamp_ns(seq, i));
-            probes[i].try_record(&mut ctx).unwrap();
+            assert!(probes[i].record(&mut ctx).queued);
         }
     }
     for stream in 0..4u32 {
@@ -299,7 +299,7 @@ fn garbage_and_oversized_frames_close_only_their_connection() {
             1,
             0,
         );
-        p.try_record(&mut ctx).unwrap();
+        assert!(p.record(&mut ctx).queued);
     }
     let s = exporter.shutdown();
     assert!(s.clean);
@@ -383,7 +383,7 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
         1,
         0,
     );
-    p.try_record(&mut ctx).unwrap();
+    assert!(p.record(&mut ctx).queued);
     assert!(exporter.shutdown().clean);
     let summary = collector.stop().unwrap();
     assert_eq!(

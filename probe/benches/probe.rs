@@ -75,10 +75,10 @@ fn hot_path(c: &mut Criterion) {
     });
     g.bench_function("report", |b| {
         let mut c = ctx();
-        p.stamp(&mut c);
+        let s = p.stamp(&mut c);
         b.iter_custom(|iters| {
             timed_with_drain(&q, iters, || {
-                let _ = black_box(p.report(black_box(&c)));
+                black_box(p.report_stamp(black_box(&c), s.ns));
             })
         });
     });

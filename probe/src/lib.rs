@@ -11,12 +11,13 @@
 //! - [`context`]: the trace context and its binary and text forms (`docs/trace-format.md`).
 //! - [`carrier`]: moving a context with a message: Kafka record headers (feature `kafka`),
 //!   MQTT v5 user properties (feature `mqtt`), or a payload envelope.
-//! - [`clock`]: where stamps come from (`CLOCK_REALTIME`, or clocks injected by tests);
-//!   which clock status is reported is [`ClockReporting`].
+//! - [`clock`]: where stamps come from (`CLOCK_REALTIME`); which clock status is
+//!   reported is [`ClockReporting`]. [`testing`]: clocks for tests and simulated hosts.
 //! - [`traceparent`]: W3C `traceparent`, to join OpenTelemetry traces.
 //! - TLS to the collector (feature `tls`): set [`ExporterConfig::tls_ca`].
 //!
-//! The hot path ([`Probe::stamp`], [`Probe::record`], [`Probe::report`]) never allocates,
+//! A hop calls [`Probe::record`] for each message ([`Probe::record_at`] with a time read
+//! once for a batch). That hot path never allocates,
 //! never locks and never blocks: when the queue is full the record is dropped and
 //! counted, and the counts reach the collector. Nothing else the probe does runs on the
 //! caller's threads for long either: the exporter drains the queue on its own thread,
@@ -82,15 +83,22 @@ mod counters;
 mod exporter;
 mod probe;
 mod retention;
+pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 pub mod traceparent;
 
 pub use carrier::{CarrierError, Extracted};
-pub use clock::{Clock, ClockStatus, ManualClock, OffsetClock, SystemClock};
+pub use clock::{Clock, ClockStatus, SystemClock};
 pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey};
 pub use counters::{AsExtracted, CounterSnapshot, Counters};
 pub use exporter::{
     AWAY_AT_STOP, ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError,
 };
-pub use probe::{LocalQueue, Probe, ReportError};
+/// The wire protocol's types that this crate's API takes or gives: a publisher's
+/// accounting ([`Exporter::send_sent_frame`]), a caller's own counters
+/// ([`Exporter::send_counters_frame`]) and the records [`LocalQueue::drain`] pops.
+pub use hoptrace_protocol::{
+    CountersFrame, EncodeError, MAX_SENT_PER_FRAME, Record, SentEntry, SentFrame,
+};
+pub use probe::{LocalQueue, Probe, Recorded};

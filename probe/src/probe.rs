@@ -1,11 +1,12 @@
 //! [`Probe`]: stamps contexts at one hop and reports the stamps to the collector.
 //!
-//! The hot path ([`Probe::stamp`], [`Probe::report`], [`Probe::record`]) reads the clock,
-//! writes into the caller's context and pushes one `Copy` record into a bounded lock-free
-//! queue. It never allocates, never takes a lock and never blocks; a full queue is counted
-//! and the record dropped. The counts reach the collector, so the usual calls
-//! ([`Probe::record`], [`Probe::record_at`], [`Probe::report_stamp`]) return no error to
-//! handle; their `try_` forms say whether the record was queued.
+//! A hop calls [`Probe::record`] for each message: it reads the clock, appends the stamp to
+//! the caller's context and pushes one `Copy` record into a bounded lock-free queue. It
+//! never allocates, never takes a lock and never blocks; a full queue is counted and the
+//! record dropped. The counts reach the collector, so there is no error to handle; the
+//! returned [`Recorded`] says whether the record was queued. [`Probe::record_at`] takes a
+//! time read earlier; [`Probe::stamp`] and [`Probe::report_stamp`] are its two halves, for
+//! hops that do only one of them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -36,19 +37,15 @@ impl Shared {
     }
 }
 
-/// Why a report did not reach the queue. Small and `Copy`: the hot path never allocates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReportError {
-    /// The exporter's queue is full (the collector is slow or unreachable). The record is
-    /// dropped and counted as `queue_full`; raise the queue capacity or the collector's
-    /// capacity.
-    #[error("probe queue full: record dropped and counted")]
-    QueueFull,
-    /// The context holds no stamp of this probe's hop (not counted): call [`Probe::stamp`]
-    /// first, or use [`Probe::record`].
-    #[error("context holds no stamp of this hop")]
-    NoStamp,
+/// What [`Probe::record`] (and its kin) did: the stamp taken, and whether its record
+/// reached the exporter's queue. A record that found the queue full is dropped and counted
+/// as `queue_full` (the count reaches the collector), so most callers ignore `queued`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The stamp: this probe's hop and the instant it stands for.
+    pub stamp: Stamp,
+    /// Whether the record was queued for the collector (`false`: the queue was full).
+    pub queued: bool,
 }
 
 /// A probe for one named hop. Cheap to clone; clones share the exporter.
@@ -77,7 +74,8 @@ impl<C: Clock> Probe<C> {
         self.clock.now_ns()
     }
 
-    /// Appends this hop's stamp to `ctx` (in-band) and returns it.
+    /// Appends this hop's stamp to `ctx` (in-band) and returns it, without reporting it:
+    /// for a hop whose stamps the collector learns otherwise (the publisher's own).
     ///
     /// A context that already holds 16 stamps is left unchanged and `stamps_full` is
     /// counted; the returned stamp can still be reported with [`Probe::report_stamp`].
@@ -95,30 +93,26 @@ impl<C: Clock> Probe<C> {
         stamp
     }
 
-    /// Hands this hop's most recent stamp in `ctx` to the collector (out of band).
-    ///
-    /// # Errors
-    /// [`ReportError::QueueFull`] (counted) or [`ReportError::NoStamp`].
+    /// Stamps `ctx` and reports the stamp: the one call a hop makes for a message. The
+    /// context is stamped whether or not the record finds room in the queue.
     #[inline]
-    pub fn report(&self, ctx: &TraceContext) -> Result<(), ReportError> {
-        let stamp = ctx.stamp_of(self.hop).ok_or(ReportError::NoStamp)?;
-        self.try_report_stamp(ctx, stamp.ns)
+    pub fn record(&self, ctx: &mut TraceContext) -> Recorded {
+        self.record_at(ctx, self.clock.now_ns())
     }
 
-    /// Hands a stamp of this hop taken at `stamp_ns` for `ctx` to the collector, whether or
-    /// not it is in the context (a tap, or a context that was full). A record that finds
-    /// the queue full is dropped and counted as `queue_full`.
+    /// As [`Probe::record`], with a time read earlier (one reading for a whole batch of
+    /// messages).
     #[inline]
-    pub fn report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) {
-        let _ = self.try_report_stamp(ctx, stamp_ns);
+    pub fn record_at(&self, ctx: &mut TraceContext, stamp_ns: i64) -> Recorded {
+        self.stamp_at(ctx, stamp_ns);
+        self.report_stamp(ctx, stamp_ns)
     }
 
-    /// As [`Probe::report_stamp`], saying whether the record was queued.
-    ///
-    /// # Errors
-    /// [`ReportError::QueueFull`], counted as `queue_full`.
+    /// Reports a stamp of this hop taken at `stamp_ns` for `ctx`, without adding it to the
+    /// context: a hop that cannot forward the context (a store tap, a sink), or a context
+    /// already holding 16 stamps.
     #[inline]
-    pub fn try_report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) -> Result<(), ReportError> {
+    pub fn report_stamp(&self, ctx: &TraceContext, stamp_ns: i64) -> Recorded {
         let record = Record {
             key: ctx.key,
             hop: self.hop,
@@ -127,57 +121,17 @@ impl<C: Clock> Probe<C> {
             intended_ns: ctx.intended_ns,
             otel_trace_id: ctx.otel_trace_id,
         };
-        match self.shared.queue.push(record) {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                self.shared.counters.queue_full.0.fetch_add(1, Relaxed);
-                Err(ReportError::QueueFull)
-            }
+        let queued = self.shared.queue.push(record).is_ok();
+        if !queued {
+            self.shared.counters.queue_full.0.fetch_add(1, Relaxed);
         }
-    }
-
-    /// Stamps `ctx` with a time read earlier (one reading for a whole batch of messages),
-    /// reports it, and returns the stamp. A record that finds the queue full is dropped and
-    /// counted as `queue_full`; the context is stamped either way.
-    #[inline]
-    pub fn record_at(&self, ctx: &mut TraceContext, stamp_ns: i64) -> Stamp {
-        let stamp = self.stamp_at(ctx, stamp_ns);
-        self.report_stamp(ctx, stamp_ns);
-        stamp
-    }
-
-    /// As [`Probe::record_at`], saying whether the record was queued.
-    ///
-    /// # Errors
-    /// [`ReportError::QueueFull`], counted; the context is stamped either way.
-    #[inline]
-    pub fn try_record_at(
-        &self,
-        ctx: &mut TraceContext,
-        stamp_ns: i64,
-    ) -> Result<Stamp, ReportError> {
-        let stamp = self.stamp_at(ctx, stamp_ns);
-        self.try_report_stamp(ctx, stamp_ns).map(|()| stamp)
-    }
-
-    /// Stamps `ctx` and reports the stamp, and returns it: the usual call at a hop. A
-    /// record that finds the queue full is dropped and counted as `queue_full` (the count
-    /// reaches the collector); the context is stamped either way.
-    #[inline]
-    pub fn record(&self, ctx: &mut TraceContext) -> Stamp {
-        let stamp = self.stamp(ctx);
-        self.report_stamp(ctx, stamp.ns);
-        stamp
-    }
-
-    /// As [`Probe::record`], saying whether the record was queued.
-    ///
-    /// # Errors
-    /// [`ReportError::QueueFull`], counted; the context is stamped either way.
-    #[inline]
-    pub fn try_record(&self, ctx: &mut TraceContext) -> Result<Stamp, ReportError> {
-        let stamp = self.stamp(ctx);
-        self.try_report_stamp(ctx, stamp.ns).map(|()| stamp)
+        Recorded {
+            stamp: Stamp {
+                hop: self.hop,
+                ns: stamp_ns,
+            },
+            queued,
+        }
     }
 
     /// The exporter's counters, e.g. to count carrier outcomes with
@@ -270,8 +224,8 @@ impl LocalQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
     use crate::context::TraceKey;
+    use crate::testing::ManualClock;
 
     fn ctx() -> TraceContext {
         TraceContext::new(
@@ -291,12 +245,16 @@ mod tests {
         let clock = ManualClock::new(1_000);
         let p = q.probe_with_clock(HopId(3), clock.clone());
         let mut c = ctx();
-        let s = p.record(&mut c);
+        let r = p.record(&mut c);
+        let s = Stamp {
+            hop: HopId(3),
+            ns: 1_000,
+        };
         assert_eq!(
-            s,
-            Stamp {
-                hop: HopId(3),
-                ns: 1_000
+            r,
+            Recorded {
+                stamp: s,
+                queued: true
             }
         );
         assert_eq!(c.stamps(), &[s]);
@@ -308,55 +266,47 @@ mod tests {
     }
 
     #[test]
-    fn full_queue_is_counted_never_silent() {
+    fn a_full_queue_is_counted_never_silent_and_the_context_is_stamped_either_way() {
         let q = LocalQueue::new(2);
-        let p = q.probe(HopId(0));
-        let mut c = ctx();
-        p.stamp(&mut c);
-        assert!(p.report(&c).is_ok());
-        assert!(p.report(&c).is_ok());
-        assert_eq!(p.report(&c), Err(ReportError::QueueFull));
-        let s = q.counters();
-        assert_eq!((s.reported, s.queue_full, s.sent), (3, 1, 0));
-        q.drain(usize::MAX, |_| {});
-        let s = q.counters();
-        assert_eq!((s.reported, s.queue_full, s.sent), (3, 1, 2));
-    }
-
-    #[test]
-    fn record_counts_a_full_queue_and_try_record_says_so() {
-        let q = LocalQueue::new(1);
         let clock = ManualClock::new(5);
         let p = q.probe_with_clock(HopId(2), clock);
         let mut c = ctx();
-        assert_eq!(
-            p.try_record(&mut c),
-            Ok(Stamp {
-                hop: HopId(2),
-                ns: 5
-            })
-        );
+        assert!(p.record(&mut c).queued);
+        assert!(p.record_at(&mut c, 6).queued);
         // The queue is full: the stamp is still taken and returned, the record counted.
+        let r = p.record(&mut c);
+        assert_eq!((r.stamp.ns, r.queued), (5, false));
         assert_eq!(
-            p.record(&mut c),
-            Stamp {
-                hop: HopId(2),
-                ns: 5
+            p.record_at(&mut c, 8),
+            Recorded {
+                stamp: Stamp {
+                    hop: HopId(2),
+                    ns: 8
+                },
+                queued: false
             }
         );
-        assert_eq!(p.try_record(&mut c), Err(ReportError::QueueFull));
-        assert_eq!(p.try_record_at(&mut c, 7), Err(ReportError::QueueFull));
-        assert_eq!(p.record_at(&mut c, 8).ns, 8);
-        p.report_stamp(&c, 9);
-        assert_eq!(c.stamps().len(), 5, "stamped in-band either way");
+        assert!(!p.report_stamp(&c, 9).queued);
+        assert_eq!(c.stamps().len(), 4, "stamped in-band either way");
         let s = q.counters();
-        assert_eq!((s.reported, s.queue_full), (6, 5));
+        assert_eq!((s.reported, s.queue_full, s.sent), (5, 3, 0));
+        q.drain(usize::MAX, |_| {});
+        let s = q.counters();
+        assert_eq!((s.reported, s.queue_full, s.sent), (5, 3, 2));
     }
 
     #[test]
-    fn report_without_stamp_is_an_error() {
-        let q = LocalQueue::new(2);
-        assert_eq!(q.probe(HopId(0)).report(&ctx()), Err(ReportError::NoStamp));
+    fn stamp_does_not_report_and_report_stamp_does_not_stamp() {
+        let q = LocalQueue::new(4);
+        let p = q.probe_with_clock(HopId(1), ManualClock::new(7));
+        let mut c = ctx();
+        assert_eq!(p.stamp(&mut c).ns, 7);
+        assert!(q.is_empty());
+        assert!(p.report_stamp(&c, 3).queued);
+        assert_eq!(c.stamps().len(), 1);
+        let mut got = Vec::new();
+        q.drain(10, |r| got.push(r.stamp_ns));
+        assert_eq!(got, [3]);
     }
 
     #[test]
@@ -367,8 +317,8 @@ mod tests {
         for _ in 0..crate::context::MAX_STAMPS {
             p.stamp(&mut c);
         }
-        let extra = p.stamp(&mut c);
+        let extra = p.record(&mut c);
         assert_eq!(q.counters().stamps_full, 1);
-        assert!(p.try_report_stamp(&c, extra.ns).is_ok());
+        assert!(extra.queued, "reported though the context had no room");
     }
 }

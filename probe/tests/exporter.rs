@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use common::MiniCollector;
 use hoptrace_probe::clock::ClockSource;
+use hoptrace_probe::testing::OffsetClock;
 use hoptrace_probe::{
-    ClockReporting, ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, OffsetClock,
-    SystemClock, TraceContext, TraceKey,
+    ClockReporting, ClockStatus, ExportSummary, Exporter, ExporterConfig, HopId, SystemClock,
+    TraceContext, TraceKey,
 };
 use hoptrace_protocol::{Frame, counter_id};
 
@@ -67,7 +68,7 @@ fn every_record_arrives_with_hello_clock_counters_and_goodbye() {
     for seq in 0..30_000u64 {
         let mut c = ctx(seq);
         for p in &probes {
-            p.try_record(&mut c).unwrap();
+            assert!(p.record(&mut c).queued);
         }
         assert_eq!(c.stamps().len(), 3);
     }
@@ -130,7 +131,7 @@ fn records_queue_until_the_collector_comes_up() {
     let exp = Exporter::start(config(addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     std::thread::sleep(Duration::from_millis(50));
     assert!(!exp.is_connected());
@@ -151,7 +152,7 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
     let mut reported = 0u64;
     for round in 0..20 {
         for seq in 0..2000 {
-            if p.try_record(&mut ctx(round * 10_000 + seq)).is_ok() {
+            if p.record(&mut ctx(round * 10_000 + seq)).queued {
                 reported += 1;
             }
         }
@@ -187,7 +188,7 @@ fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
         .with_shutdown_timeout(Duration::from_millis(200));
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..10 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
     std::thread::sleep(Duration::from_millis(50));
@@ -240,7 +241,7 @@ fn a_probe_refused_for_good_stops_trying_and_connect_says_why_at_once() {
         .unwrap()
         .with_shutdown_timeout(Duration::from_millis(200));
     let p = exp.probe(HopId(0)).unwrap();
-    p.try_record(&mut ctx(1)).unwrap();
+    assert!(p.record(&mut ctx(1)).queued);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while exp.rejected().is_none() {
         assert!(std::time::Instant::now() < deadline, "never rejected");
@@ -273,8 +274,8 @@ fn a_skewed_host_stamps_with_its_offset() {
         .probe_with_clock(HopId(1), OffsetClock::new(SystemClock, -5_000_000))
         .unwrap();
     let mut c = ctx(1);
-    let a = honest.try_record(&mut c).unwrap();
-    let b = skewed.try_record(&mut c).unwrap();
+    let a = honest.record(&mut c).stamp;
+    let b = skewed.record(&mut c).stamp;
     assert!(b.ns - a.ns < -4_000_000, "delta {}", b.ns - a.ns);
     assert!(exp.shutdown().clean);
     // The collector reads the connection's end after shutdown returns.
@@ -293,7 +294,7 @@ fn many_threads_report_and_exit_and_nothing_is_lost() {
             let p = exp.probe(HopId((t % 3) as u8)).unwrap();
             std::thread::spawn(move || {
                 for seq in 0..5_000 {
-                    p.try_record(&mut ctx(t * 100_000 + seq)).unwrap();
+                    assert!(p.record(&mut ctx(t * 100_000 + seq)).queued);
                 }
             })
         })
@@ -344,7 +345,7 @@ fn a_durable_collector_acknowledges_every_frame_and_nothing_is_left_over() {
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     let summary = exp.shutdown();
     assert!(summary.clean);
@@ -370,7 +371,7 @@ fn unacknowledged_frames_are_sent_again_after_a_reconnection() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     // Wait until all of them were written once.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -410,7 +411,7 @@ fn evicted_frames_the_collector_never_stored_are_counted_lost_exactly() {
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while mc.records().len() < 5_000 && std::time::Instant::now() < deadline {
@@ -445,7 +446,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
     let exp = Exporter::start(cfg, HOPS).unwrap();
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..1_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     first.wait_for("1,000 records", Duration::from_secs(10), |f| {
         f.iter()
@@ -464,7 +465,7 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
         std::thread::sleep(Duration::from_millis(5));
     }
     for seq in 1_000..5_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     std::thread::sleep(Duration::from_millis(300));
     let again = common::Durable::default();
@@ -541,7 +542,7 @@ fn a_frame_beyond_the_limits_is_an_error_and_the_exporter_goes_on() {
     });
     let p = exp.probe(HOPS[0].0).unwrap();
     let mut c = ctx(1);
-    p.try_record(&mut c).unwrap();
+    assert!(p.record(&mut c).queued);
     let summary = exp.shutdown();
     assert!(summary.clean, "{summary:?}");
     mc.wait_for_goodbye();
@@ -618,7 +619,7 @@ fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
         .with_shutdown_timeout(Duration::from_secs(3));
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..100 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     let t = std::time::Instant::now();
     drop(exp);
@@ -633,7 +634,7 @@ fn dropping_an_exporter_does_not_wait_and_its_thread_still_delivers() {
     let exp = Exporter::start(config(mc.addr), HOPS).unwrap();
     let p = exp.probe(HopId(1)).unwrap();
     for seq in 0..1_000 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     drop(exp);
     mc.wait_for_goodbye();
@@ -704,7 +705,7 @@ fn a_prompt_shutdown_does_not_wait_out_an_absent_collector() {
     }
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5 {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     let started = std::time::Instant::now();
     let summary = exp.shutdown_promptly(Duration::from_millis(200));
@@ -736,7 +737,7 @@ fn a_collector_that_reads_and_never_acknowledges_is_reconnected_to_and_settled()
     let p = exp.probe(HopId(0)).unwrap();
     let n = 70_000u64;
     for seq in 0..n {
-        p.try_record(&mut ctx(seq)).unwrap();
+        assert!(p.record(&mut ctx(seq)).queued);
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while exp.counters().reconnects == 0 && std::time::Instant::now() < deadline {

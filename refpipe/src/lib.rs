@@ -55,8 +55,9 @@
 #![deny(missing_docs, unreachable_pub)]
 
 use hoptrace_probe::clock::ClockSource;
+use hoptrace_probe::testing::OffsetClock;
 use hoptrace_probe::{
-    ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId, OffsetClock, Probe, SystemClock,
+    ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId, Probe, SystemClock,
 };
 
 pub mod broker;

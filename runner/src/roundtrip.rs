@@ -16,9 +16,10 @@ use anyhow::{Context as _, ensure};
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::carrier::envelope;
+use hoptrace_probe::testing::OffsetClock;
 use hoptrace_probe::{
-    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, OffsetClock, SystemClock,
-    TraceContext, TraceKey,
+    ClockReporting, CounterSnapshot, Exporter, ExporterConfig, HopId, SystemClock, TraceContext,
+    TraceKey,
 };
 use hoptrace_protocol::{self as protocol, SentEntry, SentFrame};
 

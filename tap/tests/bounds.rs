@@ -144,7 +144,7 @@ fn run(
             sequence: seq,
         };
         let mut ctx = TraceContext::new(key, 1, realtime_ns());
-        probe.try_record(&mut ctx).unwrap();
+        assert!(probe.record(&mut ctx).queued);
         let text = ctx.to_text();
         write(&text);
         texts.push(text);

@@ -171,7 +171,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
             sequence: seq,
         };
         let mut ctx = TraceContext::new(key, 1, realtime_ns());
-        probe.try_record(&mut ctx).unwrap();
+        assert!(probe.record(&mut ctx).queued);
         let text = ctx.to_text();
         began.insert(seq, realtime_ns());
         if seq == 0 {

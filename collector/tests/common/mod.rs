@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hoptrace_format::spec::PipelineSpec;
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, ManualClock, Probe};
+use hoptrace_probe::testing::ManualClock;
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, Probe};
 
 /// An exporter named `process` connected to the collector at `addr`, announcing every hop
 /// of `spec`, and one probe per hop (in the spec's order) reading one manual clock.
