@@ -752,14 +752,81 @@ struct Worker {
     away_at_stop_ns: Arc<AtomicU64>,
 }
 
+/// How long a connection must have lasted for its loss to look like a collector restart
+/// (come back at once) rather than a collector that welcomes and then fails (back off).
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
+
+/// When to try the collector again. A failed attempt waits the delay, which doubles up to
+/// `backoff_max`. A lost connection that had lasted [`HEALTHY_CONNECTION`] is tried again
+/// at once and resets the delay; one lost sooner counts as a failed attempt, so that a
+/// collector that welcomes and then drops or garbles every connection is not reconnected
+/// to (and sent the whole retention buffer again) in a tight loop.
+#[derive(Debug)]
+struct Retry {
+    delay: Duration,
+    min: Duration,
+    max: Duration,
+    next: Instant,
+    connected_at: Option<Instant>,
+}
+
+impl Retry {
+    fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            delay: min,
+            min,
+            max,
+            next: Instant::now(),
+            connected_at: None,
+        }
+    }
+
+    fn failed(&mut self, now: Instant) {
+        self.next = now + self.delay;
+        self.delay = (self.delay * 2).min(self.max);
+    }
+
+    fn connected(&mut self, now: Instant) {
+        self.connected_at = Some(now);
+    }
+
+    fn at_once(&mut self, now: Instant) {
+        self.connected_at = None;
+        self.next = now;
+    }
+
+    fn lost(&mut self, now: Instant) {
+        let lasted = self
+            .connected_at
+            .take()
+            .is_some_and(|t| now.duration_since(t) >= HEALTHY_CONNECTION);
+        if lasted {
+            self.delay = self.min;
+            self.next = now;
+        } else {
+            self.failed(now);
+        }
+    }
+}
+
+/// A failed write to the collector, said plainly: a write that blocked past
+/// `write_timeout` is a collector that stopped reading.
+fn write_failed(e: &std::io::Error, write_timeout: Duration) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "write failed: the collector read nothing for {write_timeout:?} (write_timeout)"
+        ),
+        _ => format!("write failed: {e}"),
+    }
+}
+
 impl Worker {
     /// The thread's body; returns whether the collector got Goodbye, and the records it
     /// had not acknowledged.
     fn run(&mut self) -> (bool, u64) {
         let mut conn: Option<Conn> = None;
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
-        let mut backoff = self.config.backoff_min;
-        let mut next_attempt = Instant::now();
+        let mut retry = Retry::new(self.config.backoff_min, self.config.backoff_max);
         let mut connected_once = false;
         // Failed attempts since the last connection (or the start): the first of an outage
         // is a warning, the rest are debug lines (a collector away for minutes would
@@ -812,7 +879,7 @@ impl Worker {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
-                if now >= next_attempt {
+                if now >= retry.next {
                     match self.connect().and_then(|(mut s, resume_seq)| {
                         self.resume(&mut s, resume_seq).map_err(|e| (None, e))?;
                         Ok(s)
@@ -826,7 +893,7 @@ impl Worker {
                             }
                             failures = 0;
                             connected_once = true;
-                            backoff = self.config.backoff_min;
+                            retry.connected(Instant::now());
                             clock_seen = 0;
                             last_counters = None;
                             conn = Some(s);
@@ -852,10 +919,9 @@ impl Worker {
                                 told = true;
                                 tracing::warn!(collector = %self.config.collector, "cannot reach the collector: {e}; retrying with backoff up to {:?} (further failures are debug lines)", self.config.backoff_max);
                             } else {
-                                tracing::debug!(collector = %self.config.collector, attempt = failures, "cannot reach the collector: {e}; retrying in {backoff:?}");
+                                tracing::debug!(collector = %self.config.collector, attempt = failures, "cannot reach the collector: {e}; retrying in {:?}", retry.delay);
                             }
-                            next_attempt = now + backoff;
-                            backoff = (backoff * 2).min(self.config.backoff_max);
+                            retry.failed(now);
                         }
                     }
                 }
@@ -866,7 +932,8 @@ impl Worker {
                     self.retain_queued(&mut buf, max_batch);
                 }
                 std::thread::sleep(
-                    next_attempt
+                    retry
+                        .next
                         .saturating_duration_since(Instant::now())
                         .min(Duration::from_millis(10)),
                 );
@@ -941,9 +1008,13 @@ impl Worker {
                             );
                         }
                     }
-                    self.set_status(false, None, Some(format!("write failed: {e}")));
+                    self.set_status(
+                        false,
+                        None,
+                        Some(write_failed(&e, self.config.write_timeout)),
+                    );
                     conn = None;
-                    next_attempt = Instant::now();
+                    retry.lost(Instant::now());
                     continue;
                 }
                 self.shared.counters.sent.fetch_add(n, Relaxed);
@@ -965,7 +1036,8 @@ impl Worker {
                     Some("the collector does not acknowledge: reconnecting".into()),
                 );
                 conn = None;
-                next_attempt = Instant::now();
+                // Asked for, not a failure: at once.
+                retry.at_once(Instant::now());
                 continue;
             }
             if self.durable
@@ -977,7 +1049,7 @@ impl Worker {
             {
                 self.set_status(false, None, Some(e));
                 conn = None;
-                next_attempt = Instant::now();
+                retry.lost(Instant::now());
                 continue;
             }
             if finishing {
@@ -1214,6 +1286,12 @@ impl Worker {
                         Ok(other) => Err(plain(format!(
                             "collector {addr} answered hello with {other:?}"
                         ))),
+                        Err(protocol::ProtocolError::Io(
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut,
+                        )) => Err(plain(format!(
+                            "no welcome from {addr} within {:?} (connect_timeout)",
+                            self.config.connect_timeout
+                        ))),
                         Err(e) => Err(plain(format!("no welcome from {addr}: {e}"))),
                     };
                 }
@@ -1258,6 +1336,29 @@ fn duration_ns(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_lost_soon_after_welcome_backs_off_and_one_that_lasted_does_not() {
+        let (min, max) = (Duration::from_millis(10), Duration::from_millis(40));
+        let t0 = Instant::now();
+        let mut r = Retry::new(min, max);
+        r.failed(t0);
+        r.failed(t0);
+        r.failed(t0);
+        assert_eq!((r.next - t0, r.delay), (Duration::from_millis(40), max));
+        // Welcomed, then lost within the second: a failed attempt, the delay kept.
+        r.connected(t0);
+        r.lost(t0 + Duration::from_millis(5));
+        assert_eq!(r.next, t0 + Duration::from_millis(45));
+        // Welcomed, lost after a healthy while: at once, and the delay starts over.
+        r.connected(t0);
+        r.lost(t0 + HEALTHY_CONNECTION);
+        assert_eq!((r.next, r.delay), (t0 + HEALTHY_CONNECTION, min));
+        // A reconnection asked for keeps the delay it has.
+        r.failed(t0);
+        r.at_once(t0);
+        assert_eq!((r.next, r.delay), (t0, Duration::from_millis(20)));
+    }
 
     fn entry(stream: u32, messages: u64) -> SentEntry {
         SentEntry {

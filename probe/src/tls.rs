@@ -79,8 +79,12 @@ pub(crate) fn connect(
     let mut conn =
         ClientConnection::new(Arc::clone(config), name).map_err(|e| format!("TLS setup: {e}"))?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut tcp)
-            .map_err(|e| format!("TLS handshake: {e}"))?;
+        conn.complete_io(&mut tcp).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "TLS handshake: the collector did not answer within connect_timeout".to_owned()
+            }
+            _ => format!("TLS handshake: {e}"),
+        })?;
     }
     Ok(rustls::StreamOwned::new(conn, tcp))
 }

@@ -40,6 +40,8 @@ const { ControlFrames } = require('./control');
 
 const COUNTER_NAMES = Object.keys(protocol.COUNTER_ID);
 const SOFTWARE = `node-red-contrib-hoptrace ${require('../package.json').version}`;
+// How long a connection must have lasted for its loss to look like a collector restart.
+const HEALTHY_CONNECTION_MS = 1000;
 
 /** Splits `host:port` (or `[v6]:port`). */
 function parseAddress(addr) {
@@ -118,6 +120,7 @@ class Exporter extends EventEmitter {
     this.frameSeq = 0; // frames written on this connection (what a durable ack would name)
     this.connectedOnce = false;
     this.backoffMs = this.opts.backoffMinMs;
+    this.connectedAt = null;
     this.nextAttempt = 0;
     this.lastClock = -Infinity;
     this.lastCounters = -Infinity;
@@ -418,7 +421,7 @@ class Exporter extends EventEmitter {
         this.frameSeq = 0;
         if (this.connectedOnce) this.counters.reconnects += 1;
         this.connectedOnce = true;
-        this.backoffMs = this.opts.backoffMinMs;
+        this.connectedAt = Date.now();
         // A hop added while this Hello was on its way: say Hello again.
         if ([...this.hops].some(([id, name]) => this.announced.get(id) !== name)) this.rehello = true;
         this.lastClock = -Infinity;
@@ -568,8 +571,20 @@ class Exporter extends EventEmitter {
       this.lastError = msg;
       this.emit('disconnected', msg);
     }
-    this.nextAttempt = Date.now() + this.backoffMs;
-    this.backoffMs = Math.min(this.backoffMs * 2, this.opts.backoffMaxMs);
+    // A connection that lasted looks like a collector restart: at once, and the delay
+    // starts over. One lost soon after Welcome (or never welcomed) counts as a failed
+    // attempt, so a collector that welcomes and then fails is not reconnected to (and sent
+    // the whole retention buffer again) in a tight loop.
+    const now = Date.now();
+    const lasted = this.connectedAt !== null && now - this.connectedAt >= HEALTHY_CONNECTION_MS;
+    this.connectedAt = null;
+    if (lasted) {
+      this.backoffMs = this.opts.backoffMinMs;
+      this.nextAttempt = now;
+    } else {
+      this.nextAttempt = now + this.backoffMs;
+      this.backoffMs = Math.min(this.backoffMs * 2, this.opts.backoffMaxMs);
+    }
   }
 
   // -------------------------------------------------------------------------------------

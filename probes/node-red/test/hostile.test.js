@@ -249,6 +249,9 @@ for (const mode of [MODES.welcomeThenDeaf, MODES.welcomeThenGarbage]) {
       assert.ok(c.queue_full > 0 && c.evicted > 0, JSON.stringify(c));
       assert.ok(ex.warnings.some((m) => /took nothing for 300 ms/.test(m)), ex.warnings.join('\n'));
     }
+    // A connection lost soon after its Welcome backs off like a failed attempt: no tight
+    // loop of reconnections, each sending the retention buffer again.
+    assert.ok(c.reconnects <= 30, JSON.stringify(c));
     await server.close();
     await checkDeliveredAfterRecovery(ex, await recover(ex, server.port), load, true);
   });

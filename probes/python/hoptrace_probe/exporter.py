@@ -38,6 +38,8 @@ from .retention import Retained, Retention
 log = logging.getLogger("hoptrace_probe")
 
 # Version 2: how often, at most, the exporter reads the collector's Acks while busy.
+# How long a connection must have lasted for its loss to look like a collector restart.
+_HEALTHY_CONNECTION_S = 1.0
 _ACK_READ_INTERVAL_S = 0.05
 
 
@@ -350,6 +352,20 @@ class Exporter:
         backoff = cfg.backoff_min_s
         next_attempt = time.monotonic()
         connected_once = False
+        connected_at = 0.0
+
+        def lost() -> None:
+            # A connection that lasted looks like a collector restart: at once, and the
+            # delay starts over. One lost soon after Welcome counts as a failed attempt,
+            # so a collector that welcomes and then fails is not reconnected to (and sent
+            # the whole retention buffer again) in a tight loop.
+            nonlocal next_attempt, backoff
+            now = time.monotonic()
+            if now - connected_at >= _HEALTHY_CONNECTION_S:
+                backoff, next_attempt = cfg.backoff_min_s, now
+            else:
+                next_attempt = now + backoff
+                backoff = min(backoff * 2, cfg.backoff_max_s)
         last_clock: Optional[float] = None
         last_counters: Optional[float] = None
         last_ack_read = time.monotonic()
@@ -384,7 +400,7 @@ class Exporter:
                         if connected_once:
                             counters.reconnects += 1
                         connected_once = True
-                        backoff = cfg.backoff_min_s
+                        connected_at = time.monotonic()
                         last_clock = last_counters = None
                         continue
                 if self._durable:
@@ -446,7 +462,8 @@ class Exporter:
                             log.error("lost a records frame of %d records: write to the collector "
                                       "failed: %s", n, e)
                     self._drop(conn, f"write failed: {e}")
-                    conn, next_attempt = None, time.monotonic()
+                    conn = None
+                    lost()
                     continue
                 counters.sent += n + control_records
                 if seq is not None:
@@ -457,6 +474,7 @@ class Exporter:
                         self._drop(conn, f"the collector acknowledged none of the {evicted_entries} "
                                          "frames evicted since they were written: connecting again "
                                          "to learn which it holds")
+                        # Asked for, not a failure: at once.
                         conn, next_attempt = None, time.monotonic()
                         continue
             # What the collector says after Welcome: Acks (version 2), or a Reject before
@@ -469,7 +487,8 @@ class Exporter:
                     # After Goodbye the collector closes: that is the end, not a failure.
                     if not finishing:
                         self._drop(conn, f"collector connection ended: {e}")
-                        conn, next_attempt = None, time.monotonic()
+                        conn = None
+                        lost()
                         continue
             if finishing:
                 # The collector acknowledges once more after Goodbye: wait for it (up to the

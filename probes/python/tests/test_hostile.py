@@ -233,6 +233,9 @@ def test_a_collector_that_welcomes_then_misbehaves_costs_the_host_nothing(mode):
         # Writes block, the queue fills; the retention buffer overflows.
         assert c.queue_full > 0 and c.evicted > 0
         assert "write failed" in (ex.last_error or "") or "timed out" in (ex.last_error or "")
+    # A connection lost soon after its Welcome backs off like a failed attempt: no tight
+    # loop of reconnections, each sending the retention buffer again.
+    assert c.reconnects <= 30, c
     server.close()
     check_delivered_after_recovery(ex, recover(ex, server.port), load, send_again=True)
 
