@@ -46,18 +46,13 @@ impl HopArgs {
             Some(id) => id,
             None => {
                 let spec = crate::collect::load_spec(self.pipeline.as_deref())?;
-                let Some((i, h)) = spec.hops.iter().enumerate().find(|(_, h)| h.name == hop) else {
+                let Some(HopId(id)) = spec.hop(hop) else {
                     bail!(
-                        "hop {hop:?} is not declared by the pipeline {:?} ({}): pass the collector's spec with --pipeline, or the hop's id with --hop-id",
-                        spec.name,
-                        spec.hops
-                            .iter()
-                            .map(|h| h.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "{}: pass the collector's spec with --pipeline, or the hop's id with --hop-id",
+                        spec.undeclared(hop)
                     );
                 };
-                h.id.unwrap_or(i as u8)
+                id
             }
         };
         Ok((HopId(id), hop.to_owned()))

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use hoptrace_probe::HopId;
 use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
@@ -115,46 +114,25 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
         );
     }
     let spec = crate::collect::load_spec(args.hop_spec.pipeline.as_deref())?;
-    let find = |name: &str| {
-        spec.hops
-            .iter()
-            .enumerate()
-            .find(|(_, h)| h.name == name)
-            .map(|(i, h)| (HopId(h.id.unwrap_or(i as u8)), name.to_owned()))
-    };
-    let declared = || {
-        spec.hops
-            .iter()
-            .map(|h| h.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let find = |name: &str| spec.hop(name).map(|id| (id, name.to_owned()));
     c.queryable_hop = find(&s.queryable_hop).with_context(|| {
         format!(
-            "hop {:?} is not declared by the pipeline {:?} ({}): pass the collector's spec with --pipeline, or name the hop with --queryable-hop",
-            s.queryable_hop,
-            spec.name,
-            declared()
+            "{}: pass the collector's spec with --pipeline, or name the hop with --queryable-hop",
+            spec.undeclared(&s.queryable_hop)
         )
     })?;
     c.query_start_hop = match s.query_start_hop.as_str() {
         "none" | "" => None,
         name => Some(find(name).with_context(|| {
             format!(
-                "hop {name:?} is not declared by the pipeline {:?} ({}): --query-start-hop none leaves it out",
-                spec.name,
-                declared()
+                "{}: --query-start-hop none leaves it out",
+                spec.undeclared(name)
             )
         })?),
     };
     c.store_in_hop = match (store_in, find(&s.store_in_hop)) {
         (Some(false), _) => None,
-        (Some(true), None) => bail!(
-            "--store-in on, but hop {:?} is not declared by the pipeline {:?} ({})",
-            s.store_in_hop,
-            spec.name,
-            declared()
-        ),
+        (Some(true), None) => bail!("--store-in on, but {}", spec.undeclared(&s.store_in_hop)),
         (Some(true), hop) => hop,
         (None, hop) => hop.filter(|_| c.url.kind.store_in_by_default()),
     };
@@ -163,8 +141,8 @@ fn config(args: &TapArgs) -> anyhow::Result<StoreTapConfig> {
     c.earliest_hop = spec
         .earliest_of(&c.queryable_hop.1)
         .map(|e| find(e).expect("the spec checked its `earliest`"));
-    if let Some(p) = spec.hops.iter().position(|h| h.name == "publish") {
-        c.publish_hop = HopId(spec.hops[p].id.unwrap_or(p as u8));
+    if let Some(id) = spec.hop("publish") {
+        c.publish_hop = id;
     }
     c.collector = Some(exporter);
     Ok(c)

@@ -257,11 +257,9 @@ pub async fn polled_hops(
             let get = |id: u16| opt(&col(id), row).unwrap_or(0);
             let hop_id = get(id::BRACKET_HOP);
             let Some(hop) = pipeline
-                .hops
-                .iter()
-                .enumerate()
-                .find(|(i, h)| u64::from(h.id.unwrap_or(*i as u8)) == hop_id)
-                .map(|(_, h)| h.name.clone())
+                .hop_ids()
+                .find(|(_, id)| u64::from(id.0) == hop_id)
+                .map(|(name, _)| name.to_owned())
             else {
                 continue;
             };

@@ -356,12 +356,8 @@ impl RunSet {
         let hop_ids = |r: &Run| -> String {
             r.summary
                 .pipeline
-                .hops
-                .iter()
-                .map(|h| match h.id {
-                    Some(id) => format!("{}={id}", h.name),
-                    None => h.name.clone(),
-                })
+                .hop_ids()
+                .map(|(name, id)| format!("{name}={}", id.0))
                 .collect::<Vec<_>>()
                 .join(" ")
         };

@@ -478,6 +478,45 @@ impl PipelineSpec {
         Ok(spec)
     }
 
+    /// The wire id of the hop at `index`: its `id`, or its index when it names none. The
+    /// one place this rule is written; every reader and writer of ids asks here.
+    ///
+    /// # Panics
+    /// When `index` is not a hop of the spec.
+    #[must_use]
+    pub fn hop_id(&self, index: usize) -> HopId {
+        let hop = &self.hops[index];
+        HopId(
+            hop.id.unwrap_or_else(|| {
+                u8::try_from(index).expect("a validated spec has at most 16 hops")
+            }),
+        )
+    }
+
+    /// The wire id of the hop named `name`, or `None` when the spec declares none.
+    #[must_use]
+    pub fn hop(&self, name: &str) -> Option<HopId> {
+        let index = self.hops.iter().position(|h| h.name == name)?;
+        Some(self.hop_id(index))
+    }
+
+    /// Each hop's name and wire id, in the spec's order.
+    pub fn hop_ids(&self) -> impl Iterator<Item = (&str, HopId)> {
+        (0..self.hops.len()).map(|i| (self.hops[i].name.as_str(), self.hop_id(i)))
+    }
+
+    /// The error of a hop the spec does not declare: it names the hop, the pipeline and
+    /// every hop it does declare, so that the user sees what to write instead.
+    #[must_use]
+    pub fn undeclared(&self, name: &str) -> String {
+        let declared: Vec<&str> = self.hops.iter().map(|h| h.name.as_str()).collect();
+        format!(
+            "hop {name:?} is not declared by the pipeline {:?} ({})",
+            self.name,
+            declared.join(", ")
+        )
+    }
+
     /// The hop holding the earliest instant of polled hop `hop` (its `earliest`).
     #[must_use]
     pub fn earliest_of(&self, hop: &str) -> Option<&str> {
@@ -657,7 +696,7 @@ impl ResolvedSpec {
                     name: hop.name.clone(),
                 });
             }
-            let id = hop.id.unwrap_or(index);
+            let HopId(id) = spec.hop_id(usize::from(index));
             if let Some(other) = index_by_id[usize::from(id)] {
                 return Err(SpecError::DuplicateHopId {
                     name: hop.name.clone(),
@@ -861,6 +900,13 @@ impl ResolvedSpec {
     #[must_use]
     pub fn hop_ids(&self) -> &[HopId] {
         &self.hop_ids
+    }
+
+    /// The wire id of the hop named `name`, or `None` when the spec declares none.
+    #[must_use]
+    pub fn hop(&self, name: &str) -> Option<HopId> {
+        let index = self.hop_names.iter().position(|h| h == name)?;
+        Some(self.hop_ids[index])
     }
 
     /// The hops every trace must pass: bit `i` is hop index `i`.
@@ -1117,6 +1163,28 @@ mod tests {
         assert_eq!(r.expected_mask(), 0b101);
         assert_eq!(r.all_hops_mask(), 0b111);
         assert_eq!(r.mask_names(0b110), ["y", "z"]);
+    }
+
+    #[test]
+    fn a_hop_without_an_id_takes_its_index_wherever_it_is_asked() {
+        let mut spec = minimal();
+        spec.name = "p".into();
+        spec.hops = vec![hop("x", Some(200)), hop("y", None), hop("z", Some(7))];
+        spec.stages.clear();
+        assert_eq!(
+            spec.hop_ids().collect::<Vec<_>>(),
+            [("x", HopId(200)), ("y", HopId(1)), ("z", HopId(7))]
+        );
+        let r = spec.resolve().unwrap();
+        for name in ["x", "y", "z"] {
+            assert_eq!(spec.hop(name), r.hop(name));
+        }
+        assert_eq!(spec.hop("w"), None);
+        assert_eq!(r.hop("w"), None);
+        assert_eq!(
+            spec.undeclared("w"),
+            r#"hop "w" is not declared by the pipeline "p" (x, y, z)"#
+        );
     }
 
     #[test]

@@ -9,11 +9,7 @@ use hoptrace_format::spec::PipelineSpec;
 
 /// The hops of a pipeline as (name, wire id).
 fn hop_ids(spec: &PipelineSpec) -> Vec<(String, u8)> {
-    spec.hops
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h.name.clone(), h.id.unwrap_or(i as u8)))
-        .collect()
+    spec.hop_ids().map(|(n, id)| (n.to_owned(), id.0)).collect()
 }
 
 fn hop_list(hops: &[String]) -> String {
