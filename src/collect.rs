@@ -119,26 +119,10 @@ pub fn load_spec(path: Option<&std::path::Path>) -> anyhow::Result<PipelineSpec>
         return Ok(PipelineSpec::default_pipeline());
     };
     let spec = PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?;
-    for w in spec_warnings(&spec) {
+    for w in spec.warnings() {
         eprintln!("warning: pipeline spec {}: {w}", p.display());
     }
     Ok(spec)
-}
-
-/// What is valid in a spec but most likely a mistake: a stage whose `from` hop comes
-/// after its `to` hop in the order of `[[hops]]` measures every message as negative.
-pub fn spec_warnings(spec: &PipelineSpec) -> Vec<String> {
-    let position = |name: &str| spec.hops.iter().position(|h| h.name == name);
-    spec.stages
-        .iter()
-        .filter(|st| matches!((position(&st.from), position(&st.to)), (Some(f), Some(t)) if f > t))
-        .map(|st| {
-            format!(
-                "stage {:?} runs backwards: `from` hop {:?} comes after `to` hop {:?} in the order of [[hops]], so its deltas will be negative; swap `from` and `to`, or list the hops in pipeline order",
-                st.name, st.from, st.to
-            )
-        })
-        .collect()
 }
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,

@@ -517,6 +517,23 @@ impl PipelineSpec {
         )
     }
 
+    /// What is valid in a spec but most likely a mistake: a stage whose `from` hop comes
+    /// after its `to` hop in the order of `[[hops]]` measures every message as negative.
+    #[must_use]
+    pub fn warnings(&self) -> Vec<String> {
+        let position = |name: &str| self.hops.iter().position(|h| h.name == name);
+        self.stages
+            .iter()
+            .filter(|st| matches!((position(&st.from), position(&st.to)), (Some(f), Some(t)) if f > t))
+            .map(|st| {
+                format!(
+                    "stage {:?} runs backwards: `from` hop {:?} comes after `to` hop {:?} in the order of [[hops]], so its deltas will be negative; swap `from` and `to`, or list the hops in pipeline order",
+                    st.name, st.from, st.to
+                )
+            })
+            .collect()
+    }
+
     /// The hop holding the earliest instant of polled hop `hop` (its `earliest`).
     #[must_use]
     pub fn earliest_of(&self, hop: &str) -> Option<&str> {
