@@ -32,11 +32,23 @@ fn probe_hosts_that_fail_the_clock_check_are_recorded_once() {
     let collector = Collector::start(cfg).unwrap();
     let addr = collector.local_addr().to_string();
     // Three exporters on this one host: fine, unsynchronised, too uncertain. Each sends a
-    // clock status every 10 ms for 100 ms.
+    // clock status every 10 ms.
     let good = exporter(&addr, "good", true, 5_000);
     let unsynced = exporter(&addr, "unsynced", false, 5_000);
     let loose = exporter(&addr, "loose", true, 2_000_000);
-    std::thread::sleep(Duration::from_millis(100));
+    // All three connected, then readings taken 50 ms (five intervals) later: each has
+    // reported its clock several times.
+    hoptrace_testkit::wait_for("three connections", Duration::from_secs(10), || {
+        collector.live().connections >= 3
+    });
+    let after = hoptrace_clock::realtime_ns() + 50_000_000;
+    hoptrace_testkit::wait_for("later clock readings", Duration::from_secs(10), || {
+        collector
+            .live()
+            .clocks
+            .iter()
+            .any(|c| c.at_unix_ns.is_some_and(|t| t >= after))
+    });
     for e in [good, unsynced, loose] {
         assert!(e.shutdown().clean);
     }

@@ -352,6 +352,7 @@ fn a_slow_loris_is_closed_at_the_hello_deadline_and_counted() {
             closed_at = Some(started.elapsed());
             break;
         }
+        // One byte every 100 ms: the slow writer is what is tested.
         std::thread::sleep(Duration::from_millis(100));
         let _ = s.set_nonblocking(true);
         let mut buf = [0u8; 64];

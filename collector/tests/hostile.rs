@@ -15,6 +15,7 @@ use hoptrace_probe::{HopId, TraceKey};
 use hoptrace_protocol::{
     Frame, Hello, MAX_RECORDS_PER_FRAME, PROTOCOL_VERSION, Record, SentEntry, SentFrame,
 };
+use hoptrace_testkit::wait_for;
 
 /// publish (0) → broker (1) → store (2), all expected; stage publish → store; a short
 /// join window so lateness is quick to reach.
@@ -175,9 +176,16 @@ fn stamps_resent_long_after_their_trace_was_written_never_make_a_second_row() {
         .collect();
     c.records(&recs);
     c.send(&sent(1, 1_002));
-    // Several windows later: duplicates of stamps of complete and of incomplete traces,
-    // and the missing store stamp of an incomplete one.
-    std::thread::sleep(Duration::from_millis(700));
+    // Once every trace is written (the incomplete ones when their window expired):
+    // duplicates of stamps of complete and of incomplete traces, and the missing store
+    // stamp of an incomplete one.
+    let written = |n: u64| {
+        let p = collector.progress();
+        p.records >= n && p.pending == 0 && p.complete + p.incomplete == 1_000
+    };
+    wait_for("every trace written", Duration::from_secs(10), || {
+        written(recs.len() as u64)
+    });
     let late = [
         rec(1, 7, 1, base + 7_000 + 1_000_000, base + 7_000),
         rec(1, 8, 0, base + 8_000, base + 8_000),
@@ -185,7 +193,9 @@ fn stamps_resent_long_after_their_trace_was_written_never_make_a_second_row() {
         rec(1, 40, 1, base + 40_000 + 1_000_000, base + 40_000),
     ];
     c.records(&late);
-    std::thread::sleep(Duration::from_millis(700));
+    wait_for("the late stamps", Duration::from_secs(10), || {
+        written(recs.len() as u64 + 4)
+    });
     c.records(&late[..2]);
     c.bye();
     let s = collector.stop().unwrap();
@@ -470,6 +480,7 @@ fn a_crowd_of_hostile_connections_leaves_a_good_probe_exact() {
     let traces = full_traces(1, 20_000, base);
     for chunk in traces.chunks(3_000) {
         good.records(chunk);
+        // Pacing (the workload): the good probe's chunks spread among the crowd's.
         std::thread::sleep(Duration::from_millis(20));
     }
     good.send(&sent(1, 20_000));

@@ -9,7 +9,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hoptrace_collector::live::Live;
 use hoptrace_collector::metrics::MetricsServer;
@@ -17,6 +17,7 @@ use hoptrace_collector::{Collector, CollectorConfig};
 use hoptrace_format::hist::SignedStats;
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{TraceContext, TraceKey};
+use hoptrace_testkit::wait_for;
 
 /// The Broker Time (publish -> flow_in) of each trace, ns: one negative (clock error), the
 /// rest spread over three decades.
@@ -99,27 +100,23 @@ fn live_json_shows_the_figures_of_the_traces_written() {
     // Every update seen, by interval: until the whole run holds the 7 traces and one more
     // interval has ended.
     let mut seen: Vec<Live> = vec![first];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let l = live(addr);
-        let done = l.stages[0].run.count == 7
-            && !l.clocks.is_empty()
-            && l.clocks[0].source.is_some()
-            && seen
-                .iter()
-                .any(|s| s.stages[0].run.count == 7 && s.intervals < l.intervals);
-        if seen.last().is_none_or(|s| s.intervals != l.intervals) {
-            seen.push(l.clone());
-        }
-        if done {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "live view never showed the traces: {l:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(
+        "the live view to show the traces",
+        Duration::from_secs(30),
+        || {
+            let l = live(addr);
+            let done = l.stages[0].run.count == 7
+                && !l.clocks.is_empty()
+                && l.clocks[0].source.is_some()
+                && seen
+                    .iter()
+                    .any(|s| s.stages[0].run.count == 7 && s.intervals < l.intervals);
+            if seen.last().is_none_or(|s| s.intervals != l.intervals) {
+                seen.push(l);
+            }
+            done
+        },
+    );
     let last = seen.last().unwrap().clone();
 
     // Whole run, Broker Time: the collector's histograms of exactly these deltas.

@@ -54,17 +54,16 @@ fn exporter(addr: &str, token: &str, ca: Option<&Path>, name: Option<&str>) -> E
 
 /// Waits until the exporter connects (`Ok`) or has failed with an error (`Err`).
 fn outcome(e: &Exporter) -> Result<(), String> {
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
-        if e.is_connected() {
-            return Ok(());
-        }
-        if let Some(err) = e.last_error() {
-            return Err(err);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Err("neither connected nor failed in 5 s".into())
+    let mut out = None;
+    hoptrace_testkit::wait_for("a connection or an error", Duration::from_secs(5), || {
+        out = if e.is_connected() {
+            Some(Ok(()))
+        } else {
+            e.last_error().map(Err)
+        };
+        out.is_some()
+    });
+    out.expect("waited for")
 }
 
 #[test]

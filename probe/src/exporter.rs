@@ -538,6 +538,13 @@ impl Exporter {
         Ok(())
     }
 
+    /// Records in the probes' queue, not yet taken by the exporter's thread (which, while
+    /// the collector is away, moves them into the retention buffer).
+    #[must_use]
+    pub fn queued(&self) -> usize {
+        self.shared.queue.len()
+    }
+
     /// Current counters.
     #[must_use]
     pub fn counters(&self) -> CounterSnapshot {

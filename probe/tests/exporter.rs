@@ -13,6 +13,7 @@ use hoptrace_probe::{
     TraceContext, TraceKey,
 };
 use hoptrace_protocol::{Frame, counter_id};
+use hoptrace_testkit::wait_for;
 
 const HOPS: &[(HopId, &str)] = &[
     (HopId(0), "publish"),
@@ -133,9 +134,10 @@ fn records_queue_until_the_collector_comes_up() {
     for seq in 0..1000 {
         assert!(p.record(&mut ctx(seq)).queued);
     }
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for("the failed attempt", Duration::from_secs(5), || {
+        exp.last_error().is_some()
+    });
     assert!(!exp.is_connected());
-    assert!(exp.last_error().is_some());
     let mc = MiniCollector::start_on(std::net::TcpListener::bind(addr).unwrap(), None);
     let summary = exp.shutdown();
     assert!(summary.clean);
@@ -159,6 +161,7 @@ fn a_cut_connection_reconnects_and_every_record_is_accounted_for() {
         if round % 5 == 2 {
             mc.cut_connections();
         }
+        // Pacing between rounds (the workload: 2,000 records every 10 ms, cut now and then).
         std::thread::sleep(Duration::from_millis(10));
     }
     let summary = exp.shutdown();
@@ -191,7 +194,9 @@ fn a_rejected_probe_says_why_and_counts_what_it_could_not_send() {
         assert!(p.record(&mut ctx(seq)).queued);
     }
     mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for("the rejection", Duration::from_secs(5), || {
+        exp.last_error().is_some_and(|e| e.contains("rejected"))
+    });
     let err = exp.last_error().expect("an error");
     assert!(
         err.contains("rejected") && err.contains("bad token"),
@@ -242,11 +247,9 @@ fn a_probe_refused_for_good_stops_trying_and_connect_says_why_at_once() {
         .with_shutdown_timeout(Duration::from_millis(200));
     let p = exp.probe(HopId(0)).unwrap();
     assert!(p.record(&mut ctx(1)).queued);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while exp.rejected().is_none() {
-        assert!(std::time::Instant::now() < deadline, "never rejected");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for("the rejection", Duration::from_secs(5), || {
+        exp.rejected().is_some()
+    });
     assert!(exp.rejected().unwrap().contains("bad token"));
     let summary = exp.shutdown();
     assert_eq!(summary.counters.sent + summary.counters.send_failed, 1);
@@ -374,10 +377,9 @@ fn unacknowledged_frames_are_sent_again_after_a_reconnection() {
         assert!(p.record(&mut ctx(seq)).queued);
     }
     // Wait until all of them were written once.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while mc.records().len() < 1_000 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for("1,000 records", Duration::from_secs(10), || {
+        mc.records().len() >= 1_000
+    });
     let before = seq_frames(&mc);
     let top = before.iter().map(|f| f.0).max().unwrap();
     assert!(top >= 10, "{top} frames of at most 100");
@@ -413,10 +415,9 @@ fn evicted_frames_the_collector_never_stored_are_counted_lost_exactly() {
     for seq in 0..5_000 {
         assert!(p.record(&mut ctx(seq)).queued);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while mc.records().len() < 5_000 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for("5,000 records", Duration::from_secs(10), || {
+        mc.records().len() >= 5_000
+    });
     let evicted = exp.counters().evicted;
     assert!(evicted >= 3_000, "{evicted}");
     // A collector that restarted holding nothing: every evicted record is lost, every
@@ -460,14 +461,16 @@ fn collector_away_and_back(retention_bytes: usize) -> (ExportSummary, Vec<u64>, 
     let held = seq_frames(&first).iter().map(|f| f.0).max().unwrap();
     first.stop();
     // Wait until the exporter saw the connection go, then record while it is away.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while exp.is_connected() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for("the exporter to see it go", Duration::from_secs(10), || {
+        !exp.is_connected()
+    });
     for seq in 1_000..5_000 {
         assert!(p.record(&mut ctx(seq)).queued);
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Every record moved from the queue into the retention buffer (evicting beyond it).
+    wait_for("the queue to empty", Duration::from_secs(10), || {
+        exp.queued() == 0
+    });
     let again = common::Durable::default();
     again.ack.store(true, std::sync::atomic::Ordering::Relaxed);
     again
@@ -698,11 +701,9 @@ fn a_prompt_shutdown_does_not_wait_out_an_absent_collector() {
         .with_shutdown_timeout(Duration::from_secs(30));
     mc.wait_for("a hello", Duration::from_secs(5), |f| !f.is_empty());
     mc.stop();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while exp.is_connected() {
-        assert!(std::time::Instant::now() < deadline, "still connected");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for("the disconnection", Duration::from_secs(5), || {
+        !exp.is_connected()
+    });
     let p = exp.probe(HopId(0)).unwrap();
     for seq in 0..5 {
         assert!(p.record(&mut ctx(seq)).queued);
@@ -739,10 +740,9 @@ fn a_collector_that_reads_and_never_acknowledges_is_reconnected_to_and_settled()
     for seq in 0..n {
         assert!(p.record(&mut ctx(seq)).queued);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while exp.counters().reconnects == 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for("a reconnection", Duration::from_secs(60), || {
+        exp.counters().reconnects > 0
+    });
     let summary = exp.shutdown_promptly(Duration::from_millis(200));
     let c = summary.counters;
     eprintln!("{c:?}, unacknowledged {}", summary.unacknowledged);

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hoptrace_protocol::Frame;
 use hoptrace_protocol::{self as protocol, MAX_FRAME_LEN};
@@ -30,6 +30,7 @@ pub struct MiniCollector {
     pub frames: Received,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    acceptor: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl MiniCollector {
@@ -72,26 +73,21 @@ impl MiniCollector {
         durable: Option<Durable>,
     ) -> Self {
         let addr = listener.local_addr().unwrap();
-        listener.set_nonblocking(true).unwrap();
         let frames: Received = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let (f, s, c) = (frames.clone(), stop.clone(), conns.clone());
-        std::thread::spawn(move || {
-            let mut n = 0;
-            while !s.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        stream.set_nonblocking(false).unwrap();
-                        c.lock().unwrap().push(stream.try_clone().unwrap());
-                        let f = f.clone();
-                        let id = n;
-                        n += 1;
-                        let durable = durable.clone();
-                        std::thread::spawn(move || serve(stream, id, &f, reject, durable));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        let acceptor = std::thread::spawn(move || {
+            // Blocking accepts; `stop` wakes the last one with a connection of its own.
+            for (id, stream) in listener.incoming().enumerate() {
+                if s.load(Ordering::Relaxed) {
+                    break;
                 }
+                let Ok(stream) = stream else { continue };
+                c.lock().unwrap().push(stream.try_clone().unwrap());
+                let f = f.clone();
+                let durable = durable.clone();
+                std::thread::spawn(move || serve(stream, id, &f, reject, durable));
             }
         });
         Self {
@@ -99,6 +95,7 @@ impl MiniCollector {
             frames,
             stop,
             conns,
+            acceptor: Mutex::new(Some(acceptor)),
         }
     }
 
@@ -109,8 +106,13 @@ impl MiniCollector {
         }
     }
 
+    /// Stops listening (the port is free when this returns) and cuts every connection.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(acceptor) = self.acceptor.lock().unwrap().take() {
+            let _ = TcpStream::connect(self.addr);
+            acceptor.join().unwrap();
+        }
         self.cut_connections();
     }
 
@@ -140,11 +142,7 @@ impl MiniCollector {
         timeout: Duration,
         pred: impl Fn(&[(usize, Frame)]) -> bool,
     ) {
-        let t = Instant::now();
-        while !pred(&self.frames.lock().unwrap()) {
-            assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        hoptrace_testkit::wait_for(what, timeout, || pred(&self.frames.lock().unwrap()));
     }
 }
 
