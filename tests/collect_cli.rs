@@ -107,20 +107,15 @@ fn collect_serves_metrics_and_flushes_everything_on_sigterm() {
     assert!(summary.clean && summary.counters.lost() == 0, "{summary:?}");
 
     // Scrape until the collector has taken every record (progress refreshes every 100 ms).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let page = loop {
+    let mut page = String::new();
+    hoptrace_testkit::poll_until(Duration::from_secs(20), || {
         let mut s = std::net::TcpStream::connect(&metrics).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
             .unwrap();
-        let mut page = String::new();
+        page.clear();
         s.read_to_string(&mut page).unwrap();
-        if page.contains("\nhoptrace_traces_total{status=\"complete\"} 20000\n")
-            || Instant::now() > deadline
-        {
-            break page;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        page.contains("\nhoptrace_traces_total{status=\"complete\"} 20000\n")
+    });
     assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
     assert!(page.contains("\nhoptrace_records_total 120000\n"), "{page}");
     assert!(
@@ -210,16 +205,13 @@ fn killed_and_restarted(
     assert!(send_complete_traces(addr, "kill-test", 5_500, 1).clean);
     // Wait until the five full files are closed, then kill without warning.
     let traces = out.join("killed").join("traces");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_dir(&traces).map_or(0, |d| {
-        d.flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
-            .count()
-    }) < 5
-    {
-        assert!(Instant::now() < deadline, "files were not closed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    hoptrace_testkit::wait_for("five closed files", Duration::from_secs(20), || {
+        std::fs::read_dir(&traces).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+                .count()
+        }) >= 5
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     start()

@@ -370,6 +370,7 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
                 most = most.max(bytes);
                 most_segments = most_segments.max(segments.len());
                 segments_seen.extend(segments);
+                // Sampling every 5 ms is the measurement: the log's largest size on disk.
                 std::thread::sleep(Duration::from_millis(5));
             }
             (most, most_segments, segments_seen)
@@ -400,7 +401,7 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
                 assert!(p.record(&mut ctx).queued);
             }
         }
-        // About 60,000 traces/s.
+        // About 60,000 traces/s: the workload's pace.
         let due = started + Duration::from_micros((chunk + 1) * 1_000_000 / 60);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         // Killed once checkpoints have deleted some of the log, half-way through.

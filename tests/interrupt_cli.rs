@@ -49,12 +49,14 @@ fn stops_within_a_second(tag: &str, args: &[&str], sig: i32, waiting_for: &str) 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = scratch(tag);
     let mut run = spawn_in(&dir, &args);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !silent.connected() {
-        assert!(run.running(), "{tag}: ended before it connected");
-        assert!(Instant::now() < deadline, "{tag}: never connected");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    hoptrace_testkit::wait_for(
+        &format!("{tag} to connect"),
+        Duration::from_secs(30),
+        || {
+            assert!(run.running(), "{tag}: ended before it connected");
+            silent.connected()
+        },
+    );
     let sent = Instant::now();
     run.signal(sig);
     let out = run.finish_within(Duration::from_secs(10));

@@ -150,6 +150,8 @@ fn collect_from_honours_sigint_while_waiting_for_kafka() {
             "runs",
         ],
     );
+    // What is tested: an interruption while the command has been waiting 1.5 s for the
+    // broker (it prints nothing while it waits).
     std::thread::sleep(Duration::from_millis(1500));
     run.interrupt();
     let at = Instant::now();
@@ -522,6 +524,7 @@ fn an_interrupted_demo_says_so_everywhere() {
             "report",
         ],
     );
+    // What is tested: an interruption 4 s into a 60 s demo.
     std::thread::sleep(Duration::from_secs(4));
     run.interrupt();
     let o = run.finish_within(Duration::from_secs(60));

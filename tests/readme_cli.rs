@@ -344,18 +344,11 @@ fn run_block(dir: &Path, shell: &str, script: &str, within: Duration) -> (bool, 
         .stderr(file)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            child.kill().ok();
-            child.wait().ok();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = hoptrace_testkit::exit_within(&mut child, within);
+    if status.is_none() {
+        child.kill().ok();
+        child.wait().ok();
+    }
     let out = std::fs::read_to_string(&log).unwrap_or_default();
     match status {
         Some(s) => (s.success(), format!("{out}\n(exit: {s})")),

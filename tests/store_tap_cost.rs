@@ -46,21 +46,20 @@ struct ScriptedClickHouse {
 impl ScriptedClickHouse {
     fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let rows = Arc::new(Mutex::new(Vec::new()));
         let polls = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (r, p, s) = (Arc::clone(&rows), Arc::clone(&polls), Arc::clone(&stop));
         std::thread::spawn(move || {
-            while !s.load(Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let (r, p) = (Arc::clone(&r), Arc::clone(&p));
-                        std::thread::spawn(move || serve(conn, &r, &p));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            // Blocking accepts; dropping the store wakes the last one to stop.
+            for conn in listener.incoming() {
+                if s.load(Relaxed) {
+                    break;
                 }
+                let Ok(conn) = conn else { continue };
+                let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+                std::thread::spawn(move || serve(conn, &r, &p));
             }
         });
         Self {
@@ -75,6 +74,7 @@ impl ScriptedClickHouse {
 impl Drop for ScriptedClickHouse {
     fn drop(&mut self) {
         self.stop.store(true, Relaxed);
+        let _ = TcpStream::connect(&self.addr);
     }
 }
 
@@ -255,12 +255,17 @@ fn the_analysis_reads_what_a_store_tap_cost_from_a_real_runs_probes_parquet() {
             rows.push((text.clone(), now_s));
             rows.push((text, now_s));
         }
+        // Pacing (the workload): three rows every 60 ms, so that several polls find some.
         std::thread::sleep(Duration::from_millis(60));
     }
     hoptrace_testkit::wait_for("every key", Duration::from_secs(10), || {
         live.keys_found.load(Relaxed) >= 30
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Past the scripted failure, and enough polls (two seconds' worth at 20 ms) that the
+    // rate the analysis derives from the counters frames compares within 5 %.
+    hoptrace_testkit::wait_for("100 polls", Duration::from_secs(20), || {
+        store.polls.load(Relaxed) >= 100
+    });
     stop.store(true, Relaxed);
     let tap = worker.join().unwrap();
     common::interrupt(&collector);

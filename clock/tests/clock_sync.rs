@@ -89,20 +89,15 @@ impl Drop for Daemons {
 
 /// Polls `f` until it returns `Some`, at most [`SYNC_TIMEOUT`].
 fn wait_for<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> T {
-    let started = Instant::now();
-    let mut last = String::new();
-    loop {
+    let (mut last, mut got) = (String::new(), None);
+    hoptrace_testkit::poll_until(SYNC_TIMEOUT, || {
         match f() {
-            Ok(Some(v)) => return v,
-            Ok(None) => {}
+            Ok(v) => got = v,
             Err(e) => last = e,
         }
-        assert!(
-            started.elapsed() < SYNC_TIMEOUT,
-            "{what}: nothing after {SYNC_TIMEOUT:?}; last error: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        got.is_some()
+    });
+    got.unwrap_or_else(|| panic!("{what}: nothing after {SYNC_TIMEOUT:?}; last error: {last}"))
 }
 
 fn free_udp_port() -> u16 {

@@ -1,8 +1,8 @@
 //! Carriers through real brokers: the MQTT v5 user property through Mosquitto to a v5
 //! subscriber, the envelope to an MQTT 3.1.1 subscriber, and the Kafka header through a
 //! KRaft broker to a consumer. `infra/test.sh` starts the brokers and sets
-//! `HOPTRACE_MQTT` / `HOPTRACE_KAFKA`; with `HOPTRACE_INTEGRATION=1` a missing broker
-//! fails these tests instead of skipping them.
+//! `HOPTRACE_MQTT` / `HOPTRACE_KAFKA`. The tests are ignored by a plain `cargo test`; run
+//! (`--ignored`) without those variables set, they fail saying what to start.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -263,6 +263,8 @@ fn survive_a_restart(version: &str) {
     wait_for("a quarter of the messages to be sent", || {
         pub_live.lock().unwrap().messages >= n / 4
     });
+    // What is tested: a broker frozen for 300 ms (in-flight publishes unanswered), then
+    // killed and down for 1.5 s while the publisher goes on.
     broker.freeze();
     std::thread::sleep(Duration::from_millis(300));
     broker.kill();
@@ -340,6 +342,7 @@ fn a_broker_that_stays_down_leaves_each_message_counted_by_reason() {
         live.lock().unwrap().messages >= 5000
     });
     broker.kill();
+    // What is tested: a publisher stopped after a second with its broker gone.
     std::thread::sleep(Duration::from_secs(1));
     shutdown.store(true, Relaxed);
     let p = pub_thread.join().unwrap().unwrap();

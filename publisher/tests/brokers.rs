@@ -1,7 +1,8 @@
 //! The publisher and the tap against the real brokers `infra/services.sh up` starts
 //! (Mosquitto on `HOPTRACE_MQTT` and `HOPTRACE_MQTT_AUTH`, Kafka on `HOPTRACE_KAFKA`),
 //! with a real in-process collector: every message sent is accounted for.
-//! With `HOPTRACE_INTEGRATION=1` a missing broker fails these tests instead of skipping.
+//! Ignored by a plain `cargo test`; run (`--ignored`) without the brokers' variables set,
+//! they fail saying what to start.
 
 mod common;
 

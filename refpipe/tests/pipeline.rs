@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hoptrace_broker::url::Endpoint;
 use hoptrace_collector::{Collector, CollectorConfig, RunSummary};
@@ -67,19 +67,16 @@ fn run_pipeline(tag: &str, url: &str, metrics_per_s: f64) -> Outcome {
         .unwrap();
     assert!(published.messages > 0);
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while flow
-        .stats()
-        .messages
-        .load(std::sync::atomic::Ordering::Relaxed)
-        < published.messages
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the processor did not get every message"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    hoptrace_testkit::wait_for(
+        "the processor to get every message",
+        Duration::from_secs(30),
+        || {
+            flow.stats()
+                .messages
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= published.messages
+        },
+    );
     let f = flow.stop(Duration::from_secs(10));
     assert_eq!(f.error, None);
     assert_eq!(

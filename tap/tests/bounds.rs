@@ -148,6 +148,7 @@ fn run(
         let text = ctx.to_text();
         write(&text);
         texts.push(text);
+        // Pacing (what is measured): one write every 7 ms, against polls of their own.
         std::thread::sleep(Duration::from_millis(7));
     }
     exporter

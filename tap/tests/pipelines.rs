@@ -14,7 +14,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Collector, bin, interrupt, root, sql, store, tempdir, unique};
 use serde_json::Value;
@@ -59,34 +59,22 @@ fn output(dir: &Path, name: &str) -> String {
 
 /// Waits until `name`'s stderr has a line starting with `prefix` (the tap is ready).
 fn wait_ready(dir: &Path, name: &str, prefix: &str, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let ready = hoptrace_testkit::poll_until(Duration::from_secs(30), || {
         let err = std::fs::read_to_string(dir.join(format!("{name}.err"))).unwrap_or_default();
-        if err.lines().any(|l| l.starts_with(prefix)) {
-            return;
-        }
         if let Some(status) = child.try_wait().unwrap() {
             panic!(
                 "{name} exited ({status}) before it was ready:\n{}",
                 output(dir, name)
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name} not ready:\n{}",
-            output(dir, name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        err.lines().any(|l| l.starts_with(prefix))
+    });
+    assert!(ready, "{name} not ready:\n{}", output(dir, name));
 }
 
 /// Waits for `child` to exit by itself (within `secs`), else interrupts it.
 fn finish(dir: &Path, name: &str, mut child: Child, secs: u64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if child.try_wait().unwrap().is_none() {
+    if hoptrace_testkit::exit_within(&mut child, Duration::from_secs(secs)).is_none() {
         interrupt(&child);
     }
     let status = child.wait().unwrap();

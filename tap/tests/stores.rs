@@ -180,6 +180,7 @@ fn run_case(case: &mut Case<'_>) -> StoreTapSummary {
         } else {
             (case.write)(&[&text]);
         }
+        // Pacing (the workload): one write every 5 ms, spread over many polls.
         std::thread::sleep(Duration::from_millis(5));
     }
     // A key that is not a context.
@@ -465,6 +466,7 @@ fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
     let mut c = StoreTapConfig::new(url);
     c.wait_for_store = Duration::from_secs(60);
     let starting = std::thread::spawn(move || StoreTap::start(c));
+    // What is tested: a second in which the store is down and the tap still waits.
     std::thread::sleep(Duration::from_secs(1));
     assert!(!starting.is_finished(), "the tap waits for the store");
     influxd("start");
@@ -475,6 +477,7 @@ fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
     let all = keys(0..2 * N);
     for k in &all[..N as usize] {
         influx_write(&m, std::slice::from_ref(k));
+        // Pacing (the workload): one write every 5 ms.
         std::thread::sleep(Duration::from_millis(5));
     }
     wait_for("the first half", 20, || live.keys_found.load(Relaxed) >= N);
@@ -488,6 +491,7 @@ fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
     influxd("start");
     for k in &all[N as usize..] {
         influx_write(&m, std::slice::from_ref(k));
+        // Pacing (the workload): one write every 5 ms.
         std::thread::sleep(Duration::from_millis(5));
     }
     wait_for("the second half", 30, || {

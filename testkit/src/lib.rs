@@ -96,12 +96,40 @@ pub fn closed_port() -> u16 {
 ///
 /// # Panics
 /// When `timeout` passes first, naming `what`.
-pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    assert!(poll_until(timeout, f), "timed out waiting for {what}");
+}
+
+/// Polls `f` (every 5 ms) until it holds or `timeout` passes; whether it held. For a
+/// caller that has something to clean up or to show before it fails.
+pub fn poll_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// `child`'s exit status once it exits, or `None` when it still runs after `timeout` (std
+/// has no wait with a timeout: it is polled).
+///
+/// # Panics
+/// When the child's status cannot be read.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    poll_until(timeout, || {
+        status = child.try_wait().expect("reading a child's status");
+        status.is_some()
+    });
+    status
 }
 
 #[cfg(test)]

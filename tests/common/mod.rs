@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[allow(unused_imports)] // not every test file uses it
 pub use hoptrace_testkit::broker;
@@ -138,18 +138,12 @@ pub fn text(o: &Output) -> String {
 
 /// Waits for `child` at most `within`; kills it and fails the test when it runs longer.
 pub fn wait_within(child: &mut Child, within: Duration, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if Instant::now() > deadline {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("{what} still ran after {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if let Some(s) = hoptrace_testkit::exit_within(child, within) {
+        return s;
     }
+    child.kill().ok();
+    child.wait().ok();
+    panic!("{what} still ran after {within:?}");
 }
 
 /// Sends SIGINT to our own child.

@@ -1,8 +1,9 @@
 //! Helpers of the store taps' integration tests: the real stores of `infra/stores`, the
 //! real `hoptrace collect` (`HOPTRACE_BIN`), and reading what it wrote.
 //!
-//! Skipped unless `HOPTRACE_INTEGRATION=1`; with it, a missing binary or a store that does
-//! not start is a failure. A store that is not running is started with
+//! The tests are ignored by a plain `cargo test`; run (`--ignored`, as `infra/test.sh`
+//! does), a missing binary or a store that does not start is a failure. A store that is
+//! not running is started with
 //! `infra/stores/stores.sh up NAME` and stopped again when the last test that uses it ends;
 //! a store that was running is left running.
 
@@ -223,12 +224,8 @@ pub fn sql(run_dir: &Path, query: &str) -> Vec<Value> {
 }
 
 /// Waits up to `secs` for `cond`.
-pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for(what: &str, secs: u64, cond: impl FnMut() -> bool) {
+    hoptrace_testkit::wait_for(what, Duration::from_secs(secs), cond);
 }
 
 /// A pipeline spec with `hops` (name, id) and the stages `stages` (name, from, to).
