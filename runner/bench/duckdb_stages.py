@@ -4,8 +4,9 @@ Usage: python3 duckdb_stages.py RUN_DIR SUMMARY_JSON OUT_JSON
 
 For every stage of SUMMARY_JSON (hoptrace's summary.json of the same run) it computes,
 from the run's Parquet alone, the stage delta (to-hop stamp minus from-hop stamp, in ns)
-and over the non-negative deltas: count, min, max, mean, population standard deviation
-and `quantile_disc` at the summary's quantiles, plus the count of negative deltas. One
+and over every known delta, negative ones included (as `docs/dataset.md` defines the
+statistics): count, min, max, mean, population standard deviation and `quantile_disc` at
+the summary's quantiles, plus the count of negative deltas. One
 query per stage, so DuckDB holds one stage's values at a time. Writes the figures and
 the seconds the queries took (DuckDB's own time, without Python's start) to OUT_JSON.
 """
@@ -31,10 +32,8 @@ def main() -> None:
         qs = [p["quantile"] for p in st["percentiles"]]
         d = f'epoch_ns("{st["to"]}_ns") - epoch_ns("{st["from"]}_ns")'
         n, neg, mn, mx, mean, sd, disc = con.execute(
-            f"SELECT count(d) FILTER (WHERE d >= 0), count(d) FILTER (WHERE d < 0), "
-            f"min(d) FILTER (WHERE d >= 0), max(d) FILTER (WHERE d >= 0), "
-            f"avg(d) FILTER (WHERE d >= 0), stddev_pop(d) FILTER (WHERE d >= 0), "
-            f"quantile_disc(d, {qs}) FILTER (WHERE d >= 0) "
+            f"SELECT count(d), count(d) FILTER (WHERE d < 0), "
+            f"min(d), max(d), avg(d), stddev_pop(d), quantile_disc(d, {qs}) "
             f"FROM (SELECT {d} AS d FROM read_parquet('{files}'))"
         ).fetchone()
         stages.append(
