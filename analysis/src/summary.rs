@@ -1109,12 +1109,7 @@ fn stage_summary(
     let percentiles: Vec<PercentileValue> = figures
         .percentiles()
         .into_iter()
-        .map(|p| PercentileValue {
-            label: quantile_label(p.quantile),
-            quantile: p.quantile,
-            value_ns: p.value_ns,
-            precision_ns: p.precision_ns,
-        })
+        .map(PercentileValue::from)
         .collect();
     let (uncertainty, note) = clock_uncertainty(hosts, &st.from, &st.to);
     let p50 = percentiles.first().map(|p| p.value_ns);
