@@ -11,16 +11,20 @@
 //! depend on the probe (it only tests against it), the publisher, the analysis or the
 //! runner: they report to it, read what it writes, or start it.
 //!
+//! Its modules follow a record's way through it:
+//!
+//! - [`ingest`]: the listener and the probes' connections ([`server`]), TLS, control frames.
+//! - [`join`]: the join of records into traces, bounded by the window; the keys already
+//!   written ([`keys`]); per-stage HDR histograms, exact statistics and interval logs
+//!   ([`stages`]); the partitions of a scaled-out run ([`partition`]).
+//! - [`durability`]: the write-ahead log ([`wal`]) and the checkpoints that cut it and let
+//!   a run be continued.
+//! - [`sink`]: rolling Parquet files ([`writer`]) and the tables beside them ([`tables`]).
+//! - [`observe`]: `/metrics` for Prometheus and `/progress.json` ([`run::Progress`])
+//!   ([`metrics`]); the live view, `/` and `/live.json` ([`live::Live`]).
+//! - [`run`]: a whole run's lifecycle: listen, join, write, account.
 //! - [`PipelineSpec`] (of `hoptrace-format`): the pipeline spec (TOML): hops, expected hops,
 //!   stages, join window, files.
-//! - [`join`]: the join of records into traces, bounded by the window.
-//! - [`writer`]: rolling Parquet files.
-//! - [`stages`]: per-stage HDR histograms, exact statistics and interval logs.
-//! - [`run`]: a whole run: listen, join, write, account.
-//! - [`metrics`]: `/metrics` for Prometheus, and `/progress.json` ([`run::Progress`]) for
-//!   programs that watch a collector in another process.
-//! - [`live`]: the live view, `/` and `/live.json` ([`live::Live`]): per-stage
-//!   percentiles over the last interval and the run, throughput, accounting, clocks.
 //!
 //! ```no_run
 //! use hoptrace_collector::run::{Collector, CollectorConfig};
@@ -39,23 +43,24 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod accounting;
-mod checkpoint;
-mod control;
+pub mod durability;
 pub mod generate;
+pub mod ingest;
 pub mod join;
 #[cfg(feature = "kafka")]
 pub mod kafka;
-pub mod keys;
-pub mod live;
-pub mod metrics;
-pub mod partition;
+pub mod observe;
 pub mod run;
-pub mod server;
-pub mod stages;
-pub mod tables;
-mod tls;
-pub mod wal;
-pub mod writer;
+pub mod sink;
+
+// The modules' paths before they were grouped by stage, kept for the crate's users.
+use durability::checkpoint;
+pub use durability::wal;
+pub use ingest::server;
+use ingest::{control, tls};
+pub use join::{keys, partition, stages};
+pub use observe::{live, metrics};
+pub use sink::{tables, writer};
 
 pub use hoptrace_format::run::RunSummary;
 pub use hoptrace_format::spec::{PipelineSpec, ResolvedSpec, SpecError};

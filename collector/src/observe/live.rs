@@ -314,7 +314,7 @@ mod tests {
         live.interval = Some(Interval::default());
         live.accounting.missing_by_hop.insert("x".into(), 1);
         let v: serde_json::Value = serde_json::to_value(&live).unwrap();
-        let doc = include_str!("../../docs/live-view.md");
+        let doc = include_str!("../../../docs/live-view.md");
         let mut keys = Vec::new();
         fn walk(v: &serde_json::Value, keys: &mut Vec<String>) {
             match v {

@@ -84,6 +84,10 @@
 //! assert_eq!(out[0].stage_ns(&spec.stages()[0]), Some(1_000));
 //! ```
 
+pub mod keys;
+pub mod partition;
+pub mod stages;
+
 use std::collections::VecDeque;
 use std::hash::BuildHasher as _;
 use std::ops::RangeInclusive;

@@ -1,0 +1,7 @@
+//! Ingest: the probes' connections. The listener and each connection's frames
+//! ([`server`]), TLS on them (`tls`), and the control frames a connection carries
+//! besides records (`control`).
+
+pub(crate) mod control;
+pub mod server;
+pub(crate) mod tls;
