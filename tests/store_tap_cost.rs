@@ -26,6 +26,7 @@ use hoptrace_probe::clock::realtime_ns;
 use hoptrace_probe::{TraceContext, TraceKey};
 use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
+use hoptrace_testkit::Acceptor;
 
 /// The poll (counting from 1, the opening query apart) the scripted store fails.
 const FAILING_POLL: u64 = 6;
@@ -40,41 +41,25 @@ struct ScriptedClickHouse {
     addr: String,
     rows: Arc<Mutex<Vec<(String, i64)>>>,
     polls: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    /// Stops (when the store is dropped) and frees the port.
+    _acceptor: Acceptor,
 }
 
 impl ScriptedClickHouse {
     fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
         let rows = Arc::new(Mutex::new(Vec::new()));
         let polls = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (r, p, s) = (Arc::clone(&rows), Arc::clone(&polls), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            // Blocking accepts; dropping the store wakes the last one to stop.
-            for conn in listener.incoming() {
-                if s.load(Relaxed) {
-                    break;
-                }
-                let Ok(conn) = conn else { continue };
-                let (r, p) = (Arc::clone(&r), Arc::clone(&p));
-                std::thread::spawn(move || serve(conn, &r, &p));
-            }
+        let (r, p) = (Arc::clone(&rows), Arc::clone(&polls));
+        let acceptor = Acceptor::spawn(TcpListener::bind("127.0.0.1:0").unwrap(), move |conn| {
+            let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+            std::thread::spawn(move || serve(conn, &r, &p));
         });
         Self {
-            addr,
+            addr: acceptor.addr().to_string(),
             rows,
             polls,
-            stop,
+            _acceptor: acceptor,
         }
-    }
-}
-
-impl Drop for ScriptedClickHouse {
-    fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        let _ = TcpStream::connect(&self.addr);
     }
 }
 

@@ -29,7 +29,7 @@ use hoptrace_probe::{
     TraceContext, TraceKey,
 };
 use hoptrace_protocol::{self as protocol, Frame, MAX_FRAME_LEN, counter_id};
-use hoptrace_testkit::wait_for;
+use hoptrace_testkit::{Acceptor, wait_for};
 
 const MAX_CALL: Duration = Duration::from_millis(50);
 const QUEUE: usize = 2000;
@@ -83,13 +83,11 @@ struct Hostile {
     hellos: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
-    acceptor: Mutex<Option<std::thread::JoinHandle<()>>>,
+    acceptor: Acceptor,
 }
 
 impl Hostile {
     fn start(mode: Mode) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let (accepted, hellos, stop, conns) = (
             Arc::<AtomicUsize>::default(),
             Arc::<AtomicUsize>::default(),
@@ -103,37 +101,27 @@ impl Hostile {
                 stop.clone(),
                 conns.clone(),
             );
-            std::thread::spawn(move || {
-                // Blocking accepts; `close` wakes the last one with a connection of its own.
-                for s in listener.incoming() {
-                    if stop.load(Relaxed) {
-                        break;
-                    }
-                    let Ok(s) = s else { continue };
-                    accepted.fetch_add(1, Relaxed);
-                    conns.lock().unwrap().push(s.try_clone().unwrap());
-                    let (hellos, stop) = (hellos.clone(), stop.clone());
-                    std::thread::spawn(move || serve(s, mode, &hellos, &stop));
-                }
+            Acceptor::spawn(TcpListener::bind("127.0.0.1:0").unwrap(), move |s| {
+                accepted.fetch_add(1, Relaxed);
+                conns.lock().unwrap().push(s.try_clone().unwrap());
+                let (hellos, stop) = (hellos.clone(), stop.clone());
+                std::thread::spawn(move || serve(s, mode, &hellos, &stop));
             })
         };
         Self {
-            addr,
+            addr: acceptor.addr(),
             accepted,
             hellos,
             stop,
             conns,
-            acceptor: Mutex::new(Some(acceptor)),
+            acceptor,
         }
     }
 
     /// Stops listening and closes every connection: the port is free again.
     fn close(&self) {
         self.stop.store(true, Relaxed);
-        if let Some(acceptor) = self.acceptor.lock().unwrap().take() {
-            let _ = TcpStream::connect(self.addr);
-            acceptor.join().unwrap();
-        }
+        self.acceptor.stop();
         for c in self.conns.lock().unwrap().drain(..) {
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
@@ -360,6 +348,11 @@ fn assert_host_never_waited(load: &Load, ex: &Exporter) {
 /// again, as a publisher does every second.
 fn recover_and_check(ex: Exporter, addr: SocketAddr, load: &Load, send_again: bool) {
     let mc = MiniCollector::start_on(TcpListener::bind(addr).unwrap(), None);
+    // Its Hello first: until then `is_connected` may still speak of the hostile
+    // collector's last connection.
+    mc.wait_for("a hello", Duration::from_secs(10), |f| {
+        f.iter().any(|(_, f)| matches!(f, Frame::Hello(_)))
+    });
     wait_for(
         "a connection to the collector that behaves",
         Duration::from_secs(10),

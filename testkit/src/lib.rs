@@ -1,7 +1,8 @@
 //! Helpers shared by hoptrace's tests (a dev-dependency only, never of a library's normal
 //! build): the addresses of the services `infra/test.sh` starts, fresh scratch
 //! directories, ids unlikely to collide with earlier runs, ports nothing listens on, and
-//! waiting for a condition without fixed sleeps.
+//! waiting for a condition without fixed sleeps, and the accept loop of the small servers
+//! tests write ([`Acceptor`]).
 //!
 //! Tests that need a service are `#[ignore]`d, so a plain `cargo test` lists them as
 //! ignored; `infra/test.sh` runs them with `--include-ignored` after starting the services
@@ -11,8 +12,11 @@
 //! It depends on nothing but the standard library.
 #![deny(missing_docs, unreachable_pub)]
 
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `host:port` of a service from the environment variable `var` (`HOPTRACE_MQTT`,
@@ -132,6 +136,73 @@ pub fn exit_within(
     status
 }
 
+/// The accept loop of a server a test writes (a collector or a store that behaves in some
+/// way): blocking accepts on a thread of its own, each connection handed to `handle` on
+/// that thread (which starts a thread per connection where it needs one). [`Self::stop`]
+/// (or dropping it) wakes the last accept with a connection of its own and waits for the
+/// loop to end: the port is free when it returns.
+#[derive(Debug)]
+pub struct Acceptor {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Acceptor {
+    /// Accepts on `listener` until stopped.
+    ///
+    /// # Panics
+    /// When the listener has no local address.
+    pub fn spawn(
+        listener: TcpListener,
+        mut handle: impl FnMut(TcpStream) + Send + 'static,
+    ) -> Self {
+        let addr = listener.local_addr().expect("a bound listener");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopping.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(conn) = conn {
+                    handle(conn);
+                }
+            }
+        });
+        Self {
+            addr,
+            stop,
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    /// The address it listens on.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting and closes the listener (idempotent).
+    ///
+    /// # Panics
+    /// When the accept loop panicked.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = TcpStream::connect(self.addr);
+            t.join().expect("the accept loop ended");
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +218,31 @@ mod tests {
         assert_ne!(unique_id(), 0);
         let _ = std::fs::remove_dir_all(a);
         let _ = std::fs::remove_dir_all(b);
+    }
+
+    #[test]
+    fn a_stopped_acceptor_has_freed_its_port() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&seen);
+        let a = Acceptor::spawn(TcpListener::bind("127.0.0.1:0").unwrap(), move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
+        let addr = a.addr();
+        drop(TcpStream::connect(addr).unwrap());
+        wait_for("the connection", Duration::from_secs(5), || {
+            seen.load(Ordering::Relaxed) == 1
+        });
+        a.stop();
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "nothing listens any more"
+        );
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            1,
+            "the wake-up is not handed on"
+        );
+        drop(TcpListener::bind(addr).expect("the port is free again"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use hoptrace_protocol::Frame;
 use hoptrace_protocol::{self as protocol, MAX_FRAME_LEN};
+use hoptrace_testkit::Acceptor;
 
 /// Frames received, tagged with the connection number they came on.
 pub type Received = Arc<Mutex<Vec<(usize, Frame)>>>;
@@ -28,9 +29,8 @@ pub struct Durable {
 pub struct MiniCollector {
     pub addr: SocketAddr,
     pub frames: Received,
-    stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
-    acceptor: Mutex<Option<std::thread::JoinHandle<()>>>,
+    acceptor: Acceptor,
 }
 
 impl MiniCollector {
@@ -72,30 +72,22 @@ impl MiniCollector {
         reject: Option<&'static str>,
         durable: Option<Durable>,
     ) -> Self {
-        let addr = listener.local_addr().unwrap();
         let frames: Received = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (f, s, c) = (frames.clone(), stop.clone(), conns.clone());
-        let acceptor = std::thread::spawn(move || {
-            // Blocking accepts; `stop` wakes the last one with a connection of its own.
-            for (id, stream) in listener.incoming().enumerate() {
-                if s.load(Ordering::Relaxed) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                c.lock().unwrap().push(stream.try_clone().unwrap());
-                let f = f.clone();
-                let durable = durable.clone();
-                std::thread::spawn(move || serve(stream, id, &f, reject, durable));
-            }
+        let (f, c) = (frames.clone(), conns.clone());
+        let mut id = 0;
+        let acceptor = Acceptor::spawn(listener, move |stream| {
+            c.lock().unwrap().push(stream.try_clone().unwrap());
+            let (f, durable) = (f.clone(), durable.clone());
+            let n = id;
+            id += 1;
+            std::thread::spawn(move || serve(stream, n, &f, reject, durable));
         });
         Self {
-            addr,
+            addr: acceptor.addr(),
             frames,
-            stop,
             conns,
-            acceptor: Mutex::new(Some(acceptor)),
+            acceptor,
         }
     }
 
@@ -108,11 +100,7 @@ impl MiniCollector {
 
     /// Stops listening (the port is free when this returns) and cuts every connection.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(acceptor) = self.acceptor.lock().unwrap().take() {
-            let _ = TcpStream::connect(self.addr);
-            acceptor.join().unwrap();
-        }
+        self.acceptor.stop();
         self.cut_connections();
     }
 
