@@ -211,9 +211,6 @@ fn permanent(code: u16) -> bool {
 /// them whenever its queue is empty).
 const ACK_READ_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Locks `m`, also when a thread panicked while holding it: the data behind these locks
-/// (queued frame bytes, connection status) stays consistent at every step, so a panic
-/// elsewhere must not turn into a panic in the embedding application's threads.
 /// Counters a Counters frame holds.
 const MAX_COUNTERS_PER_FRAME: usize = 255;
 
@@ -261,30 +258,34 @@ impl PendingControl {
         self.sent.len() + self.counters.len()
     }
 
-    /// Encodes what is waiting into `buf` (Sent frames per publisher, as many as its
-    /// entries need; one Counters frame per 255 counters) and forgets it.
-    fn encode_into(&mut self, buf: &mut Vec<u8>) {
-        let sent = std::mem::take(&mut self.sent);
+    /// Encodes what is waiting into `buf`: Sent frames per publisher, as many as its
+    /// entries need, then one Counters frame per 255 counters. The exporter takes what is
+    /// waiting ([`std::mem::take`]), encodes it, and gives it back with
+    /// [`PendingControl::restore`] when the write fails, so that a lost connection loses
+    /// none of it.
+    fn encode(&self, buf: &mut Vec<u8>) {
         let mut frame = SentFrame::default();
         let flush = |frame: &mut SentFrame, buf: &mut Vec<u8>| {
             Frame::Sent(std::mem::take(frame))
                 .encode(buf)
                 .expect("a Sent frame of at most MAX_SENT_PER_FRAME entries encodes");
         };
-        for ((publisher, _), entry) in sent {
+        for (&(publisher, _), entry) in &self.sent {
             if !frame.entries.is_empty()
                 && (frame.publisher != publisher || frame.entries.len() == MAX_SENT_PER_FRAME)
             {
                 flush(&mut frame, buf);
             }
             frame.publisher = publisher;
-            self.empty_sent.remove(&publisher);
-            frame.entries.push(entry);
+            frame.entries.push(*entry);
         }
         if !frame.entries.is_empty() {
             flush(&mut frame, buf);
         }
-        for publisher in std::mem::take(&mut self.empty_sent) {
+        for &publisher in &self.empty_sent {
+            if self.sent.keys().any(|&(p, _)| p == publisher) {
+                continue; // its entries said it is there
+            }
             flush(
                 &mut SentFrame {
                     publisher,
@@ -293,8 +294,8 @@ impl PendingControl {
                 buf,
             );
         }
-        if let Some(at_ns) = self.counters_at_ns.take() {
-            let values: Vec<(u16, u64)> = std::mem::take(&mut self.counters).into_iter().collect();
+        if let Some(at_ns) = self.counters_at_ns {
+            let values: Vec<(u16, u64)> = self.counters.iter().map(|(&k, &v)| (k, v)).collect();
             for chunk in values.chunks(MAX_COUNTERS_PER_FRAME) {
                 Frame::Counters(CountersFrame {
                     at_ns,
@@ -305,8 +306,27 @@ impl PendingControl {
             }
         }
     }
+
+    /// Gives back what a failed write did not deliver. What the caller reported since it
+    /// was taken is newer and wins; the rest waits again for the next connection.
+    fn restore(&mut self, older: PendingControl) {
+        for (key, entry) in older.sent {
+            self.sent.entry(key).or_insert(entry);
+        }
+        self.empty_sent.extend(older.empty_sent);
+        for (id, value) in older.counters {
+            self.counters.entry(id).or_insert(value);
+        }
+        self.counters_at_ns = match (self.counters_at_ns, older.counters_at_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
+/// Locks `m`, also when a thread panicked while holding it: the data behind these locks
+/// (queued frame bytes, connection status) stays consistent at every step, so a panic
+/// elsewhere must not turn into a panic in the embedding application's threads.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -953,7 +973,9 @@ impl Worker {
                     .encode(&mut buf)
                     .expect("the clock feed cuts the detail to the frame's limit");
             }
-            lock(&self.control).encode_into(&mut buf);
+            // Taken, not copied: given back below if the write fails.
+            let control = std::mem::take(&mut *lock(&self.control));
+            control.encode(&mut buf);
             let frame_at = buf.len();
             let mut w = if self.durable {
                 RecordsWriter::numbered(&mut buf, self.next_seq)
@@ -1006,6 +1028,7 @@ impl Worker {
             }
             if !buf.is_empty() {
                 if let Err(e) = stream.write_all(&buf) {
+                    lock(&self.control).restore(control);
                     if !self.durable {
                         self.shared.counters.send_failed.fetch_add(n, Relaxed);
                         if n > 0 {
@@ -1398,7 +1421,7 @@ mod tests {
             assert_eq!(p.len(), 3_000, "after {second} s");
         }
         let mut buf = Vec::new();
-        p.encode_into(&mut buf);
+        std::mem::take(&mut p).encode(&mut buf);
         assert_eq!(p.len(), 0);
         let frames = decode(&buf);
         assert_eq!(frames.len(), 1);
@@ -1412,7 +1435,7 @@ mod tests {
         );
         // Nothing is sent twice.
         let mut again = Vec::new();
-        p.encode_into(&mut again);
+        std::mem::take(&mut p).encode(&mut again);
         assert!(again.is_empty());
     }
 
@@ -1441,7 +1464,7 @@ mod tests {
             entries: Vec::new(),
         });
         let mut buf = Vec::new();
-        p.encode_into(&mut buf);
+        std::mem::take(&mut p).encode(&mut buf);
         let sizes: Vec<(u16, usize)> = decode(&buf)
             .iter()
             .map(|f| match f {
@@ -1467,13 +1490,57 @@ mod tests {
         });
         assert_eq!(p.len(), 3);
         let mut buf = Vec::new();
-        p.encode_into(&mut buf);
+        std::mem::take(&mut p).encode(&mut buf);
         assert_eq!(
             decode(&buf),
             [Frame::Counters(CountersFrame {
                 at_ns: 9_999,
                 values: vec![(64, 9_999), (65, 19_998), (70, 1)],
             })]
+        );
+    }
+
+    /// A write that fails gives back what it took: each stream's entry and each counter
+    /// waits again, unless the caller reported a newer one meanwhile, which wins.
+    #[test]
+    fn pending_control_taken_for_a_failed_write_is_given_back_under_newer_reports() {
+        let mut p = PendingControl::default();
+        p.add_sent(SentFrame {
+            publisher: 3,
+            entries: vec![entry(0, 10), entry(1, 10)],
+        });
+        p.add_counters(CountersFrame {
+            at_ns: 100,
+            values: vec![(64, 1), (65, 1)],
+        });
+        let taken = std::mem::take(&mut p);
+        let mut lost = Vec::new();
+        taken.encode(&mut lost);
+        assert_eq!(p.len(), 0);
+        // Reported while the write was under way.
+        p.add_sent(SentFrame {
+            publisher: 3,
+            entries: vec![entry(1, 20)],
+        });
+        p.add_counters(CountersFrame {
+            at_ns: 200,
+            values: vec![(65, 2)],
+        });
+        p.restore(taken);
+        let mut buf = Vec::new();
+        std::mem::take(&mut p).encode(&mut buf);
+        assert_eq!(
+            decode(&buf),
+            [
+                Frame::Sent(SentFrame {
+                    publisher: 3,
+                    entries: vec![entry(0, 10), entry(1, 20)],
+                }),
+                Frame::Counters(CountersFrame {
+                    at_ns: 200,
+                    values: vec![(64, 1), (65, 2)],
+                }),
+            ]
         );
     }
 }
