@@ -273,6 +273,22 @@ fn print_summary(s: &StoreTapSummary) {
             "keys no remembered poll covered (bounded by their publish stamp)"
         )
     );
+    if s.reconnections > 0 {
+        println!(
+            "connections: {} lost and opened again (the polls they failed are among the failed polls; a poll that failed bounds nothing)",
+            s.reconnections
+        );
+    }
+    let d = &s.store_time_disagrees;
+    if !d.trusted() {
+        println!(
+            "row times off this host's clock: {} after the response that returned them (up to {:.1} ms), {} before their publish stamp (up to {:.1} ms); from the first of them on, row times no longer bounded the queryable stamp from below",
+            d.ahead,
+            d.ahead_max_ns as f64 / 1e6,
+            d.behind,
+            d.behind_max_ns as f64 / 1e6
+        );
+    }
     if s.late_rows > 0 {
         println!(
             "late rows: {} keys became visible behind the newest row time already seen (up to {:.1} ms); polls ended looking {:.1} ms back",

@@ -67,7 +67,7 @@ pub struct PollBracket {
     pub warning: bool,
 }
 
-/// What one store tap cost, from its counters (`docs/collector-protocol.md`, ids 64–91):
+/// What one store tap cost, from its counters (`docs/collector-protocol.md`, ids 64–109):
 /// its polls, its query time as it saw it, and the store's own query duration where the
 /// store reports one (ClickHouse).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,6 +104,18 @@ pub struct StoreTapCost {
     pub polls_with_keys: u64,
     /// Key values that did not decode.
     pub bad_keys: u64,
+    /// Row times after the response that returned them (a clock ahead of the tap's), and
+    /// the most one was after it, ns.
+    #[serde(default)]
+    pub store_time_ahead: (u64, u64),
+    /// Row times before their publish stamp beyond their resolution (a clock behind the
+    /// publisher's, or a time the writer took from the message), and the most one was
+    /// before it, ns.
+    #[serde(default)]
+    pub store_time_behind: (u64, u64),
+    /// Connections to the store it found lost and opened again.
+    #[serde(default)]
+    pub reconnections: u64,
 }
 
 /// A distribution a tap sends as counters: count, mean, P50, P99 and maximum, ns. A figure
@@ -168,8 +180,13 @@ mod tap_counter {
     pub(super) const SERVER_ELAPSED_P99_NS: u16 = 89;
     pub(super) const SERVER_ELAPSED_MAX_NS: u16 = 90;
     pub(super) const POLLING_NS: u16 = 91;
+    pub(super) const STORE_TIME_AHEAD: u16 = 105;
+    pub(super) const STORE_TIME_AHEAD_MAX_NS: u16 = 106;
+    pub(super) const STORE_TIME_BEHIND: u16 = 107;
+    pub(super) const STORE_TIME_BEHIND_MAX_NS: u16 = 108;
+    pub(super) const RECONNECTIONS: u16 = 109;
     /// Every id read, the ones a tap has sent since the first version first.
-    pub(super) const READ: [u16; 24] = [
+    pub(super) const READ: [u16; 29] = [
         BRACKET_HOP,
         KEYS_FOUND,
         BRACKET_SUM_NS,
@@ -194,12 +211,17 @@ mod tap_counter {
         SERVER_ELAPSED_P99_NS,
         SERVER_ELAPSED_MAX_NS,
         POLLING_NS,
+        STORE_TIME_AHEAD,
+        STORE_TIME_AHEAD_MAX_NS,
+        STORE_TIME_BEHIND,
+        STORE_TIME_BEHIND_MAX_NS,
+        RECONNECTIONS,
     ];
     /// The ids without which a tap's counters are not read at all.
     pub(super) const REQUIRED: usize = 9;
 }
 
-/// The store taps' counters (`probes.parquet`, ids 64–91 of `docs/collector-protocol.md`),
+/// The store taps' counters (`probes.parquet`, ids 64–109 of `docs/collector-protocol.md`),
 /// per polled hop, with what each tap cost. Runs without store taps have none; counters
 /// an older tap did not send are left out (`None`).
 ///
@@ -344,6 +366,12 @@ pub async fn polled_hops(
                 rows_repeated: get(id::ROWS_REPEATED),
                 polls_with_keys: get(id::POLLS_WITH_KEYS),
                 bad_keys: get(id::BAD_KEYS),
+                store_time_ahead: (get(id::STORE_TIME_AHEAD), get(id::STORE_TIME_AHEAD_MAX_NS)),
+                store_time_behind: (
+                    get(id::STORE_TIME_BEHIND),
+                    get(id::STORE_TIME_BEHIND_MAX_NS),
+                ),
+                reconnections: get(id::RECONNECTIONS),
             });
         }
     }

@@ -282,7 +282,15 @@ fn store_tap_blocks(taps: &[StoreTapCost]) -> Vec<Block> {
                         .map_or_else(|| "-".into(), |r| format!("{r:.1}")),
                     duration_ns(t.poll_interval_ns)
                 ),
-                count(t.poll_errors),
+                if t.reconnections > 0 {
+                    format!(
+                        "{} ({} connections lost and opened again)",
+                        count(t.poll_errors),
+                        count(t.reconnections)
+                    )
+                } else {
+                    count(t.poll_errors)
+                },
                 cost_spread(&t.query_time),
                 t.server_elapsed.as_ref().map_or_else(
                     || "not reported by the store".into(),
@@ -298,7 +306,7 @@ fn store_tap_blocks(taps: &[StoreTapCost]) -> Vec<Block> {
             ]
         })
         .collect();
-    vec![
+    let mut blocks = vec![
         Block::Heading(3, "Store taps: what polling cost".into()),
         Block::Para(
             "Each store tap queried the live store over and over; this is what that cost. Query time is send → response as the tap saw it (network and client included); the store's own duration is what the store reported for the query (ClickHouse's `statistics.elapsed`); rows read include the ones each poll's overlap reads again.".into(),
@@ -316,7 +324,41 @@ fn store_tap_blocks(taps: &[StoreTapCost]) -> Vec<Block> {
             .to_vec(),
             rows,
         ),
-    ]
+    ];
+    blocks.extend(taps.iter().filter_map(store_time_disagrees));
+    blocks
+}
+
+/// What a tap's row times that were off its clock mean for the figures, when there were
+/// any: from the first, they stopped bounding the polled hop from below, and a stage to
+/// the row time measures that clock's offset as much as latency.
+fn store_time_disagrees(t: &StoreTapCost) -> Option<Block> {
+    let (ahead, ahead_ns) = t.store_time_ahead;
+    let (behind, behind_ns) = t.store_time_behind;
+    let mut said = Vec::new();
+    if ahead > 0 {
+        said.push(format!(
+            "{} rows carried a time after the response that returned them (up to {})",
+            count(ahead),
+            duration_ns(ahead_ns)
+        ));
+    }
+    if behind > 0 {
+        said.push(format!(
+            "{} rows carried a time before their message was published (up to {})",
+            count(behind),
+            duration_ns(behind_ns)
+        ));
+    }
+    (!said.is_empty()).then(|| {
+        Block::Para(format!(
+            "**Row times off the tap's clock** ({} on {}): {}. The clock that stamped the rows (the store's, or the writer's when it sends its own times) is not the tap's, or the rows carry a time taken from the message: from the first such row on, the row time no longer bounds `{}` from below (the bound falls back to the polls), and a stage ending at the row time (`store_in`) measures that clock's offset as much as latency.",
+            t.process,
+            t.host,
+            said.join("; "),
+            t.hop
+        ))
+    })
 }
 
 fn headline(s: &Summary) -> String {
@@ -1114,6 +1156,60 @@ pub fn write_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tap whose row times were off its clock gets a paragraph that says how many, by
+    /// how much, and what that does to the figures; one whose were not gets none.
+    #[test]
+    fn row_times_off_the_taps_clock_are_said_beside_its_cost() {
+        let spread = CostSpread {
+            count: 0,
+            mean_ns: None,
+            p50_ns: None,
+            p99_ns: None,
+            max_ns: None,
+        };
+        let mut t = StoreTapCost {
+            run_id: "r".into(),
+            process: "hoptrace tap".into(),
+            host: "h".into(),
+            hop: "queryable".into(),
+            poll_interval_ns: 1_000_000,
+            polls: 10,
+            poll_errors: 0,
+            polling_s: Some(1.0),
+            polls_per_s: Some(10.0),
+            query_time: spread.clone(),
+            server_elapsed: None,
+            keys_found: 40,
+            rows: 40,
+            rows_repeated: 0,
+            polls_with_keys: 1,
+            bad_keys: 0,
+            store_time_ahead: (0, 0),
+            store_time_behind: (0, 0),
+            reconnections: 0,
+        };
+        assert!(store_time_disagrees(&t).is_none());
+        t.store_time_ahead = (40, 4_991_894_926);
+        t.store_time_behind = (2, 20_000_000);
+        let Some(Block::Para(p)) = store_time_disagrees(&t) else {
+            panic!("no paragraph")
+        };
+        assert!(
+            p.contains("40 rows carried a time after the response"),
+            "{p}"
+        );
+        assert!(
+            p.contains("2 rows carried a time before their message was published"),
+            "{p}"
+        );
+        assert!(p.contains("no longer bounds `queryable` from below"), "{p}");
+        assert_eq!(
+            store_tap_blocks(&[t]).len(),
+            4,
+            "heading, text, table, paragraph"
+        );
+    }
 
     #[test]
     fn dates_are_utc_civil() {

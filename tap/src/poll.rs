@@ -140,6 +140,20 @@ pub mod counter_id {
     pub const SERIES_RESOLUTIONS: u16 = 103;
     /// Resolutions that failed (the tap polled on with the series it had).
     pub const SERIES_RESOLUTION_ERRORS: u16 = 104;
+    /// New keys whose row time was after the response that returned them: a clock (the
+    /// store's, or the writer's that stamped the row) ahead of the tap's.
+    pub const STORE_TIME_AHEAD: u16 = 105;
+    /// The most such a row time was after its response, ns.
+    pub const STORE_TIME_AHEAD_MAX_NS: u16 = 106;
+    /// New keys whose row time was before their publish stamp by more than the row time's
+    /// resolution: a clock behind the publisher's, or a row time the writer took from the
+    /// message rather than the store's.
+    pub const STORE_TIME_BEHIND: u16 = 107;
+    /// The most such a row time was before its publish stamp, ns.
+    pub const STORE_TIME_BEHIND_MAX_NS: u16 = 108;
+    /// Connections to the store found lost and opened again, over all pollers (PostgreSQL;
+    /// 0 for the HTTP stores, whose client reconnects within a request).
+    pub const RECONNECTIONS: u16 = 109;
 
     /// The counter's name, or `None` for an id outside this list.
     #[must_use]
@@ -186,6 +200,11 @@ pub mod counter_id {
             SERIES => "series",
             SERIES_RESOLUTIONS => "series_resolutions",
             SERIES_RESOLUTION_ERRORS => "series_resolution_errors",
+            STORE_TIME_AHEAD => "store_time_ahead",
+            STORE_TIME_AHEAD_MAX_NS => "store_time_ahead_max_ns",
+            STORE_TIME_BEHIND => "store_time_behind",
+            STORE_TIME_BEHIND_MAX_NS => "store_time_behind_max_ns",
+            RECONNECTIONS => "reconnections",
             _ => return None,
         })
     }
@@ -394,6 +413,14 @@ pub struct StoreTapSummary {
     pub earliest_from_store_time: u64,
     /// Keys no remembered poll covered (earliest instant: their publish stamp).
     pub earliest_fallbacks: u64,
+    /// Row times that disagree with the clocks around them: how many were after the
+    /// response that returned them and by at most how much (ns), and how many were before
+    /// their publish stamp (beyond the row time's resolution) and by at most how much.
+    /// From the first of either on, row times no longer bound `queryable` from below.
+    pub store_time_disagrees: StoreTimeDisagrees,
+    /// Connections to the store found lost and opened again (the polls they failed are
+    /// among `poll_errors`; a poll that failed bounds nothing).
+    pub reconnections: u64,
     /// New keys whose row time was behind the newest row time seen when their poll was
     /// sent (visible out of time order).
     pub late_rows: u64,
@@ -1047,6 +1074,10 @@ impl StoreTap {
     fn take(&mut self, l: &mut Loop, a: Answer, resolution: i64, in_flight_since: i64) -> Taken {
         let live = Arc::clone(&self.live);
         let (send_ns, resp_ns) = (a.send_ns, a.resp_ns);
+        if l.c.reconnections.len() <= a.poller {
+            l.c.reconnections.resize(a.poller + 1, 0);
+        }
+        l.c.reconnections[a.poller] = a.reconnections;
         let batch = match a.result {
             Ok(b) => b,
             Err(e) => {
@@ -1154,10 +1185,28 @@ impl StoreTap {
                 (Some(s), Some(i)) => s.proof_after(i),
                 _ => i64::MIN,
             };
+            let trusted = c.store_time.trusted();
+            if let Some(why) = c.store_time.check(
+                row.time_ns,
+                resp_ns,
+                publish,
+                i64::try_from(self.resolution_ns).unwrap_or(i64::MAX),
+            ) && trusted
+            {
+                tracing::warn!(
+                    "{why}: the row times do not follow this host's clock, so from here on they no longer bound {} from below{} (such rows are counted: store_time_ahead, store_time_behind)",
+                    self.config.queryable_hop.1,
+                    if self.config.store_in_hop.is_some() {
+                        ", and stages to store_in measure that clock's offset as much as latency"
+                    } else {
+                        ""
+                    }
+                );
+            }
             let earliest = l.covering.earliest(
                 row.time_ns,
                 resp_ns,
-                self.store_time_is_ours,
+                self.store_time_is_ours && c.store_time.trusted(),
                 publish.unwrap_or(ctx.intended_ns),
                 proof_after,
             );
@@ -1304,6 +1353,8 @@ impl StoreTap {
             bracket: l.bracket.spread(),
             earliest_from_store_time: c.earliest_from_store_time,
             earliest_fallbacks: c.earliest_fallbacks,
+            store_time_disagrees: c.store_time,
+            reconnections: c.reconnections.iter().sum(),
             late_rows: c.late_rows,
             late_max_ns: u64::try_from(c.late_max_ns).unwrap_or(0),
             look_back_ns: u64::try_from(self.overlap_ns.saturating_add(l.widen_ns)).unwrap_or(0),
@@ -1429,6 +1480,11 @@ impl StoreTap {
             ),
             (id::EARLIEST_FROM_STORE_TIME, c.earliest_from_store_time),
             (id::EARLIEST_FALLBACKS, c.earliest_fallbacks),
+            (id::STORE_TIME_AHEAD, c.store_time.ahead),
+            (id::STORE_TIME_AHEAD_MAX_NS, c.store_time.ahead_max_ns),
+            (id::STORE_TIME_BEHIND, c.store_time.behind),
+            (id::STORE_TIME_BEHIND_MAX_NS, c.store_time.behind_max_ns),
+            (id::RECONNECTIONS, c.reconnections.iter().sum()),
             (id::POLLERS, self.pollers_used as u64),
             (id::LATE_ROWS, c.late_rows),
             (id::LATE_MAX_NS, u64::try_from(c.late_max_ns).unwrap_or(0)),
@@ -1476,6 +1532,62 @@ fn widening(overlap_ns: i64, late_max_ns: i64) -> i64 {
         .clamp(0, store::duration_ns(MAX_WIDEN))
 }
 
+/// Row times that cannot be on the tap's clock: after the response that returned them,
+/// or before the message was published.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreTimeDisagrees {
+    /// Rows whose time was after the response that returned them.
+    pub ahead: u64,
+    /// The most one of those was after it, ns.
+    pub ahead_max_ns: u64,
+    /// Rows whose time was before their publish stamp by more than the row time's
+    /// resolution.
+    pub behind: u64,
+    /// The most one of those was before it, ns.
+    pub behind_max_ns: u64,
+}
+
+impl StoreTimeDisagrees {
+    /// Whether no row time has disagreed yet (row times may bound `queryable` from below).
+    #[must_use]
+    pub fn trusted(&self) -> bool {
+        self.ahead == 0 && self.behind == 0
+    }
+
+    /// Counts a row time `row_ns` returned by a response at `resp_ns`, of a message
+    /// published at `publish_ns`, when it cannot be on the tap's clock; says how.
+    fn check(
+        &mut self,
+        row_ns: i64,
+        resp_ns: i64,
+        publish_ns: Option<i64>,
+        resolution_ns: i64,
+    ) -> Option<String> {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        if row_ns > resp_ns {
+            let by = row_ns.abs_diff(resp_ns);
+            self.ahead += 1;
+            self.ahead_max_ns = self.ahead_max_ns.max(by);
+            return Some(format!(
+                "a row's time is {:.1} ms after the response that returned it",
+                ms(by)
+            ));
+        }
+        let p = publish_ns?;
+        if row_ns < p.saturating_sub(resolution_ns) {
+            let by = row_ns.abs_diff(p);
+            self.behind += 1;
+            self.behind_max_ns = self.behind_max_ns.max(by);
+            return Some(format!(
+                "a row's time is {:.1} ms before its message was published",
+                ms(by)
+            ));
+        }
+        None
+    }
+}
+
 /// The loop's counts.
 #[derive(Debug, Default)]
 struct Tally {
@@ -1496,6 +1608,9 @@ struct Tally {
     earliest_fallbacks: u64,
     late_rows: u64,
     late_max_ns: i64,
+    store_time: StoreTimeDisagrees,
+    /// Per poller, its connection's reconnections so far.
+    reconnections: Vec<u64>,
     catch_up_polls: u64,
     caught_up_keys: u64,
     caught_up_late_max_ns: i64,
@@ -1515,6 +1630,43 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row time after its response, or before its publish stamp beyond the row time's
+    /// resolution, is counted with how far; the first one ends the row times' use as a
+    /// lower bound.
+    #[test]
+    fn row_times_off_the_taps_clock_are_counted_and_no_longer_trusted() {
+        let mut d = StoreTimeDisagrees::default();
+        // Within [publish - resolution, response]: agrees.
+        assert_eq!(d.check(1_000, 2_000, Some(900), 0), None);
+        assert_eq!(
+            d.check(899, 2_000, Some(900), 1),
+            None,
+            "within the resolution"
+        );
+        assert_eq!(
+            d.check(500, 2_000, None, 0),
+            None,
+            "no publish stamp to compare"
+        );
+        assert!(d.trusted());
+        let why = d.check(5_000_000, 2_000_000, Some(900), 0).unwrap();
+        assert!(why.contains("3.0 ms after the response"), "{why}");
+        assert!(!d.trusted());
+        d.check(1_000_000, 2_000_000, Some(31_000_000), 1_000)
+            .unwrap();
+        d.check(1_000_000, 2_000_000, Some(3_000_000), 1_000)
+            .unwrap();
+        assert_eq!(
+            d,
+            StoreTimeDisagrees {
+                ahead: 1,
+                ahead_max_ns: 3_000_000,
+                behind: 2,
+                behind_max_ns: 30_000_000,
+            }
+        );
+    }
 
     fn key(sequence: u64) -> TraceKey {
         TraceKey {
@@ -1540,9 +1692,9 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let names: FxHashSet<&str> = (64..=104).filter_map(counter_id::name).collect();
-        assert_eq!(names.len(), 41);
-        assert_eq!(counter_id::name(105), None);
+        let names: FxHashSet<&str> = (64..=109).filter_map(counter_id::name).collect();
+        assert_eq!(names.len(), 46);
+        assert_eq!(counter_id::name(110), None);
         assert_eq!(counter_id::name(63), None);
     }
 

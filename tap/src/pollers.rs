@@ -57,6 +57,8 @@ pub(crate) struct Answer {
     pub(crate) epoch: u32,
     /// For a resolution ticket (no poll then): the series the store selects now.
     pub(crate) resolved: Option<Result<Option<Vec<String>>, StoreError>>,
+    /// Its connection's reconnections so far ([`Store::reconnections`]).
+    pub(crate) reconnections: u64,
 }
 
 /// The pollers and which of them are free.
@@ -113,6 +115,7 @@ impl Pollers {
                                 own_duration: None,
                                 epoch: 0,
                                 resolved: Some(resolved),
+                                reconnections: store.reconnections(),
                             };
                             if out.send(a).is_err() {
                                 return;
@@ -146,6 +149,7 @@ impl Pollers {
                             own_duration,
                             epoch: t.series.as_ref().map_or(0, |s| s.0),
                             resolved: None,
+                            reconnections: store.reconnections(),
                         };
                         if out.send(a).is_err() {
                             return;

@@ -9,6 +9,8 @@
 //! tap's bounds and the independent poller's, so: the tap's earliest instant is at most
 //! the independent first sight, and the independent last miss is before the tap's
 //! `queryable`. Then the report's bounds: the true figure between the lower and upper.
+//! Once more with the tap's PostgreSQL connections ended by the server halfway through:
+//! counted as reconnections, and every bound holds all the same.
 
 mod common;
 
@@ -103,12 +105,14 @@ fn independent_poller(
 
 /// One run: the collector, the tap at `url`, the independent poller, `N` messages written
 /// by `write` (one key each, `topic` the run's series); checks the bounds per message and
-/// in the report.
+/// in the report. `mid_run`, when given, is done halfway through the messages (a fault
+/// that ends one of the tap's connections: counted, and the bounds must hold all the same).
 fn run(
     store_name: &str,
     url: &str,
     mut write: impl FnMut(&str),
     snapshot: impl FnMut() -> Vec<String> + Send + 'static,
+    mut mid_run: Option<&mut dyn FnMut()>,
 ) -> StoreTapSummary {
     let dir = tempdir(store_name);
     let spec = dir.join("pipeline.toml");
@@ -138,6 +142,11 @@ fn run(
     let probe = exporter.probe(HopId(0)).unwrap();
     let mut texts = Vec::new();
     for seq in 0..N {
+        if seq == N / 2
+            && let Some(fault) = mid_run.as_mut()
+        {
+            fault();
+        }
         let key = TraceKey {
             publisher,
             stream: 0,
@@ -176,7 +185,15 @@ fn run(
     let independent_polls = independent.join().unwrap();
     eprintln!("{store_name}: {s:?}; independent polls {independent_polls}");
     assert_eq!(s.keys_found, N);
-    assert_eq!(s.poll_errors, 0, "{:?}", s.last_error);
+    if mid_run.is_some() {
+        assert!(
+            s.reconnections >= 1,
+            "the fault ended a connection, found lost and opened again: {s:?}"
+        );
+    } else {
+        assert_eq!(s.reconnections, 0);
+        assert_eq!(s.poll_errors, 0, "{:?}", s.last_error);
+    }
     assert_eq!(s.pollers, 2);
     assert_eq!(s.earliest_fallbacks, 0, "every key was covered by a poll");
 
@@ -357,7 +374,7 @@ fn influxdb_with_history() {
                 .unwrap_or_default()
         };
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}&{select}");
-        let s = run("influxdb", &url, write, snapshot);
+        let s = run("influxdb", &url, write, snapshot, None);
         if root == "sr" {
             let (series, resolutions, errors) = s.series.expect("series resolved");
             assert_eq!((series, errors), (6, 0), "{s:?}");
@@ -376,11 +393,14 @@ fn pg() -> postgres::Client {
     .unwrap()
 }
 
-#[test]
-#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
-fn postgres_with_history() {
+/// A PostgreSQL table with history, polled for the run's rows; with `drop_connections`,
+/// the server ends the tap's connections halfway through (`pg_terminate_backend`): the
+/// loss is counted, the pollers connect again, and every bound still holds (a poll that
+/// failed bounds nothing).
+fn postgres_run(drop_connections: bool) {
     let _guard = store("postgres");
     let t = format!("bounds_{}", unique());
+    let t_name = t.clone();
     let mut c = pg();
     // History: 300,000 older rows of 30,000 series in the same table.
     c.batch_execute(&format!(
@@ -415,6 +435,39 @@ fn postgres_with_history() {
     let _drop = Cleanup(move || {
         let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {t}"));
     });
-    let s = run("postgres", &url, write, snapshot);
+    let mut admin = pg();
+    let mut terminate = || {
+        // The tap's connections (the independent poller and the writer announce no
+        // application name), by the table their prepared poll reads. The poller that is
+        // busy finds its connection lost at its next poll; an idle one when next used.
+        let ended = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = 'hoptrace-tap' AND query LIKE '%' || $1 || '%'",
+                &[&t_name],
+            )
+            .unwrap();
+        assert!(!ended.is_empty(), "no tap connection polling {t_name}");
+        assert!(ended.iter().all(|r| r.get::<_, bool>(0)));
+    };
+    let s = run(
+        "postgres",
+        &url,
+        write,
+        snapshot,
+        drop_connections.then_some(&mut terminate as &mut dyn FnMut()),
+    );
     assert_eq!(s.series, None);
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_with_history() {
+    postgres_run(false);
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_poller_connections_dropped_mid_run() {
+    postgres_run(true);
 }

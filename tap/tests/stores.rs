@@ -9,8 +9,9 @@
 //! tap polls on, counts, and finds the new table's rows), a query that fails mid-run (the
 //! time column's type changed under it: counted, polled on, found again once it is back),
 //! rows that become visible seconds behind the newest row time (found by the catch-up
-//! polls, counted; missed without them), and a store holding another run's series beside
-//! this run's (`where=`: only this run's keys found).
+//! polls, counted; missed without them), a store holding another run's series beside
+//! this run's (`where=`: only this run's keys found), and row times stamped by a clock
+//! seconds ahead of or behind the tap's (counted, never taken as a lower bound).
 
 mod common;
 
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use common::{Collector, root, sql, store, tempdir, unique, wait_for, write_spec};
 use hoptrace_probe::clock::realtime_ns;
-use hoptrace_probe::{Exporter, ExporterConfig, HopId, TraceContext, TraceKey};
+use hoptrace_probe::{Exporter, ExporterConfig, HopId, Stamp, TraceContext, TraceKey};
 use hoptrace_protocol::{SentEntry, SentFrame};
 use hoptrace_tap::poll::{StoreTapLive, StoreTapSummary};
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
@@ -943,6 +944,117 @@ fn influxdb_rows_visible_far_behind_the_newest_row_time() {
             assert_missed(&s);
         }
         influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+    }
+}
+
+/// A writer whose clock is `offset_ns` from the tap's (ahead when positive) stamps its
+/// own row times (`write(keys, row_ns)`): the messages carry publish stamps on the tap's
+/// clock, so every row time is after the response that returned it (ahead) or before the
+/// message was published (behind). The tap counts each with how far and takes none as the
+/// earliest instant of `queryable`; a writer on the tap's clock (offset 0) trips neither.
+fn clock_far(url: &str, offset_ns: i64, write: &mut dyn FnMut(&[String], i64)) {
+    let mut config = StoreTapConfig::new(StoreUrl::parse(url).unwrap());
+    config.store_in_hop = Some((HopId(3), "store_in".to_owned()));
+    let polling = Polling::start(StoreTap::start(config).unwrap());
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    let published: Vec<String> = (0..N)
+        .map(|sequence| {
+            let key = TraceKey {
+                publisher: 3,
+                stream: 0,
+                sequence,
+            };
+            let mut ctx = TraceContext::new(key, 1, realtime_ns());
+            ctx.push_stamp(Stamp {
+                hop: HopId(0),
+                ns: realtime_ns(),
+            })
+            .unwrap();
+            ctx.to_text()
+        })
+        .collect();
+    write(&published, realtime_ns() + offset_ns);
+    wait_for("every key", 15, || live.keys_found.load(Relaxed) >= N);
+    let s = polling.stop();
+    eprintln!("offset {offset_ns} ns: {s:?}");
+    let d = s.store_time_disagrees;
+    assert_eq!(s.keys_found, N);
+    let off = u64::try_from(offset_ns.abs()).unwrap();
+    let near = |ns: u64| ns > off - off / 10 && ns < off + off / 10;
+    match offset_ns.signum() {
+        1 => {
+            assert_eq!((d.ahead, d.behind), (N, 0), "{d:?}");
+            assert!(near(d.ahead_max_ns), "{d:?}");
+            assert_eq!(s.earliest_from_store_time, 0, "no row time bounds a key");
+        }
+        -1 => {
+            assert_eq!((d.ahead, d.behind), (0, N), "{d:?}");
+            assert!(near(d.behind_max_ns), "{d:?}");
+            assert_eq!(s.earliest_from_store_time, 0, "no row time bounds a key");
+        }
+        _ => assert!(d.trusted(), "a writer on the tap's clock: {d:?}"),
+    }
+}
+
+/// Row times of a writer 5 s ahead of, 20 s behind, and on the tap's clock.
+const CLOCK_OFFSETS_NS: [i64; 3] = [5_000_000_000, -20_000_000_000, 0];
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_row_times_off_the_taps_clock() {
+    let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for offset_ns in CLOCK_OFFSETS_NS {
+        let m = format!("storetap_{}", unique());
+        // The measurement must exist for the tap to start: a row a second before the
+        // writer's, so the writer's rows are the newest.
+        post(
+            "http://127.0.0.1:18086/write?db=hoptrace",
+            &format!(
+                "{m} hoptrace=\"not a key\",value=0 {}",
+                realtime_ns() + offset_ns - 1_000_000_000
+            ),
+        );
+        let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}");
+        clock_far(&url, offset_ns, &mut |keys, at| {
+            let lines: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{m} hoptrace=\"{k}\",value=1.5 {}", at + i as i64))
+                .collect();
+            post(
+                "http://127.0.0.1:18086/write?db=hoptrace",
+                &lines.join("\n"),
+            );
+        });
+        influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+    }
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_row_times_off_the_taps_clock() {
+    let _guard = store("postgres");
+    for offset_ns in CLOCK_OFFSETS_NS {
+        let t = format!("storetap_{}", unique());
+        let mut c = pg();
+        c.batch_execute(&format!(
+            "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL)"
+        ))
+        .unwrap();
+        let insert = format!(
+            "INSERT INTO {t} (hoptrace, at) SELECT unnest($1::text[]), to_timestamp($2::float8 / 1e9)"
+        );
+        let url =
+            format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+        let mut writer = pg();
+        clock_far(&url, offset_ns, &mut |keys, at| {
+            writer.execute(&insert, &[&keys, &(at as f64)]).unwrap();
+        });
+        c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
     }
 }
 

@@ -515,6 +515,13 @@ pub trait Store: Send {
 
     /// How far before the newest row time a poll looks again.
     fn overlap(&self) -> Duration;
+
+    /// Connections to the store found lost and opened again so far (PostgreSQL; the HTTP
+    /// stores' client opens a lost connection again within the request and says nothing,
+    /// so 0 for them).
+    fn reconnections(&self) -> u64 {
+        0
+    }
 }
 
 /// Opens the store at `url` (no request is made yet).

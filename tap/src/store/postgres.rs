@@ -63,6 +63,8 @@ pub struct Postgres {
     /// Every how many successful polls the store's own duration is sampled (0: never).
     explain_every: u64,
     answered: u64,
+    /// Connections opened (the first, then each after one was lost).
+    connections: u64,
     /// The bound of the last answered poll whose own duration is still to be sampled.
     to_sample: Option<i64>,
     /// The address's `where=`.
@@ -238,6 +240,7 @@ impl Postgres {
             overlap: url.duration("overlap", Duration::from_secs(1))?,
             explain_every,
             answered: 0,
+            connections: 0,
             to_sample: None,
             filter: url.condition()?,
             client: None,
@@ -310,6 +313,7 @@ impl Postgres {
                 other => other,
             })?;
             self.client = Some(conn);
+            self.connections += 1;
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -318,6 +322,10 @@ impl Postgres {
 impl Store for Postgres {
     fn kind(&self) -> StoreKind {
         StoreKind::Postgres
+    }
+
+    fn reconnections(&self) -> u64 {
+        self.connections.saturating_sub(1)
     }
 
     fn describe(&self) -> String {

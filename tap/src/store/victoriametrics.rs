@@ -16,7 +16,11 @@
 //! `vary=off`. `where=` adds label matchers to every selector (`where=topic=~"plant/.*"`:
 //! only the run's series). Errors are non-2xx answers (400 with
 //! text for `/export`, 422 with JSON for `/query`). A sample's time is the writer's unless
-//! it sent none; so `store_in` is off by default.
+//! it sent none; so `store_in` is off by default. Because each poll starts `lookback` before
+//! the tap's clock, a writer whose clock is further behind than that is never found (its
+//! samples fall before every poll's start, and nothing tells that apart from no data). A
+//! writer closer to it is seen: its row times fall before the publish stamps, counted as
+//! `store_time_behind` with the most they were behind; raise `lookback=` past that.
 
 use std::time::Duration;
 
