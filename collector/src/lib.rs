@@ -44,6 +44,7 @@
 
 mod accounting;
 pub mod durability;
+mod error;
 pub mod generate;
 pub mod ingest;
 pub mod join;

@@ -14,11 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::accounting::{self, Rows};
 use crate::control::Control;
+pub use crate::error::CollectorError;
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
 use crate::live::{Live, LiveAccounting, Throughput};
 use crate::server::{self, ConnectionCounters, DurableSeqs, Event, ServerConfig};
 use crate::stages::StageRecorder;
-use crate::writer::{TraceWriter, TraceWriterConfig, WriteError};
+use crate::writer::{TraceWriter, TraceWriterConfig};
 use hoptrace_format::run::{Accounting, HostInfo, RunSummary, StageStats};
 use hoptrace_format::run::{PartFile, Recovered};
 use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
@@ -90,58 +91,6 @@ impl CollectorConfig {
             checkpoint_interval: crate::checkpoint::MIN_INTERVAL,
         }
     }
-}
-
-/// Why a collector could not start or finish.
-#[derive(Debug, thiserror::Error)]
-pub enum CollectorError {
-    /// The pipeline spec is invalid.
-    #[error(transparent)]
-    Spec(#[from] hoptrace_format::spec::SpecError),
-    /// `listen` is not loopback and no token was given: pass `--token` (or set
-    /// `HOPTRACE_TOKEN`), or listen on 127.0.0.1.
-    #[error("listening on {0} (not loopback) requires a token")]
-    TokenRequired(SocketAddr),
-    /// The TLS certificate or key cannot be used, or only one of them was given.
-    #[error("TLS: {0}")]
-    Tls(String),
-    /// The listen address cannot be resolved or bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The run directory cannot be written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// Writing Parquet failed.
-    #[error(transparent)]
-    Write(#[from] WriteError),
-    /// The join thread panicked (a bug).
-    #[error("the join thread panicked")]
-    Panicked,
-    /// The run's write-ahead log cannot be written or read.
-    #[error(transparent)]
-    Wal(#[from] crate::wal::WalError),
-    /// The run directory holds the log of a run of other hops: choose another run id.
-    #[error(
-        "{dir} holds the log of an unfinished run of other hops ({theirs}), not of this pipeline's ({ours}): start the collector with that run's pipeline spec to finish it, or choose another run id"
-    )]
-    OtherPipeline {
-        /// The run directory.
-        dir: PathBuf,
-        /// The log's hops.
-        theirs: String,
-        /// This collector's hops.
-        ours: String,
-    },
 }
 
 /// Live figures, for progress lines, `/metrics` and `/progress.json`.

@@ -19,7 +19,7 @@ use hoptrace_protocol::{
     ProtocolError, reject_code,
 };
 
-use crate::run::CollectorError;
+use crate::error::CollectorError;
 use hoptrace_format::spec::ResolvedSpec;
 
 /// What a connection hands to the join thread.

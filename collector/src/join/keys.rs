@@ -274,7 +274,7 @@ impl WrittenKeys {
 /// The keys one partition of a collector group's topic has written.
 ///
 /// A partition holds the keys that Kafka's partitioner puts there
-/// ([`crate::partition::partition_of`]): about one sequence in `partitions` of each stream.
+/// ([`super::placement::partition_of`]): about one sequence in `partitions` of each stream.
 /// Kept as they are, every key would be a range of its own. The sequences just below a
 /// key that belong to *other* partitions are added with it ("filled"): no key of this
 /// partition is among them, so [`Self::contains`] stays exact for this partition's keys,
@@ -305,7 +305,7 @@ impl PartitionKeys {
     #[must_use]
     pub fn belongs(&self, key: &TraceKey) -> bool {
         self.partitions == 1
-            || crate::partition::partition_of(key, self.partitions) == self.partition
+            || super::placement::partition_of(key, self.partitions) == self.partition
     }
 
     /// Whether `key`, a key of this partition, was written.

@@ -86,6 +86,7 @@
 
 pub mod keys;
 pub mod partition;
+pub mod placement;
 pub mod stages;
 
 use std::collections::VecDeque;
