@@ -1,544 +1,104 @@
-//! One collection run: listen, join, write `runs/<run-id>/`, account for every message.
+//! The collector's own thread: the join state it owns (the joiner, the writer, the log,
+//! the stage recorder, the accounting) and the loop that feeds it the listener's events,
+//! steps the join's clock, takes checkpoints and writes the run out at the end.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hoptrace_format::run::{Accounting, RunSummary, StageStats};
+use hoptrace_format::run::{PartFile, Recovered};
+use hoptrace_format::spec::ResolvedSpec;
 use hoptrace_protocol::Frame;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 
+use super::Progress;
+use super::dir::sync_files;
+use super::host_info;
 use crate::accounting::{self, Rows};
 use crate::control::Control;
-pub use crate::error::CollectorError;
+use crate::error::CollectorError;
 use crate::join::{InsertOutcome, JoinedTrace, Joiner};
 use crate::live::{Live, LiveAccounting, Throughput};
-use crate::server::{self, ConnectionCounters, DurableSeqs, Event, ServerConfig};
+use crate::server::{ConnectionCounters, DurableSeqs, Event};
 use crate::stages::StageRecorder;
-use crate::writer::{TraceWriter, TraceWriterConfig};
-use hoptrace_format::run::{Accounting, HostInfo, RunSummary, StageStats};
-use hoptrace_format::run::{PartFile, Recovered};
-use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
+use crate::writer::TraceWriter;
 
-/// Events buffered between connection readers and the join thread; when full, readers
-/// block and TCP pushes back on probes.
-const CHANNEL_FRAMES: usize = 256;
-
-/// How a collector runs.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct CollectorConfig {
-    /// Address to listen on, e.g. `127.0.0.1:7400` (`:0` picks a port).
-    pub listen: String,
-    /// The pipeline.
-    pub spec: PipelineSpec,
-    /// Directory under which `<run-id>/` is created.
-    pub out_dir: PathBuf,
-    /// Run id; default `run-<UTC time>`.
-    pub run_id: Option<String>,
-    /// Token probes must present; required when `listen` is not a loopback address.
-    pub token: Option<String>,
-    /// TLS: the collector's certificate chain (PEM); with `tls_key`, every probe must
-    /// speak TLS.
-    pub tls_cert: Option<PathBuf>,
-    /// TLS: the private key (PEM) of `tls_cert`.
-    pub tls_key: Option<PathBuf>,
-    /// Most probe connections at once.
-    pub max_connections: usize,
-    /// Time a connection has to send Hello.
-    pub hello_timeout: Duration,
-    /// On stop, how long to wait for connected probes to say Goodbye.
-    pub stop_timeout: Duration,
-    /// Clock preflight of the probe hosts: a clock status that is unsynchronised or has a
-    /// larger error bound than this (ns) is warned about and recorded in the run's
-    /// `clock_alerts`, once per host and reason.
-    pub max_clock_error_ns: Option<u64>,
-    /// Keep a write-ahead log of the run (`runs/<run-id>/wal/`), acknowledge probes'
-    /// numbered frames once it holds them (protocol version 2), and continue the run from
-    /// it when started again after a kill. Off: version 1 only, and a killed collector
-    /// loses what it had not written.
-    pub durable: bool,
-    /// How often the log is synced to disk (and acknowledgements sent): at most a second.
-    pub sync_interval: Duration,
-    /// Least time between two checkpoints of the run (taken when a part file closes):
-    /// the log before a checkpoint is deleted, and a restart replays only the log after
-    /// the last one.
-    pub checkpoint_interval: Duration,
-}
-
-impl CollectorConfig {
-    /// Defaults for `spec`, listening on `listen`, writing under `out_dir`.
-    #[must_use]
-    pub fn new(listen: impl Into<String>, spec: PipelineSpec, out_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            listen: listen.into(),
-            spec,
-            out_dir: out_dir.into(),
-            run_id: None,
-            token: None,
-            tls_cert: None,
-            tls_key: None,
-            max_connections: 256,
-            hello_timeout: Duration::from_secs(5),
-            stop_timeout: Duration::from_secs(10),
-            max_clock_error_ns: None,
-            durable: true,
-            sync_interval: Duration::from_millis(100),
-            checkpoint_interval: crate::checkpoint::MIN_INTERVAL,
-        }
-    }
-}
-
-/// Live figures, for progress lines, `/metrics` and `/progress.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Progress {
-    /// Hop records received.
-    pub records: u64,
-    /// Traces written complete.
-    pub complete: u64,
-    /// Traces written incomplete.
-    pub incomplete: u64,
-    /// Traces waiting for more hops.
-    pub pending: u64,
-    /// Probe connections open.
-    pub connections: u64,
-    /// Last interval's (stage, p50 ns, p99 ns).
-    pub stages: Vec<(String, i64, i64)>,
-    /// Connections refused or closed, by reason.
-    pub closed_connections: BTreeMap<String, u64>,
-    /// Times the join filled up and the collector pushed back on probes.
-    pub backpressure_episodes: u64,
-    /// Bytes this collector appended to the run's write-ahead log (0 without one).
-    pub log_bytes: u64,
-    /// Checkpoints the run has taken (its log before the last one is deleted).
-    pub checkpoints: u64,
-}
-
-/// The live figures of a collector ([`Collector::watch`]): read for each request of
-/// `/metrics`, `/progress.json` and `/live.json`, also once the collector stopped (then
-/// [`Live::running`] is false).
-#[derive(Debug, Clone)]
-pub struct Watch {
-    progress: Arc<Mutex<Progress>>,
-    live: Arc<Mutex<Live>>,
-}
-
-impl Watch {
-    /// The figures of `/progress.json`.
-    #[must_use]
-    pub fn progress(&self) -> Progress {
-        self.progress.lock().expect("progress poisoned").clone()
-    }
-
-    /// The figures of `/live.json`.
-    #[must_use]
-    pub fn live(&self) -> Live {
-        self.live.lock().expect("live poisoned").clone()
-    }
-}
-
-/// A running collector.
-#[derive(Debug)]
-pub struct Collector {
-    addr: SocketAddr,
-    recovered: Option<Recovered>,
-    continued: Option<hoptrace_format::run::Restart>,
-    run_dir: PathBuf,
-    progress: Arc<Mutex<Progress>>,
-    live: Arc<Mutex<Live>>,
-    /// The accept thread and the join thread.
-    service: server::Service<Result<RunSummary, CollectorError>>,
-}
-
-impl Collector {
-    /// Binds, creates `out_dir/<run-id>/` and starts accepting probes.
-    ///
-    /// # Errors
-    /// An invalid spec, a non-loopback address without token, a bind or directory error.
-    pub fn start(cfg: CollectorConfig) -> Result<Self, CollectorError> {
-        let spec = Arc::new(ResolvedSpec::new(&cfg.spec)?);
-        let (listener, addr, tls) = server::bind(
-            &cfg.listen,
-            cfg.token.as_deref(),
-            cfg.tls_cert.as_deref(),
-            cfg.tls_key.as_deref(),
-        )?;
-        let started_unix_ns = hoptrace_clock::realtime_ns();
-        let (run_id, run_dir) = match &cfg.run_id {
-            Some(id) => {
-                let run_dir = cfg.out_dir.join(id);
-                std::fs::create_dir_all(&run_dir).map_err(|source| CollectorError::Io {
-                    path: run_dir.clone(),
-                    source,
-                })?;
-                (id.clone(), run_dir)
-            }
-            // A new run never lands in another's directory, even when two start within
-            // the same second.
-            None => claim_run_dir(&cfg.out_dir, &default_run_id(started_unix_ns))?,
-        };
-        // A restart's replay, as probes wait for it: from reading the checkpoint on.
-        let replay_started = Instant::now();
-        let (log, checkpoint) = if cfg.durable {
-            (
-                crate::wal::segments(&run_dir)?,
-                crate::checkpoint::Checkpoint::read(&run_dir)?,
-            )
-        } else {
-            (Vec::new(), None)
-        };
-        let replaying = !log.is_empty() || checkpoint.is_some();
-        // A run closed cleanly before and continued (`collect --continue`): its state at
-        // that close, taken up as a checkpoint would be (unless a log holds a later one).
-        let closed = match &checkpoint {
-            Some(_) => None,
-            None => crate::checkpoint::Checkpoint::read_closed(&run_dir)?,
-        };
-        let took_up_closed = closed.is_some();
-        let checkpoint = checkpoint.or(closed);
-        let hops: Vec<(u8, String)> = spec
-            .hop_ids()
-            .iter()
-            .zip(spec.hop_names())
-            .map(|(id, name)| (id.0, name.clone()))
-            .collect();
-        if replaying
-            && let Some(theirs) = crate::wal::hops(&run_dir)?
-            && theirs != hops
-        {
-            let list = |h: &[(u8, String)]| {
-                h.iter()
-                    .map(|(id, n)| format!("{n} ({id})"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            return Err(CollectorError::OtherPipeline {
-                dir: run_dir,
-                theirs: list(&theirs),
-                ours: list(&hops),
-            });
-        }
-        // The part files this run closed before its last checkpoint: kept, with their keys
-        // in the checkpoint.
-        let own: Vec<String> = checkpoint
-            .as_ref()
-            .map(|c| c.meta.files.iter().map(|f| f.name.clone()).collect())
-            .unwrap_or_default();
-        if replaying {
-            // Every file derived from the log after the checkpoint (or from the whole log,
-            // without one) is written again; the part files from before the log (a
-            // continued run) and those the checkpoint holds are kept.
-            let mut keep = crate::wal::kept(&run_dir)?;
-            keep.extend(own.iter().cloned());
-            remove_derived(&run_dir, &keep, checkpoint.is_some())?;
-        }
-        let recovered = crate::writer::recover(&run_dir.join("traces"), &own)?;
-        if let Some(r) = &recovered {
-            tracing::warn!(
-                files = r.files,
-                rows = r.rows,
-                unfinished = r.unfinished.len(),
-                "run directory {} already held data: kept {} complete file(s) with {} rows; set aside {} unfinished file(s) a killed collector left open",
-                run_dir.display(),
-                r.files,
-                r.rows,
-                r.unfinished.len()
-            );
-        }
-        // Keys in the part files kept from an earlier collector of this run are written
-        // already: a late record for one of them must not make a second row.
-        let kept = crate::writer::kept_keys(&run_dir.join("traces"), &own)?;
-        let out = &cfg.spec.output;
-        let writer = TraceWriter::new(TraceWriterConfig {
-            dir: run_dir.join("traces"),
-            run_id: run_id.clone(),
-            hop_names: spec.hop_names().to_vec(),
-            row_group_rows: out.row_group_rows,
-            roll_rows: out.roll_rows,
-            roll_seconds: out.roll_seconds,
-            zstd_level: out.zstd_level,
-        })?;
-        let hdr_err = |source| CollectorError::Io {
-            path: run_dir.join("hdr"),
-            source,
-        };
-
-        let progress = Arc::new(Mutex::new(Progress::default()));
-        let live = Arc::new(Mutex::new(Live::default()));
-        let counters = Arc::new(ConnectionCounters::default());
-        let durable = cfg.durable.then(|| Arc::new(DurableSeqs::default()));
-        let continued;
-        let service = {
-            let mut joiner = Joiner::new(&spec);
-            if checkpoint.is_none() {
-                joiner.set_written(kept.clone());
-            }
-            let stages = match &checkpoint {
-                Some(c) => {
-                    StageRecorder::resume(&spec, &run_dir, c.meta.started_unix_ns, c.stages.clone())
-                        .map_err(hdr_err)?
-                }
-                None => StageRecorder::new(&spec, &run_dir, started_unix_ns).map_err(hdr_err)?,
-            };
-            *live.lock().expect("live poisoned") =
-                Live::starting(&run_id, started_unix_ns, stages.live_stages());
-            let control = Control::new(cfg.max_clock_error_ns);
-            let mut state = JoinState {
-                joiner,
-                kept,
-                spec: Arc::clone(&spec),
-                writer: Some(writer),
-                stages: Some(stages),
-                interval_start_ns: started_unix_ns,
-                run_id: run_id.clone(),
-                run_dir: run_dir.clone(),
-                started_unix_ns,
-                epoch: Instant::now(),
-                clock_offset_ns: 0,
-                wal: None,
-                durable: durable.clone(),
-                sync_interval: cfg.sync_interval.min(Duration::from_secs(1)),
-                instances: FxHashMap::default(),
-                logged_seq: FxHashMap::default(),
-                resent_dropped: 0,
-                restarts: Vec::new(),
-                max_conn_id: 0,
-                control,
-                tallies: FxHashMap::default(),
-                plausible_ns: spec.plausible_window_ns(),
-                records: 0,
-                recovered: recovered.clone(),
-                backpressure_episodes: 0,
-                out: Vec::with_capacity(1024),
-                progress: Arc::clone(&progress),
-                live: Arc::clone(&live),
-                metrics_written: 0,
-                at_last_interval: (0, 0, 0),
-                counters: Arc::clone(&counters),
-                stop_timeout: cfg.stop_timeout,
-                checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
-            };
-            let checkpoint_unix_ns = checkpoint.as_ref().map(|c| c.meta.taken_unix_ns);
-            let from_segment = match checkpoint {
-                Some(c) => {
-                    // The run as it was at its checkpoint; the traces emitted after its
-                    // last closed file go to the writer first, as they did then.
-                    let segment = c.segment;
-                    let unwritten = state.take_up(c, cfg.max_clock_error_ns);
-                    let w = state.writer.as_mut().expect("set above");
-                    for t in &unwritten {
-                        w.push(t)?;
-                    }
-                    segment
-                }
-                None => 1,
-            };
-            if cfg.durable {
-                state.open_log(
-                    replaying,
-                    (from_segment, checkpoint_unix_ns),
-                    &part_files(&run_dir.join("traces")),
-                    &hops,
-                    replay_started,
-                    took_up_closed,
-                )?;
-            }
-            continued = replaying.then(|| state.restarts.last().cloned()).flatten();
-            state.move_plausible_window(hoptrace_clock::realtime_ns());
-            let server_cfg = ServerConfig {
-                token: cfg.token.clone(),
-                run_id: run_id.clone(),
-                max_connections: cfg.max_connections,
-                hello_timeout: cfg.hello_timeout,
-                tls,
-                durable,
-                first_conn_id: state.max_conn_id + 1,
-            };
-            server::Service::spawn(
-                ("collector", "join"),
-                listener,
-                server_cfg,
-                &spec,
-                &counters,
-                CHANNEL_FRAMES,
-                move |rx, draining| state.run(rx, draining),
-            )
-            .map_err(|source| CollectorError::Io {
-                path: run_dir.clone(),
-                source,
-            })?
-        };
-        tracing::info!(%addr, run_dir = %run_dir.display(), "collector listening");
-        Ok(Self {
-            addr,
-            recovered,
-            continued,
-            run_dir,
-            progress,
-            live,
-            service,
-        })
-    }
-
-    /// The bound address.
-    #[must_use]
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// What an earlier, interrupted collector left in the run directory, if anything.
-    #[must_use]
-    pub fn recovered(&self) -> Option<&Recovered> {
-        self.recovered.as_ref()
-    }
-
-    /// The restart this collector is, when it continued a run from the log a killed
-    /// collector left (what it replayed).
-    #[must_use]
-    pub fn continued(&self) -> Option<&hoptrace_format::run::Restart> {
-        self.continued.as_ref()
-    }
-
-    /// `out_dir/<run-id>`.
-    #[must_use]
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
-    /// Live figures.
-    #[must_use]
-    pub fn progress(&self) -> Progress {
-        self.progress.lock().expect("progress poisoned").clone()
-    }
-
-    /// The live view's figures, as of the last interval's end.
-    #[must_use]
-    pub fn live(&self) -> Live {
-        self.live.lock().expect("live poisoned").clone()
-    }
-
-    /// A handle on the live figures that outlives a borrow of the collector, for servers
-    /// that run until after it stopped.
-    #[must_use]
-    pub fn watch(&self) -> Watch {
-        Watch {
-            progress: Arc::clone(&self.progress),
-            live: Arc::clone(&self.live),
-        }
-    }
-
-    /// Stops accepting, waits (up to the stop timeout) for connected probes to finish,
-    /// writes every pending trace as incomplete, closes every file and writes `run.json`.
-    ///
-    /// # Errors
-    /// A write error of the last files, or a panicked join thread.
-    pub fn stop(self) -> Result<RunSummary, CollectorError> {
-        self.service.stop().map_err(|_| CollectorError::Panicked)?
-    }
-}
-
-/// This host's CPU, memory and kernel, from `/proc`.
-#[must_use]
-pub fn host_info() -> HostInfo {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpuinfo = read("/proc/cpuinfo");
-    let cpu_model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let memory_bytes = read("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024);
-    HostInfo {
-        host: hoptrace_clock::hostname(),
-        cpu_model,
-        cpus: std::thread::available_parallelism().map_or(1, usize::from),
-        memory_bytes,
-        kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
-    }
-}
-
-struct JoinState {
-    joiner: Joiner,
+/// What the collector's thread owns while the run lasts, and the counts it keeps.
+pub(super) struct JoinState {
+    pub(super) joiner: Joiner,
     /// Keys of the part files kept from an earlier collector of this run.
-    kept: crate::keys::WrittenKeys,
-    spec: Arc<ResolvedSpec>,
-    writer: Option<TraceWriter>,
-    stages: Option<StageRecorder>,
+    pub(super) kept: crate::keys::WrittenKeys,
+    pub(super) spec: Arc<ResolvedSpec>,
+    pub(super) writer: Option<TraceWriter>,
+    pub(super) stages: Option<StageRecorder>,
     /// When the current interval of the stages' logs began, `CLOCK_REALTIME` ns.
-    interval_start_ns: i64,
-    run_id: String,
-    run_dir: PathBuf,
-    started_unix_ns: i64,
-    epoch: Instant,
+    pub(super) interval_start_ns: i64,
+    pub(super) run_id: String,
+    pub(super) run_dir: PathBuf,
+    pub(super) started_unix_ns: i64,
+    pub(super) epoch: Instant,
     /// Added to `epoch.elapsed()`: a restarted collector's join clock goes on from the
     /// log's last entry.
-    clock_offset_ns: u64,
+    pub(super) clock_offset_ns: u64,
     /// The write-ahead log, when durable.
-    wal: Option<crate::wal::Wal>,
+    pub(super) wal: Option<crate::wal::Wal>,
     /// What is durable per exporter instance, for the connection readers' Acks.
-    durable: Option<Arc<DurableSeqs>>,
-    sync_interval: Duration,
+    pub(super) durable: Option<Arc<DurableSeqs>>,
+    pub(super) sync_interval: Duration,
     /// Exporter instance of each connection.
-    instances: FxHashMap<u64, u64>,
+    pub(super) instances: FxHashMap<u64, u64>,
     /// Highest numbered frame logged per exporter instance.
-    logged_seq: FxHashMap<u64, u64>,
+    pub(super) logged_seq: FxHashMap<u64, u64>,
     /// Records of re-sent frames the log already held, dropped.
-    resent_dropped: u64,
-    restarts: Vec<hoptrace_format::run::Restart>,
+    pub(super) resent_dropped: u64,
+    pub(super) restarts: Vec<hoptrace_format::run::Restart>,
     /// Highest connection id in the log.
-    max_conn_id: u64,
-    control: Control,
+    pub(super) max_conn_id: u64,
+    pub(super) control: Control,
     /// Rows written per publisher; looked up once per trace, so hashed with Fx rather
     /// than SipHash.
-    tallies: FxHashMap<u16, Rows>,
+    pub(super) tallies: FxHashMap<u16, Rows>,
     /// Stamps are plausible within this many ns of the run (before its start, after now).
-    plausible_ns: i64,
-    records: u64,
-    recovered: Option<Recovered>,
-    backpressure_episodes: u64,
-    out: Vec<JoinedTrace>,
-    progress: Arc<Mutex<Progress>>,
+    pub(super) plausible_ns: i64,
+    pub(super) records: u64,
+    pub(super) recovered: Option<Recovered>,
+    pub(super) backpressure_episodes: u64,
+    pub(super) out: Vec<JoinedTrace>,
+    pub(super) progress: Arc<Mutex<Progress>>,
     /// The live view's figures, taken as each interval ends.
-    live: Arc<Mutex<Live>>,
+    pub(super) live: Arc<Mutex<Live>>,
     /// Metrics of the traces written (each trace's `metric_count`).
-    metrics_written: u64,
+    pub(super) metrics_written: u64,
     /// Traces and metrics written, and hop records received, when the last interval
     /// ended.
-    at_last_interval: (u64, u64, u64),
-    counters: Arc<ConnectionCounters>,
-    stop_timeout: Duration,
-    checkpoints: Checkpoints,
+    pub(super) at_last_interval: (u64, u64, u64),
+    pub(super) counters: Arc<ConnectionCounters>,
+    pub(super) stop_timeout: Duration,
+    pub(super) checkpoints: Checkpoints,
 }
 
 /// When the run takes checkpoints (`crate::checkpoint`), and what it keeps for the next.
-struct Checkpoints {
+pub(super) struct Checkpoints {
     /// The run keeps a log, so it takes checkpoints.
-    enabled: bool,
+    pub(super) enabled: bool,
     /// A part file closed at least `interval` after the last checkpoint: the next step
     /// takes one.
-    wanted: bool,
+    pub(super) wanted: bool,
     /// The traces written since that file closed, while one is wanted: not in a closed
     /// file, so the checkpoint holds them.
-    since_close: Vec<JoinedTrace>,
+    pub(super) since_close: Vec<JoinedTrace>,
     /// When the last one was taken (or the collector started).
-    last: Instant,
+    pub(super) last: Instant,
     /// Taken in the run so far.
-    taken: u64,
+    pub(super) taken: u64,
     /// Closed part files already synced to disk by an earlier checkpoint.
-    files_synced: usize,
+    pub(super) files_synced: usize,
     /// Least time between two.
-    interval: Duration,
+    pub(super) interval: Duration,
 }
 
 impl Checkpoints {
@@ -549,7 +109,7 @@ impl Checkpoints {
         self.wanted = self.last.elapsed() >= self.interval;
     }
 
-    fn new(enabled: bool, interval: Duration) -> Self {
+    pub(super) fn new(enabled: bool, interval: Duration) -> Self {
         Self {
             enabled,
             wanted: false,
@@ -570,7 +130,7 @@ impl JoinState {
 
     /// Opens the run's log: replays it first when it exists (a collector was killed on
     /// this run), then appends after it.
-    fn open_log(
+    pub(super) fn open_log(
         &mut self,
         replaying: bool,
         (from_segment, checkpoint_unix_ns): (u32, Option<i64>),
@@ -706,7 +266,7 @@ impl JoinState {
         Ok(())
     }
 
-    fn run(
+    pub(super) fn run(
         &mut self,
         rx: &mpsc::Receiver<Event>,
         draining: &AtomicBool,
@@ -776,7 +336,7 @@ impl JoinState {
 
     /// Moves the plausibility window with the run: from `join.plausible_window_s` before
     /// the start to that long after `now` (`CLOCK_REALTIME` ns).
-    fn move_plausible_window(&mut self, now: i64) {
+    pub(super) fn move_plausible_window(&mut self, now: i64) {
         self.joiner.set_plausible_window(
             self.started_unix_ns.saturating_sub(self.plausible_ns)
                 ..=now.saturating_add(self.plausible_ns),
@@ -943,7 +503,7 @@ impl JoinState {
 
     /// Takes up the run from a checkpoint; returns the traces it holds that no closed
     /// file has, for the writer.
-    fn take_up(
+    pub(super) fn take_up(
         &mut self,
         c: crate::checkpoint::Checkpoint,
         max_clock_error_ns: Option<u64>,
@@ -1364,136 +924,4 @@ pub(crate) fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64>
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
     .collect()
-}
-
-/// `run-YYYYMMDDTHHMMSSZ` from Unix ns.
-fn default_run_id(unix_ns: i64) -> String {
-    let (y, m, d, h, min, s, _) = hoptrace_format::units::utc_parts(unix_ns);
-    format!("run-{y:04}{m:02}{d:02}T{h:02}{min:02}{s:02}Z")
-}
-
-/// Creates `out_dir/<base>` for a new run, or `<base>-2`, `<base>-3`, ... when a run of
-/// that name exists; returns the id and the directory.
-fn claim_run_dir(out_dir: &Path, base: &str) -> Result<(String, PathBuf), CollectorError> {
-    std::fs::create_dir_all(out_dir).map_err(|source| CollectorError::Io {
-        path: out_dir.to_owned(),
-        source,
-    })?;
-    let mut n = 1u32;
-    loop {
-        let id = if n == 1 {
-            base.to_owned()
-        } else {
-            format!("{base}-{n}")
-        };
-        let dir = out_dir.join(&id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok((id, dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => n += 1,
-            Err(source) => return Err(CollectorError::Io { path: dir, source }),
-        }
-    }
-}
-
-/// Waits until the disk has every file of the run directory outside the log, and the
-/// directories' entries (`fsync`).
-fn sync_files(run_dir: &Path) -> Result<(), CollectorError> {
-    let sync = |p: &Path| {
-        std::fs::File::open(p)
-            .and_then(|f| f.sync_all())
-            .map_err(|source| CollectorError::Io {
-                path: p.to_owned(),
-                source,
-            })
-    };
-    for dir in [
-        run_dir.to_owned(),
-        run_dir.join("traces"),
-        run_dir.join("hdr"),
-    ] {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_file()) {
-                sync(&e.path())?;
-            }
-        }
-        sync(&dir)?;
-    }
-    Ok(())
-}
-
-/// The complete part files (`part-*.parquet`) in `dir`, by name.
-fn part_files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.starts_with("part-") && n.ends_with(".parquet"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// Removes what a replayed log writes again: the part files of `traces/` not in `kept`
-/// (finished or left open by the killed collector; files set aside earlier as unfinished
-/// or corrupt stay), `hdr/` (unless the replay starts from a checkpoint, which cuts the
-/// interval logs back to what it recorded), `clock.parquet` and `probes.parquet`.
-fn remove_derived(run_dir: &Path, kept: &[String], checkpoint: bool) -> Result<(), CollectorError> {
-    let rm_err = |path: &Path| {
-        let path = path.to_owned();
-        move |source| CollectorError::Io { path, source }
-    };
-    let traces = run_dir.join("traces");
-    if let Ok(rd) = std::fs::read_dir(&traces) {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(".parquet") || name.ends_with(".inprogress");
-            if name.starts_with("part-") && ours && !kept.contains(&name) {
-                std::fs::remove_file(e.path()).map_err(rm_err(&e.path()))?;
-            }
-        }
-    }
-    let hdr = run_dir.join("hdr");
-    if !checkpoint && hdr.exists() {
-        std::fs::remove_dir_all(&hdr).map_err(rm_err(&hdr))?;
-    }
-    for name in ["clock.parquet", "probes.parquet"] {
-        let p = run_dir.join(name);
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(rm_err(&p)(e)),
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_ids_are_utc_times() {
-        assert_eq!(default_run_id(0), "run-19700101T000000Z");
-        // Two runs started within the same second get directories of their own.
-        let out = std::env::temp_dir().join(format!("hoptrace-claim-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        let (a, _) = claim_run_dir(&out, "run-x").unwrap();
-        let (b, dir) = claim_run_dir(&out, "run-x").unwrap();
-        assert_eq!((a.as_str(), b.as_str()), ("run-x", "run-x-2"));
-        assert!(dir.is_dir());
-        std::fs::remove_dir_all(&out).unwrap();
-        assert_eq!(
-            default_run_id(1_700_000_000_000_000_000),
-            "run-20231114T221320Z"
-        );
-        assert_eq!(
-            default_run_id(1_709_210_096_000_000_000),
-            "run-20240229T123456Z"
-        );
-    }
 }
