@@ -12,11 +12,16 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray, BooleanArray};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{Result, ScalarValue, not_impl_err};
+use datafusion::common::{DataFusionError, Result, ScalarValue, not_impl_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
+
+/// An error for a state that does not decode.
+pub(crate) fn corrupt(what: &str) -> DataFusionError {
+    DataFusionError::Execution(format!("internal: malformed {what} state"))
+}
 
 /// The state of an aggregate whose result is its own binary encoding.
 pub(crate) trait BinaryState: Default + fmt::Debug + Send + Sync + 'static {

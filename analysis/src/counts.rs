@@ -16,8 +16,7 @@ use datafusion::common::{Result, exec_err, plan_err};
 use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::varint::{DecodeError, Reader, put};
 
-use crate::binary_agg::{self, BinaryState};
-use crate::stats::corrupt;
+use crate::binary_agg::{self, BinaryState, corrupt};
 
 /// First byte of an encoded [`TraceCounts`].
 const COUNTS_TAG: u8 = 0x54;

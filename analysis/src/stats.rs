@@ -37,14 +37,9 @@ use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::hist::SignedStats;
 use hoptrace_format::varint::put;
 
-use crate::binary_agg::{self, BinaryState};
+use crate::binary_agg::{self, BinaryState, corrupt};
 
 pub use crate::counts::{TraceCounts, trace_counts_udaf};
-
-/// An error for a state that does not decode.
-pub(crate) fn corrupt(what: &str) -> DataFusionError {
-    DataFusionError::Execution(format!("internal: malformed {what} state"))
-}
 
 /// Which rows of a batch count: valid, and passing the aggregate's FILTER if any.
 fn kept_rows(values: &dyn Array, filter: Option<&BooleanArray>) -> Option<BooleanBuffer> {

@@ -29,8 +29,8 @@ use datafusion::logical_expr::AggregateUDF;
 
 use hoptrace_format::hist::{HdrCounts, SignedStats};
 
+use crate::binary_agg::corrupt;
 use crate::binary_agg::{self, BinaryState};
-use crate::stats::corrupt;
 
 /// First byte of an encoded [`WeightedMoments`].
 const TAG: u8 = 0x57;

@@ -24,6 +24,7 @@ mod dir;
 mod state;
 
 use dir::{claim_run_dir, default_run_id, part_files, remove_derived};
+#[cfg(feature = "kafka")]
 pub(crate) use state::connection_counts;
 use state::{Checkpoints, JoinState};
 
