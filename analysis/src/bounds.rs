@@ -18,7 +18,7 @@ use hoptrace_format::hist::{QUANTILES, SignedStats, signed_percentile};
 use hoptrace_format::spec::{PipelineSpec, StageSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::summary::{PercentileValue, StageSummary};
+use crate::figures::PercentileValue;
 use crate::weighted::WeightedStage;
 
 /// A stage's figures over the smallest or over the largest values its polled stamps
@@ -188,25 +188,6 @@ impl Decision {
             Self::Failed => "failed",
             Self::Undecided => "undecided",
         }
-    }
-}
-
-impl StageSummary {
-    /// The interval a statistic of the stage (`p99`, `min`, `max`, `mean`) lies in, ns:
-    /// its bounds where a hop of the stage is polled, its value otherwise, widened by the
-    /// stage's clock uncertainty when known. `None` without values.
-    #[must_use]
-    pub fn stat_interval(&self, name: &str, per_metric: bool) -> Option<(f64, f64)> {
-        let point = crate::compare::stat_counted(self, name, per_metric)?;
-        let (lo, hi) = match &self.bounds {
-            Some(b) => (
-                b.lower.stat(name, per_metric).unwrap_or(point),
-                b.upper.stat(name, per_metric).unwrap_or(point),
-            ),
-            None => (point, point),
-        };
-        let u = self.clock_uncertainty_ns.unwrap_or(0) as f64;
-        Some((lo.min(point) - u, hi.max(point) + u))
     }
 }
 

@@ -225,22 +225,7 @@ pub fn stat(s: &StageSummary, name: &str) -> Option<f64> {
     stat_counted(s, name, false)
 }
 
-/// A statistic of a stage, ns, its percentiles per metric when `per_metric` and the stage
-/// has them.
-#[must_use]
-pub fn stat_counted(s: &StageSummary, name: &str, per_metric: bool) -> Option<f64> {
-    match name {
-        "min" => s.min_ns.map(|v| v as f64),
-        "max" => s.max_ns.map(|v| v as f64),
-        "mean" => s.mean_ns,
-        p => s
-            .counted(per_metric)
-            .1
-            .iter()
-            .find(|q| q.label.eq_ignore_ascii_case(p))
-            .map(|p| p.value_ns as f64),
-    }
-}
+pub use crate::summary::stat_counted;
 
 /// The outcome of one gate on one run.
 #[derive(Debug, Clone)]

@@ -7,15 +7,21 @@
 //! the collector that writes it, the probe, the publisher or the runner: it only reads
 //! what they leave in a run directory.
 //!
-//! - [`session`]: open run directories ([`RunSet`]) and get a DataFusion session with
-//!   `traces`, `clock`, `probes`, `runs` and `stages` registered;
+//! - [`session`]: open run directories ([`RunSet`]); [`RunSet::session`] gives a
+//!   DataFusion session with `traces`, `clock`, `probes`, `runs`, `stages` and the sweep's
+//!   `cells` registered;
 //! - [`hdr`]: the SQL functions `hdr_histogram`, `hdr_percentile`, `hdr_precision`, ...;
 //! - [`stats`]: the aggregates behind a report's single scan (`stage_stats`, `trace_counts`);
 //! - [`summary`]: everything a report says about a run, computed by SQL over its Parquet
 //!   (`summary.json` is this, serialized);
 //! - [`report`]: `report.md`, `report.html` and the Vega-Lite chart specs;
 //! - [`compare`]: percentiles of several runs side by side and CI gates;
-//! - [`bounds`]: the bounds of stages with a polled hop, and decisions made with them.
+//! - [`bounds`]: the bounds of stages with a polled hop, and decisions made with them;
+//! - [`sweep`]: a sweep's cells, its knee and its report.
+//!
+//! Its modules are layered, none importing one above it: percentiles as shown and the
+//! bounds at the bottom; the run set above them; the polled hops, then the summary; then
+//! compare, charts and the report; the sweep; and the SQL session over all of it on top.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), hoptrace_analysis::AnalysisError> {
@@ -39,8 +45,10 @@ pub mod bounds;
 pub mod charts;
 pub mod compare;
 mod counts;
+mod figures;
 pub mod hdr;
 mod polled;
+mod query;
 pub mod report;
 pub mod resources;
 pub mod session;

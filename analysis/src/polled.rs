@@ -9,8 +9,8 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
+use crate::figures::CLOCK_WARN_FRACTION;
 use crate::session::RunSet;
-use crate::summary::CLOCK_WARN_FRACTION;
 
 /// Which end of a stage a polled hop is, and so which way its late stamp moves the stage.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -18,11 +18,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampNanosecondArray,
-    UInt64Array,
+    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use hoptrace_format::run::RunSummary;
 use hoptrace_format::schema::hop_column;
 pub use hoptrace_format::schema::stage_column;
@@ -397,32 +396,7 @@ impl RunSet {
         self.runs.iter().flat_map(Run::part_files).collect()
     }
 
-    /// A session with this set's tables and the HDR functions registered.
-    ///
-    /// # Errors
-    /// When a Parquet file does not read (truncated, not Parquet, another schema).
-    pub async fn session(&self) -> Result<SessionContext, AnalysisError> {
-        // Two partitions per core: a partition waiting for its next column chunk (read
-        // on a blocking thread) leaves its core to another partition's decoding, which
-        // keeps both cores busy when the run is larger than the page cache.
-        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        let config = SessionConfig::new()
-            .with_information_schema(true)
-            .with_target_partitions(2 * cores);
-        let ctx = SessionContext::new_with_config(config);
-        crate::hdr::register(&ctx);
-        self.register_traces(&ctx).await?;
-        self.register_small(&ctx, "clock", &hoptrace_format::schema::clock_schema())
-            .await?;
-        self.register_small(&ctx, "probes", &Schema::empty())
-            .await?;
-        ctx.register_batch("runs", self.runs_batch())?;
-        ctx.register_batch("stages", self.stages_batch())?;
-        ctx.register_batch("cells", self.cells_batch()?)?;
-        Ok(ctx)
-    }
-
-    async fn register_traces(&self, ctx: &SessionContext) -> Result<(), AnalysisError> {
+    pub(crate) async fn register_traces(&self, ctx: &SessionContext) -> Result<(), AnalysisError> {
         let files: Vec<String> = self
             .part_files()
             .iter()
@@ -477,7 +451,7 @@ impl RunSet {
     }
 
     /// Registers `name` as the union of every run's `name.parquet` with a `run_id` column.
-    async fn register_small(
+    pub(crate) async fn register_small(
         &self,
         ctx: &SessionContext,
         name: &str,
@@ -514,77 +488,7 @@ impl RunSet {
         Ok(())
     }
 
-    /// The sweep cells among the runs (their `cell.json`): one row each, the settings
-    /// as columns.
-    fn cells_batch(&self) -> Result<RecordBatch, AnalysisError> {
-        let cells = self
-            .runs
-            .iter()
-            .map(|r| r.dir.join(crate::sweep::CELL_FILE))
-            .filter(|p| p.exists())
-            .map(|p| crate::sweep::Cell::read(&p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let tsf = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-        let mut fields = vec![
-            Field::new("run_id", DataType::Utf8, false),
-            Field::new("sweep", DataType::Utf8, false),
-            Field::new("cell", DataType::UInt64, false),
-            Field::new("target_metrics_per_s", DataType::UInt64, false),
-            Field::new("achieved_metrics_per_s", DataType::Float64, false),
-            Field::new("window_from", tsf(), false),
-            Field::new("window_to", tsf(), false),
-            Field::new("holds", DataType::Boolean, false),
-        ];
-        let mut settings: Vec<String> = Vec::new();
-        for c in &cells {
-            for s in &c.settings {
-                if !settings.contains(&s.name) && fields.iter().all(|f| f.name() != &s.name) {
-                    settings.push(s.name.clone());
-                }
-            }
-        }
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(
-                cells.iter().map(|c| c.run_id.clone()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                cells.iter().map(|c| c.sweep.clone()),
-            )),
-            Arc::new(UInt64Array::from_iter_values(
-                cells.iter().map(|c| c.index as u64),
-            )),
-            Arc::new(UInt64Array::from_iter_values(
-                cells.iter().map(|c| c.target_metrics_per_s),
-            )),
-            Arc::new(Float64Array::from_iter_values(
-                cells.iter().map(crate::sweep::Cell::achieved_metrics_per_s),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                cells.iter().map(|c| c.window.from_unix_ns),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                cells.iter().map(|c| c.window.to_unix_ns),
-            )),
-            Arc::new(BooleanArray::from(
-                cells
-                    .iter()
-                    .map(crate::sweep::Cell::holds)
-                    .collect::<Vec<_>>(),
-            )),
-        ];
-        for name in settings {
-            columns.push(Arc::new(StringArray::from(
-                cells.iter().map(|c| c.setting(&name)).collect::<Vec<_>>(),
-            )));
-            fields.push(Field::new(name, DataType::Utf8, true));
-        }
-        Ok(RecordBatch::try_new(
-            Arc::new(Schema::new(fields)),
-            columns,
-        )?)
-    }
-
-    fn runs_batch(&self) -> RecordBatch {
+    pub(crate) fn runs_batch(&self) -> RecordBatch {
         let s = |f: &dyn Fn(&RunSummary) -> String| -> ArrayRef {
             Arc::new(StringArray::from_iter_values(
                 self.runs.iter().map(|r| f(&r.summary)),
@@ -642,7 +546,7 @@ impl RunSet {
         RecordBatch::try_new(Arc::new(schema), columns).expect("columns match the schema")
     }
 
-    fn stages_batch(&self) -> RecordBatch {
+    pub(crate) fn stages_batch(&self) -> RecordBatch {
         let rows: Vec<(&str, &StageSpec)> = self
             .runs
             .iter()

@@ -29,10 +29,11 @@ use crate::session::{RunSet, quote_ident, stage_column};
 use crate::stats::{self, TraceCounts};
 use crate::weighted::WeightedStage;
 
+pub use crate::figures::{CLOCK_WARN_FRACTION, PercentileValue, quantile_label};
+
 /// Version of the `summary.json` layout.
 pub const SCHEMA_VERSION: u32 = 1;
-/// A stage's clock uncertainty above this fraction of its P50 is warned about.
-pub const CLOCK_WARN_FRACTION: f64 = 0.1;
+
 /// Most time buckets in the throughput series and heatmaps.
 pub const MAX_TIME_BUCKETS: i64 = 240;
 
@@ -138,20 +139,6 @@ pub struct Totals {
     pub publishers: u64,
 }
 
-/// One percentile with its precision.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PercentileValue {
-    /// Label, e.g. `P99.9`.
-    pub label: String,
-    /// Quantile, e.g. 0.999.
-    pub quantile: f64,
-    /// Middle of the HDR bucket holding it, ns; negative when the value of that rank is
-    /// (clock error between hosts).
-    pub value_ns: i64,
-    /// Half the bucket's width: the exact value is within ± this, ns.
-    pub precision_ns: u64,
-}
-
 /// One stage over the run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageSummary {
@@ -206,17 +193,6 @@ pub struct StageSummary {
     /// deltas the polled stamps allow. Absent for exact stages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bounds: Option<crate::bounds::StageBounds>,
-}
-
-impl From<hoptrace_format::hist::Percentile> for PercentileValue {
-    fn from(p: hoptrace_format::hist::Percentile) -> Self {
-        Self {
-            label: quantile_label(p.quantile),
-            quantile: p.quantile,
-            value_ns: p.value_ns,
-            precision_ns: p.precision_ns,
-        }
-    }
 }
 
 /// A stage's percentiles over metrics rather than messages: each trace's delta counted
@@ -446,14 +422,6 @@ pub struct StageHistograms {
     pub max_ns: i64,
     /// Per time bucket (same buckets as [`Throughput`]).
     pub by_time: Vec<Histogram<u64>>,
-}
-
-/// The label of a quantile: 0.999 → `P99.9`.
-#[must_use]
-pub fn quantile_label(q: f64) -> String {
-    let pct = format!("{:.4}", q * 100.0);
-    let pct = pct.trim_end_matches('0').trim_end_matches('.');
-    format!("P{pct}")
 }
 
 fn scalar(batch: &RecordBatch, name: &str) -> Result<ScalarValue, AnalysisError> {
@@ -1445,6 +1413,42 @@ pub fn clock_uncertainty(hosts: &[HostSummary], from: &str, to: &str) -> (Option
         }
     }
     (worst, format!("error bounds of {pair} summed"))
+}
+
+/// A statistic of a stage, ns, its percentiles per metric when `per_metric` and the stage
+/// has them.
+#[must_use]
+pub fn stat_counted(s: &StageSummary, name: &str, per_metric: bool) -> Option<f64> {
+    match name {
+        "min" => s.min_ns.map(|v| v as f64),
+        "max" => s.max_ns.map(|v| v as f64),
+        "mean" => s.mean_ns,
+        p => s
+            .counted(per_metric)
+            .1
+            .iter()
+            .find(|q| q.label.eq_ignore_ascii_case(p))
+            .map(|p| p.value_ns as f64),
+    }
+}
+
+impl StageSummary {
+    /// The interval a statistic of the stage (`p99`, `min`, `max`, `mean`) lies in, ns:
+    /// its bounds where a hop of the stage is polled, its value otherwise, widened by the
+    /// stage's clock uncertainty when known. `None` without values.
+    #[must_use]
+    pub fn stat_interval(&self, name: &str, per_metric: bool) -> Option<(f64, f64)> {
+        let point = stat_counted(self, name, per_metric)?;
+        let (lo, hi) = match &self.bounds {
+            Some(b) => (
+                b.lower.stat(name, per_metric).unwrap_or(point),
+                b.upper.stat(name, per_metric).unwrap_or(point),
+            ),
+            None => (point, point),
+        };
+        let u = self.clock_uncertainty_ns.unwrap_or(0) as f64;
+        Some((lo.min(point) - u, hi.max(point) + u))
+    }
 }
 
 #[cfg(test)]
