@@ -885,29 +885,17 @@ fn assert_missed(s: &StoreTapSummary) {
 fn postgres_rows_visible_far_behind_the_newest_row_time() {
     let _guard = store("postgres");
     for catch_up in [Duration::from_secs(10), Duration::ZERO] {
-        let t = format!("storetap_{}", unique());
-        let mut c = pg();
-        c.batch_execute(&format!(
-            "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL)"
-        ))
-        .unwrap();
-        let insert = format!(
-            "INSERT INTO {t} (hoptrace, at) SELECT unnest($1::text[]), clock_timestamp() - make_interval(secs => $2::float8 / 1e9)"
-        );
-        let url =
-            format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
-        let mut writer = pg();
-        let s = rows_far_behind(&url, catch_up, &mut |keys, behind_ns| {
-            writer
-                .execute(&insert, &[&keys, &(behind_ns as f64)])
-                .unwrap();
+        let at = "clock_timestamp() - make_interval(secs => $2::float8 / 1e9)";
+        pg_keys_table(at, |url, write| {
+            let s = rows_far_behind(url, catch_up, &mut |keys, behind_ns| {
+                write(keys, behind_ns as f64);
+            });
+            if catch_up > Duration::ZERO {
+                assert_caught_up(&s, 1_000_000_000);
+            } else {
+                assert_missed(&s);
+            }
         });
-        if catch_up > Duration::ZERO {
-            assert_caught_up(&s, 1_000_000_000);
-        } else {
-            assert_missed(&s);
-        }
-        c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
     }
 }
 
@@ -1039,23 +1027,30 @@ fn influxdb_row_times_off_the_taps_clock() {
 fn postgres_row_times_off_the_taps_clock() {
     let _guard = store("postgres");
     for offset_ns in CLOCK_OFFSETS_NS {
-        let t = format!("storetap_{}", unique());
-        let mut c = pg();
-        c.batch_execute(&format!(
-            "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL)"
-        ))
-        .unwrap();
-        let insert = format!(
-            "INSERT INTO {t} (hoptrace, at) SELECT unnest($1::text[]), to_timestamp($2::float8 / 1e9)"
-        );
-        let url =
-            format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
-        let mut writer = pg();
-        clock_far(&url, offset_ns, &mut |keys, at| {
-            writer.execute(&insert, &[&keys, &(at as f64)]).unwrap();
+        pg_keys_table("to_timestamp($2::float8 / 1e9)", |url, write| {
+            clock_far(url, offset_ns, &mut |keys, at| write(keys, at as f64));
         });
-        c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
     }
+}
+
+/// A PostgreSQL table of its own (`hoptrace text, at timestamptz`) for `f`, with the tap's
+/// address for it and a writer that inserts keys with `at` = `at_sql` (SQL of `$2`, the
+/// float8 it is given); dropped afterwards.
+fn pg_keys_table(at_sql: &str, f: impl FnOnce(&str, &mut dyn FnMut(&[String], f64))) {
+    let t = format!("storetap_{}", unique());
+    let mut c = pg();
+    c.batch_execute(&format!(
+        "CREATE TABLE {t} (hoptrace text, at timestamptz NOT NULL)"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO {t} (hoptrace, at) SELECT unnest($1::text[]), {at_sql}");
+    let url =
+        format!("postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at");
+    let mut writer = pg();
+    f(&url, &mut |keys, v| {
+        writer.execute(&insert, &[&keys, &v]).unwrap();
+    });
+    c.batch_execute(&format!("DROP TABLE {t}")).unwrap();
 }
 
 /// A store holding another run's rows beside this run's: a tap whose `where=` names this
