@@ -417,6 +417,20 @@ fn influx_write(m: &str, keys: &[String]) {
     );
 }
 
+/// Writes one point per key into measurement `m` with times of their own: `at`, `at` + 1
+/// ns, ... (a writer that stamps its points).
+fn influx_write_at(m: &str, keys: &[String], at: i64) {
+    let lines: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{m} hoptrace=\"{k}\",value=1.5 {}", at + i as i64))
+        .collect();
+    post(
+        "http://127.0.0.1:18086/write?db=hoptrace",
+        &lines.join("\n"),
+    );
+}
+
 /// Trace contexts of `seqs` of publisher 3.
 fn keys(seqs: std::ops::Range<u64>) -> Vec<String> {
     seqs.map(|sequence| {
@@ -915,16 +929,7 @@ fn influxdb_rows_visible_far_behind_the_newest_row_time() {
         );
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}");
         let s = rows_far_behind(&url, catch_up, &mut |keys, behind_ns| {
-            let at = realtime_ns() - behind_ns;
-            let lines: Vec<String> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| format!("{m} hoptrace=\"{k}\",value=1.5 {}", at + i as i64))
-                .collect();
-            post(
-                "http://127.0.0.1:18086/write?db=hoptrace",
-                &lines.join("\n"),
-            );
+            influx_write_at(&m, keys, realtime_ns() - behind_ns);
         });
         if catch_up > Duration::ZERO {
             assert_caught_up(&s, 200_000_000);
@@ -1008,15 +1013,7 @@ fn influxdb_row_times_off_the_taps_clock() {
         );
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}");
         clock_far(&url, offset_ns, &mut |keys, at| {
-            let lines: Vec<String> = keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| format!("{m} hoptrace=\"{k}\",value=1.5 {}", at + i as i64))
-                .collect();
-            post(
-                "http://127.0.0.1:18086/write?db=hoptrace",
-                &lines.join("\n"),
-            );
+            influx_write_at(&m, keys, at)
         });
         influx_q(&format!("DROP MEASUREMENT \"{m}\""));
     }
