@@ -430,7 +430,13 @@ class HostileTest {
             restarter.join();
             assertTrue(drops.get() >= 5, "restarts: " + drops.get());
             assertBounded(load, h);
-            await(h.exporter::isConnected, 5000, "the connection after the last restart");
+            // The restarter may have closed a connection just before it stopped, and the
+            // exporter may not have noticed yet: wait for a connection the collector accepted
+            // after the last restart, so that Goodbye has an open connection to go over.
+            await(() -> h.exporter.isConnected() && !fc.connections.isEmpty()
+                    && !fc.connections.get(fc.connections.size() - 1).closed
+                    && !fc.connections.get(fc.connections.size() - 1).socket.isClosed(),
+                    5000, "a connection accepted after the last restart");
             h.closeClients();
             await(() -> fc.connections.get(fc.connections.size() - 1).closed, 5000, "goodbye read");
             Counters.Snapshot s = h.exporter.counters();
