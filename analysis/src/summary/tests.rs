@@ -1,3 +1,5 @@
+use datafusion::arrow::array::RecordBatch;
+
 use super::*;
 
 fn host(name: &str, hops: &[&str], bound: Option<u64>) -> HostSummary {
