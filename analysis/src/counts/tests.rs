@@ -1,9 +1,11 @@
-use datafusion::arrow::datatypes::Field;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{BooleanArray, UInt64Array};
+use datafusion::arrow::datatypes::Field;
 use proptest::prelude::*;
 
+use super::sets::{Block, KEY_BLOCK, Layout, MAX_LANES};
 use super::*;
 
 proptest! {
