@@ -1,4 +1,6 @@
+use super::blocks::{date_of, poll_bracket_row, store_tap_blocks, store_time_disagrees};
 use super::*;
+use crate::summary::{CostSpread, PollBracket, PolledEnd, StoreTapCost};
 
 /// A tap whose row times were off its clock gets a paragraph that says how many, by
 /// how much, and what that does to the figures; one whose were not gets none.

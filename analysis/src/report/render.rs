@@ -1,0 +1,265 @@
+//! Report blocks rendered: Markdown with a table of contents and SVG chart images, and one
+//! self-contained HTML page with the chart libraries inlined.
+
+use std::fmt::Write as _;
+
+use crate::charts::Chart;
+
+use super::Block;
+
+/// The anchor of a heading, as GitHub makes it: lower case, letters, digits, `-` and `_`
+/// kept, spaces turned into `-`, everything else dropped.
+#[must_use]
+pub fn slug(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The anchor of every heading of `blocks` (`None` for other blocks), unique within the
+/// page: a repeated one gets `-1`, `-2` ... as GitHub numbers them.
+#[must_use]
+pub fn anchors(blocks: &[Block]) -> Vec<Option<String>> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    blocks
+        .iter()
+        .map(|b| match b {
+            Block::Heading(_, t) => {
+                let base = slug(t);
+                let n = seen.entry(base.clone()).or_default();
+                let id = if *n == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}-{n}")
+                };
+                *n += 1;
+                Some(id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The table of contents: the headings of levels 2 and 3 after the first heading, as
+/// (level, text, anchor); empty when there are fewer than two of level 2.
+pub(super) fn contents(blocks: &[Block]) -> Vec<(u8, String, String)> {
+    let entries: Vec<(u8, String, String)> = blocks
+        .iter()
+        .zip(anchors(blocks))
+        .skip(1)
+        .filter_map(|(b, a)| match (b, a) {
+            (Block::Heading(l @ 2..=3, t), Some(a)) => Some((*l, t.clone(), a)),
+            _ => None,
+        })
+        .collect();
+    if entries.iter().filter(|e| e.0 == 2).count() < 2 {
+        return Vec::new();
+    }
+    entries
+}
+
+pub(super) fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// Renders blocks as Markdown; charts as images `charts/<stem>.svg`.
+#[must_use]
+pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
+    let mut out = String::new();
+    let toc = contents(blocks);
+    for (i, b) in blocks.iter().enumerate() {
+        match b {
+            Block::Heading(l, t) => {
+                let _ = writeln!(out, "{} {t}\n", "#".repeat(usize::from(*l)));
+                if i == 0 && !toc.is_empty() {
+                    out.push_str("**Contents**\n\n");
+                    for (level, text, anchor) in &toc {
+                        let indent = if *level == 3 { "  " } else { "" };
+                        let _ = writeln!(
+                            out,
+                            "{indent}- [{}](#{anchor})",
+                            text.replace('[', "\\[").replace(']', "\\]")
+                        );
+                    }
+                    out.push('\n');
+                }
+            }
+            Block::Para(t) => {
+                let _ = writeln!(out, "{t}\n");
+            }
+            Block::Bullets(items) => {
+                for i in items {
+                    let _ = writeln!(out, "- {i}");
+                }
+                out.push('\n');
+            }
+            Block::Table(head, rows) => {
+                let line = |cells: &[String]| {
+                    format!(
+                        "| {} |",
+                        cells
+                            .iter()
+                            .map(|c| md_cell(c))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    )
+                };
+                let _ = writeln!(out, "{}", line(head));
+                let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
+                for r in rows {
+                    let _ = writeln!(out, "{}", line(r));
+                }
+                out.push('\n');
+            }
+            Block::Chart(i) => {
+                let c = &charts[*i];
+                let _ = writeln!(out, "![{}](charts/{}.svg)\n", c.title, c.stem);
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Renders blocks as one self-contained HTML page; `libs` are the chart libraries'
+/// sources, inlined in order.
+#[must_use]
+pub fn html(blocks: &[Block], charts: &[Chart], title: &str, libs: &[String]) -> String {
+    let mut body = String::new();
+    let toc = contents(blocks);
+    for (i, (b, anchor)) in blocks.iter().zip(anchors(blocks)).enumerate() {
+        match b {
+            Block::Heading(l, t) => {
+                let id = anchor.unwrap_or_default();
+                let _ = writeln!(
+                    body,
+                    "<h{l} id=\"{}\"><a class=\"anchor\" href=\"#{}\">{}</a></h{l}>",
+                    esc(&id),
+                    esc(&id),
+                    esc(t)
+                );
+                if i == 0 && !toc.is_empty() {
+                    body.push_str("<nav id=\"toc\" aria-label=\"Contents\">\n<div class=\"toc-title\">Contents</div>\n<ul>\n");
+                    let mut in_sub = false;
+                    for (n, (level, text, anchor)) in toc.iter().enumerate() {
+                        let link = format!("<a href=\"#{}\">{}</a>", esc(anchor), esc(text));
+                        if *level == 2 {
+                            if in_sub {
+                                body.push_str("</ul>");
+                                in_sub = false;
+                            }
+                            if n > 0 {
+                                body.push_str("</li>\n");
+                            }
+                            let _ = write!(body, "<li>{link}");
+                        } else {
+                            if !in_sub {
+                                body.push_str("\n<ul>\n");
+                                in_sub = true;
+                            }
+                            let _ = writeln!(body, "<li>{link}</li>");
+                        }
+                    }
+                    body.push_str(if in_sub { "</ul></li>\n" } else { "</li>\n" });
+                    body.push_str("</ul>\n</nav>\n");
+                }
+            }
+            Block::Para(t) => {
+                let _ = writeln!(body, "<p>{}</p>", esc(t));
+            }
+            Block::Bullets(items) => {
+                body.push_str("<ul>\n");
+                for i in items {
+                    let _ = writeln!(body, "<li>{}</li>", esc(i));
+                }
+                body.push_str("</ul>\n");
+            }
+            Block::Table(head, rows) => {
+                body.push_str("<table>\n<thead><tr>");
+                for h in head {
+                    let _ = write!(body, "<th>{}</th>", esc(h));
+                }
+                body.push_str("</tr></thead>\n<tbody>\n");
+                for r in rows {
+                    body.push_str("<tr>");
+                    for c in r {
+                        let _ = write!(body, "<td>{}</td>", esc(c));
+                    }
+                    body.push_str("</tr>\n");
+                }
+                body.push_str("</tbody>\n</table>\n");
+            }
+            Block::Chart(i) => {
+                let _ = writeln!(
+                    body,
+                    "<div class=\"chart\" id=\"chart-{i}\" data-stem=\"{}\"></div>",
+                    esc(&charts[*i].stem)
+                );
+            }
+        }
+    }
+    let specs: Vec<serde_json::Value> = charts.iter().map(|c| c.spec.clone()).collect();
+    // `</` cannot appear inside a script element.
+    let specs_json = serde_json::to_string(&specs)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
+    let mut scripts = String::new();
+    for lib in libs {
+        let _ = writeln!(
+            scripts,
+            "<script>{}</script>",
+            lib.replace("</script", "<\\/script")
+        );
+    }
+    format!(
+        r#"<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }}
+th {{ background: #f3f3f3; }}
+td:nth-child(2) {{ font-variant-numeric: tabular-nums; }}
+.chart {{ margin: 1em 0 2em; }}
+.chart-error {{ color: #b00; }}
+h1 a.anchor, h2 a.anchor, h3 a.anchor {{ color: inherit; text-decoration: none; }}
+#toc {{ border: 1px solid #ddd; background: #fafafa; padding: 0.5em 1.2em; margin: 1em 0 2em; }}
+#toc .toc-title {{ font-weight: bold; margin: 0.3em 0; }}
+#toc ul {{ margin: 0.2em 0; padding-left: 1.2em; }}
+</style>
+{scripts}</head>
+<body>
+{body}<script>
+pub(super) const specs = {specs_json};
+pub(super) const pending = [];
+document.querySelectorAll('.chart').forEach((el) => {{
+  const i = Number(el.id.slice('chart-'.length));
+  pending.push(vegaEmbed(el, specs[i], {{ actions: false, renderer: 'svg' }})
+    .then(() => el.setAttribute('data-rendered', 'true'))
+    .catch((e) => {{ el.className += ' chart-error'; el.textContent = 'chart failed: ' + e; console.error(e); }}));
+}});
+Promise.all(pending).then(() => document.body.setAttribute('data-charts', 'done'));
+</script>
+</body>
+</html>
+"#,
+        title = esc(title),
+    )
+}
