@@ -1,5 +1,9 @@
+use std::collections::VecDeque;
+
+use rumqttc::{PubRel, Publish, QoS, Request};
+
+use super::resend::Keeper;
 use super::*;
-use rumqttc::{PubRel, Publish, Request};
 
 fn publish(pkid: u16, body: &str) -> Request {
     let mut p = Publish::new("t", QoS::AtLeastOnce, body.as_bytes().to_vec());
