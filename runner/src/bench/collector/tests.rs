@@ -1,3 +1,4 @@
+use super::traffic::{egress_ns, hop_delay_ns};
 use super::*;
 use std::sync::Mutex;
 
