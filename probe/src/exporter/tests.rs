@@ -1,3 +1,6 @@
+use hoptrace_protocol::{self as protocol, MAX_FRAME_LEN, SentEntry};
+
+use super::worker::{HEALTHY_CONNECTION, Retry};
 use super::*;
 
 #[test]
