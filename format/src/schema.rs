@@ -10,6 +10,20 @@ fn ts() -> DataType {
     DataType::Timestamp(TimeUnit::Nanosecond, None)
 }
 
+/// A file-name- and tag-safe form of a stage name: `Broker Time` -> `broker_time`.
+#[must_use]
+pub fn slug(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('_') {
+            s.push('_');
+        }
+    }
+    s.trim_matches('_').to_owned()
+}
+
 /// The column of a trace's stamp at hop `hop`: `<hop>_ns`.
 #[must_use]
 pub fn hop_column(hop: &str) -> String {
@@ -19,7 +33,7 @@ pub fn hop_column(hop: &str) -> String {
 /// The column holding a stage's deltas in the `traces` view: `<slug>_ns`.
 #[must_use]
 pub fn stage_column(stage: &str) -> String {
-    format!("{}_ns", crate::spec::slug(stage))
+    format!("{}_ns", slug(stage))
 }
 
 /// The columns of a polled stage's bounds in the `traces` view: its deltas at the earliest
@@ -27,7 +41,7 @@ pub fn stage_column(stage: &str) -> String {
 /// `<slug>_upper_ns` (`PipelineSpec::stage_bound`).
 #[must_use]
 pub fn stage_bound_columns(stage: &str) -> (String, String) {
-    let slug = crate::spec::slug(stage);
+    let slug = slug(stage);
     (format!("{slug}_lower_ns"), format!("{slug}_upper_ns"))
 }
 

@@ -18,11 +18,18 @@
 //! assert_eq!(spec.stages()[0].name, "Broker Time");
 //! ```
 
+mod default;
+mod error;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hoptrace_protocol::{HopId, MAX_HOPS};
 use serde::{Deserialize, Serialize};
+
+pub use crate::schema::slug;
+pub use default::DEFAULT_PIPELINE_TOML;
+pub use error::SpecError;
 
 /// A hop's `id`: an integer from 0 to 255 (the wire id is one byte), said so when not.
 fn hop_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
@@ -33,133 +40,6 @@ fn hop_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error
         ))
     })
 }
-
-/// A commented pipeline spec for publisher → broker → stream processor → store, with the
-/// five stages of the reference report. [`PipelineSpec::default_pipeline`] parses it.
-pub const DEFAULT_PIPELINE_TOML: &str = r#"# hoptrace pipeline spec.
-#
-# A hop is a named point where a message is stamped with the hop's clock (CLOCK_REALTIME).
-# A stage is the difference of two hops' stamps (`to` minus `from`); the report prints
-# percentiles of every stage. Times are named by unit: `_ms` milliseconds.
-
-# Pipeline name, printed at the top of every report.
-name = "mqtt-flow-store"
-
-# Hops that every message must pass. A trace is complete once all of them have stamped it;
-# a trace that misses one is reported as incomplete, with the missing hops named. Hops
-# not listed here are optional (a sampled tap, for example): recorded when they stamp,
-# never counted as missing. Leave this out to expect every declared hop.
-# expected = ["publish", "flow_in", "flow_out", "store_in", "query_start", "queryable"]
-
-# The hops, in pipeline order. Up to 16.
-[[hops]]
-# Hop name: lower-case letters, digits and `_`; it names the hop's column in the results
-# (`publish_ns`) and must match the name the probe at this hop announces.
-name = "publish"
-# Wire id (0..=255) that the probe at this hop puts in its records; unique per pipeline.
-# Leave it out to use the hop's position in this list (0 for the first hop).
-id = 0
-# What the hop is, in one line, for people reading the spec and the report.
-description = "Publisher egress: the publisher hands the message to its MQTT or Kafka client."
-
-[[hops]]
-name = "flow_in"
-id = 1
-description = "Processor ingress: the stream processor receives the message from the broker."
-
-[[hops]]
-name = "flow_out"
-id = 2
-description = "Processor egress: the processor sends the processed data towards the store."
-
-[[hops]]
-name = "store_in"
-id = 3
-description = "Store ingress: the store receives the data from the processor."
-
-[[hops]]
-name = "query_start"
-id = 4
-description = "The visibility query that first found the data started."
-
-[[hops]]
-name = "queryable"
-id = 5
-description = "That query returned the data: from here on it is queryable."
-# A hop stamped by polling (a store tap: `hoptrace tap --from influxdb://...`) knows only
-# that its event happened between two instants: declare a hop for the earliest one and
-# name it here. The tap reports it for every message, and every stage that starts or ends
-# at this hop is reported with bounds. The reference store stamps this hop itself, so
-# here it is exact.
-# earliest = "queryable_earliest"
-
-# The stages the report measures, in report order.
-[[stages]]
-# Stage name, as the report prints it; unique per pipeline.
-name = "Broker Time"
-# The hop whose stamp the stage starts at.
-from = "publish"
-# The hop whose stamp the stage ends at (the stage is `to - from`).
-to = "flow_in"
-# One-line definition printed under "Latency Stage Definitions" in the report.
-definition = "Time from message publish, through the broker, to arrival in the processor."
-# Whether the stage appears in the report's highlights table at the top.
-headline = false
-
-[[stages]]
-name = "Flow Internal"
-from = "flow_in"
-to = "flow_out"
-definition = "Processing time inside the stream processor, from ingress to egress."
-
-[[stages]]
-name = "Transmission"
-from = "flow_out"
-to = "store_in"
-definition = "Time for the network call carrying the data from the processor to the store."
-
-[[stages]]
-name = "Total Ingestion"
-from = "publish"
-to = "queryable"
-definition = "Total time from message publish to the data becoming queryable in the store."
-headline = true
-
-[[stages]]
-name = "Query Duration"
-from = "query_start"
-to = "queryable"
-definition = "Time the store took to execute the visibility query that first returned the data."
-headline = true
-
-# How the collector joins the records of one message.
-[join]
-# How long to wait for the rest of a message's stamps, counted from the arrival of its
-# first record at the collector (the collector's monotonic clock). A message still missing
-# expected hops after this long is written out as incomplete.
-window_ms = 10000
-# Most messages waiting for stamps at once. When reached, the collector stops reading
-# from probes until messages complete or expire (back-pressure, nothing is dropped).
-max_pending = 2000000
-# Stamps more than this many seconds before the collector started or after the current
-# time are implausible (a broken clock, a corrupt record): they are counted and dropped,
-# and a message whose intended send time is that far off is flagged and kept out of the
-# run's span and throughput.
-plausible_window_s = 3600
-
-# How the collector writes Parquet. A Parquet file is readable only once closed (its
-# footer is written last), so a crash loses the open file: by default every file holds
-# one row group, and a killed collector loses at most that one.
-[output]
-# Start a new Parquet file after this many rows.
-roll_rows = 1000000
-# Start a new Parquet file after this many seconds, even if it has fewer rows.
-roll_seconds = 60
-# Rows per Parquet row group.
-row_group_rows = 1000000
-# zstd compression level, 1 (fastest) to 22 (smallest files).
-zstd_level = 1
-"#;
 
 /// The pipeline as declared in its TOML file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -316,153 +196,6 @@ impl Default for OutputSpec {
             zstd_level: default_zstd_level(),
         }
     }
-}
-
-/// Why a pipeline spec was refused. Each variant names the offending field and value.
-#[derive(Debug, thiserror::Error)]
-pub enum SpecError {
-    /// The spec file could not be read: check the path and its permissions.
-    #[error("cannot read pipeline spec {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Not TOML, or a field is unknown, missing or of the wrong type: fix the spot the
-    /// message points at (line and column).
-    #[error("invalid pipeline spec: {0}")]
-    Toml(#[from] toml::de::Error),
-    /// `name` is empty: name the pipeline, the reports print it.
-    #[error("`name` is empty: give the pipeline a name")]
-    EmptyName,
-    /// Too few or too many hops: declare between 1 and 16 `[[hops]]`.
-    #[error("`hops` declares {count} hops; declare between 1 and {MAX_HOPS}")]
-    HopCount {
-        /// Hops declared.
-        count: usize,
-    },
-    /// A hop without a name: give every `[[hops]]` a `name`.
-    #[error("hop #{index}: `name` is empty")]
-    EmptyHopName {
-        /// Position of the hop, from 0.
-        index: usize,
-    },
-    /// A hop name with characters other than `a-z`, `0-9` and `_`: rename the hop.
-    #[error("hop \"{name}\": `name` may only contain a-z, 0-9 and _")]
-    BadHopName {
-        /// The name.
-        name: String,
-    },
-    /// Two hops with the same name: rename one.
-    #[error("hop \"{name}\" is declared twice")]
-    DuplicateHopName {
-        /// The name.
-        name: String,
-    },
-    /// Two hops with the same wire id (explicit, or defaulted to the hop's index): give
-    /// one of them another `id`.
-    #[error(
-        "hop \"{name}\": `id` {id}{} is already used by hop \"{other}\"{}: give one of them another `id` (0-255)",
-        if *defaulted { " (its position in [[hops]], counting from 0: a hop without `id` takes its position)" } else { "" },
-        if *other_defaulted { " (its position in [[hops]], as it gives no `id`)" } else { "" }
-    )]
-    DuplicateHopId {
-        /// The later hop.
-        name: String,
-        /// The id.
-        id: u8,
-        /// The earlier hop with that id.
-        other: String,
-        /// The later hop gives no `id`: it defaulted to its index.
-        defaulted: bool,
-        /// The earlier hop gives no `id` either.
-        other_defaulted: bool,
-    },
-    /// `expected` is an empty list: list at least one hop, or leave `expected` out to
-    /// expect every hop.
-    #[error("`expected` is empty: list at least one hop, or leave it out to expect all hops")]
-    EmptyExpected,
-    /// `expected` names a hop that `[[hops]]` does not declare: fix the name or declare it.
-    #[error("`expected`: hop \"{name}\" is not declared (hops: {hops})")]
-    UnknownExpectedHop {
-        /// The name.
-        name: String,
-        /// The declared hops, comma-separated.
-        hops: String,
-    },
-    /// `expected` lists a hop twice: remove one.
-    #[error("`expected` lists hop \"{name}\" twice")]
-    DuplicateExpectedHop {
-        /// The name.
-        name: String,
-    },
-    /// A stage without a name: give every `[[stages]]` a `name`.
-    #[error("stage #{index}: `name` is empty")]
-    EmptyStageName {
-        /// Position of the stage, from 0.
-        index: usize,
-    },
-    /// Two stages with the same name: rename one.
-    #[error("stage \"{name}\" is declared twice")]
-    DuplicateStageName {
-        /// The name.
-        name: String,
-    },
-    /// A stage's column in the results (`<slug of its name>_ns`) is already a column: a
-    /// hop's, another stage's, or one of the trace columns. Rename the stage.
-    #[error("stage \"{stage}\": its column `{column}` would clash with {other}; rename the stage")]
-    StageColumnClash {
-        /// The stage.
-        stage: String,
-        /// The column its name makes.
-        column: String,
-        /// What already has that column.
-        other: String,
-    },
-    /// A stage's `from` or `to` names an undeclared hop: fix the name or declare the hop.
-    #[error("stage \"{stage}\": `{field}` hop \"{hop}\" is not declared (hops: {hops})")]
-    UnknownStageHop {
-        /// The stage.
-        stage: String,
-        /// `from` or `to`.
-        field: &'static str,
-        /// The undeclared name.
-        hop: String,
-        /// The declared hops, comma-separated.
-        hops: String,
-    },
-    /// A stage from a hop to itself, always 0: pick two different hops.
-    #[error(
-        "stage \"{stage}\": `from` and `to` are both \"{hop}\"; a stage spans two different hops"
-    )]
-    SameHop {
-        /// The stage.
-        stage: String,
-        /// The hop.
-        hop: String,
-    },
-    /// A hop's `earliest` names no declared hop, itself, or a hop that has an `earliest`
-    /// of its own: name the hop the tap reports as the earliest instant.
-    #[error("hop \"{hop}\": `earliest` \"{earliest}\" {why}")]
-    BadEarliest {
-        /// The polled hop.
-        hop: String,
-        /// What its `earliest` names.
-        earliest: String,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// A setting that must be positive is 0: raise it.
-    #[error("`{field}` is 0; it must be greater than 0")]
-    Zero {
-        /// The setting, e.g. `join.window_ms`.
-        field: &'static str,
-    },
-    /// A zstd level zstd does not have: use 1 to 22.
-    #[error("`output.zstd_level` is {0}; use 1 (fastest) to 22 (smallest)")]
-    ZstdLevel(i32),
 }
 
 impl PipelineSpec {
@@ -992,20 +725,6 @@ fn all_hops_mask(count: usize) -> u16 {
     } else {
         (1u16 << count) - 1
     }
-}
-
-/// A file-name- and tag-safe form of a stage name: `Broker Time` -> `broker_time`.
-#[must_use]
-pub fn slug(name: &str) -> String {
-    let mut s = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            s.push(c.to_ascii_lowercase());
-        } else if !s.ends_with('_') {
-            s.push('_');
-        }
-    }
-    s.trim_matches('_').to_owned()
 }
 
 #[cfg(test)]
