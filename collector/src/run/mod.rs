@@ -153,8 +153,8 @@ pub struct Collector {
     recovered: Option<Recovered>,
     continued: Option<hoptrace_format::run::Restart>,
     run_dir: PathBuf,
-    progress: Arc<Mutex<Progress>>,
-    live: Arc<Mutex<Live>>,
+    /// The live figures the join thread updates.
+    watch: Watch,
     /// The accept thread and the join thread.
     service: server::Service<Result<RunSummary, CollectorError>>,
 }
@@ -383,8 +383,7 @@ impl Collector {
             recovered,
             continued,
             run_dir,
-            progress,
-            live,
+            watch: Watch { progress, live },
             service,
         })
     }
@@ -417,23 +416,20 @@ impl Collector {
     /// Live figures.
     #[must_use]
     pub fn progress(&self) -> Progress {
-        self.progress.lock().expect("progress poisoned").clone()
+        self.watch.progress()
     }
 
     /// The live view's figures, as of the last interval's end.
     #[must_use]
     pub fn live(&self) -> Live {
-        self.live.lock().expect("live poisoned").clone()
+        self.watch.live()
     }
 
     /// A handle on the live figures that outlives a borrow of the collector, for servers
     /// that run until after it stopped.
     #[must_use]
     pub fn watch(&self) -> Watch {
-        Watch {
-            progress: Arc::clone(&self.progress),
-            live: Arc::clone(&self.live),
-        }
+        self.watch.clone()
     }
 
     /// Stops accepting, waits (up to the stop timeout) for connected probes to finish,

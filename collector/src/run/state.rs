@@ -743,12 +743,7 @@ impl JoinState {
             unknown_hop_records: stats.unknown_hop,
             unannounced_hop_records: self.counters.unannounced_hop_records.load(Relaxed),
             records_lost_by_probes: self.control.records_lost(),
-            missing_by_hop: names
-                .iter()
-                .zip(stats.missing_by_hop.iter())
-                .filter(|(_, n)| **n > 0)
-                .map(|(h, n)| (h.clone(), *n))
-                .collect(),
+            missing_by_hop: per_hop(names, &stats.missing_by_hop, false),
             backpressure_episodes: self.backpressure_episodes,
             resent_records_dropped: self.resent_dropped,
         };
@@ -868,17 +863,8 @@ impl JoinState {
             recovered: self.recovered.clone(),
             accounting: Accounting {
                 publishers,
-                missing_by_hop: names
-                    .iter()
-                    .zip(stats.missing_by_hop.iter())
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(h, n)| (h.clone(), *n))
-                    .collect(),
-                records_by_hop: names
-                    .iter()
-                    .zip(stats.records_by_hop.iter())
-                    .map(|(h, n)| (h.clone(), *n))
-                    .collect(),
+                missing_by_hop: per_hop(names, &stats.missing_by_hop, false),
+                records_by_hop: per_hop(names, &stats.records_by_hop, true),
                 records_lost_by_probes,
                 duplicate_traces: stats.duplicate_traces,
                 negative_delta_traces: stats.negative_delta_traces,
@@ -924,4 +910,15 @@ pub(crate) fn connection_counts(c: &ConnectionCounters) -> BTreeMap<String, u64>
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.load(Relaxed)))
     .collect()
+}
+
+/// Counts per hop (`counts[i]` is hop `names[i]`'s) by hop name; hops counted 0 are left
+/// out unless `zeros`.
+fn per_hop(names: &[String], counts: &[u64], zeros: bool) -> BTreeMap<String, u64> {
+    names
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| zeros || **n > 0)
+        .map(|(h, n)| (h.clone(), *n))
+        .collect()
 }

@@ -327,6 +327,7 @@ impl StoreTap {
             }
         }
         self.pollers_used = stores.len();
+        l.c.reconnections = vec![0; stores.len()];
         let mut pollers = match Pollers::start(stores) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -497,10 +498,9 @@ impl StoreTap {
     fn take(&mut self, l: &mut Loop, a: Answer, resolution: i64, in_flight_since: i64) -> Taken {
         let live = Arc::clone(&self.live);
         let (send_ns, resp_ns) = (a.send_ns, a.resp_ns);
-        if l.c.reconnections.len() <= a.poller {
-            l.c.reconnections.resize(a.poller + 1, 0);
+        if let Some(r) = l.c.reconnections.get_mut(a.poller) {
+            *r = a.reconnections;
         }
-        l.c.reconnections[a.poller] = a.reconnections;
         let batch = match a.result {
             Ok(b) => b,
             Err(e) => {
