@@ -5,6 +5,7 @@
 //! the source's detail. With `--max-clock-error` it is a preflight: the command fails when the
 //! clock is unsynchronised or the bound exceeds the threshold (a warning with `--force-clock`).
 
+pub use hoptrace_cli::preflight::PreflightArgs;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -160,27 +161,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The clock preflight of a command that starts a part of a run (collector, publisher,
-/// tap, demo): this host's clock must be synchronised, with an error bound of at most
-/// `--max-clock-error`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PreflightArgs {
-    /// Refuse to start when this host's clock (chronyd, ptp4l or the kernel) is not
-    /// synchronised or its error bound exceeds this (e.g. 100us, 1ms); the collector also
-    /// checks every probe host's clock status against it and records what fails.
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
-    pub max_clock_error: Option<u64>,
-    /// With --max-clock-error: warn instead of refusing.
-    #[arg(long)]
-    pub force_clock: bool,
-}
-
-impl PreflightArgs {
+/// The preflight a command runs before it starts.
+pub trait Preflight {
     /// Checks this host's clock when `--max-clock-error` is given.
     ///
     /// # Errors
     /// The clock fails the check and `--force-clock` is not given.
-    pub fn check(&self) -> anyhow::Result<()> {
+    fn check(&self) -> anyhow::Result<()>;
+}
+
+impl Preflight for PreflightArgs {
+    fn check(&self) -> anyhow::Result<()> {
         let Some(max) = self.max_clock_error else {
             return Ok(());
         };

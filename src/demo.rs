@@ -7,6 +7,7 @@
 //! The demo itself is `hoptrace_runner::demo`; this is its command line and what it
 //! prints.
 
+use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::time::Duration;
 

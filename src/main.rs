@@ -27,11 +27,12 @@ macro_rules! eprintln {
     ($($arg:tt)*) => { ::hoptrace_runner::out::print(::hoptrace_runner::out::Stream::Err, true, format_args!($($arg)*)) };
 }
 
+use hoptrace_cli::{collector as collector_args, units};
+
 mod analyze;
 mod bench;
 mod clock;
 mod collect;
-mod collector_args;
 mod demo;
 mod errors;
 mod publish;
@@ -42,7 +43,6 @@ mod signals;
 mod soak;
 mod store_tap;
 mod sweep;
-mod units;
 
 /// Measure end-to-end and per-hop latency of MQTT and Kafka ingestion pipelines.
 #[derive(Debug, Parser)]

@@ -1,6 +1,7 @@
 //! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
 //! `hoptrace_publisher`.
 
+use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@ use hoptrace_broker::url::Endpoint;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
-use crate::collector_args::CollectorArgs;
+pub use hoptrace_cli::refpipe::{ProcessorArgs, StoreArgs};
 use hoptrace_format::units;
 use hoptrace_runner::interrupt::interruptible;
 use hoptrace_runner::progress::LiveLine;
@@ -29,39 +29,6 @@ pub enum Which {
     /// The processor: consumes MQTT or Kafka, decodes, batches, transforms and writes to
     /// the store; probes at ingress and egress.
     Processor(ProcessorArgs),
-}
-
-/// Options of `hoptrace refpipe store`.
-#[derive(Debug, clap::Args)]
-pub struct StoreArgs {
-    /// Address to serve writes and queries on.
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7500", value_parser = crate::units::parse_listen)]
-    pub listen: String,
-    #[command(flatten)]
-    pub collector: CollectorArgs,
-}
-
-/// Options of `hoptrace refpipe processor`.
-#[derive(Debug, clap::Args)]
-pub struct ProcessorArgs {
-    /// Broker: `mqtt://host:port` or `kafka://host:port/topic`.
-    #[arg(long)]
-    pub from: String,
-    /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
-    /// address's Kafka topics).
-    #[arg(long, value_delimiter = ',')]
-    pub topics: Vec<String>,
-    /// The store's address.
-    #[arg(long, default_value = "127.0.0.1:7500")]
-    pub store: String,
-    /// A batch is written once it holds this many rows...
-    #[arg(long, default_value_t = 2000)]
-    pub batch_rows: usize,
-    /// ...or once its first row has waited this long (a unit is needed: `1ms`, `500us`).
-    #[arg(long, default_value = "1ms", value_parser = units::parse_short_duration)]
-    pub linger: Duration,
-    #[command(flatten)]
-    pub collector: CollectorArgs,
 }
 
 /// Runs a part until SIGINT or SIGTERM.

@@ -6,6 +6,7 @@
 //! The soak itself is `hoptrace_runner::soak`; this is its command line and what it
 //! prints.
 
+use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! `hoptrace tap --from <store URL>`: the store tap's options, its run and its summary, a
 //! thin wrapper over `hoptrace_tap`.
 
+use crate::clock::Preflight as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,106 @@
+//! The options of `hoptrace collect`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hoptrace_format::units;
+
+use crate::units::{parse_listen, parse_run_id};
+
+/// Where `hoptrace collect` listens when not told.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+
+/// Options of `hoptrace collect`.
+#[derive(Debug, clap::Args)]
+pub struct CollectArgs {
+    /// Address to listen on for probes [default: 127.0.0.1:7400]. Any non-loopback
+    /// address requires --token.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub listen: Option<String>,
+    /// Pipeline spec (TOML); `hoptrace generate-config` prints a commented default.
+    /// Without it, that default is used.
+    #[arg(long)]
+    pub pipeline: Option<PathBuf>,
+    /// Folder under which the run directory `<run-id>/` is created.
+    #[arg(long, alias = "out", value_name = "DIR", default_value = "runs")]
+    pub runs: PathBuf,
+    /// Run id (default: run-<UTC time>): letters, digits, '.', '_' and '-'.
+    #[arg(long, value_parser = parse_run_id)]
+    pub run_id: Option<String>,
+    /// Add to the run in <runs>/<run-id>/ although it closed cleanly: its files are kept
+    /// and the new run.json accounts for what this collector receives. Without it, a
+    /// finished run is never written over.
+    #[arg(long = "continue", requires = "run_id")]
+    pub continue_run: bool,
+    /// Continue the unfinished run under --runs (one whose collector was stopped without
+    /// closing it, so its log is still there) of this pipeline, the newest when there are
+    /// several, as `--run-id` with its id would. Without it, a collector started without
+    /// --run-id names the unfinished runs it finds and starts a new run.
+    #[arg(long, conflicts_with_all = ["run_id", "no_log"])]
+    pub resume: bool,
+    #[command(flatten)]
+    pub listener: crate::collector::ListenerArgs,
+    /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
+    /// run until SIGINT/SIGTERM.
+    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = crate::units::parse_run_length)]
+    pub duration: Option<Duration>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (and the same progress as
+    /// JSON at /progress.json).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub metrics: Option<String>,
+    /// Serve the live view at http://HOST:PORT/: a self-contained page (nothing loaded
+    /// from elsewhere) showing, updated every second, per-stage percentiles over the last
+    /// interval and the whole run, throughput against --target-rate, the accounting and
+    /// each probe host's clock; its figures are at /live.json. The same server answers
+    /// /metrics and /progress.json too: --metrics with the same address is that one
+    /// server, with another address a second one. `:0` picks a free port (printed).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub ui: Option<String>,
+    /// The rate the run is meant to publish, metrics per second (`100k`), for the live
+    /// view's throughput against it; the collector itself does not use it.
+    #[arg(long, value_name = "METRICS_PER_S", value_parser = units::parse_rate)]
+    pub target_rate: Option<f64>,
+    #[command(flatten)]
+    pub preflight: crate::preflight::PreflightArgs,
+    /// Read probe records from Kafka instead of listening
+    /// (kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?rdkafka.NAME=VALUE&...], written by
+    /// `hoptrace relay`; the rdkafka. properties are set on this member's consumers): this
+    /// collector joins the consumer group --group and writes its own files under
+    /// <runs>/<run-id>/members/<member>/; the analysis reads all members as one run.
+    #[arg(long, value_name = "KAFKA_URL", requires = "run_id")]
+    pub from: Option<String>,
+    /// Consumer group of the collectors reading --from.
+    #[arg(long, default_value = "hoptrace-collectors", requires = "from")]
+    pub group: String,
+    /// This collector's name in the group (default: host name and process id).
+    #[arg(long, requires = "from")]
+    pub member: Option<String>,
+    /// Time between checkpoints (files closed, offsets committed) with --from.
+    #[arg(long, alias = "commit-interval-s", value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, requires = "from")]
+    pub commit_interval: Duration,
+    /// Keep no write-ahead log (<runs>/<run-id>/wal/): probes are not told what is on disk
+    /// and keep nothing to send again, and a collector killed loses what it had not
+    /// written. With the log (the default), the same command started again after a kill
+    /// continues the run with nothing lost.
+    #[arg(long)]
+    pub no_log: bool,
+    /// How often the log is synced to disk (fdatasync) and probes told what it holds; at
+    /// most 1s.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_log_sync, conflicts_with = "no_log")]
+    pub log_sync: Duration,
+    /// Least time between two checkpoints of the run, taken when a part file closes: the
+    /// log before a checkpoint is deleted, so the log holds about this long of records
+    /// (or one part file's worth, if more) and a restart replays only that.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, conflicts_with = "no_log")]
+    pub checkpoint_interval: Duration,
+}
+
+fn parse_log_sync(s: &str) -> Result<Duration, String> {
+    let d = units::parse_short_duration(s)?;
+    if d.is_zero() || d > Duration::from_secs(1) {
+        return Err(format!(
+            "{s:?}: the log is synced at least once a second and at most every 1ms (e.g. 100ms)"
+        ));
+    }
+    Ok(d.max(Duration::from_millis(1)))
+}

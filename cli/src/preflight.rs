@@ -1,0 +1,18 @@
+//! The clock preflight every command that starts a part of a run shares.
+
+use hoptrace_format::units;
+
+/// The clock preflight of a command that starts a part of a run (collector, publisher,
+/// tap, demo): this host's clock must be synchronised, with an error bound of at most
+/// `--max-clock-error`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PreflightArgs {
+    /// Refuse to start when this host's clock (chronyd, ptp4l or the kernel) is not
+    /// synchronised or its error bound exceeds this (e.g. 100us, 1ms); the collector also
+    /// checks every probe host's clock status against it and records what fails.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration_ns)]
+    pub max_clock_error: Option<u64>,
+    /// With --max-clock-error: warn instead of refusing.
+    #[arg(long)]
+    pub force_clock: bool,
+}
