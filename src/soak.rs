@@ -321,7 +321,7 @@ mod tests {
             store: "127.0.0.1:7403".into(),
             ui: Some("127.0.0.1:7404".into()),
         };
-        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        let cmds = PartCommands::new(&opts, &plan, &at, true).unwrap();
         let Command::Collect(c) = parse(&cmds.collector) else {
             unreachable!("collect")
         };
@@ -405,7 +405,7 @@ mod tests {
             store: "127.0.0.1:7403".into(),
             ui: None,
         };
-        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        let cmds = PartCommands::new(&opts, &plan, &at, true).unwrap();
         let Command::Refpipe(crate::refpipe_cmd::Which::Processor(p)) =
             parse(cmds.processor.as_ref().unwrap())
         else {
@@ -467,7 +467,7 @@ mod tests {
             store: "127.0.0.1:7403".into(),
             ui: None,
         };
-        let cmds = PartCommands::new(&opts, &plan, &at, true);
+        let cmds = PartCommands::new(&opts, &plan, &at, true).unwrap();
         assert!(cmds.store.is_none() && cmds.processor.is_none());
         let spec = std::path::PathBuf::from("tap/testdata/nodered-influxdb.toml");
         let Command::Collect(c) = parse(&cmds.collector) else {

@@ -7,11 +7,13 @@ use hoptrace_format::units;
 
 use crate::units::{parse_listen, parse_run_id};
 
+use crate::argv::{Argv, ToArgs};
+
 /// Where `hoptrace collect` listens when not told.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
 
 /// Options of `hoptrace collect`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct CollectArgs {
     /// Address to listen on for probes [default: 127.0.0.1:7400]. Any non-loopback
     /// address requires --token.
@@ -103,4 +105,131 @@ fn parse_log_sync(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d.max(Duration::from_millis(1)))
+}
+
+impl ToArgs for CollectArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            listen,
+            pipeline,
+            runs,
+            run_id,
+            continue_run,
+            resume,
+            listener,
+            duration,
+            metrics,
+            ui,
+            target_rate,
+            preflight,
+            from,
+            group,
+            member,
+            commit_interval,
+            no_log,
+            log_sync,
+            checkpoint_interval,
+        } = self;
+        argv.opt("--listen", listen.as_deref());
+        argv.path("--pipeline", pipeline.as_deref());
+        argv.path("--runs", Some(runs.as_path()));
+        argv.opt("--run-id", run_id.as_deref());
+        argv.flag("--continue", *continue_run);
+        argv.flag("--resume", *resume);
+        argv.group(listener);
+        argv.opt_duration("--duration", *duration);
+        argv.opt("--metrics", metrics.as_deref());
+        argv.opt("--ui", ui.as_deref());
+        argv.opt("--target-rate", target_rate.map(|r| r.to_string()));
+        argv.group(preflight);
+        argv.opt("--from", from.as_deref());
+        // These need --from (clap refuses them without it, even at their defaults).
+        if from.is_some() {
+            argv.value("--group", group);
+            argv.opt("--member", member.as_deref());
+            argv.duration("--commit-interval", *commit_interval);
+        }
+        argv.flag("--no-log", *no_log);
+        // These conflict with --no-log.
+        if !no_log {
+            argv.duration("--log-sync", *log_sync);
+            argv.duration("--checkpoint-interval", *checkpoint_interval);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::argv::parse;
+    use crate::collector::ListenerArgs;
+    use crate::preflight::PreflightArgs;
+
+    fn every_option() -> CollectArgs {
+        CollectArgs {
+            listen: Some("127.0.0.1:7411".into()),
+            pipeline: Some(PathBuf::from("pipelines/my pipeline.toml")),
+            runs: PathBuf::from("/var/tmp/runs"),
+            run_id: Some("soak-7".into()),
+            continue_run: true,
+            resume: false,
+            listener: ListenerArgs {
+                token: None,
+                tls_cert: Some(PathBuf::from("cert.pem")),
+                tls_key: Some(PathBuf::from("key.pem")),
+            },
+            duration: Some(Duration::from_millis(90_500)),
+            metrics: Some("127.0.0.1:9100".into()),
+            ui: Some("127.0.0.1:0".into()),
+            target_rate: Some(1_234_567.5),
+            preflight: PreflightArgs {
+                max_clock_error: Some(250_000),
+                force_clock: true,
+            },
+            from: None,
+            group: "hoptrace-collectors".into(),
+            member: None,
+            commit_interval: Duration::from_secs(5),
+            no_log: false,
+            log_sync: Duration::from_millis(20),
+            checkpoint_interval: Duration::from_secs(7),
+        }
+    }
+
+    #[test]
+    fn a_collector_s_options_read_back_as_written() {
+        let a = every_option();
+        assert_eq!(parse::<CollectArgs>(a.to_args(&[])).unwrap(), a);
+    }
+
+    #[test]
+    fn a_group_member_s_options_read_back_as_written() {
+        let mut a = every_option();
+        a.continue_run = false;
+        a.listen = None;
+        a.from = Some("kafka://127.0.0.1:9092/records".into());
+        a.group = "collectors-2".into();
+        a.member = Some("m1".into());
+        a.commit_interval = Duration::from_millis(2_500);
+        a.no_log = true;
+        // Without the log, its settings are not written: they read back as their defaults.
+        a.log_sync = Duration::from_millis(100);
+        a.checkpoint_interval = Duration::from_secs(5);
+        assert_eq!(parse::<CollectArgs>(a.to_args(&[])).unwrap(), a);
+    }
+
+    #[test]
+    fn a_token_is_never_written() {
+        let mut a = every_option();
+        a.listener.token = Some("s3cret".into());
+        let args = a.to_args(&["collect"]);
+        assert!(!args.iter().any(|w| w.to_string_lossy().contains("s3cret")));
+        assert!(!args.iter().any(|w| w == "--token"));
+    }
+
+    #[test]
+    fn the_defaults_read_back_as_written() {
+        let a = parse::<CollectArgs>(std::iter::empty::<&str>()).unwrap();
+        assert_eq!(parse::<CollectArgs>(a.to_args(&[])).unwrap(), a);
+    }
 }

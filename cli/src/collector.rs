@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use hoptrace_format::units;
 use hoptrace_probe::{ClockReporting, CounterSnapshot, ExporterConfig};
 
+use crate::argv::{Argv, ToArgs};
+
 /// What probes must present to a command that takes their connections (`collect`,
 /// `relay`): a token, and TLS.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct ListenerArgs {
     /// Token probes must present.
     #[arg(long, env = "HOPTRACE_TOKEN", hide_env_values = true)]
@@ -50,7 +52,7 @@ impl ListenerArgs {
 }
 
 /// Where and how to report to the collector.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct CollectorArgs {
     /// Collector address (`hoptrace collect --listen`); without it, nothing is reported.
     #[arg(long)]
@@ -99,6 +101,34 @@ pub fn lost_line(c: &CounterSnapshot) -> String {
         c.send_failed,
         c.lost_unacked
     )
+}
+
+impl ToArgs for ListenerArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            token: _,
+            tls_cert,
+            tls_key,
+        } = self;
+        argv.path("--tls-cert", tls_cert.as_deref());
+        argv.path("--tls-key", tls_key.as_deref());
+    }
+}
+
+impl ToArgs for CollectorArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            collector,
+            token: _,
+            collector_ca,
+            collector_tls_name,
+            collector_retention,
+        } = self;
+        argv.opt("--collector", collector.as_deref());
+        argv.path("--collector-ca", collector_ca.as_deref());
+        argv.opt("--collector-tls-name", collector_tls_name.as_deref());
+        argv.value("--collector-retention", collector_retention.to_string());
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 
 #![deny(unreachable_pub)]
 
+pub mod argv;
 pub mod collect;
 pub mod collector;
 pub mod preflight;

@@ -2,10 +2,12 @@
 
 use hoptrace_format::units;
 
+use crate::argv::{Argv, ToArgs};
+
 /// The clock preflight of a command that starts a part of a run (collector, publisher,
 /// tap, demo): this host's clock must be synchronised, with an error bound of at most
 /// `--max-clock-error`.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct PreflightArgs {
     /// Refuse to start when this host's clock (chronyd, ptp4l or the kernel) is not
     /// synchronised or its error bound exceeds this (e.g. 100us, 1ms); the collector also
@@ -15,4 +17,18 @@ pub struct PreflightArgs {
     /// With --max-clock-error: warn instead of refusing.
     #[arg(long)]
     pub force_clock: bool,
+}
+
+impl ToArgs for PreflightArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            max_clock_error,
+            force_clock,
+        } = self;
+        argv.opt(
+            "--max-clock-error",
+            max_clock_error.map(|ns| format!("{ns}ns")),
+        );
+        argv.flag("--force-clock", *force_clock);
+    }
 }

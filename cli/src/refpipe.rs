@@ -6,8 +6,10 @@ use hoptrace_format::units;
 
 use crate::collector::CollectorArgs;
 
+use crate::argv::{Argv, ToArgs};
+
 /// Options of `hoptrace refpipe store`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct StoreArgs {
     /// Address to serve writes and queries on.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7500", value_parser = crate::units::parse_listen)]
@@ -17,7 +19,7 @@ pub struct StoreArgs {
 }
 
 /// Options of `hoptrace refpipe processor`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct ProcessorArgs {
     /// Broker: `mqtt://host:port` or `kafka://host:port/topic`.
     #[arg(long)]
@@ -37,4 +39,82 @@ pub struct ProcessorArgs {
     pub linger: Duration,
     #[command(flatten)]
     pub collector: CollectorArgs,
+}
+
+impl ToArgs for StoreArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self { listen, collector } = self;
+        argv.value("--listen", listen);
+        argv.group(collector);
+    }
+}
+
+impl ToArgs for ProcessorArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            from,
+            topics,
+            store,
+            batch_rows,
+            linger,
+            collector,
+        } = self;
+        argv.value("--from", from);
+        argv.each("--topics", topics);
+        argv.value("--store", store);
+        argv.value("--batch-rows", batch_rows.to_string());
+        argv.duration("--linger", *linger);
+        argv.group(collector);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::argv::parse;
+
+    fn collector() -> CollectorArgs {
+        CollectorArgs {
+            collector: Some("127.0.0.1:7401".into()),
+            token: None,
+            collector_ca: Some(PathBuf::from("/etc/ca.pem")),
+            collector_tls_name: Some("collector.lab".into()),
+            collector_retention: 12_345,
+        }
+    }
+
+    #[test]
+    fn a_store_s_options_read_back_as_written() {
+        let a = StoreArgs {
+            listen: "127.0.0.1:7999".into(),
+            collector: collector(),
+        };
+        assert_eq!(parse::<StoreArgs>(a.to_args(&[])).unwrap(), a);
+    }
+
+    #[test]
+    fn a_processor_s_options_read_back_as_written() {
+        let a = ProcessorArgs {
+            from: "mqtt://127.0.0.1:1883?qos=1".into(),
+            topics: vec!["plant/#".into(), "line/+/x".into()],
+            store: "127.0.0.1:7998".into(),
+            batch_rows: 17,
+            linger: Duration::from_micros(1_250),
+            collector: collector(),
+        };
+        assert_eq!(parse::<ProcessorArgs>(a.to_args(&[])).unwrap(), a);
+    }
+
+    #[test]
+    fn the_subcommand_words_come_first() {
+        let a = parse::<StoreArgs>(["--listen", "127.0.0.1:7999"]).unwrap();
+        let args = a.to_args(&["refpipe", "store"]);
+        assert_eq!(
+            args[..3],
+            ["refpipe", "store", "--listen"].map(OsString::from)
+        );
+    }
 }

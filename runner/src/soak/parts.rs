@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use hoptrace_analysis::resources::Sample;
 use hoptrace_broker::url::Endpoint;
+use hoptrace_cli::argv::{self, ToArgs as _};
+use hoptrace_cli::collect::CollectArgs;
+use hoptrace_cli::refpipe::{ProcessorArgs, StoreArgs};
 use hoptrace_collector::metrics::fetch_progress;
 use hoptrace_collector::run::Progress;
 use hoptrace_format::units;
@@ -71,8 +74,9 @@ impl Addresses {
     }
 }
 
-/// The command lines of the soak's parts (without the program): the flags of
-/// `hoptrace collect`, `refpipe store`, `refpipe processor`, `tap` and `publish` that the
+/// The command lines of the soak's parts (without the program). Those of `hoptrace
+/// collect`, `refpipe store` and `refpipe processor` are written from the same option
+/// structs the command parses (`hoptrace-cli`); `tap` and `publish` name the flags the
 /// soak relies on.
 #[derive(Debug, Clone)]
 pub struct PartCommands {
@@ -90,41 +94,36 @@ pub struct PartCommands {
 
 impl PartCommands {
     /// The command lines of a soak with `opts` and `plan`, its parts at `at`.
-    #[must_use]
-    pub fn new(opts: &SoakOptions, plan: &Plan, at: &Addresses, mqtt: bool) -> Self {
+    ///
+    /// # Errors
+    /// A part's options that do not parse at their defaults (a `HOPTRACE_*` variable of
+    /// the environment, which the parts inherit, that the part refuses).
+    pub fn new(
+        opts: &SoakOptions,
+        plan: &Plan,
+        at: &Addresses,
+        mqtt: bool,
+    ) -> anyhow::Result<Self> {
         fn args<const N: usize>(a: [&str; N]) -> Vec<OsString> {
             a.iter().map(OsString::from).collect()
         }
-        let mut collector = args([
-            "collect",
-            "--listen",
-            &at.collector,
-            "--run-id",
-            &plan.run_id,
-        ]);
-        collector.extend([
-            "--runs".into(),
-            opts.runs.clone().into_os_string(),
-            "--metrics".into(),
-            at.metrics.to_string().into(),
-        ]);
-        let pipeline = opts
-            .external
-            .as_ref()
-            .map(|x| x.pipeline.clone().into_os_string());
-        if let Some(p) = &pipeline {
-            collector.extend(["--pipeline".into(), p.clone()]);
-        }
+        let mut c: CollectArgs =
+            argv::parse(std::iter::empty::<&str>()).context("the collector's options")?;
+        c.listen = Some(at.collector.clone());
+        c.run_id = Some(plan.run_id.clone());
+        c.runs.clone_from(&opts.runs);
+        c.metrics = Some(at.metrics.to_string());
+        c.pipeline = opts.external.as_ref().map(|x| x.pipeline.clone());
         if let Some(ui) = &at.ui {
-            collector.extend(args(["--ui", ui, "--target-rate", &opts.rate.to_string()]));
+            c.ui = Some(ui.clone());
+            c.target_rate = Some(opts.rate as f64);
         }
         if let Some(max) = opts.max_clock_error_ns {
-            collector.extend(args([
-                "--max-clock-error",
-                &format!("{max}ns"),
-                "--force-clock",
-            ]));
+            c.preflight.max_clock_error = Some(max);
+            c.preflight.force_clock = true;
         }
+        let collector = c.to_args(&["collect"]);
+        let pipeline = c.pipeline.as_ref().map(|p| p.clone().into_os_string());
         let publisher_id = plan.publisher_id.to_string();
         let taps = opts
             .external
@@ -147,28 +146,16 @@ impl PartCommands {
                 a
             })
             .collect();
-        let store = args([
-            "refpipe",
-            "store",
-            "--listen",
-            &at.store,
-            "--collector",
-            &at.collector,
-        ]);
-        let mut processor = args([
-            "refpipe",
-            "processor",
-            "--from",
-            &opts.broker,
-            "--store",
-            &at.store,
-            "--collector",
-            &at.collector,
-            "--batch-rows",
-            &opts.batch_rows.to_string(),
-            "--linger",
-            &format!("{}us", opts.linger.as_micros()),
-        ]);
+        let mut store: StoreArgs =
+            argv::parse(std::iter::empty::<&str>()).context("the store's options")?;
+        store.listen.clone_from(&at.store);
+        store.collector.collector = Some(at.collector.clone());
+        let mut processor: ProcessorArgs =
+            argv::parse(["--from", &opts.broker]).context("the processor's options")?;
+        processor.store.clone_from(&at.store);
+        processor.collector.collector = Some(at.collector.clone());
+        processor.batch_rows = opts.batch_rows;
+        processor.linger = opts.linger;
         if let (true, Some(root)) = (mqtt, &plan.topic_root) {
             // The address's path is a topic prefix for every part: the publisher publishes
             // under it, so the processor subscribes under it.
@@ -180,7 +167,7 @@ impl PartCommands {
                 Some(p) => format!("{p}/{root}/#"),
                 None => format!("{root}/#"),
             };
-            processor.extend(args(["--topics", &filter]));
+            processor.topics = vec![filter];
         }
         let mut publisher = args([
             "publish",
@@ -217,13 +204,13 @@ impl PartCommands {
             plan.publisher_json.clone().into_os_string(),
         ]);
         let reference = opts.external.is_none();
-        Self {
+        Ok(Self {
             collector,
-            store: reference.then_some(store),
-            processor: reference.then_some(processor),
+            store: reference.then(|| store.to_args(&["refpipe", "store"])),
+            processor: reference.then(|| processor.to_args(&["refpipe", "processor"])),
             taps,
             publisher,
-        }
+        })
     }
 }
 
@@ -257,7 +244,7 @@ pub(super) fn start_parts(
     if let Some(ui) = &at.ui {
         eprintln!("live view on http://{ui}/");
     }
-    let cmds = PartCommands::new(opts, plan, &at, matches!(endpoint, Endpoint::Mqtt(_)));
+    let cmds = PartCommands::new(opts, plan, &at, matches!(endpoint, Endpoint::Mqtt(_)))?;
     let part = |role: &str, args: &[OsString]| {
         Part::spawn(role, Command::new(&opts.program).args(args), &plan.logs)
     };
