@@ -8,8 +8,11 @@
 //! **Borders.** This crate may depend on every other hoptrace crate; nothing depends on
 //! it but the `hoptrace` binary. The probe, the publisher, the store taps, the collector,
 //! the analysis, the dataset format and the reference pipeline must never depend on it:
-//! they are the parts, this crate only assembles them. It holds no command-line parsing either: each
-//! run takes an options struct, which the binary fills from its clap arguments. Those
+//! they are the parts, this crate only assembles them. It holds no command-line parsing
+//! either: each run takes an options struct, which the binary fills from its clap
+//! arguments; the command lines of the parts it starts as child processes are written
+//! from those parts' own option structs (`hoptrace-cli`, whose `argv` module writes them
+//! back as arguments), not spelled here. Those
 //! option structs are deliberately exhaustive (no `#[non_exhaustive]`, unlike the
 //! embeddable crates' configs): the binary builds each with a struct literal, so an
 //! option added here fails to compile until the command sets it, and none is forgotten.
