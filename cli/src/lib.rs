@@ -16,6 +16,9 @@
 //! which the binary and the runner call with what these structs hold.
 
 #![deny(unreachable_pub)]
+// The options' doc comments are their `--help` text, written for a terminal: `<runs>/`
+// there is a placeholder, not an HTML tag.
+#![allow(rustdoc::invalid_html_tags)]
 
 pub mod argv;
 pub mod collect;

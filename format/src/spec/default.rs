@@ -2,7 +2,7 @@
 //! processor → store, with the five stages of the reference report.
 
 /// A commented pipeline spec for publisher → broker → stream processor → store, with the
-/// five stages of the reference report. [`PipelineSpec::default_pipeline`] parses it.
+/// five stages of the reference report. [`PipelineSpec::default_pipeline`](super::PipelineSpec::default_pipeline) parses it.
 pub const DEFAULT_PIPELINE_TOML: &str = r#"# hoptrace pipeline spec.
 #
 # A hop is a named point where a message is stamped with the hop's clock (CLOCK_REALTIME).

@@ -53,8 +53,8 @@ pub struct ExporterConfig {
     pub counters_interval: Duration,
     /// Timeout of one connection attempt (and of waiting for Welcome on it).
     pub connect_timeout: Duration,
-    /// How long [`Exporter::connect`] waits for the collector's Welcome, over as many
-    /// attempts as fit, before it gives up ([`Exporter::start`] does not wait).
+    /// How long [`Exporter::connect`](super::Exporter::connect) waits for the collector's Welcome, over as many
+    /// attempts as fit, before it gives up ([`Exporter::start`](super::Exporter::start) does not wait).
     pub welcome_timeout: Duration,
     /// A write blocked longer than this (collector stalled) drops the connection.
     pub write_timeout: Duration,
@@ -149,7 +149,7 @@ pub enum ExporterError {
     /// the process is out of threads or memory.
     #[error("cannot spawn the exporter thread: {0}")]
     Spawn(#[from] std::io::Error),
-    /// [`Exporter::connect`]: the collector did not welcome the exporter in time. Is
+    /// [`Exporter::connect`](super::Exporter::connect): the collector did not welcome the exporter in time. Is
     /// `hoptrace collect` running at that address, does its pipeline declare these hops
     /// with these ids, does it want the same token (and TLS)? `detail` is the last
     /// connection error.
@@ -168,7 +168,7 @@ pub enum ExporterError {
         /// The last connection error (`no answer` when there was none).
         detail: String,
     },
-    /// [`Exporter::connect`]: the collector refused the probe for good (a hop its
+    /// [`Exporter::connect`](super::Exporter::connect): the collector refused the probe for good (a hop its
     /// pipeline does not declare, a wrong token, a protocol it does not speak): trying
     /// again cannot help. Start the collector with the probe's pipeline spec (or the probe
     /// with the collector's), give the same `--token`.

@@ -58,7 +58,7 @@ pub struct StoreTapConfig {
     pub dedup_capacity: usize,
     /// How often the counters go to the collector.
     pub counters_interval: Duration,
-    /// How long [`StoreTap::start`] waits for a store that cannot be reached (down, still
+    /// How long [`StoreTap::start`](crate::StoreTap::start) waits for a store that cannot be reached (down, still
     /// starting) before it gives up; zero: it gives up at once.
     pub wait_for_store: Duration,
 }
