@@ -20,28 +20,21 @@ use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::uns::TopicScheme;
 
 use crate::collector_args::CollectorArgs;
+use hoptrace_cli::tap::parse_carrier;
+pub use hoptrace_cli::tap::{HopArgs, TapArgs};
 use hoptrace_format::units;
 use hoptrace_runner::interrupt::{interruptible, run_with_line};
 
-fn parse_carrier(s: &str) -> Result<Carrier, String> {
-    Carrier::parse(s).map_err(|e| e.to_string())
-}
-
-/// Which id the reported hop has (shared by publish and tap): from the collector's
-/// pipeline spec, or given.
-#[derive(Debug, clap::Args)]
-pub struct HopArgs {
-    /// The collector's pipeline spec, to look up the hop's id (default: the default
-    /// pipeline of `hoptrace generate-config`).
-    #[arg(long)]
-    pub pipeline: Option<PathBuf>,
-    /// The hop's wire id, when the pipeline spec is not at hand.
-    #[arg(long)]
-    pub hop_id: Option<u8>,
-}
-
-impl HopArgs {
+/// The hop a command reports, resolved from its options.
+pub trait ResolveHop {
     /// The id and name of the hop named `hop`.
+    ///
+    /// # Errors
+    /// The hop is not in the pipeline spec, or the spec does not read.
+    fn resolve(&self, hop: &str) -> anyhow::Result<(HopId, String)>;
+}
+
+impl ResolveHop for HopArgs {
     fn resolve(&self, hop: &str) -> anyhow::Result<(HopId, String)> {
         let id = match self.hop_id {
             Some(id) => id,
@@ -154,47 +147,6 @@ pub struct PublishArgs {
     pub hop_spec: HopArgs,
     #[command(flatten)]
     pub preflight: crate::clock::PreflightArgs,
-}
-
-/// Options of `hoptrace tap`.
-#[derive(Debug, clap::Args)]
-pub struct TapArgs {
-    /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`; or a store to
-    /// poll: `influxdb://`, `postgres://`, `clickhouse://`, `victoriametrics://` (see the
-    /// README, "store taps").
-    #[arg(long)]
-    pub from: String,
-    /// MQTT topic filters or Kafka topics, comma-separated (default: `#`, or the
-    /// address's Kafka topics).
-    #[arg(long, value_delimiter = ',')]
-    pub topics: Vec<String>,
-    /// The hop the arrival stamps are reported as.
-    #[arg(long, default_value = "broker")]
-    pub hop: String,
-    /// Carrier to read the context from (default: per transport).
-    #[arg(long, value_parser = parse_carrier)]
-    pub carrier: Option<Carrier>,
-    /// Only report these publisher ids (comma-separated); others count as foreign.
-    #[arg(long, value_delimiter = ',')]
-    pub publishers: Vec<u16>,
-    /// Stamp Kafka records at arrival even when the topic uses LogAppendTime.
-    #[arg(long)]
-    pub no_log_append_time: bool,
-    /// Stop after this long (`90s`, `30m`; a bare number is seconds; default: until
-    /// SIGINT/SIGTERM).
-    #[arg(long, value_parser = crate::units::parse_run_length)]
-    pub duration: Option<Duration>,
-    /// Stop after this many traced messages.
-    #[arg(long, value_parser = units::parse_count)]
-    pub messages: Option<u64>,
-    #[command(flatten)]
-    pub collector: CollectorArgs,
-    #[command(flatten)]
-    pub hop_spec: HopArgs,
-    #[command(flatten)]
-    pub preflight: crate::clock::PreflightArgs,
-    #[command(flatten)]
-    pub store: crate::store_tap::StoreTapArgs,
 }
 
 /// Options of `hoptrace record`.

@@ -3,80 +3,15 @@
 
 use crate::clock::Preflight as _;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
 use crate::publish::TapArgs;
-use hoptrace_format::units::{self, parse_duration};
+use hoptrace_format::units;
 use hoptrace_runner::interrupt::{interruptible, run_watching};
-
-/// Options that only store taps take (`--from influxdb://`, `postgres://`,
-/// `clickhouse://`, `victoriametrics://`).
-#[derive(Debug, clap::Args)]
-pub struct StoreTapArgs {
-    /// Store taps: the least time from one poll's send to the next one's, at least 1ms (a
-    /// unit is needed). A poll leaves only when a poller is free (closed loop), so a store
-    /// slower than this is polled as fast as it answers. Shorter finds data sooner (a
-    /// narrower bound) and costs the store more CPU.
-    #[arg(long, alias = "min-poll-interval", default_value = "10ms", value_parser = parse_poll_interval)]
-    pub poll_interval: Duration,
-    /// Store taps: connections that poll the store, taking turns, so that polls leave one
-    /// --poll-interval apart even when one takes longer: the bound on each row is then
-    /// about one interval plus one query time. Each poll costs the store the same.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub pollers: u16,
-    /// Store taps: after a second without a new row, polls slow down, doubling up to this
-    /// interval, and come back to --poll-interval at the first row found: an idle pipeline
-    /// costs the store little, and the first message after a pause has a wider bound.
-    #[arg(long, default_value = "100ms", value_parser = parse_poll_interval)]
-    pub idle_poll_interval: Duration,
-    /// Store taps: while rows are being found, one poll every --catch-up-every looks this
-    /// far behind the newest row time, so that rows which became visible later than the
-    /// regular polls look back are still found (their bounds as wide as that poll's; `0s`:
-    /// none). A row later than this is missed and its trace ends incomplete.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub catch_up: Duration,
-    /// Store taps: the least time between two catch-up polls.
-    #[arg(long, default_value = "1s", value_parser = parse_poll_interval)]
-    pub catch_up_every: Duration,
-    /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and
-    /// PostgreSQL, whose row time is normally the store's; not ClickHouse's 1 s DateTime nor
-    /// VictoriaMetrics, whose samples usually carry the writer's time), `on` or `off`.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
-    pub store_in: String,
-    /// Store taps: the store's host name announced with the store_in stamps (default: the
-    /// address's host; this host's name when that is a loopback address). Its clock status
-    /// is this host's when it names this host, unknown otherwise.
-    #[arg(long)]
-    pub store_host: Option<String>,
-    /// Store taps: the hop of the response stamp.
-    #[arg(long, default_value = "queryable")]
-    pub queryable_hop: String,
-    /// Store taps: the hop of the send stamp (`none`: not reported).
-    #[arg(long, default_value = "query_start")]
-    pub query_start_hop: String,
-    /// Store taps: the hop of the row's own time.
-    #[arg(long, default_value = "store_in")]
-    pub store_in_hop: String,
-    /// Store taps: how long to wait for a store that does not answer at start (down, still
-    /// starting) before giving up (`30s`); by default the tap gives up at once. Once
-    /// started, a store that goes away is polled again with backoff, its errors counted.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub wait_for_store: Duration,
-}
-
-fn parse_poll_interval(s: &str) -> Result<Duration, String> {
-    let d = units::parse_short_duration(s)?;
-    if d < Duration::from_millis(1) {
-        return Err(format!(
-            "{s:?}: at least 1ms (a shorter interval polls the store back to back, as fast as it answers)"
-        ));
-    }
-    Ok(d)
-}
 
 /// Whether `--from` names a store rather than a broker.
 #[must_use]
