@@ -6,6 +6,7 @@ use std::time::Duration;
 use hoptrace_broker::url::Carrier;
 use hoptrace_format::units::{self, parse_duration};
 
+use crate::argv::{Argv, ToArgs};
 use crate::collector::CollectorArgs;
 use crate::preflight::PreflightArgs;
 
@@ -16,7 +17,7 @@ pub fn parse_carrier(s: &str) -> Result<Carrier, String> {
 
 /// Which id the reported hop has (shared by publish and tap): from the collector's
 /// pipeline spec, or given.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct HopArgs {
     /// The collector's pipeline spec, to look up the hop's id (default: the default
     /// pipeline of `hoptrace generate-config`).
@@ -28,7 +29,7 @@ pub struct HopArgs {
 }
 
 /// Options of `hoptrace tap`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct TapArgs {
     /// Broker: `mqtt://host:port?version=5` or `kafka://host:port/topic`; or a store to
     /// poll: `influxdb://`, `postgres://`, `clickhouse://`, `victoriametrics://` (see the
@@ -70,7 +71,7 @@ pub struct TapArgs {
 
 /// Options that only store taps take (`--from influxdb://`, `postgres://`,
 /// `clickhouse://`, `victoriametrics://`).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct StoreTapArgs {
     /// Store taps: the least time from one poll's send to the next one's, at least 1ms (a
     /// unit is needed). A poll leaves only when a poller is free (closed loop), so a store
@@ -131,4 +132,131 @@ fn parse_poll_interval(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+impl ToArgs for HopArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self { pipeline, hop_id } = self;
+        argv.path("--pipeline", pipeline.as_deref());
+        argv.opt("--hop-id", hop_id.map(|id| id.to_string()));
+    }
+}
+
+impl ToArgs for TapArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            from,
+            topics,
+            hop,
+            carrier,
+            publishers,
+            no_log_append_time,
+            duration,
+            messages,
+            collector,
+            hop_spec,
+            preflight,
+            store,
+        } = self;
+        argv.value("--from", from);
+        argv.each("--topics", topics);
+        argv.value("--hop", hop);
+        argv.opt("--carrier", carrier.map(Carrier::name));
+        argv.each("--publishers", publishers);
+        argv.flag("--no-log-append-time", *no_log_append_time);
+        argv.opt_duration("--duration", *duration);
+        argv.opt("--messages", messages.map(|n| n.to_string()));
+        argv.group(collector);
+        argv.group(hop_spec);
+        argv.group(preflight);
+        argv.group(store);
+    }
+}
+
+impl ToArgs for StoreTapArgs {
+    fn write_args(&self, argv: &mut Argv) {
+        let Self {
+            poll_interval,
+            pollers,
+            idle_poll_interval,
+            catch_up,
+            catch_up_every,
+            store_in,
+            store_host,
+            queryable_hop,
+            query_start_hop,
+            store_in_hop,
+            wait_for_store,
+        } = self;
+        argv.duration("--poll-interval", *poll_interval);
+        argv.value("--pollers", pollers.to_string());
+        argv.duration("--idle-poll-interval", *idle_poll_interval);
+        argv.duration("--catch-up", *catch_up);
+        argv.duration("--catch-up-every", *catch_up_every);
+        argv.value("--store-in", store_in);
+        argv.opt("--store-host", store_host.as_deref());
+        argv.value("--queryable-hop", queryable_hop);
+        argv.value("--query-start-hop", query_start_hop);
+        argv.value("--store-in-hop", store_in_hop);
+        argv.duration("--wait-for-store", *wait_for_store);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::argv::parse;
+
+    fn every_option() -> TapArgs {
+        TapArgs {
+            from: "influxdb://127.0.0.1:8086/hoptrace?measurement=metrics".into(),
+            topics: vec!["plant/#".into(), "line/3".into()],
+            hop: "broker_in".into(),
+            carrier: Some(Carrier::Envelope),
+            publishers: vec![7, 300],
+            no_log_append_time: true,
+            duration: Some(Duration::from_secs(95)),
+            messages: Some(12_000),
+            collector: CollectorArgs {
+                collector: Some("127.0.0.1:7401".into()),
+                token: None,
+                collector_ca: None,
+                collector_tls_name: None,
+                collector_retention: 1 << 20,
+            },
+            hop_spec: HopArgs {
+                pipeline: Some(PathBuf::from("pipeline.toml")),
+                hop_id: Some(9),
+            },
+            preflight: PreflightArgs {
+                max_clock_error: None,
+                force_clock: false,
+            },
+            store: StoreTapArgs {
+                poll_interval: Duration::from_micros(2_500),
+                pollers: 3,
+                idle_poll_interval: Duration::from_millis(250),
+                catch_up: Duration::ZERO,
+                catch_up_every: Duration::from_secs(2),
+                store_in: "on".into(),
+                store_host: Some("influx-1".into()),
+                queryable_hop: "visible".into(),
+                query_start_hop: "none".into(),
+                store_in_hop: "stored".into(),
+                wait_for_store: Duration::from_secs(30),
+            },
+        }
+    }
+
+    #[test]
+    fn a_tap_s_options_read_back_as_written() {
+        let a = every_option();
+        assert_eq!(parse::<TapArgs>(a.to_args(&[])).unwrap(), a);
+    }
+
+    #[test]
+    fn a_tap_s_defaults_read_back_as_written() {
+        let a = parse::<TapArgs>(["--from", "mqtt://127.0.0.1:1883"]).unwrap();
+        assert_eq!(parse::<TapArgs>(a.to_args(&[])).unwrap(), a);
+    }
 }

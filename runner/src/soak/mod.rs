@@ -102,7 +102,7 @@ pub struct External {
     /// Its pipeline spec (hops, stages, join window).
     pub pipeline: PathBuf,
     /// Each tap's own arguments (`--from`, `--topics`, `--hop`, store options); the soak
-    /// adds `--collector`, `--pipeline` and `--publishers`.
+    /// sets `--collector`, `--pipeline` and `--publishers` (over any given here).
     pub taps: Vec<Vec<String>>,
     /// TCP ports whose listening processes (the pipeline's own parts) are sampled.
     pub watch_ports: Vec<u16>,

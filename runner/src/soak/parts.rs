@@ -13,6 +13,7 @@ use hoptrace_broker::url::Endpoint;
 use hoptrace_cli::argv::{self, ToArgs as _};
 use hoptrace_cli::collect::CollectArgs;
 use hoptrace_cli::refpipe::{ProcessorArgs, StoreArgs};
+use hoptrace_cli::tap::TapArgs;
 use hoptrace_collector::metrics::fetch_progress;
 use hoptrace_collector::run::Progress;
 use hoptrace_format::units;
@@ -76,8 +77,8 @@ impl Addresses {
 
 /// The command lines of the soak's parts (without the program). Those of `hoptrace
 /// collect`, `refpipe store` and `refpipe processor` are written from the same option
-/// structs the command parses (`hoptrace-cli`); `tap` and `publish` name the flags the
-/// soak relies on.
+/// structs the command parses (`hoptrace-cli`), and so are each `tap`'s, from its own
+/// arguments; `publish` names the flags the soak relies on.
 #[derive(Debug, Clone)]
 pub struct PartCommands {
     /// `hoptrace collect ...`.
@@ -130,22 +131,14 @@ impl PartCommands {
             .iter()
             .flat_map(|x| &x.taps)
             .map(|tap| {
-                let mut a = args(["tap"]);
-                a.extend(tap.iter().map(OsString::from));
-                a.extend(args([
-                    "--collector",
-                    &at.collector,
-                    "--publishers",
-                    &publisher_id,
-                ]));
-                a.extend(
-                    pipeline
-                        .iter()
-                        .flat_map(|p| ["--pipeline".into(), p.clone()]),
-                );
-                a
+                let mut t: TapArgs =
+                    argv::parse(tap).with_context(|| format!("the tap `{}`", tap.join(" ")))?;
+                t.collector.collector = Some(at.collector.clone());
+                t.publishers = vec![plan.publisher_id];
+                t.hop_spec.pipeline.clone_from(&c.pipeline);
+                Ok(t.to_args(&["tap"]))
             })
-            .collect();
+            .collect::<anyhow::Result<_>>()?;
         let mut store: StoreArgs =
             argv::parse(std::iter::empty::<&str>()).context("the store's options")?;
         store.listen.clone_from(&at.store);
