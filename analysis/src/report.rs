@@ -6,33 +6,20 @@
 //! `report.html` (self-contained and offline: vega, vega-lite and vega-embed inlined),
 //! `summary.json` and `charts/*.vl.json` (+ `charts/*.svg`).
 
+mod block;
 mod blocks;
 mod render;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use block::Block;
 pub use blocks::blocks;
 pub use render::{anchors, html, markdown, slug};
 
 use crate::charts::{self, Chart};
 use crate::summary::{StageHistograms, Summary};
 use crate::{AnalysisError, write_file};
-
-/// One block of a report, rendered to Markdown and to HTML alike.
-#[derive(Debug, Clone)]
-pub enum Block {
-    /// A heading of level 1 to 3.
-    Heading(u8, String),
-    /// A paragraph.
-    Para(String),
-    /// A bullet list.
-    Bullets(Vec<String>),
-    /// A table: header and rows.
-    Table(Vec<String>, Vec<Vec<String>>),
-    /// A chart, by index into the chart list.
-    Chart(usize),
-}
 
 /// Where the chart libraries are: `$HOPTRACE_WEB_DIR`; else `analysis/web` of the
 /// nearest enclosing hoptrace checkout of the working directory that has them

@@ -7,7 +7,7 @@ use hoptrace_format::units::{
     count, duration_f64, duration_ns, precision_ns, rate, signed_ns, span_s,
 };
 
-use super::Block;
+use super::block::Block;
 
 pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> {
     let exact = |v: Option<String>| vec![v.unwrap_or_else(|| "-".into()), "exact".into()];

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::charts::Chart;
 
-use super::Block;
+use super::block::Block;
 
 /// The anchor of a heading, as GitHub makes it: lower case, letters, digits, `-` and `_`
 /// kept, spaces turned into `-`, everything else dropped.

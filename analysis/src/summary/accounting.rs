@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::session::RunSet;
 use crate::stats::TraceCounts;
 
-use super::AccountingSummary;
+use super::model::AccountingSummary;
 
 /// The probes' `resent` counters in a run: cumulative per exporter instance, so the
 /// largest of each instance's connections, summed.

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::session::RunSet;
 
-use super::{Environment, HostSummary};
+use super::model::{Environment, HostSummary};
 
 pub(super) fn environment(runs: &RunSet) -> Environment {
     let mut hosts: BTreeMap<String, HostSummary> = BTreeMap::new();

@@ -14,8 +14,6 @@ use crate::session::stage_column;
 use crate::stats::{self, TraceCounts};
 use crate::weighted::WeightedStage;
 
-use super::weighted_stage;
-
 pub(super) fn scalar(batch: &RecordBatch, name: &str) -> Result<ScalarValue, AnalysisError> {
     let col = batch
         .column_by_name(name)
@@ -292,4 +290,12 @@ pub(super) async fn one_binary<T>(
         .map(|c| c.value(0))
         .ok_or_else(|| AnalysisError::Render(format!("internal: {name} returned nothing")))?;
     Ok(decode(bytes)?)
+}
+
+/// A `per_metric` result: its stage, or an empty one for NULL.
+pub(super) fn weighted_stage(bytes: Option<&[u8]>) -> Result<WeightedStage, AnalysisError> {
+    bytes.map_or(Ok(WeightedStage::default()), |b| {
+        WeightedStage::decode(b)
+            .ok_or_else(|| AnalysisError::Render("internal: malformed per-metric state".into()))
+    })
 }
