@@ -29,7 +29,7 @@ use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
 use hoptrace_broker::kafka::{BROKER_WAIT, QuietContext, check_topics, quiet};
 
-use super::{
+use super::topic::{
     CLEAN_HEADER, FORWARDED_HEADER, KafkaError, PEER_HEADER, RecordsTopic, SOURCE_HEADER, io_err,
 };
 

@@ -27,7 +27,7 @@ use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
 use hoptrace_broker::kafka::{ensure_topic, quiet};
 
-use super::{
+use super::topic::{
     CLEAN_HEADER, FORWARDED_HEADER, KafkaError, PEER_HEADER, RecordsTopic, SOURCE_HEADER, io_err,
 };
 

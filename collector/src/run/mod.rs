@@ -1,13 +1,11 @@
 //! One collection run: listen, join, write `runs/<run-id>/`, account for every message.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 
 use crate::control::Control;
 pub use crate::error::CollectorError;
@@ -17,13 +15,17 @@ use crate::server::{self, ConnectionCounters, DurableSeqs, ServerConfig};
 use crate::stages::StageRecorder;
 use crate::writer::{TraceWriter, TraceWriterConfig};
 use hoptrace_format::run::Recovered;
-use hoptrace_format::run::{HostInfo, RunSummary};
+use hoptrace_format::run::RunSummary;
 use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
 mod dir;
+mod host;
+mod progress;
 mod state;
 
 use dir::{claim_run_dir, default_run_id, part_files, remove_derived};
+pub use host::host_info;
+pub use progress::{Progress, Watch};
 #[cfg(feature = "kafka")]
 pub(crate) use state::connection_counts;
 use state::{Checkpoints, JoinState};
@@ -94,55 +96,6 @@ impl CollectorConfig {
             sync_interval: Duration::from_millis(100),
             checkpoint_interval: crate::checkpoint::MIN_INTERVAL,
         }
-    }
-}
-
-/// Live figures, for progress lines, `/metrics` and `/progress.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Progress {
-    /// Hop records received.
-    pub records: u64,
-    /// Traces written complete.
-    pub complete: u64,
-    /// Traces written incomplete.
-    pub incomplete: u64,
-    /// Traces waiting for more hops.
-    pub pending: u64,
-    /// Probe connections open.
-    pub connections: u64,
-    /// Last interval's (stage, p50 ns, p99 ns).
-    pub stages: Vec<(String, i64, i64)>,
-    /// Connections refused or closed, by reason.
-    pub closed_connections: BTreeMap<String, u64>,
-    /// Times the join filled up and the collector pushed back on probes.
-    pub backpressure_episodes: u64,
-    /// Bytes this collector appended to the run's write-ahead log (0 without one).
-    pub log_bytes: u64,
-    /// Checkpoints the run has taken (its log before the last one is deleted).
-    pub checkpoints: u64,
-}
-
-/// The live figures of a collector ([`Collector::watch`]): read for each request of
-/// `/metrics`, `/progress.json` and `/live.json`, also once the collector stopped (then
-/// [`Live::running`] is false).
-#[derive(Debug, Clone)]
-pub struct Watch {
-    progress: Arc<Mutex<Progress>>,
-    live: Arc<Mutex<Live>>,
-}
-
-impl Watch {
-    /// The figures of `/progress.json`.
-    #[must_use]
-    pub fn progress(&self) -> Progress {
-        self.progress.lock().expect("progress poisoned").clone()
-    }
-
-    /// The figures of `/live.json`.
-    #[must_use]
-    pub fn live(&self) -> Live {
-        self.live.lock().expect("live poisoned").clone()
     }
 }
 
@@ -439,31 +392,5 @@ impl Collector {
     /// A write error of the last files, or a panicked join thread.
     pub fn stop(self) -> Result<RunSummary, CollectorError> {
         self.service.stop().map_err(|_| CollectorError::Panicked)?
-    }
-}
-
-/// This host's CPU, memory and kernel, from `/proc`.
-#[must_use]
-pub fn host_info() -> HostInfo {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpuinfo = read("/proc/cpuinfo");
-    let cpu_model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let memory_bytes = read("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024);
-    HostInfo {
-        host: hoptrace_clock::hostname(),
-        cpu_model,
-        cpus: std::thread::available_parallelism().map_or(1, usize::from),
-        memory_bytes,
-        kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
     }
 }

@@ -15,9 +15,9 @@ use hoptrace_format::spec::ResolvedSpec;
 use hoptrace_protocol::Frame;
 use rustc_hash::FxHashMap;
 
-use super::Progress;
 use super::dir::sync_files;
-use super::host_info;
+use super::host::host_info;
+use super::progress::Progress;
 use crate::accounting::{self, Rows};
 use crate::control::Control;
 use crate::error::CollectorError;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use rustc_hash::FxHashSet;
 
-use super::{Spread, StoreTimeDisagrees};
+use super::summary::{Spread, StoreTimeDisagrees};
 
 /// Keys reported recently, forgotten once older than the poll window.
 pub(super) struct Seen<K> {
