@@ -17,10 +17,11 @@
 
 mod client;
 mod resend;
+mod shared;
 mod source;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,36 +31,8 @@ use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use super::{Outgoing, SendError, Target, TargetError, TargetStats};
 use crate::url::{Carrier, MqttEndpoint, MqttVersion, join_host_port};
 use client::{Client, Connection, Ev, Failure, new_client, qos_of, qos5_of};
-use resend::Kind;
+use shared::Shared;
 pub use source::MqttSource;
-
-/// Largest packet accepted and sent (Mosquitto's test configuration allows 2 MiB).
-const MAX_PACKET_BYTES: usize = 2 * 1024 * 1024;
-
-fn count_resent(kind: Kind, shared: &Shared) {
-    match kind {
-        Kind::InFlight => shared.retransmitted.fetch_add(1, Relaxed),
-        Kind::Queued => shared.requeued.fetch_add(1, Relaxed),
-    };
-}
-
-/// Counters of one publishing connection, shared with its thread.
-#[derive(Debug, Default)]
-struct Shared {
-    written: AtomicU64,
-    acked: AtomicU64,
-    reconnects: AtomicU64,
-    errors: AtomicU64,
-    retransmitted: AtomicU64,
-    requeued: AtomicU64,
-    /// Set when the thread ends: publishes written and never acknowledged.
-    unacked_at_end: AtomicU64,
-    /// Set when the thread ends: the connection was down.
-    down_at_end: AtomicBool,
-    alive: AtomicBool,
-    stopping: AtomicBool,
-    last_error: Mutex<Option<String>>,
-}
 
 struct Conn {
     client: Client,

@@ -25,7 +25,7 @@ use crate::procfs;
 use crate::sampler::{Sampler, Watched};
 use crate::supervisor::{Part, free_ports};
 
-use super::{Plan, SoakOptions};
+use super::plan::{Plan, SoakOptions};
 
 /// Where the parts listen.
 #[derive(Debug, Clone)]

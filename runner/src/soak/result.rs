@@ -10,7 +10,7 @@ use hoptrace_format::units;
 use hoptrace_publisher::report::PublishReport;
 use serde::{Deserialize, Serialize};
 
-use super::Target;
+use super::targets::Target;
 
 /// What `soak.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]

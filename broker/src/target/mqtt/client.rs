@@ -12,7 +12,7 @@ use rumqttc::{ConnectReturnCode, NetworkOptions, Outgoing as Out, Packet, QoS};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::resend::Keeper;
-use super::{MAX_PACKET_BYTES, Shared};
+use super::shared::{MAX_PACKET_BYTES, Shared};
 use crate::target::{Meta, Received, TargetError};
 use crate::url::{MqttEndpoint, MqttVersion};
 

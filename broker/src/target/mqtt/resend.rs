@@ -2,10 +2,11 @@
 //! reconnection within the in-flight window (see the parent module).
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
 
 use rumqttc::QoS;
 
-use super::{Shared, count_resent};
+use super::shared::Shared;
 
 /// What a request set aside at a broken connection was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,4 +181,11 @@ impl<R: Resendable> Keeper<R> {
             + given
             + self.dropped_unacked
     }
+}
+
+fn count_resent(kind: Kind, shared: &Shared) {
+    match kind {
+        Kind::InFlight => shared.retransmitted.fetch_add(1, Relaxed),
+        Kind::Queued => shared.requeued.fetch_add(1, Relaxed),
+    };
 }

@@ -2,7 +2,7 @@ use std::collections::VecDeque;
 
 use rumqttc::{PubRel, Publish, QoS, Request};
 
-use super::resend::Keeper;
+use super::resend::{Keeper, Kind};
 use super::*;
 
 fn publish(pkid: u16, body: &str) -> Request {

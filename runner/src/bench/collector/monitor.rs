@@ -9,7 +9,7 @@ use hoptrace_probe::Exporter;
 use crate::procfs::{Pid, status_bytes, task_stats};
 use hoptrace_collector::run::Collector;
 
-use super::{BenchOptions, BenchProgress, POLL, STALL};
+use super::options::{BenchOptions, BenchProgress, POLL, STALL};
 
 pub(super) struct Monitor<'a, F> {
     pub(super) opts: &'a BenchOptions,

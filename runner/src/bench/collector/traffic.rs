@@ -9,7 +9,7 @@ use hoptrace_probe::{Probe, TraceContext, TraceKey};
 
 use crate::procfs::thread_ticks;
 
-use super::{CHUNK, LEAD_TRACES, METRICS_PER_TRACE, PUBLISHER, STREAMS};
+use super::options::{CHUNK, LEAD_TRACES, METRICS_PER_TRACE, PUBLISHER, STREAMS};
 
 pub(super) struct GenPlan {
     pub(super) me: usize,
