@@ -247,8 +247,8 @@ h1 a.anchor, h2 a.anchor, h3 a.anchor {{ color: inherit; text-decoration: none; 
 {scripts}</head>
 <body>
 {body}<script>
-pub(super) const specs = {specs_json};
-pub(super) const pending = [];
+const specs = {specs_json};
+const pending = [];
 document.querySelectorAll('.chart').forEach((el) => {{
   const i = Number(el.id.slice('chart-'.length));
   pending.push(vegaEmbed(el, specs[i], {{ actions: false, renderer: 'svg' }})
