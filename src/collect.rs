@@ -1,6 +1,5 @@
 //! `hoptrace collect` and `hoptrace generate-config`.
 
-use crate::clock::Preflight as _;
 pub use hoptrace_cli::collect::{CollectArgs as Args, DEFAULT_LISTEN};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -12,6 +11,8 @@ use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, PipelineSpec};
 
 use hoptrace_format::units;
 use hoptrace_runner::progress::LiveLine;
+
+use crate::clock::Preflight as _;
 
 /// The pipeline spec at `path`, or the built-in default pipeline without one.
 ///

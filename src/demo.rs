@@ -7,13 +7,14 @@
 //! The demo itself is `hoptrace_runner::demo`; this is its command line and what it
 //! prints.
 
-use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use hoptrace_format::units;
 use hoptrace_runner::demo::{self, DemoMeasured, DemoOptions};
+
+use crate::clock::Preflight as _;
 
 /// Options of `hoptrace demo`.
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,6 @@
 //! `hoptrace publish`, `hoptrace tap` and `hoptrace record`: thin wrappers over
 //! `hoptrace_publisher`.
 
-use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use hoptrace_publisher::schedule::{Burst, LoadShape};
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::uns::TopicScheme;
 
+use crate::clock::Preflight as _;
 use crate::collector_args::CollectorArgs;
 use hoptrace_cli::tap::parse_carrier;
 pub use hoptrace_cli::tap::{HopArgs, TapArgs};

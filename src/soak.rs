@@ -6,7 +6,6 @@
 //! The soak itself is `hoptrace_runner::soak`; this is its command line and what it
 //! prints.
 
-use crate::clock::Preflight as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -262,6 +261,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 pub use hoptrace_runner::soak::EXIT_TARGET_MISSED as SOAK_TARGET_MISSED;
+
+use crate::clock::Preflight as _;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,6 @@
 //! `hoptrace tap --from <store URL>`: the store tap's options, its run and its summary, a
 //! thin wrapper over `hoptrace_tap`.
 
-use crate::clock::Preflight as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -9,6 +8,7 @@ use anyhow::{Context as _, bail};
 use hoptrace_tap::poll::Spread;
 use hoptrace_tap::{StoreTap, StoreTapConfig, StoreTapSummary, StoreUrl};
 
+use crate::clock::Preflight as _;
 use crate::publish::TapArgs;
 use hoptrace_format::units;
 use hoptrace_runner::interrupt::{interruptible, run_watching};

@@ -131,6 +131,19 @@ impl ToArgs for CollectorArgs {
     }
 }
 
+/// A `CollectorArgs` with every option set (the token excepted: it is never written), for
+/// the round-trip tests of the structs that flatten it.
+#[cfg(test)]
+pub(crate) fn every_collector_option() -> CollectorArgs {
+    CollectorArgs {
+        collector: Some("127.0.0.1:7401".into()),
+        token: None,
+        collector_ca: Some(PathBuf::from("/etc/ca.pem")),
+        collector_tls_name: Some("collector.lab".into()),
+        collector_retention: 12_345,
+    }
+}
+
 #[cfg(test)]
 mod lost_tests {
     use super::*;

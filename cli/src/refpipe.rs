@@ -71,26 +71,16 @@ impl ToArgs for ProcessorArgs {
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
-    use std::path::PathBuf;
 
     use super::*;
     use crate::argv::parse;
-
-    fn collector() -> CollectorArgs {
-        CollectorArgs {
-            collector: Some("127.0.0.1:7401".into()),
-            token: None,
-            collector_ca: Some(PathBuf::from("/etc/ca.pem")),
-            collector_tls_name: Some("collector.lab".into()),
-            collector_retention: 12_345,
-        }
-    }
+    use crate::collector::every_collector_option;
 
     #[test]
     fn a_store_s_options_read_back_as_written() {
         let a = StoreArgs {
             listen: "127.0.0.1:7999".into(),
-            collector: collector(),
+            collector: every_collector_option(),
         };
         assert_eq!(parse::<StoreArgs>(a.to_args(&[])).unwrap(), a);
     }
@@ -103,7 +93,7 @@ mod tests {
             store: "127.0.0.1:7998".into(),
             batch_rows: 17,
             linger: Duration::from_micros(1_250),
-            collector: collector(),
+            collector: every_collector_option(),
         };
         assert_eq!(parse::<ProcessorArgs>(a.to_args(&[])).unwrap(), a);
     }

@@ -206,6 +206,7 @@ impl ToArgs for StoreTapArgs {
 mod tests {
     use super::*;
     use crate::argv::parse;
+    use crate::collector::every_collector_option;
 
     fn every_option() -> TapArgs {
         TapArgs {
@@ -217,13 +218,7 @@ mod tests {
             no_log_append_time: true,
             duration: Some(Duration::from_secs(95)),
             messages: Some(12_000),
-            collector: CollectorArgs {
-                collector: Some("127.0.0.1:7401".into()),
-                token: None,
-                collector_ca: None,
-                collector_tls_name: None,
-                collector_retention: 1 << 20,
-            },
+            collector: every_collector_option(),
             hop_spec: HopArgs {
                 pipeline: Some(PathBuf::from("pipeline.toml")),
                 hop_id: Some(9),
