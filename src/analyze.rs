@@ -1,149 +1,22 @@
 //! `hoptrace sql`, `hoptrace report` and `hoptrace compare`.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::PathBuf;
+use std::io::Write as _;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use hoptrace_analysis::bounds::Decision;
 use hoptrace_analysis::compare::{self, Gate};
-use hoptrace_analysis::session::OpenOptions;
 use hoptrace_analysis::sql::{self, OutputFormat};
 use hoptrace_analysis::{RunSet, report};
 use hoptrace_runner::query::{runtime, summarize};
 
-use crate::errors::exit_with;
-use hoptrace_runner::out::{Sink, Stream};
-
-/// Arguments of `hoptrace sql`.
-#[derive(Debug, clap::Args)]
-pub struct SqlArgs {
-    /// Run directories (or a directory of runs, or globs such as 'runs/*'), then the query.
-    /// Tables: traces (with a <stage>_ns column per stage), traces_raw, clock, probes, runs,
-    /// stages. Functions: hdr_histogram(ns), hdr_percentile(ns, q), hdr_precision(ns, q),
-    /// hdr_merge(hist), hdr_value_at(hist, q), hdr_precision_at(hist, q), hdr_count(hist).
-    /// Without a query, an interactive prompt reads one query per line.
-    #[arg(required = true, num_args = 1..)]
-    args: Vec<String>,
-    /// Output format: table, csv, json (one object per line) or parquet.
-    #[arg(long, short, default_value = "table")]
-    format: OutputFormat,
-    /// Where to write the result (a file) instead of stdout (required for parquet).
-    #[arg(long, short, value_name = "FILE")]
-    out: Option<PathBuf>,
-    #[command(flatten)]
-    read: ReadArgs,
-}
-
-/// What to read beyond the default (shared by `sql` and `report`).
-#[derive(Debug, clap::Args)]
-pub struct ReadArgs {
-    /// Read every copy of a run id: by default a run id met twice (a copied run
-    /// directory) is read once, so that no trace counts twice.
-    #[arg(long)]
-    duplicates: bool,
-    /// Read part files in a run's traces/ that its run.json does not list (by default
-    /// they are left out, and named).
-    #[arg(long)]
-    unlisted: bool,
-}
-
-impl ReadArgs {
-    /// Opens the runs, printing what was skipped or is dubious.
-    fn open<P: AsRef<std::path::Path>>(&self, paths: &[P]) -> Result<RunSet> {
-        let runs = RunSet::open_with(
-            paths,
-            OpenOptions {
-                duplicates: self.duplicates,
-                unlisted: self.unlisted,
-            },
-        )?;
-        print_notes(&runs);
-        Ok(runs)
-    }
-}
-
-/// Prints, on stderr, what opening runs skipped or left out.
-fn print_notes(runs: &RunSet) {
-    for n in &runs.notes {
-        eprintln!("note: {n}");
-    }
-}
-
-/// Arguments of `hoptrace report`.
-#[derive(Debug, clap::Args)]
-pub struct ReportArgs {
-    /// Run directories to report on together (usually one).
-    #[arg(required = true, num_args = 1..)]
-    runs: Vec<PathBuf>,
-    /// Where to write the report (a folder: report.md, report.html, summary.json,
-    /// charts/; default: the run directory's report/; required with --merge).
-    #[arg(long, short, value_name = "DIR")]
-    out: Option<PathBuf>,
-    /// Report several runs (a folder of runs, or several directories) together, as one:
-    /// their traces are merged into one set of statistics.
-    #[arg(long, requires = "out")]
-    merge: bool,
-    #[command(flatten)]
-    read: ReadArgs,
-}
-
-/// Exit status of `hoptrace compare` when a gate fails.
-pub const COMPARE_GATE_FAILED: i32 = 1;
-/// Exit status of `hoptrace compare` when the command is wrong (a malformed gate, a stage
-/// no run has, a bad option).
-pub const COMPARE_USAGE: i32 = 2;
-/// Exit status of `hoptrace compare` when a run cannot be compared (missing, unreadable,
-/// or without data for a gated stage).
-pub const COMPARE_BAD_RUN: i32 = 3;
-/// Exit status of `hoptrace compare` when no requirement failed but one is undecided: it
-/// holds for some of the values the bounds allow (a polled stamp's, the clocks') and not
-/// for others.
-pub const COMPARE_UNDECIDED: i32 = 4;
-
-/// Arguments of `hoptrace compare`.
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Exit status: 0 every requirement held (or none was given); 1 a \
-requirement did not hold for a run; 2 the command is wrong (a malformed requirement, a \
-stage or statistic the runs do not have, a bad option); 3 a run is missing, unreadable, or \
-has no data for a required stage; 4 none failed but one is undecided (it holds for some of \
-the values a polled stamp's bounds or the clocks' uncertainty allow and not for others). \
-Requirements are checked against the runs before anything is printed."
-)]
-pub struct CompareArgs {
-    /// Runs to compare, one run directory each; the first is the baseline.
-    #[arg(required = true, num_args = 2..)]
-    runs: Vec<PathBuf>,
-    /// What every run must meet against the baseline, in the syntax of `sweep --sla`
-    /// (a requirement: the run fails, exit 1, when it does not hold), e.g.
-    /// 'Total Ingestion.p99 <= +10%', 'Broker Time.p99.9 < 5ms',
-    /// 'Query Duration.mean <= +200us'. Repeatable.
-    #[arg(long = "require", value_name = "REQUIREMENT")]
-    require: Vec<String>,
-    /// Renamed: `--require` takes the condition a run must meet (the opposite of what
-    /// `--fail-if` took).
-    #[arg(long = "fail-if", hide = true)]
-    fail_if: Vec<String>,
-}
-
-/// Splits `args` into run paths and an optional trailing query: the last argument is a
-/// query when it is not an existing path and reads like one (it holds a space, or starts
-/// with a SQL keyword), so that a typo in the query is reported as a query error.
-fn split_query(args: &[String]) -> (Vec<String>, Option<String>) {
-    let looks_like_query = |s: &str| {
-        let t = s.trim_start().to_ascii_lowercase();
-        !std::path::Path::new(s).exists()
-            && (s.contains(char::is_whitespace)
-                || ["select", "with", "show", "describe", "explain", "values"]
-                    .iter()
-                    .any(|k| t.starts_with(k)))
-    };
-    match args.split_last() {
-        Some((last, rest)) if looks_like_query(last) => (rest.to_vec(), Some(last.clone())),
-        _ => (args.to_vec(), None),
-    }
-}
+use hoptrace_cli::analyze::{
+    COMPARE_BAD_RUN, COMPARE_GATE_FAILED, COMPARE_UNDECIDED, COMPARE_USAGE, interactive,
+    print_notes, run_list, split_query, stage_names, summary_lines,
+};
+pub use hoptrace_cli::analyze::{CompareArgs, ReportArgs, SqlArgs};
+use hoptrace_cli::errors::exit_with;
+use hoptrace_cli::out::{Sink, Stream};
 
 /// `hoptrace sql`.
 pub fn run_sql(args: &SqlArgs) -> Result<()> {
@@ -183,44 +56,6 @@ pub fn run_sql(args: &SqlArgs) -> Result<()> {
     })
 }
 
-async fn interactive(
-    ctx: &hoptrace_analysis::datafusion::prelude::SessionContext,
-    format: OutputFormat,
-) -> Result<()> {
-    let stdin = std::io::stdin();
-    let tty = stdin.is_terminal();
-    let prompt = || {
-        if tty {
-            print!("hoptrace> ");
-            let _ = std::io::stdout().flush();
-        }
-    };
-    prompt();
-    for line in stdin.lock().lines() {
-        let line = line?;
-        let q = line.trim().trim_end_matches(';');
-        if q.eq_ignore_ascii_case("quit") || q.eq_ignore_ascii_case("exit") {
-            break;
-        }
-        if !q.is_empty() {
-            let started = Instant::now();
-            match sql::query(ctx, q).await {
-                Ok(b) => {
-                    let mut out = std::io::BufWriter::new(Sink(Stream::Out));
-                    sql::write(&b, format, &mut out)?;
-                    out.flush()?;
-                    if tty {
-                        println!("({:.3} s)", started.elapsed().as_secs_f64());
-                    }
-                }
-                Err(e) => eprintln!("error: {}", crate::errors::render(&anyhow::Error::from(e))),
-            }
-        }
-        prompt();
-    }
-    Ok(())
-}
-
 /// `hoptrace report`.
 pub fn run_report(args: &ReportArgs) -> Result<()> {
     let started = Instant::now();
@@ -258,87 +93,6 @@ pub fn run_report(args: &ReportArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-fn run_list(runs: &RunSet) -> String {
-    runs.runs
-        .iter()
-        .map(|r| r.dir.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Prints a run's headline figures to stdout.
-pub fn print_summary(s: &hoptrace_analysis::Summary) {
-    use hoptrace_format::units::{count, duration_ns, precision_ns, rate, signed_ns};
-    println!(
-        "{}: {} messages, {} metrics over {:.1} s ({} metrics/s)",
-        s.pipeline,
-        count(s.totals.messages),
-        count(s.totals.metrics),
-        s.totals.duration_s,
-        rate(s.totals.metrics_per_s)
-    );
-    for st in &s.stages {
-        let p = |l: &str| {
-            st.percentile(l).map_or_else(
-                || "-".into(),
-                |p| format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
-            )
-        };
-        println!(
-            "  {:<18} n={:<12} p50 {:<18} p99 {:<18} p99.99 {:<18} clock ±{}",
-            st.name,
-            count(st.count),
-            p("P50"),
-            p("P99"),
-            p("P99.99"),
-            st.clock_uncertainty_ns
-                .map_or_else(|| "unknown".into(), duration_ns)
-        );
-        if st.bounds.is_some() {
-            // A polled hop: where the true figures lie, with the clocks' uncertainty.
-            let b = |l: &str| {
-                st.stat_interval(&l.to_ascii_lowercase(), false)
-                    .map_or_else(
-                        || "-".into(),
-                        |(lo, hi)| {
-                            format!(
-                                "[{}, {}]",
-                                hoptrace_format::units::duration_f64(lo),
-                                hoptrace_format::units::duration_f64(hi)
-                            )
-                        },
-                    )
-            };
-            println!(
-                "  {:<18} bounds  p50 {}  p99 {}  p99.99 {}  (polled stamps and clocks)",
-                "",
-                b("P50"),
-                b("P99"),
-                b("P99.99")
-            );
-        }
-    }
-    let a = &s.accounting;
-    // Said on the figures printed, and on every other finding of the accounting.
-    let holds = a.sent == a.complete + a.incomplete + a.unseen;
-    println!(
-        "  accounting: sent {} {} complete {} + incomplete {} + unseen {}: {}",
-        count(a.sent),
-        if holds { "=" } else { "!=" },
-        count(a.complete),
-        count(a.incomplete),
-        count(a.unseen),
-        if holds && a.adds_up {
-            "adds up"
-        } else {
-            "DOES NOT ADD UP"
-        }
-    );
-    for w in &s.warnings {
-        println!("  warning: {w}");
-    }
 }
 
 /// `hoptrace compare`: the gates are checked against the runs before anything is
@@ -438,10 +192,9 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
-fn stage_names(s: &hoptrace_analysis::Summary) -> String {
-    s.stages
-        .iter()
-        .map(|st| st.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Prints a run's headline figures to stdout.
+pub fn print_summary(s: &hoptrace_analysis::Summary) {
+    for line in summary_lines(s) {
+        println!("{line}");
+    }
 }

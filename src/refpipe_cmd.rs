@@ -6,6 +6,7 @@
 //! processor), a progress line on stderr every few seconds, and its summary when SIGINT
 //! or SIGTERM stops it.
 
+pub use hoptrace_cli::refpipe::Which;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -15,28 +16,17 @@ use hoptrace_broker::url::Endpoint;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig};
 
+use hoptrace_cli::interrupt::interruptible;
+use hoptrace_cli::progress::LiveLine;
 pub use hoptrace_cli::refpipe::{ProcessorArgs, StoreArgs};
 use hoptrace_format::units;
-use hoptrace_runner::interrupt::interruptible;
-use hoptrace_runner::progress::LiveLine;
-
-/// Which part.
-#[derive(Debug, clap::Subcommand)]
-pub enum Which {
-    /// The store: takes writes over TCP, answers queries, probes at ingress, visibility
-    /// and per query.
-    Store(StoreArgs),
-    /// The processor: consumes MQTT or Kafka, decodes, batches, transforms and writes to
-    /// the store; probes at ingress and egress.
-    Processor(ProcessorArgs),
-}
 
 /// Runs a part until SIGINT or SIGTERM.
 ///
 /// # Errors
 /// Invalid options, a part that does not start or fails.
 pub fn run(which: &Which) -> anyhow::Result<()> {
-    let stop = crate::signals::shutdown_flag()?;
+    let stop = hoptrace_cli::signals::shutdown_flag()?;
     match which {
         Which::Store(a) => store(a, &stop),
         Which::Processor(a) => processor(a, &stop),

@@ -1,7 +1,7 @@
 //! `hoptrace relay` and `hoptrace collect --from kafka://...`: collectors as a Kafka
 //! consumer group (the member itself is `hoptrace_runner::scaleout`).
 
-use std::path::PathBuf;
+pub use hoptrace_cli::relay::RelayArgs;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -10,52 +10,19 @@ use anyhow::Context as _;
 use hoptrace_collector::kafka::{RecordsTopic, Relay, RelayConfig};
 use hoptrace_format::spec::PipelineSpec;
 
-use crate::units::parse_listen;
-use hoptrace_runner::progress::LiveLine;
+use hoptrace_cli::progress::LiveLine;
 use hoptrace_runner::scaleout::{self, MemberOptions};
-
-/// Options of `hoptrace relay`.
-#[derive(Debug, clap::Args)]
-pub struct RelayArgs {
-    /// Address probes connect to (as they would to a collector). Any non-loopback
-    /// address requires --token.
-    #[arg(long, value_name = "HOST:PORT", default_value = crate::collect::DEFAULT_LISTEN, value_parser = parse_listen)]
-    pub listen: String,
-    /// Where records go: kafka://HOST:PORT[,HOST:PORT...]/TOPIC (probe control messages
-    /// go to TOPIC.control); `?rdkafka.NAME=VALUE&...` sets librdkafka properties on the
-    /// relay's producer.
-    #[arg(long, value_name = "KAFKA_URL")]
-    pub to: String,
-    /// Pipeline spec (TOML): the hops probes may report. Default: the built-in pipeline.
-    #[arg(long)]
-    pub pipeline: Option<PathBuf>,
-    /// Partitions of the records topic, when the relay creates it.
-    #[arg(long, default_value_t = 6)]
-    pub partitions: i32,
-    /// Replication factor of the topics, when the relay creates them.
-    #[arg(long, default_value_t = 1)]
-    pub replication: i32,
-    #[command(flatten)]
-    pub listener: crate::collector_args::ListenerArgs,
-    /// Run id told to probes.
-    #[arg(long, default_value = "relay")]
-    pub run_id: String,
-    /// Stop by itself after this long (`90s`, `30m`; a bare number is seconds); default:
-    /// until SIGINT/SIGTERM.
-    #[arg(long, alias = "duration-s", value_name = "DURATION", value_parser = crate::units::parse_run_length)]
-    pub duration: Option<Duration>,
-}
 
 /// Runs a relay until SIGINT/SIGTERM (or `--duration-s`).
 ///
 /// # Errors
 /// A bad target or spec, Kafka unreachable, a bind failure.
 pub fn relay(args: &RelayArgs) -> anyhow::Result<()> {
-    let stop = crate::signals::shutdown_flag()?;
+    let stop = hoptrace_cli::signals::shutdown_flag()?;
     let target = RecordsTopic::parse(&args.to)?;
     let mut cfg = RelayConfig::new(
         args.listen.clone(),
-        crate::collect::load_spec(args.pipeline.as_deref())?,
+        hoptrace_cli::collect::load_spec(args.pipeline.as_deref())?,
         target.clone(),
         args.run_id.clone(),
     );
@@ -157,7 +124,9 @@ pub fn collect_group(
         o.dir.display(),
         args.runs.join(&run_id).display()
     );
-    crate::collect::print_accounting(&o.run);
+    for line in hoptrace_cli::collect::text::accounting_lines(&o.run) {
+        println!("{line}");
+    }
     if let Some(g) = o
         .run
         .group

@@ -19,6 +19,28 @@ pub struct PreflightArgs {
     pub force_clock: bool,
 }
 
+impl PreflightArgs {
+    /// Checks this host's clock when `--max-clock-error` is given.
+    ///
+    /// # Errors
+    /// The clock fails the check and `--force-clock` is not given.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let Some(max) = self.max_clock_error else {
+            return Ok(());
+        };
+        let status = hoptrace_clock::this_host().read();
+        crate::clock::conclude(
+            Some(hoptrace_clock::preflight_host(
+                &hoptrace_clock::hostname(),
+                &status,
+                max,
+            )),
+            self.force_clock,
+            "--force-clock to run anyway (the run still records every host's clock status)",
+        )
+    }
+}
+
 impl ToArgs for PreflightArgs {
     fn write_args(&self, argv: &mut Argv) {
         let Self {

@@ -68,6 +68,17 @@ impl ToArgs for ProcessorArgs {
     }
 }
 
+/// Which part.
+#[derive(Debug, clap::Subcommand)]
+pub enum Which {
+    /// The store: takes writes over TCP, answers queries, probes at ingress, visibility
+    /// and per query.
+    Store(StoreArgs),
+    /// The processor: consumes MQTT or Kafka, decodes, batches, transforms and writes to
+    /// the store; probes at ingress and egress.
+    Processor(ProcessorArgs),
+}
+
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;

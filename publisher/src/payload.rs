@@ -49,6 +49,18 @@ impl PayloadFormat {
         }
     }
 
+    /// The format as [`parse`](Self::parse) reads it: `text`, `json`, `json-batch`,
+    /// `raw:<bytes>`.
+    #[must_use]
+    pub fn spelling(self) -> String {
+        match self {
+            Self::Text => "text".into(),
+            Self::Json => "json".into(),
+            Self::JsonBatch => "json-batch".into(),
+            Self::Raw { bytes } => format!("raw:{bytes}"),
+        }
+    }
+
     /// The default for `metrics_per_message`: a JSON scalar for one metric, a JSON batch
     /// for more.
     #[must_use]

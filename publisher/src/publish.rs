@@ -257,6 +257,22 @@ impl PublishSummary {
     pub fn messages_per_s(&self) -> f64 {
         self.messages as f64 / (self.elapsed_ns.max(1) as f64 / 1e9)
     }
+
+    /// The time the achieved rates are measured over, seconds. A generated schedule
+    /// (`planned`: its duration; `None` for a replay) that ran to its end is measured over
+    /// its whole planned duration: at a low rate its last message leaves long before the
+    /// end. A run stopped early, by an error, or by reaching `max_messages` is measured
+    /// until its last message.
+    #[must_use]
+    pub fn rate_window_s(&self, planned: Option<Duration>, max_messages: Option<u64>) -> f64 {
+        let ran_to_end = !self.stopped_early
+            && self.errors == 0
+            && max_messages.is_none_or(|m| self.messages < m);
+        let planned_s = planned
+            .filter(|_| ran_to_end)
+            .map_or(0.0, |d| d.as_secs_f64());
+        (self.elapsed_ns as f64 / 1e9).max(planned_s)
+    }
 }
 
 /// The next message of a plan.

@@ -8,6 +8,7 @@
 //! in between: [`measure`] (start the parts, then [`crate::pipeline::measure`]: publish,
 //! drain by the one drain rule, stop) and [`report`].
 
+use hoptrace_cli::demo::DemoArgs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -378,6 +379,28 @@ pub fn report(m: &DemoMeasured, out: &Path) -> anyhow::Result<DemoReport> {
         summary,
         markdown: written.markdown,
     })
+}
+
+impl DemoOptions {
+    /// The demo `hoptrace demo`'s options ask for.
+    #[must_use]
+    pub fn from_args(a: &DemoArgs) -> Self {
+        Self {
+            broker: a.broker.clone(),
+            rate: a.rate,
+            duration: a.duration,
+            streams: a.streams,
+            metrics_per_message: a.metrics_per_message,
+            zipf: a.zipf,
+            batch_rows: a.batch_rows,
+            linger: a.linger,
+            runs: a.runs.clone(),
+            store_clock_offset_ns: a.store_clock_offset,
+            store_clock_bound_ns: a.store_clock_bound,
+            max_clock_error_ns: a.preflight.max_clock_error,
+            ui: a.ui.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -31,15 +31,15 @@
 //! Their parts:
 //! - [`supervisor`]: child processes; [`sampler`] and [`procfs`]: their CPU and memory;
 //!   [`broker_process`]: the broker's process and version; [`rundir`]: a run directory
-//!   before and after its run; [`query`]: the one query runtime; [`progress`]: the live
-//!   line; [`interrupt`]: waits that SIGINT and SIGTERM end; [`out`]: printing that a
-//!   closed pipe cannot break.
+//!   before and after its run; [`query`]: the one query runtime; and, from
+//!   `hoptrace-cli`, [`progress`]: the live line; [`interrupt`]: waits that SIGINT and
+//!   SIGTERM end; [`out`]: printing that a closed pipe cannot break.
 //!
 //! The processes of a soak talk through typed contracts: the publisher's end summary is
 //! `hoptrace_publisher::report::PublishReport`, the collector's progress is
 //! `hoptrace_collector::run::Progress` served as `/progress.json`, and the children's
-//! command lines ([`soak::PartCommands`], [`sweep::soak_args`]) are checked against the
-//! binary's own argument definitions by its tests.
+//! command lines ([`soak::PartCommands`], [`sweep::soak_args`]) are written from the
+//! children's own option structs (`hoptrace-cli`) and parsed back by this crate's tests.
 //!
 //! ```
 //! use hoptrace_runner::roundtrip::{self, RoundtripOptions};
@@ -86,13 +86,11 @@ macro_rules! eprintln {
 }
 
 pub mod bench;
+pub use hoptrace_cli::{interrupt, out, progress};
 pub mod broker_process;
 pub mod demo;
-pub mod interrupt;
-pub mod out;
 pub mod pipeline;
 pub mod procfs;
-pub mod progress;
 pub mod query;
 pub mod roundtrip;
 pub mod rundir;

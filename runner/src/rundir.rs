@@ -246,6 +246,73 @@ pub fn mark_interrupted(run_json: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", run_json.display()))
 }
 
+/// For a collector started without `--run-id`: the unfinished runs under `runs` (their
+/// collector was stopped without closing them: their log, `wal/`, is still there). With
+/// `resume`, the id of the newest one of this pipeline, to continue; without, each is
+/// named with the command that continues it, and the collector starts a new run (`None`).
+/// What to tell the user comes with it, a line each.
+///
+/// # Errors
+/// `--resume` and no unfinished run of this pipeline.
+pub fn unfinished_runs(
+    runs: &Path,
+    spec: &PipelineSpec,
+    resume: bool,
+) -> anyhow::Result<(Option<String>, Vec<String>)> {
+    let mut said = Vec::new();
+    let resolved = hoptrace_format::spec::ResolvedSpec::new(spec)?;
+    let ours: Vec<(u8, String)> = resolved
+        .hop_ids()
+        .iter()
+        .zip(resolved.hop_names())
+        .map(|(id, name)| (id.0, name.clone()))
+        .collect();
+    // (modified, id, of this pipeline)
+    let mut found: Vec<(std::time::SystemTime, String, bool)> = std::fs::read_dir(runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let wal = e.path().join(hoptrace_collector::wal::WAL_DIR);
+            let modified = std::fs::metadata(&wal).ok()?.modified().ok()?;
+            let id = e.file_name().into_string().ok()?;
+            let theirs = hoptrace_collector::wal::hops(&e.path()).ok().flatten();
+            Some((modified, id, theirs.is_none_or(|t| t == ours)))
+        })
+        .collect();
+    found.sort();
+    if resume {
+        let Some((_, id, _)) = found.iter().rev().find(|(_, _, ours)| *ours) else {
+            bail!(
+                "--resume: no unfinished run of this pipeline under {} (an unfinished run is one whose collector was stopped without closing it: its wal/ is still there); start without --resume for a new run",
+                runs.display()
+            );
+        };
+        said.push(format!(
+            "resuming the unfinished run {id} under {} (--resume)",
+            runs.display()
+        ));
+        return Ok((Some(id.clone()), said));
+    }
+    for (_, id, ours) in &found {
+        let dir = runs.join(id);
+        if *ours {
+            said.push(format!(
+                "warning: {} is an unfinished run: its collector was stopped without closing it, and its log ({}/wal/) is still there. To continue it with nothing lost, start this collector with --run-id {id} (or --resume); this one starts a new run",
+                dir.display(),
+                dir.display()
+            ));
+        } else {
+            said.push(format!(
+                "warning: {} is an unfinished run of another pipeline (its log, {}/wal/, names other hops): to continue it, start a collector with that run's pipeline spec and --run-id {id}",
+                dir.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok((None, said))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

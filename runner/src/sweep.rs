@@ -22,6 +22,8 @@ use hoptrace_analysis::sweep::{
 };
 use hoptrace_analysis::{RunSet, summary};
 use hoptrace_broker::url::{self, Endpoint, KafkaEndpoint};
+use hoptrace_cli::argv::{self, ToArgs as _};
+use hoptrace_cli::soak::{ExternalArgs, SoakArgs, SweepArgs};
 use hoptrace_collector::run::host_info;
 use hoptrace_format::units;
 
@@ -70,9 +72,43 @@ pub struct SweepOptions {
     pub out: Option<PathBuf>,
     /// The command line, for the report.
     pub command: String,
-    /// More flags for every cell's `hoptrace soak`: those of an external pipeline
-    /// (`--pipeline`, `--tap`, `--watch-port`, `--topic-root`, `--payload-context`).
-    pub soak_flags: Vec<OsString>,
+    /// The external pipeline every cell's `hoptrace soak` measures (`--pipeline`,
+    /// `--tap`, `--watch-port`, `--topic-root`, `--payload-context`).
+    pub external: ExternalArgs,
+}
+
+impl SweepOptions {
+    /// The sweep `hoptrace sweep`'s options ask for, its cells started from this
+    /// program.
+    ///
+    /// # Errors
+    /// This program's path cannot be found, an external pipeline that does not check.
+    pub fn from_args(a: &SweepArgs) -> anyhow::Result<Self> {
+        if let Some(x) = crate::soak::External::from_args(&a.external)? {
+            x.check()?;
+        }
+        Ok(Self {
+            external: a.external.clone(),
+            program: std::env::current_exe().context("this program's path")?,
+            broker: a.broker.clone(),
+            rate: a.rate.clone(),
+            metrics_per_message: a.metrics_per_message.clone(),
+            qos: a.qos.clone(),
+            connections: a.connections.clone(),
+            acks: a.acks.clone(),
+            partitions: a.partitions.clone(),
+            replication: a.replication,
+            min_insync_replicas: a.min_insync_replicas,
+            streams: a.streams,
+            warmup: a.warmup,
+            window: a.window,
+            slas: a.slas.clone(),
+            capacity_target: a.capacity_target,
+            tick: a.tick,
+            out: a.out.clone(),
+            command: hoptrace_cli::units::command_line(),
+        })
+    }
 }
 
 /// Metrics per message when the sweep does not vary it.
@@ -522,36 +558,20 @@ pub fn soak_args(
     runs: &Path,
     cell_dir: &Path,
 ) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "soak",
-        "--broker",
-        &p.broker,
-        "--rate",
-        &p.rate.to_string(),
-        "--duration",
-        &format!("{}ms", (opts.warmup + opts.window).as_millis()),
-        "--warmup",
-        &format!("{}ms", opts.warmup.as_millis()),
-        "--metrics-per-message",
-        &p.metrics_per_message.to_string(),
-        "--streams",
-        &opts.streams.to_string(),
-        "--tick",
-        &format!("{}us", opts.tick.as_micros()),
-        "--run-id",
-        run_id,
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    args.extend([
-        "--runs".into(),
-        runs.as_os_str().to_owned(),
-        "--out".into(),
-        cell_dir.as_os_str().to_owned(),
-    ]);
-    args.extend(opts.soak_flags.iter().cloned());
-    args
+    // The soak's own defaults for what a sweep does not set.
+    let mut soak: SoakArgs =
+        argv::parse(["--broker", p.broker.as_str()]).expect("a broker address is all a soak needs");
+    soak.rate = p.rate;
+    soak.duration = opts.warmup + opts.window;
+    soak.warmup = opts.warmup;
+    soak.metrics_per_message = p.metrics_per_message;
+    soak.streams = opts.streams;
+    soak.tick = opts.tick;
+    soak.run_id = Some(run_id.to_owned());
+    soak.runs = runs.to_owned();
+    soak.out = Some(cell_dir.to_owned());
+    soak.external = opts.external.clone();
+    soak.to_args(&["soak"])
 }
 
 /// Runs one cell: its soak as a child process, then its figures over the measured
@@ -754,7 +774,7 @@ mod tests {
             tick: Duration::from_micros(500),
             out: None,
             command: line.into(),
-            soak_flags: Vec::new(),
+            external: ExternalArgs::default(),
         };
         let words: Vec<&str> = line.split_whitespace().collect();
         for pair in words.chunks(2) {
@@ -869,5 +889,108 @@ mod tests {
         let e = Endpoint::parse(&a.broker).unwrap();
         let err = plan(&a, &e).unwrap_err().to_string();
         assert!(err.contains("exactly one topic"), "{err}");
+    }
+
+    /// An external pipeline's spec.
+    const SWEEP_SPEC: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tap/testdata/nodered-influxdb.toml"
+    );
+
+    /// The soak a sweep starts for `cell` (run `s.x`, under `out/`), as this program
+    /// parses its command line.
+    fn cell_soak(opts: &super::SweepOptions, cell: &super::Planned) -> SoakArgs {
+        let line = super::soak_args(
+            opts,
+            cell,
+            "s.x",
+            Path::new("out/runs"),
+            Path::new("out/cells/x"),
+        );
+        assert_eq!(line[0], "soak");
+        argv::parse(line[1..].iter().cloned()).unwrap()
+    }
+
+    /// Each cell is a soak started with this program's own `soak` flags: they parse,
+    /// with the values the sweep means.
+    #[test]
+    fn the_sweep_starts_its_soaks_with_flags_they_take() {
+        let args: SweepArgs = argv::parse([
+            "--broker",
+            "kafka://127.0.0.1:19092/t?linger_ms=1",
+            "--rate",
+            "10k,20k",
+            "--acks",
+            "all",
+            "--partitions",
+            "3",
+            "--warmup",
+            "2s",
+            "--window",
+            "3s",
+            "--tick",
+            "1ms",
+            "--streams",
+            "7",
+        ])
+        .unwrap();
+        let opts = SweepOptions::from_args(&args).unwrap();
+        let checked = super::check(&opts).unwrap();
+        let soak = cell_soak(&opts, &checked.cells()[1]);
+        assert_eq!(
+            soak.broker,
+            "kafka://127.0.0.1:19092/t-p3?linger_ms=1&acks=all"
+        );
+        assert_eq!(soak.rate, 20_000);
+        assert_eq!(soak.duration, opts.warmup + opts.window);
+        assert_eq!((soak.warmup, soak.tick), (opts.warmup, opts.tick));
+        assert_eq!((soak.streams, soak.metrics_per_message), (7, 50));
+        assert_eq!(soak.run_id.as_deref(), Some("s.x"));
+        assert_eq!(soak.runs, Path::new("out/runs"));
+        assert_eq!(soak.out.as_deref(), Some(Path::new("out/cells/x")));
+        assert!(soak.external.pipeline.is_none());
+    }
+
+    /// A sweep of an external pipeline gives every cell's soak the same pipeline, taps
+    /// and watched ports.
+    #[test]
+    fn a_sweep_of_an_external_pipeline_passes_it_to_every_soak() {
+        let tap =
+            "--from influxdb://127.0.0.1:18086/hoptrace?measurement=nodered --poll-interval 20ms";
+        let args: SweepArgs = argv::parse([
+            "--broker",
+            "mqtt://127.0.0.1:11883/hoptrace/nr/in/sweep?version=5",
+            "--rate",
+            "1k,2k",
+            "--pipeline",
+            SWEEP_SPEC,
+            "--tap",
+            tap,
+            "--watch-port",
+            "18086",
+            "--payload-context",
+        ])
+        .unwrap();
+        let opts = SweepOptions::from_args(&args).unwrap();
+        let checked = super::check(&opts).unwrap();
+        let soak = cell_soak(&opts, &checked.cells()[0]);
+        let x = soak.external;
+        assert_eq!(x.pipeline.as_deref(), Some(Path::new(SWEEP_SPEC)));
+        assert_eq!(x.taps, [tap]);
+        assert_eq!(x.watch_ports, [18086]);
+        assert!(x.payload_context);
+        assert_eq!(x.topic_root, None);
+        // A bad tap is refused before any cell runs.
+        let args: SweepArgs = argv::parse([
+            "--broker",
+            "mqtt://127.0.0.1:11883",
+            "--rate",
+            "1k",
+            "--pipeline",
+            SWEEP_SPEC,
+        ])
+        .unwrap();
+        let e = SweepOptions::from_args(&args).unwrap_err().to_string();
+        assert!(e.contains("at least one --tap"), "{e}");
     }
 }

@@ -199,4 +199,6 @@ fn timed_report(
 }
 
 #[cfg(test)]
+mod command_tests;
+#[cfg(test)]
 mod tests;

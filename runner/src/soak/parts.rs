@@ -12,6 +12,7 @@ use hoptrace_analysis::resources::Sample;
 use hoptrace_broker::url::Endpoint;
 use hoptrace_cli::argv::{self, ToArgs as _};
 use hoptrace_cli::collect::CollectArgs;
+use hoptrace_cli::publish::PublishArgs;
 use hoptrace_cli::refpipe::{ProcessorArgs, StoreArgs};
 use hoptrace_cli::tap::TapArgs;
 use hoptrace_collector::metrics::fetch_progress;
@@ -76,9 +77,9 @@ impl Addresses {
 }
 
 /// The command lines of the soak's parts (without the program). Those of `hoptrace
-/// collect`, `refpipe store` and `refpipe processor` are written from the same option
-/// structs the command parses (`hoptrace-cli`), and so are each `tap`'s, from its own
-/// arguments; `publish` names the flags the soak relies on.
+/// collect`, `refpipe store`, `refpipe processor` and `publish` are written from the same
+/// option structs the command parses (`hoptrace-cli`), and so are each `tap`'s, from its
+/// own arguments.
 #[derive(Debug, Clone)]
 pub struct PartCommands {
     /// `hoptrace collect ...`.
@@ -105,9 +106,6 @@ impl PartCommands {
         at: &Addresses,
         mqtt: bool,
     ) -> anyhow::Result<Self> {
-        fn args<const N: usize>(a: [&str; N]) -> Vec<OsString> {
-            a.iter().map(OsString::from).collect()
-        }
         let mut c: CollectArgs =
             argv::parse(std::iter::empty::<&str>()).context("the collector's options")?;
         c.listen = Some(at.collector.clone());
@@ -124,8 +122,6 @@ impl PartCommands {
             c.preflight.force_clock = true;
         }
         let collector = c.to_args(&["collect"]);
-        let pipeline = c.pipeline.as_ref().map(|p| p.clone().into_os_string());
-        let publisher_id = plan.publisher_id.to_string();
         let taps = opts
             .external
             .iter()
@@ -162,40 +158,21 @@ impl PartCommands {
             };
             processor.topics = vec![filter];
         }
-        let mut publisher = args([
-            "publish",
-            "--to",
-            &opts.broker,
-            "--rate",
-            &opts.rate.to_string(),
-            "--streams",
-            &opts.streams.to_string(),
-            "--metrics-per-message",
-            &opts.metrics_per_message.to_string(),
-            "--duration",
-            &format!("{}ms", opts.duration.as_millis()),
-            "--zipf",
-            &opts.zipf.to_string(),
-            "--tick",
-            &format!("{}us", opts.tick.as_micros()),
-            "--collector",
-            &at.collector,
-            "--publisher-id",
-            &publisher_id,
-        ]);
-        if let Some(root) = &plan.topic_root {
-            publisher.extend(args(["--topic-root", root]));
-        }
-        if opts.payload_context {
-            publisher.push("--payload-context".into());
-        }
-        if let Some(p) = &pipeline {
-            publisher.extend(["--pipeline".into(), p.clone()]);
-        }
-        publisher.extend([
-            "--summary-json".into(),
-            plan.publisher_json.clone().into_os_string(),
-        ]);
+        let mut p: PublishArgs =
+            argv::parse(["--to", &opts.broker]).context("the publisher's options")?;
+        p.rate = opts.rate as f64;
+        p.streams = opts.streams;
+        p.metrics_per_message = opts.metrics_per_message;
+        p.duration = opts.duration;
+        p.zipf = opts.zipf;
+        p.tick = opts.tick;
+        p.collector.collector = Some(at.collector.clone());
+        p.publisher_id = Some(plan.publisher_id);
+        p.topic_root.clone_from(&plan.topic_root);
+        p.payload_context = opts.payload_context;
+        p.hop_spec.pipeline.clone_from(&c.pipeline);
+        p.summary_json = Some(plan.publisher_json.clone());
+        let publisher = p.to_args(&["publish"]);
         let reference = opts.external.is_none();
         Ok(Self {
             collector,

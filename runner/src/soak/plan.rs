@@ -8,6 +8,7 @@ use anyhow::{Context as _, bail};
 use hoptrace_format::spec::PipelineSpec;
 
 use hoptrace_broker::url::Endpoint;
+use hoptrace_cli::soak::{ExternalArgs, SoakArgs};
 
 /// What to soak.
 #[derive(Debug, Clone)]
@@ -59,6 +60,37 @@ pub struct SoakOptions {
     pub payload_context: bool,
 }
 
+impl SoakOptions {
+    /// The soak `hoptrace soak`'s options ask for, its parts started from this program.
+    ///
+    /// # Errors
+    /// This program's path cannot be found, a `--tap` with an unclosed quote.
+    pub fn from_args(a: &SoakArgs) -> anyhow::Result<Self> {
+        Ok(Self {
+            external: External::from_args(&a.external)?,
+            topic_root: a.external.topic_root.clone(),
+            payload_context: a.external.payload_context,
+            program: std::env::current_exe().context("this program's path")?,
+            broker: a.broker.clone(),
+            rate: a.rate,
+            duration: a.duration,
+            metrics_per_message: a.metrics_per_message,
+            streams: a.streams,
+            zipf: a.zipf,
+            batch_rows: a.batch_rows,
+            linger: a.linger,
+            tick: a.tick,
+            warmup: a.warmup,
+            runs: a.runs.clone(),
+            out: a.out.clone(),
+            run_id: a.run_id.clone(),
+            max_clock_error_ns: a.preflight.max_clock_error,
+            ui: a.ui.clone(),
+            command: hoptrace_cli::units::command_line(),
+        })
+    }
+}
+
 /// A pipeline under test that hoptrace did not start (the user or an `infra/` script
 /// starts and stops it), described by its own spec and stamped by `hoptrace tap`s.
 #[derive(Debug, Clone)]
@@ -73,6 +105,25 @@ pub struct External {
 }
 
 impl External {
+    /// The external pipeline these options describe (`None`: the reference pipeline).
+    ///
+    /// # Errors
+    /// A `--tap` with an unclosed quote.
+    pub fn from_args(a: &ExternalArgs) -> anyhow::Result<Option<Self>> {
+        let Some(pipeline) = &a.pipeline else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            pipeline: pipeline.clone(),
+            taps: a
+                .taps
+                .iter()
+                .map(|t| split_args(t).context("--tap"))
+                .collect::<anyhow::Result<_>>()?,
+            watch_ports: a.watch_ports.clone(),
+        }))
+    }
+
     /// Checks the pipeline: its spec loads, it has taps, each with `--from` and without
     /// the flags the soak sets itself. Returns the spec.
     ///

@@ -10,6 +10,9 @@ use crate::argv::{Argv, ToArgs};
 use crate::collector::CollectorArgs;
 use crate::preflight::PreflightArgs;
 
+mod config;
+pub mod text;
+
 /// Parses a carrier of the trace context: `property`, `header` or `envelope`.
 pub fn parse_carrier(s: &str) -> Result<Carrier, String> {
     Carrier::parse(s).map_err(|e| e.to_string())

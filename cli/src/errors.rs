@@ -41,7 +41,7 @@ pub fn exit_code(error: &anyhow::Error) -> i32 {
         .map_or(1, |e| e.code)
 }
 
-use hoptrace_runner::interrupt::Interrupted;
+use crate::interrupt::Interrupted;
 
 /// The error and its causes on one line, each said once.
 ///

@@ -1,13 +1,20 @@
-//! The options of `hoptrace collect`.
+//! The options of `hoptrace collect`, and the pipeline spec they (and every command that
+//! reports a hop) name.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::{Context as _, bail};
+use hoptrace_collector::Collector;
+use hoptrace_collector::metrics::MetricsServer;
+use hoptrace_format::spec::PipelineSpec;
 use hoptrace_format::units;
 
 use crate::units::{parse_listen, parse_run_id};
 
 use crate::argv::{Argv, ToArgs};
+
+pub mod text;
 
 /// Where `hoptrace collect` listens when not told.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
@@ -107,6 +114,81 @@ fn parse_log_sync(s: &str) -> Result<Duration, String> {
     Ok(d.max(Duration::from_millis(1)))
 }
 
+impl CollectArgs {
+    /// Starts the HTTP servers of `--metrics` and `--ui`: one when both name the same address
+    /// (or only one is given), two otherwise. They read the collector's figures through a
+    /// [`hoptrace_collector::run::Watch`], so they can answer until after it stopped.
+    ///
+    /// # Errors
+    /// An address cannot be bound.
+    pub fn serve(&self, collector: &Collector) -> anyhow::Result<Vec<MetricsServer>> {
+        let args = self;
+        let mut servers = Vec::new();
+        if let Some(addr) = &args.ui {
+            let server = start_ui(collector, addr, args.target_rate)?;
+            if args.metrics.as_ref() == Some(addr) {
+                eprintln!("metrics on http://{}/metrics", server.local_addr());
+            }
+            servers.push(server);
+        }
+        if let Some(addr) = args
+            .metrics
+            .as_ref()
+            .filter(|m| args.ui.as_ref() != Some(*m))
+        {
+            let w = collector.watch();
+            let server = MetricsServer::start(addr, std::sync::Arc::new(move || w.progress()))
+                .with_context(|| format!("serving metrics on {addr}"))?;
+            eprintln!("metrics on http://{}/metrics", server.local_addr());
+            servers.push(server);
+        }
+        Ok(servers)
+    }
+
+    /// `collect --from` reads Kafka and listens for nobody: the options of a listener would be
+    /// silently ignored, so they are refused. Values that only come from the environment
+    /// (`HOPTRACE_TOKEN`, ...) are not the user's request here and pass.
+    ///
+    /// # Errors
+    /// A listener's option given with `--from`, named.
+    pub fn refuse_listener_options(&self) -> anyhow::Result<()> {
+        let args = self;
+        let from_env =
+            |var: &str, value: Option<String>| value.is_none() || std::env::var(var).ok() == value;
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let given: Vec<&str> = [
+            ("--listen", args.listen.is_some()),
+            ("--no-log", args.no_log),
+            ("--resume", args.resume),
+            ("--metrics", args.metrics.is_some()),
+            ("--ui", args.ui.is_some()),
+            (
+                "--token",
+                !from_env("HOPTRACE_TOKEN", args.listener.token.clone()),
+            ),
+            (
+                "--tls-cert",
+                !from_env("HOPTRACE_TLS_CERT", path(&args.listener.tls_cert)),
+            ),
+            (
+                "--tls-key",
+                !from_env("HOPTRACE_TLS_KEY", path(&args.listener.tls_key)),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if !given.is_empty() {
+            bail!(
+                "{} cannot be used with --from: a collector reading Kafka takes no probe connections; give {} to `hoptrace relay`, which does",
+                given.join(", "),
+                if given.len() == 1 { "it" } else { "them" }
+            );
+        }
+        Ok(())
+    }
+}
+
 impl ToArgs for CollectArgs {
     fn write_args(&self, argv: &mut Argv) {
         let Self {
@@ -156,6 +238,38 @@ impl ToArgs for CollectArgs {
             argv.duration("--checkpoint-interval", *checkpoint_interval);
         }
     }
+}
+
+/// The pipeline spec at `path`, or the built-in default pipeline without one; its
+/// warnings are printed.
+///
+/// # Errors
+/// A file that does not read or is not a valid spec (the error names the file).
+pub fn load_spec(path: Option<&std::path::Path>) -> anyhow::Result<PipelineSpec> {
+    let Some(p) = path else {
+        return Ok(PipelineSpec::default_pipeline());
+    };
+    let spec = PipelineSpec::load(p).with_context(|| format!("pipeline spec {}", p.display()))?;
+    for w in spec.warnings() {
+        eprintln!("warning: pipeline spec {}: {w}", p.display());
+    }
+    Ok(spec)
+}
+
+/// Serves the live view of `collector` (and `/metrics`, `/progress.json`) on `addr`,
+/// showing `target_rate` (metrics per second) as the target, and says where on stderr.
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn start_ui(
+    collector: &Collector,
+    addr: &str,
+    target_rate: Option<f64>,
+) -> anyhow::Result<MetricsServer> {
+    let server = MetricsServer::start_live(addr, &collector.watch(), target_rate)
+        .with_context(|| format!("serving the live view on {addr}"))?;
+    eprintln!("live view on http://{}/", server.local_addr());
+    Ok(server)
 }
 
 #[cfg(test)]

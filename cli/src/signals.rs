@@ -3,7 +3,7 @@
 //!
 //! The first signal sets the flag: the command stops what it does, flushes and prints its
 //! summary, within a second (a wait it cannot end by itself is left behind, named, with
-//! [`hoptrace_runner::interrupt`]). A second signal ends the process at once.
+//! [`crate::interrupt`]). A second signal ends the process at once.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
