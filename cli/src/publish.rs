@@ -275,6 +275,9 @@ impl PublishLine {
     }
 }
 
+/// A schedule lag (or any [`LagSummary`]) on one line: its percentiles with their
+/// precision, max, mean, and the messages counted as 0 because they left early.
+#[must_use]
 pub fn lag_line(l: &LagSummary) -> String {
     let q = |x: f64| {
         l.at(x).map_or_else(

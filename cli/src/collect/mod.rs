@@ -122,19 +122,18 @@ impl CollectArgs {
     /// # Errors
     /// An address cannot be bound.
     pub fn serve(&self, collector: &Collector) -> anyhow::Result<Vec<MetricsServer>> {
-        let args = self;
         let mut servers = Vec::new();
-        if let Some(addr) = &args.ui {
-            let server = start_ui(collector, addr, args.target_rate)?;
-            if args.metrics.as_ref() == Some(addr) {
+        if let Some(addr) = &self.ui {
+            let server = start_ui(collector, addr, self.target_rate)?;
+            if self.metrics.as_ref() == Some(addr) {
                 eprintln!("metrics on http://{}/metrics", server.local_addr());
             }
             servers.push(server);
         }
-        if let Some(addr) = args
+        if let Some(addr) = self
             .metrics
             .as_ref()
-            .filter(|m| args.ui.as_ref() != Some(*m))
+            .filter(|m| self.ui.as_ref() != Some(*m))
         {
             let w = collector.watch();
             let server = MetricsServer::start(addr, std::sync::Arc::new(move || w.progress()))
@@ -152,27 +151,26 @@ impl CollectArgs {
     /// # Errors
     /// A listener's option given with `--from`, named.
     pub fn refuse_listener_options(&self) -> anyhow::Result<()> {
-        let args = self;
         let from_env =
             |var: &str, value: Option<String>| value.is_none() || std::env::var(var).ok() == value;
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         let given: Vec<&str> = [
-            ("--listen", args.listen.is_some()),
-            ("--no-log", args.no_log),
-            ("--resume", args.resume),
-            ("--metrics", args.metrics.is_some()),
-            ("--ui", args.ui.is_some()),
+            ("--listen", self.listen.is_some()),
+            ("--no-log", self.no_log),
+            ("--resume", self.resume),
+            ("--metrics", self.metrics.is_some()),
+            ("--ui", self.ui.is_some()),
             (
                 "--token",
-                !from_env("HOPTRACE_TOKEN", args.listener.token.clone()),
+                !from_env("HOPTRACE_TOKEN", self.listener.token.clone()),
             ),
             (
                 "--tls-cert",
-                !from_env("HOPTRACE_TLS_CERT", path(&args.listener.tls_cert)),
+                !from_env("HOPTRACE_TLS_CERT", path(&self.listener.tls_cert)),
             ),
             (
                 "--tls-key",
-                !from_env("HOPTRACE_TLS_KEY", path(&args.listener.tls_key)),
+                !from_env("HOPTRACE_TLS_KEY", path(&self.listener.tls_key)),
             ),
         ]
         .into_iter()

@@ -54,9 +54,8 @@ impl TapArgs {
     /// An address that does not parse, `--hop-id` (a store tap reports several hops), a
     /// hop the spec does not declare.
     pub fn store_config(&self) -> anyhow::Result<StoreTapConfig> {
-        let args = self;
-        let s = &args.store;
-        let url = StoreUrl::parse(&args.from).context("--from")?;
+        let s = &self.store;
+        let url = StoreUrl::parse(&self.from).context("--from")?;
         let mut c = StoreTapConfig::new(url);
         c.poll_interval = s.poll_interval;
         c.pollers = usize::from(s.pollers);
@@ -65,26 +64,26 @@ impl TapArgs {
         c.catch_up_interval = s.catch_up_every;
         c.wait_for_store = s.wait_for_store;
         c.store_host.clone_from(&s.store_host);
-        c.publishers = (!args.publishers.is_empty()).then(|| args.publishers.clone());
-        c.duration = args.duration;
-        c.max_keys = args.messages;
+        c.publishers = (!self.publishers.is_empty()).then(|| self.publishers.clone());
+        c.duration = self.duration;
+        c.max_keys = self.messages;
         let store_in = match s.store_in.as_str() {
             "on" => Some(true),
             "off" => Some(false),
             _ => None,
         };
-        let Some(exporter) = args.collector.exporter_config("hoptrace-tap") else {
+        let Some(exporter) = self.collector.exporter_config("hoptrace-tap") else {
             if !store_in.unwrap_or(c.url.kind.store_in_by_default()) {
                 c.store_in_hop = None;
             }
             return Ok(c);
         };
-        if args.hop_spec.hop_id.is_some() {
+        if self.hop_spec.hop_id.is_some() {
             bail!(
                 "--hop-id names one hop; a store tap reports several: pass the collector's spec with --pipeline"
             );
         }
-        let spec = crate::collect::load_spec(args.hop_spec.pipeline.as_deref())?;
+        let spec = crate::collect::load_spec(self.hop_spec.pipeline.as_deref())?;
         let find = |name: &str| spec.hop(name).map(|id| (id, name.to_owned()));
         c.queryable_hop = find(&s.queryable_hop).with_context(|| {
         format!(
