@@ -53,7 +53,8 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for s in &r.stages {
         let q = |quantile: f64| {
-            s.percentiles
+            s.figures
+                .percentiles
                 .iter()
                 .find(|p| p.quantile == quantile)
                 .map_or_else(
@@ -71,16 +72,16 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
-            s.count,
-            exact(s.min_ns.map(|v| v as f64)),
+            s.figures.count,
+            exact(s.figures.min_ns.map(|v| v as f64)),
             q(0.5),
             q(0.9),
             q(0.99),
             q(0.999),
-            exact(s.max_ns.map(|v| v as f64)),
-            exact(s.mean_ns),
-            exact(s.stddev_ns),
-            s.negative
+            exact(s.figures.max_ns.map(|v| v as f64)),
+            exact(s.figures.mean_ns),
+            exact(s.figures.stddev_ns),
+            s.figures.negative
         );
     }
     println!();

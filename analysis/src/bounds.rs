@@ -18,7 +18,7 @@ use hoptrace_format::hist::{QUANTILES, SignedStats, signed_percentile};
 use hoptrace_format::spec::{PipelineSpec, StageSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::figures::PercentileValue;
+use crate::figures::Percentile;
 use crate::weighted::WeightedStage;
 
 /// A stage's figures over the smallest or over the largest values its polled stamps
@@ -34,11 +34,11 @@ pub struct BoundFigures {
     /// Exact mean, ns.
     pub mean_ns: Option<f64>,
     /// HDR percentiles per message (3 significant digits), within `[min_ns, max_ns]`.
-    pub percentiles: Vec<PercentileValue>,
+    pub percentiles: Vec<Percentile>,
     /// The same per metric (each trace weighted by its metric count), when the run's
     /// messages carried batches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_metric: Option<Vec<PercentileValue>>,
+    pub per_metric: Option<Vec<Percentile>>,
 }
 
 /// Where a stage's true figures lie when a hop at one of its ends is polled.
@@ -101,15 +101,11 @@ impl BoundStages {
 }
 
 /// The percentiles of `w`'s weighted histograms, within `figures`' exact extremes.
-pub(crate) fn weighted_percentiles(
-    w: &WeightedStage,
-    figures: &SignedStats,
-) -> Vec<PercentileValue> {
+pub(crate) fn weighted_percentiles(w: &WeightedStage, figures: &SignedStats) -> Vec<Percentile> {
     QUANTILES
         .iter()
         .filter_map(|&q| signed_percentile(&w.pos, &w.neg, q))
         .map(|p| p.within(figures.min, figures.max))
-        .map(PercentileValue::from)
         .collect()
 }
 
@@ -121,11 +117,7 @@ impl BoundFigures {
             min_ns: s.min_ns(),
             max_ns: s.max_ns(),
             mean_ns: s.mean_ns(),
-            percentiles: s
-                .percentiles()
-                .into_iter()
-                .map(PercentileValue::from)
-                .collect(),
+            percentiles: s.percentiles().into_iter().collect(),
             per_metric: weighted.map(|w| weighted_percentiles(w, s)),
         }
     }
@@ -137,9 +129,7 @@ impl BoundFigures {
             (Some(m), true) => m,
             _ => &self.percentiles,
         };
-        list.iter()
-            .find(|p| p.label.eq_ignore_ascii_case(label))
-            .map(|p| p.value_ns)
+        list.iter().find(|p| p.is(label)).map(|p| p.value_ns)
     }
 
     /// A statistic (`p99`, `min`, `max`, `mean`), ns.

@@ -22,7 +22,7 @@ pub use crate::polled::{
 use crate::session::{RunSet, quote_ident, stage_column};
 use crate::weighted::WeightedStage;
 
-pub use crate::figures::{CLOCK_WARN_FRACTION, PercentileValue, quantile_label};
+pub use crate::figures::{CLOCK_WARN_FRACTION, Figures, Percentile, quantile_label};
 
 mod accounting;
 mod environment;
@@ -208,7 +208,7 @@ pub async fn compute(
         let hist = figures.pos.to_histogram();
         let mut summary = stage_summary(st, figures, weighted, &env.hosts, &polled);
         summary.bounds = stage_bounds(&bs, i, &whole, &whole_weighted, per_metric_run, pipeline);
-        if summary.count == 0 {
+        if summary.figures.count == 0 {
             // Said once; nothing else about it (no uncertainty against a P50 it has not).
             warnings.push(format!(
                 "{}: no values: no trace had both {} and {} stamped",
@@ -224,7 +224,7 @@ pub async fn compute(
                 hoptrace_format::units::duration_ns(b.mean_ns.round() as u64),
                 hoptrace_format::units::duration_ns(b.max_ns),
                 summary
-                    .percentiles
+                    .figures.percentiles
                     .first()
                     .map_or_else(|| "-".into(), |p| hoptrace_format::units::signed_ns(p.value_ns)),
                 b.hop
@@ -237,16 +237,16 @@ pub async fn compute(
                 summary
                     .clock_uncertainty_ns
                     .map_or_else(|| "unknown".into(), hoptrace_format::units::duration_ns),
-                summary.percentiles.first().map_or_else(
+                summary.figures.percentiles.first().map_or_else(
                     || "-".into(),
                     |p| hoptrace_format::units::signed_ns(p.value_ns)
                 )
             ));
         }
-        if summary.negative > 0 {
+        if summary.figures.negative > 0 {
             warnings.push(format!(
                 "{}: {} negative deltas (clock error between hosts); flagged, and counted in every figure of the stage",
-                st.name, summary.negative
+                st.name, summary.figures.negative
             ));
         }
         stages.push(summary);
@@ -453,13 +453,8 @@ fn stage_summary(
     hosts: &[HostSummary],
     polled: &[PolledHop],
 ) -> StageSummary {
-    let percentiles: Vec<PercentileValue> = figures
-        .percentiles()
-        .into_iter()
-        .map(PercentileValue::from)
-        .collect();
     let (uncertainty, note) = clock_uncertainty(hosts, &st.from, &st.to);
-    let p50 = percentiles.first().map(|p| p.value_ns);
+    let p50 = figures.percentile(0.5).map(|p| p.value_ns);
     // A stage without values has nothing for an uncertainty to be large against.
     let clock_warning = match (uncertainty, p50) {
         (_, None) => false,
@@ -473,14 +468,7 @@ fn stage_summary(
         to: st.to.clone(),
         definition: st.definition.clone(),
         headline: st.headline,
-        count: figures.count,
-        negative: figures.negative,
-        clamped: figures.clamped,
-        min_ns: figures.min_ns(),
-        max_ns: figures.max_ns(),
-        mean_ns: figures.mean_ns(),
-        stddev_ns: figures.stddev_ns(),
-        percentiles,
+        figures: figures.figures(),
         clock_uncertainty_ns: uncertainty,
         clock_note: note,
         clock_warning,
@@ -495,14 +483,14 @@ fn stage_summary(
 #[must_use]
 pub fn stat_counted(s: &StageSummary, name: &str, per_metric: bool) -> Option<f64> {
     match name {
-        "min" => s.min_ns.map(|v| v as f64),
-        "max" => s.max_ns.map(|v| v as f64),
-        "mean" => s.mean_ns,
+        "min" => s.figures.min_ns.map(|v| v as f64),
+        "max" => s.figures.max_ns.map(|v| v as f64),
+        "mean" => s.figures.mean_ns,
         p => s
             .counted(per_metric)
             .1
             .iter()
-            .find(|q| q.label.eq_ignore_ascii_case(p))
+            .find(|q| q.is(p))
             .map(|p| p.value_ns as f64),
     }
 }

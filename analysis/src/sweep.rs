@@ -485,7 +485,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                     format!(
                         "{} {}",
                         s.name,
-                        units::rate(s.count as f64 / c.window.length_s().max(1e-9))
+                        units::rate(s.figures.count as f64 / c.window.length_s().max(1e-9))
                     )
                 })
                 .collect::<Vec<_>>()
@@ -524,9 +524,9 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
             .map(|(c, st)| {
                 let mut row: Vec<String> = c.settings.iter().map(|s| s.value.clone()).collect();
                 row.push(units::rate(c.achieved_metrics_per_s()));
-                row.push(units::count(st.count));
+                row.push(units::count(st.figures.count));
                 row.extend(SHOWN.iter().map(|l| with_precision(st, l)));
-                row.push(st.max_ns.map_or_else(
+                row.push(st.figures.max_ns.map_or_else(
                     || "-".into(),
                     |v| units::duration_ns(u64::try_from(v).unwrap_or(0)),
                 ));
@@ -744,19 +744,20 @@ mod tests {
             to: "store".into(),
             definition: String::new(),
             headline: true,
-            count: complete_of.0,
-            negative: 0,
-            clamped: 0,
-            min_ns: Some(1),
-            max_ns: Some(i64::try_from(p99_ns).unwrap()),
-            mean_ns: Some(1.0),
-            stddev_ns: Some(0.0),
-            percentiles: vec![crate::summary::PercentileValue {
-                label: "P99".into(),
-                quantile: 0.99,
-                value_ns: i64::try_from(p99_ns).unwrap(),
-                precision_ns: p99_ns / 2000,
-            }],
+            figures: crate::summary::Figures {
+                count: complete_of.0,
+                negative: 0,
+                clamped: 0,
+                min_ns: Some(1),
+                max_ns: Some(i64::try_from(p99_ns).unwrap()),
+                mean_ns: Some(1.0),
+                stddev_ns: Some(0.0),
+                percentiles: vec![crate::summary::Percentile {
+                    quantile: 0.99,
+                    value_ns: i64::try_from(p99_ns).unwrap(),
+                    precision_ns: p99_ns / 2000,
+                }],
+            },
             clock_uncertainty_ns: Some(0),
             clock_note: String::new(),
             clock_warning: false,

@@ -228,32 +228,32 @@ fn every_stage_figure_matches_the_exact_oracle() {
     assert_eq!(s.stages.len(), 5);
     for st in &s.stages {
         let (v, negative) = oracle(idx(&st.from), idx(&st.to));
-        assert_eq!(st.count, v.len() as u64, "{}", st.name);
-        assert_eq!(st.negative, negative, "{}", st.name);
-        assert_eq!(st.min_ns, v.first().copied(), "{}", st.name);
-        assert_eq!(st.max_ns, v.last().copied(), "{}", st.name);
+        assert_eq!(st.figures.count, v.len() as u64, "{}", st.name);
+        assert_eq!(st.figures.negative, negative, "{}", st.name);
+        assert_eq!(st.figures.min_ns, v.first().copied(), "{}", st.name);
+        assert_eq!(st.figures.max_ns, v.last().copied(), "{}", st.name);
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
         let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
         assert!(
-            (st.mean_ns.unwrap() - mean).abs() <= 1e-9 * mean.abs(),
+            (st.figures.mean_ns.unwrap() - mean).abs() <= 1e-9 * mean.abs(),
             "{}",
             st.name
         );
         assert!(
-            (st.stddev_ns.unwrap() - var.sqrt()).abs() <= 1e-6 * var.sqrt(),
+            (st.figures.stddev_ns.unwrap() - var.sqrt()).abs() <= 1e-6 * var.sqrt(),
             "{}",
             st.name
         );
-        assert_eq!(st.percentiles.len(), 6);
-        for p in &st.percentiles {
+        assert_eq!(st.figures.percentiles.len(), 6);
+        for p in &st.figures.percentiles {
             let rank = ((p.quantile * n).ceil() as usize).max(1);
             let exact = v[rank - 1];
             assert!(
                 p.value_ns.abs_diff(exact) <= p.precision_ns,
                 "{} {}: reported {} ± {}, exact {exact}",
                 st.name,
-                p.label,
+                p.label(),
                 p.value_ns,
                 p.precision_ns
             );
@@ -264,10 +264,20 @@ fn every_stage_figure_matches_the_exact_oracle() {
     let run = hoptrace_analysis::Run::open(run_dir()).unwrap();
     for (a, b) in s.stages.iter().zip(&run.summary.stages) {
         assert_eq!(
-            (a.count, a.negative, a.min_ns, a.max_ns),
-            (b.count, b.negative, b.min_ns, b.max_ns)
+            (
+                a.figures.count,
+                a.figures.negative,
+                a.figures.min_ns,
+                a.figures.max_ns
+            ),
+            (
+                b.figures.count,
+                b.figures.negative,
+                b.figures.min_ns,
+                b.figures.max_ns
+            )
         );
-        for (pa, pb) in a.percentiles.iter().zip(&b.percentiles) {
+        for (pa, pb) in a.figures.percentiles.iter().zip(&b.figures.percentiles) {
             assert_eq!(
                 (pa.value_ns, pa.precision_ns),
                 (pb.value_ns, pb.precision_ns),
@@ -443,7 +453,7 @@ fn sql_functions_agree_with_the_summary() {
         };
         assert_eq!(col(0), p99.value_ns);
         assert_eq!(col(1) as u64, p99.precision_ns);
-        assert_eq!(col(2) as u64, total.count);
+        assert_eq!(col(2) as u64, total.figures.count);
         // Per-stream histograms merged give the whole run's percentile.
         let q = "SELECT hdr_value_at(hdr_merge(h), 0.99) AS v FROM \
                  (SELECT stream, hdr_histogram(total_ingestion_ns) AS h FROM traces GROUP BY stream)";
@@ -487,7 +497,7 @@ fn sql_functions_agree_with_the_summary() {
         let got = m.stddev_ns.unwrap();
         assert!((got - sd).abs() <= 1e-6 * sd, "{got} vs {sd}");
         // Every message of this run carries 25 metrics: per metric and per message agree.
-        let per_message = total.mean_ns.unwrap();
+        let per_message = total.figures.mean_ns.unwrap();
         assert!((m.mean_ns.unwrap() - per_message).abs() <= 1e-9 * per_message.abs());
         // Tables over the run.
         let b = hoptrace_analysis::sql::query(&ctx, "SELECT count(*) FROM clock WHERE host = 'host-b'")

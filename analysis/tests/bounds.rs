@@ -166,7 +166,7 @@ fn check(name: &str, f: &hoptrace_analysis::bounds::BoundFigures, mut values: Ve
         assert!(
             p.value_ns.abs_diff(e) <= p.precision_ns,
             "{name} {}: {} ± {} against the exact {e}",
-            p.label,
+            p.label(),
             p.value_ns,
             p.precision_ns
         );

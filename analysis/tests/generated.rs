@@ -29,11 +29,16 @@ fn a_generated_run_is_read_back_with_its_counts() {
         .iter()
         .find(|x| x.name == "Total Ingestion")
         .unwrap();
-    assert_eq!(total.count, 24_998);
+    assert_eq!(total.figures.count, 24_998);
     // The delays' floors add up to the smallest possible total.
     let floor: i64 = FLOORS_NS[1..].iter().sum();
-    assert!(total.min_ns.unwrap() >= floor);
-    let p50 = total.percentiles.iter().find(|p| p.label == "P50").unwrap();
+    assert!(total.figures.min_ns.unwrap() >= floor);
+    let p50 = total
+        .figures
+        .percentiles
+        .iter()
+        .find(|p| p.label() == "P50")
+        .unwrap();
     // Batches add the wait for their last message to the processor's hop.
     assert!((1_500_000..6_000_000).contains(&p50.value_ns), "{p50:?}");
     remove(&g.run_dir).unwrap();

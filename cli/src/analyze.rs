@@ -221,7 +221,7 @@ pub fn summary_lines(s: &hoptrace_analysis::Summary) -> Vec<String> {
         lines.push(format!(
             "  {:<18} n={:<12} p50 {:<18} p99 {:<18} p99.99 {:<18} clock ±{}",
             st.name,
-            count(st.count),
+            count(st.figures.count),
             p("P50"),
             p("P99"),
             p("P99.99"),

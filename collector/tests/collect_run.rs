@@ -118,10 +118,13 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
         .iter()
         .find(|s| s.name == "Broker Time")
         .unwrap();
-    assert_eq!(broker.count, TRACES - TRACES / 25);
-    assert_eq!((broker.min_ns, broker.max_ns), (Some(1_500), Some(1_500)));
-    assert_eq!(broker.stddev_ns, Some(0.0));
-    let p50 = &broker.percentiles[0];
+    assert_eq!(broker.figures.count, TRACES - TRACES / 25);
+    assert_eq!(
+        (broker.figures.min_ns, broker.figures.max_ns),
+        (Some(1_500), Some(1_500))
+    );
+    assert_eq!(broker.figures.stddev_ns, Some(0.0));
+    let p50 = &broker.figures.percentiles[0];
     assert!(p50.value_ns.abs_diff(1_500) <= p50.precision_ns, "{p50:?}");
     let transmission = summary
         .stages
@@ -129,7 +132,7 @@ fn a_run_accounts_for_every_message_and_writes_valid_parquet() {
         .find(|s| s.name == "Transmission")
         .unwrap();
     assert_eq!(
-        transmission.count, complete,
+        transmission.figures.count, complete,
         "traces without store_in have no Transmission"
     );
 

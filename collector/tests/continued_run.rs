@@ -140,7 +140,7 @@ fn check(durable: bool, closed_state: bool) {
         assert_eq!(two.recovered, None);
         // The first collector's probe connection is still the run's.
         assert_eq!(two.probes.len(), 2, "{:?}", two.probes);
-        let total = two.stages.iter().map(|s| s.count).max();
+        let total = two.stages.iter().map(|s| s.figures.count).max();
         assert_eq!(total, Some(150), "{:?}", two.stages);
     } else {
         // 100 recovered (the first collector's), 50 complete, 2 never seen.

@@ -279,8 +279,11 @@ fn absurd_times_are_counted_and_cannot_stretch_the_run() {
     assert_eq!((p.complete, p.incomplete, p.unseen), (99, 1, 0));
     assert!(a.adds_up, "{:?}", a.discrepancies);
     let total = &s.stages[0];
-    assert_eq!(total.count, 100, "trace 6 still has publish and store");
-    assert!(total.max_ns.unwrap() < 10_000_000, "{total:?}");
+    assert_eq!(
+        total.figures.count, 100,
+        "trace 6 still has publish and store"
+    );
+    assert!(total.figures.max_ns.unwrap() < 10_000_000, "{total:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -505,9 +508,9 @@ fn a_crowd_of_hostile_connections_leaves_a_good_probe_exact() {
         s.accounting.discrepancies
     );
     let total = &s.stages[0];
-    assert_eq!((total.count, total.negative), (20_000, 0));
+    assert_eq!((total.figures.count, total.figures.negative), (20_000, 0));
     assert_eq!(
-        (total.min_ns, total.max_ns),
+        (total.figures.min_ns, total.figures.max_ns),
         (Some(2_000_000), Some(2_000_000))
     );
     let closed: u64 = ["malformed", "too_large", "bad_version", "hello_timeout"]

@@ -236,7 +236,7 @@ fn live_json_shows_the_figures_of_the_traces_written() {
     assert!(!end.running);
     assert_eq!(end.stages[0].run.count, 7);
     assert_eq!(end.stages[0].run.p50_ns, st.run.p50_ns);
-    assert_eq!(summary.stages[0].count, 7);
+    assert_eq!(summary.stages[0].figures.count, 7);
     drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -257,8 +257,10 @@ impl HdrCounts {
     }
 }
 
-/// One percentile with its precision.
+/// One percentile with its precision. Written with its label (`"label": "P99.9"`),
+/// which a reader may ignore: it follows from the quantile.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(into = "Labelled")]
 pub struct Percentile {
     /// The quantile, e.g. 0.99.
     pub quantile: f64,
@@ -269,7 +271,51 @@ pub struct Percentile {
     pub precision_ns: u64,
 }
 
+/// A [`Percentile`] as JSON writes it: with its label first.
+#[derive(Serialize)]
+struct Labelled {
+    label: String,
+    quantile: f64,
+    value_ns: i64,
+    precision_ns: u64,
+}
+
+impl From<Percentile> for Labelled {
+    fn from(p: Percentile) -> Self {
+        Self {
+            label: p.label(),
+            quantile: p.quantile,
+            value_ns: p.value_ns,
+            precision_ns: p.precision_ns,
+        }
+    }
+}
+
+/// The label of a quantile: 0.999 → `P99.9`.
+///
+/// ```
+/// assert_eq!(hoptrace_format::hist::quantile_label(0.9999), "P99.99");
+/// ```
+#[must_use]
+pub fn quantile_label(q: f64) -> String {
+    let pct = format!("{:.4}", q * 100.0);
+    let pct = pct.trim_end_matches('0').trim_end_matches('.');
+    format!("P{pct}")
+}
+
 impl Percentile {
+    /// Its label, e.g. `P99.9`.
+    #[must_use]
+    pub fn label(&self) -> String {
+        quantile_label(self.quantile)
+    }
+
+    /// Whether its label is `label`, in any case (`p99.9` is `P99.9`).
+    #[must_use]
+    pub fn is(&self, label: &str) -> bool {
+        self.label().eq_ignore_ascii_case(label)
+    }
+
     /// The percentile of the value in bucket `index` of a histogram of the project's
     /// layout, negated when `negative` (the bucket then holds magnitudes).
     #[must_use]
@@ -481,6 +527,37 @@ fn put_counts(out: &mut Vec<u8>, h: &HdrCounts) {
     }
 }
 
+/// What a set of deltas measured, as `run.json` and `summary.json` state it for a stage:
+/// every figure is over every value, negative ones included.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Values (for a stage: traces with both hops).
+    pub count: u64,
+    /// Of those, values < 0 (clock error between hosts): in every figure, and flagged.
+    pub negative: u64,
+    /// Values whose magnitude is above the histogram's range (clamped into it).
+    pub clamped: u64,
+    /// Exact minimum, ns.
+    pub min_ns: Option<i64>,
+    /// Exact maximum, ns.
+    pub max_ns: Option<i64>,
+    /// Exact mean, ns.
+    pub mean_ns: Option<f64>,
+    /// Exact population standard deviation, ns.
+    pub stddev_ns: Option<f64>,
+    /// HDR percentiles (3 significant digits) at [`QUANTILES`], within
+    /// `[min_ns, max_ns]`.
+    pub percentiles: Vec<Percentile>,
+}
+
+impl Figures {
+    /// The percentile of `label` (`P50`, `p99.99`, ...).
+    #[must_use]
+    pub fn percentile(&self, label: &str) -> Option<&Percentile> {
+        self.percentiles.iter().find(|p| p.is(label))
+    }
+}
+
 /// First byte of an encoded [`SignedStats`].
 const STATS_TAG: u8 = 0x55;
 
@@ -524,6 +601,21 @@ impl SignedStats {
             .iter()
             .filter_map(|&q| self.percentile(q))
             .collect()
+    }
+
+    /// Every figure of the values.
+    #[must_use]
+    pub fn figures(&self) -> Figures {
+        Figures {
+            count: self.count,
+            negative: self.negative,
+            clamped: self.clamped,
+            min_ns: self.min_ns(),
+            max_ns: self.max_ns(),
+            mean_ns: self.mean_ns(),
+            stddev_ns: self.stddev_ns(),
+            percentiles: self.percentiles(),
+        }
     }
 
     /// Adds one value. Prefer [`Self::add_values`] for many.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::hist::Percentile;
+pub use crate::hist::{Figures, Percentile};
 use crate::spec::PipelineSpec;
 
 /// What `run.json` holds.
@@ -287,22 +287,9 @@ pub struct StageStats {
     pub definition: String,
     /// Shown in the highlights.
     pub headline: bool,
-    /// Traces with both hops: every known delta, negative ones included.
-    pub count: u64,
-    /// Of those, deltas < 0 (clock error between hosts): in every figure, and flagged.
-    pub negative: u64,
-    /// Deltas whose magnitude is above the histogram's range (clamped into it).
-    pub clamped: u64,
-    /// Exact minimum, ns.
-    pub min_ns: Option<i64>,
-    /// Exact maximum, ns.
-    pub max_ns: Option<i64>,
-    /// Exact mean, ns.
-    pub mean_ns: Option<f64>,
-    /// Exact population standard deviation, ns.
-    pub stddev_ns: Option<f64>,
-    /// HDR percentiles, 3 significant digits, over every delta.
-    pub percentiles: Vec<Percentile>,
+    /// Its figures over every known delta (traces with both hops).
+    #[serde(flatten)]
+    pub figures: Figures,
     /// The interval log of the deltas >= 0, relative to the run directory.
     pub hdr_log: String,
     /// The interval log of the magnitudes of the deltas < 0, when there were any.

@@ -110,7 +110,7 @@ fn assert_accounted(o: &Outcome, id: u16, n: u64, metrics_per_message: u64) {
         .find(|s| s.name == "publish -> broker")
         .unwrap();
     assert_eq!(
-        stage.count, n,
+        stage.figures.count, n,
         "a delta for every message, negative ones included"
     );
 }
@@ -151,7 +151,7 @@ fn mqtt_v5_every_message_is_accounted_for() {
         .find(|s| s.name == "publish -> broker")
         .unwrap();
     assert_eq!(
-        stage.negative, 0,
+        stage.figures.negative, 0,
         "one host, one clock: delivery is never negative"
     );
 }

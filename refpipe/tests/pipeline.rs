@@ -123,9 +123,9 @@ fn assert_every_message_complete(o: &Outcome) {
         ]
     );
     for st in &o.run.stages {
-        assert_eq!(st.count, o.published, "{}", st.name);
+        assert_eq!(st.figures.count, o.published, "{}", st.name);
         assert_eq!(
-            st.negative, 0,
+            st.figures.negative, 0,
             "{}: a negative delta on one host's clock",
             st.name
         );

@@ -263,7 +263,7 @@ mod tests {
             .iter()
             .find(|s| s.name.contains("store_in"))
             .unwrap();
-        assert!(last.negative > 0, "{last:?}");
+        assert!(last.figures.negative > 0, "{last:?}");
         assert!(o.run_dir.join("run.json").is_file());
         let _ = std::fs::remove_dir_all(&runs);
     }

@@ -27,19 +27,19 @@ pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> 
             "Count".into(),
             count(n),
             if per_metric {
-                format!("metrics ({} messages)", count(s.count))
+                format!("metrics ({} messages)", count(s.figures.count))
             } else {
                 "—".into()
             },
         ],
         [
             vec!["Min".to_owned()],
-            exact(s.min_ns.map(|v| duration_f64(v as f64))),
+            exact(s.figures.min_ns.map(|v| duration_f64(v as f64))),
         ]
         .concat(),
         [
             vec!["Max".to_owned()],
-            exact(s.max_ns.map(|v| duration_f64(v as f64))),
+            exact(s.figures.max_ns.map(|v| duration_f64(v as f64))),
         ]
         .concat(),
     ];
@@ -52,7 +52,7 @@ pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> 
         .and_then(|m| Some((m.mean_ns?, m.stddev_ns?)));
     let (mean, sd, note) = match weighted {
         Some((mean, sd)) => (Some(mean), Some(sd), "exact, per metric"),
-        None => (s.mean_ns, s.stddev_ns, exact_note),
+        None => (s.figures.mean_ns, s.figures.stddev_ns, exact_note),
     };
     for (name, v) in [("Mean", mean), ("Std Dev", sd)] {
         rows.push(vec![
@@ -63,7 +63,7 @@ pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> 
     }
     for p in percentiles {
         rows.push(vec![
-            p.label.clone(),
+            p.label(),
             signed_ns(p.value_ns),
             precision_ns(p.precision_ns),
         ]);
@@ -85,15 +85,15 @@ pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> 
     if let Some(b) = &s.poll_bracket {
         rows.push(poll_bracket_row(b));
     }
-    if s.negative > 0 || s.clamped > 0 {
+    if s.figures.negative > 0 || s.figures.clamped > 0 {
         rows.push(vec![
             "Negative deltas".into(),
-            count(s.negative),
+            count(s.figures.negative),
             "clock error; flagged, and counted in every figure above".into(),
         ]);
         rows.push(vec![
             "Clamped (> 1 h)".into(),
-            count(s.clamped),
+            count(s.figures.clamped),
             "recorded as 1 h in the percentiles".into(),
         ]);
     }
@@ -335,7 +335,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         st.counted(per_metric)
             .1
             .iter()
-            .find(|p| p.label == l)
+            .find(|p| p.label() == l)
             .map_or_else(
                 || "-".into(),
                 |p| {

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use hoptrace_format::run::HostInfo;
 use serde::{Deserialize, Serialize};
 
-use crate::figures::PercentileValue;
+use crate::figures::{Figures, Percentile};
 use crate::polled::{PollBracket, StoreTapCost};
 
 /// Version of the `summary.json` layout.
@@ -134,22 +134,10 @@ pub struct StageSummary {
     pub definition: String,
     /// Shown in the highlights.
     pub headline: bool,
-    /// Traces with both hops: every known delta, negative ones included.
-    pub count: u64,
-    /// Of those, deltas < 0 (clock error between hosts): in every figure, and flagged.
-    pub negative: u64,
-    /// Deltas whose magnitude is above the histogram's range (clamped into it).
-    pub clamped: u64,
-    /// Exact minimum, ns.
-    pub min_ns: Option<i64>,
-    /// Exact maximum, ns.
-    pub max_ns: Option<i64>,
-    /// Exact mean, ns.
-    pub mean_ns: Option<f64>,
-    /// Exact population standard deviation, ns.
-    pub stddev_ns: Option<f64>,
-    /// HDR percentiles.
-    pub percentiles: Vec<PercentileValue>,
+    /// Its figures over every known delta (traces with both hops), with HDR
+    /// percentiles.
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Bound on the error clocks add to this stage's deltas, ns: 0 when both hops read
     /// one host's clock, the two hosts' largest error bounds summed otherwise; `None`
     /// when a host sent no clock status.
@@ -190,25 +178,23 @@ pub struct PerMetric {
     #[serde(default)]
     pub stddev_ns: Option<f64>,
     /// HDR percentiles over those metrics, at the quantiles of `percentiles`.
-    pub percentiles: Vec<PercentileValue>,
+    pub percentiles: Vec<Percentile>,
 }
 
 impl StageSummary {
     /// The percentile of `label` (`P50`, `P99.99`, ...).
     #[must_use]
-    pub fn percentile(&self, label: &str) -> Option<&PercentileValue> {
-        self.percentiles
-            .iter()
-            .find(|p| p.label.eq_ignore_ascii_case(label))
+    pub fn percentile(&self, label: &str) -> Option<&Percentile> {
+        self.figures.percentile(label)
     }
 
     /// The count and percentiles per metric when `per_metric` and the stage has them,
     /// else per message.
     #[must_use]
-    pub fn counted(&self, per_metric: bool) -> (u64, &[PercentileValue]) {
+    pub fn counted(&self, per_metric: bool) -> (u64, &[Percentile]) {
         match (&self.per_metric, per_metric) {
             (Some(m), true) => (m.count, &m.percentiles),
-            _ => (self.count, &self.percentiles),
+            _ => (self.figures.count, &self.figures.percentiles),
         }
     }
 }

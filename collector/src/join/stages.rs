@@ -485,14 +485,7 @@ impl StageRecorder {
                 to: a.to,
                 definition: a.stage.definition.clone(),
                 headline: a.stage.headline,
-                count: a.total.count,
-                negative: a.total.negative,
-                clamped: a.total.clamped,
-                min_ns: a.total.min_ns(),
-                max_ns: a.total.max_ns(),
-                mean_ns: a.total.mean_ns(),
-                stddev_ns: a.total.stddev_ns(),
-                percentiles: a.total.percentiles(),
+                figures: a.total.figures(),
                 hdr_log: a.log.rel,
                 hdr_negative_log: a.negative_log.map(|l| l.rel),
             })
@@ -566,13 +559,13 @@ mod tests {
         let stats = r.finish(4_000_000_000).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let s = &stats[0];
-        assert_eq!(s.count, 3_000);
-        assert_eq!(s.min_ns, Some(1_000));
-        assert_eq!(s.max_ns, Some(3_000_000));
-        assert_eq!(s.mean_ns, Some(1_500_500.0));
-        let median = s.percentiles.iter().find(|p| p.quantile == 0.5).unwrap();
+        assert_eq!(s.figures.count, 3_000);
+        assert_eq!(s.figures.min_ns, Some(1_000));
+        assert_eq!(s.figures.max_ns, Some(3_000_000));
+        assert_eq!(s.figures.mean_ns, Some(1_500_500.0));
+        let median = s.figures.percentile("P50").unwrap();
         assert!(median.value_ns.abs_diff(1_500_000) <= median.precision_ns + 1_000);
-        let p99 = s.percentiles.iter().find(|p| p.quantile == 0.99).unwrap();
+        let p99 = s.figures.percentile("P99").unwrap();
         assert!(p99.value_ns.abs_diff(2_970_000) <= p99.precision_ns + 1_000);
     }
 

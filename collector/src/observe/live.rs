@@ -127,20 +127,21 @@ impl Figures {
     #[must_use]
     pub fn of_stage(s: &hoptrace_format::run::StageStats) -> Self {
         let at = |q: f64| {
-            s.percentiles
+            s.figures
+                .percentiles
                 .iter()
                 .find(|p| p.quantile == q)
                 .map(|p| p.value_ns)
         };
         Self {
-            count: s.count,
-            negative: s.negative,
-            min_ns: s.min_ns,
+            count: s.figures.count,
+            negative: s.figures.negative,
+            min_ns: s.figures.min_ns,
             p50_ns: at(0.5),
             p90_ns: at(0.9),
             p99_ns: at(0.99),
             p999_ns: at(0.999),
-            max_ns: s.max_ns,
+            max_ns: s.figures.max_ns,
         }
     }
 }

@@ -324,17 +324,27 @@ fn agree(summary: &Summary, duck: &DuckAnswer) -> (usize, Vec<String>) {
             bad.push(format!("{}: DuckDB has no such stage", st.name));
             continue;
         };
-        if (st.count, st.negative, st.min_ns, st.max_ns)
-            != (d.count, d.negative, d.min_ns, d.max_ns)
+        if (
+            st.figures.count,
+            st.figures.negative,
+            st.figures.min_ns,
+            st.figures.max_ns,
+        ) != (d.count, d.negative, d.min_ns, d.max_ns)
         {
             bad.push(format!(
                 "{}: count/negative/min/max {:?} vs DuckDB {:?}",
                 st.name,
-                (st.count, st.negative, st.min_ns, st.max_ns),
+                (
+                    st.figures.count,
+                    st.figures.negative,
+                    st.figures.min_ns,
+                    st.figures.max_ns
+                ),
                 (d.count, d.negative, d.min_ns, d.max_ns)
             ));
         }
         for (p, (&q, &exact)) in st
+            .figures
             .percentiles
             .iter()
             .zip(d.quantiles.iter().zip(&d.values_ns))
@@ -344,7 +354,10 @@ fn agree(summary: &Summary, duck: &DuckAnswer) -> (usize, Vec<String>) {
             if (p.quantile - q).abs() > 1e-12 || diff > u128::from(p.precision_ns) {
                 bad.push(format!(
                     "{} {}: hoptrace {} ± {} ns, DuckDB {exact} ns",
-                    st.name, p.label, p.value_ns, p.precision_ns
+                    st.name,
+                    p.label(),
+                    p.value_ns,
+                    p.precision_ns
                 ));
             }
         }
