@@ -57,16 +57,7 @@ fn print_report(args: &Args, r: &RunSummary, sent: u64, elapsed: Duration, exp: 
                 .percentiles
                 .iter()
                 .find(|p| p.quantile == quantile)
-                .map_or_else(
-                    || "-".to_owned(),
-                    |p| {
-                        format!(
-                            "{} ±{}",
-                            units::duration_f64(p.value_ns as f64),
-                            units::duration_f64(p.precision_ns as f64)
-                        )
-                    },
-                )
+                .map_or_else(|| "-".to_owned(), |p| p.shown())
         };
         let exact = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), units::duration_f64);
         println!(

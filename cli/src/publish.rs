@@ -279,18 +279,7 @@ impl PublishLine {
 /// precision, max, mean, and the messages counted as 0 because they left early.
 #[must_use]
 pub fn lag_line(l: &LagSummary) -> String {
-    let q = |x: f64| {
-        l.at(x).map_or_else(
-            || "-".to_owned(),
-            |q| {
-                format!(
-                    "{} ±{}",
-                    units::duration_f64(q.value_ns as f64),
-                    units::duration_f64(q.precision_ns as f64)
-                )
-            },
-        )
-    };
+    let q = |x: f64| l.at(x).map_or_else(|| "-".to_owned(), |q| q.shown());
     format!(
         "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {}  ({} messages{})",
         q(0.5),

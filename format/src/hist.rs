@@ -310,6 +310,21 @@ impl Percentile {
         quantile_label(self.quantile)
     }
 
+    /// Its value and precision as a reader reads them: `1.2ms ±512ns`.
+    ///
+    /// ```
+    /// let p = hoptrace_format::hist::Percentile { quantile: 0.5, value_ns: 1_200_000, precision_ns: 512 };
+    /// assert_eq!(p.shown(), "1.2ms ±512ns");
+    /// ```
+    #[must_use]
+    pub fn shown(&self) -> String {
+        format!(
+            "{} ±{}",
+            crate::units::duration_f64(self.value_ns as f64),
+            crate::units::duration_f64(self.precision_ns as f64)
+        )
+    }
+
     /// Whether its label is `label`, in any case (`p99.9` is `P99.9`).
     #[must_use]
     pub fn is(&self, label: &str) -> bool {

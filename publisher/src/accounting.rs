@@ -2,6 +2,7 @@
 //! the schedule lag histogram.
 
 use hdrhistogram::Histogram;
+use hoptrace_format::hist::Percentile;
 use hoptrace_protocol::{MAX_SENT_PER_FRAME, SentEntry, SentFrame};
 
 /// Most entries per Sent frame: as many as fit in one frame.
@@ -93,24 +94,13 @@ impl SentLedger {
     }
 }
 
-/// One quantile of a histogram.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Quantile {
-    /// The quantile, 0 to 1.
-    pub quantile: f64,
-    /// Its value, ns.
-    pub value_ns: u64,
-    /// Half the width of the HDR bucket the value stands for, ns.
-    pub precision_ns: u64,
-}
-
 /// Schedule lag statistics: egress stamp minus intended send time.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LagSummary {
     /// Messages measured.
     pub count: u64,
     /// p50, p90, p99, p99.9 (HDR, 3 significant digits).
-    pub quantiles: Vec<Quantile>,
+    pub quantiles: Vec<Percentile>,
     /// Largest lag, ns (exact up to the histogram's precision).
     pub max_ns: u64,
     /// Mean lag, ns.
@@ -122,7 +112,7 @@ pub struct LagSummary {
 impl LagSummary {
     /// The value at `quantile`, when listed.
     #[must_use]
-    pub fn at(&self, quantile: f64) -> Option<Quantile> {
+    pub fn at(&self, quantile: f64) -> Option<Percentile> {
         self.quantiles
             .iter()
             .copied()
@@ -219,9 +209,9 @@ impl LagHistogram {
                 .into_iter()
                 .map(|q| {
                     let v = self.value_at(q);
-                    Quantile {
+                    Percentile {
                         quantile: q,
-                        value_ns: v,
+                        value_ns: i64::try_from(v).unwrap_or(i64::MAX),
                         precision_ns: h.equivalent_range(v) / 2,
                     }
                 })
@@ -303,7 +293,7 @@ mod tests {
         assert_eq!(s.negative, 1);
         for q in &s.quantiles {
             let idx = ((q.quantile * values.len() as f64).ceil() as usize).max(1) - 1;
-            let exact = values[idx] as u64;
+            let exact = values[idx];
             assert!(
                 q.value_ns.abs_diff(exact) <= q.precision_ns,
                 "q {} hdr {} exact {}",

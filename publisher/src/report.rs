@@ -156,7 +156,7 @@ impl PublishReport {
                 0.0
             }
         };
-        let q = |x: f64| s.lag.at(x).map(|q| q.value_ns);
+        let q = |x: f64| s.lag.at(x).map(|q| q.value_ns.unsigned_abs());
         Self {
             backpressure_wait_ns: s.backpressure_wait_ns,
             backpressure_waits: s.backpressure_waits,
@@ -188,8 +188,9 @@ impl PublishReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::{LagSummary, Quantile};
+    use crate::accounting::LagSummary;
     use hoptrace_broker::url::Carrier;
+    use hoptrace_format::hist::Percentile;
 
     fn summary() -> PublishSummary {
         PublishSummary {
@@ -213,7 +214,7 @@ mod tests {
             lag: LagSummary {
                 count: 1000,
                 quantiles: [(0.5, 10), (0.9, 20), (0.99, 30), (0.999, 40)]
-                    .map(|(quantile, value_ns)| Quantile {
+                    .map(|(quantile, value_ns)| Percentile {
                         quantile,
                         value_ns,
                         precision_ns: 1,

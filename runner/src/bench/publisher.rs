@@ -195,7 +195,7 @@ fn one_step(opts: &PublisherBenchOptions, rate: f64, stop: &AtomicBool) -> anyho
         payload_bytes_per_message: s.payload_bytes as f64 / (s.messages.max(1) as f64),
         cpu_cores: cpu / wall,
         backpressure_waits: s.backpressure_waits,
-        lag_p99_ns: s.lag.at(0.99).map_or(0, |q| q.value_ns),
+        lag_p99_ns: s.lag.at(0.99).map_or(0, |q| q.value_ns.unsigned_abs()),
         unconfirmed,
         pass: ratio >= 0.99 && unconfirmed == 0,
     })
