@@ -22,13 +22,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     hoptrace_runner::sweep::check(&opts)?;
     let stop = hoptrace_cli::signals::shutdown_flag()?;
     let o = hoptrace_runner::sweep::run(&opts, &stop)?;
-    println!(
-        "{:<50} {:>14} {:>14}  first that did not hold",
-        "series", "knee", "achieved"
-    );
-    for k in sweep::knees(&o.cells) {
-        println!(
-            "{:<50} {:>14} {:>14}  {}",
+    // Columns as wide as their longest cell: a knee can be a range with words.
+    let mut rows = vec![[
+        "series".to_owned(),
+        "knee".into(),
+        "achieved".into(),
+        "first that did not hold".into(),
+    ]];
+    rows.extend(sweep::knees(&o.cells).iter().map(|k| {
+        [
             sweep::settings_label(&k.series),
             k.shown(),
             k.achieved_metrics_per_s
@@ -36,8 +38,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             match (k.first_failing_metrics_per_s, &k.failing_because) {
                 (Some(r), Some(w)) => format!("{}: {w}", units::rate(r as f64)),
                 _ => "-".into(),
-            }
-        );
+            },
+        ]
+    }));
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    for [series, knee, achieved, why] in &rows {
+        println!("{series:<w0$}  {knee:>w1$}  {achieved:>w2$}  {why}");
     }
     println!(
         "Sweep: {} cells in {:.0} s ({} run now); report {}",

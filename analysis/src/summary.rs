@@ -12,6 +12,7 @@ use datafusion::prelude::SessionContext;
 use hoptrace_format::hist::{MAX_TRACKABLE_NS, SIGNIFICANT_DIGITS, SignedStats, new_histogram};
 use hoptrace_format::schema::hop_column;
 use hoptrace_format::spec::StageSpec;
+use hoptrace_format::units::duration_f64;
 use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
@@ -511,6 +512,33 @@ impl StageSummary {
         };
         let u = self.clock_uncertainty_ns.unwrap_or(0) as f64;
         Some((lo.min(point) - u, hi.max(point) + u))
+    }
+
+    /// `[lower, upper]` of the statistic a table's row or column shows (`Min`, `P99`,
+    /// `Max`, `Mean`): [`Self::stat_interval`] as text, with `+ clock unknown` when a
+    /// host's clock sent no status; `None` for a stage without bounds or a label that is
+    /// not such a statistic.
+    #[must_use]
+    pub fn bounds_text(&self, label: &str, per_metric: bool) -> Option<String> {
+        self.bounds.as_ref()?;
+        let name = match label {
+            "Min" => "min".to_owned(),
+            "Max" => "max".to_owned(),
+            "Mean" => "mean".to_owned(),
+            l if l.starts_with('P') => l.to_ascii_lowercase(),
+            _ => return None,
+        };
+        let (lo, hi) = self.stat_interval(&name, per_metric)?;
+        Some(format!(
+            "[{}, {}]{}",
+            duration_f64(lo),
+            duration_f64(hi),
+            if self.clock_uncertainty_ns.is_none() {
+                " + clock unknown"
+            } else {
+                ""
+            }
+        ))
     }
 }
 

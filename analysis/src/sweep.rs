@@ -394,9 +394,12 @@ fn with_precision(st: &StageSummary, label: &str) -> String {
         || "-".into(),
         |p| {
             format!(
-                "{} {}",
+                "{} {}{}",
                 units::signed_ns(p.value_ns),
-                units::precision_ns(p.precision_ns)
+                units::precision_ns(p.precision_ns),
+                st.bounds_text(label, false)
+                    .map(|b| format!(" {b}"))
+                    .unwrap_or_default()
             )
         },
     )
@@ -449,7 +452,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                 i.slos.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
             }
         ),
-        "Percentiles: HdrHistogram, 3 significant digits, each with its precision (±, half its HDR bucket); min and max exact. The clock column bounds the error clocks add to a stage (0 where both hops read one host's clock).".into(),
+        "Percentiles: HdrHistogram, 3 significant digits, each with its precision (±, half its HDR bucket); min and max exact. The clock column bounds the error clocks add to a stage (0 where both hops read one host's clock). A stage that starts or ends at a polled hop (a store tap's) shows each percentile's bounds after it, `[lower, upper]`: where the true value lies given the polled stamps and the clocks; a service level inside them is undecided.".into(),
     ]);
     if r.cells.iter().any(|c| !c.adds_up) {
         bullets.push("WARNING: some cells' counts do not add up: see their reports.".into());
@@ -528,7 +531,12 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                 row.extend(SHOWN.iter().map(|l| with_precision(st, l)));
                 row.push(st.figures.max_ns.map_or_else(
                     || "-".into(),
-                    |v| units::duration_ns(u64::try_from(v).unwrap_or(0)),
+                    |v| {
+                        let bounds = st.bounds_text("Max", false).unwrap_or_default();
+                        format!("{} {bounds}", units::signed_ns(v))
+                            .trim_end()
+                            .to_owned()
+                    },
                 ));
                 row.push(
                     st.clock_uncertainty_ns
@@ -871,6 +879,41 @@ mod tests {
             (Some(1000), None)
         );
         assert_eq!(k.shown(), "1.0k");
+    }
+
+    /// A stage with a polled hop shows each percentile's bounds beside it; one without
+    /// shows the percentile alone.
+    #[test]
+    fn bounded_percentiles_show_their_bounds() {
+        use crate::bounds::{BoundFigures, StageBounds};
+        let mut st = cell(1000, "1", 122_000_000, (10, 10))
+            .window
+            .stages
+            .remove(0);
+        assert_eq!(with_precision(&st, "P99"), "122.0ms ±61.0µs");
+        let figures = |p99_ns: i64| BoundFigures {
+            count: 10,
+            min_ns: Some(1),
+            max_ns: Some(p99_ns),
+            mean_ns: Some(1.0),
+            percentiles: vec![crate::summary::Percentile {
+                quantile: 0.99,
+                value_ns: p99_ns,
+                precision_ns: 0,
+            }],
+            per_metric: None,
+        };
+        st.bounds = Some(StageBounds {
+            polled: vec!["store".into()],
+            lower_hops: ("publish".into(), "store_earliest".into()),
+            upper_hops: ("publish".into(), "store".into()),
+            lower: figures(42_000_000),
+            upper: figures(122_000_000),
+        });
+        assert_eq!(
+            with_precision(&st, "P99"),
+            "122.0ms ±61.0µs [42.0ms, 122.0ms]"
+        );
     }
 
     #[test]

@@ -623,10 +623,10 @@ fn run_cell(
             return Ok(None);
         }
         live.tick(|_| {
-            format!(
-                "  {:>4.0} s of {per_cell_s:.0} s",
-                cell_started.elapsed().as_secs_f64()
-            )
+            // The estimate leaves out a pipeline's drain, which waits for its join window.
+            let t = cell_started.elapsed().as_secs_f64();
+            let past = if t > per_cell_s { ", draining" } else { "" };
+            format!("  {t:>4.0} s of about {per_cell_s:.0} s{past}")
         });
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -667,9 +667,12 @@ fn print_cell(cell: &Cell) {
         total
             .and_then(|t| t.percentile("P99").map(|p| (t, p)))
             .map_or_else(String::new, |(t, p)| format!(
-                ", {} P99 {}",
+                ", {} P99 {}{}",
                 t.name,
-                units::signed_ns(p.value_ns)
+                units::signed_ns(p.value_ns),
+                t.bounds_text("P99", false)
+                    .map(|b| format!(" {b}"))
+                    .unwrap_or_default()
             )),
         sweep::why_not(cell).map_or_else(|| "holds".into(), |w| format!("does not hold: {w}"))
     );

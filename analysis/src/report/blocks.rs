@@ -100,30 +100,6 @@ pub(super) fn stat_rows(s: &StageSummary, per_metric: bool) -> Vec<Vec<String>> 
     rows
 }
 
-/// `[lower, upper]` of the statistic a stage table's row shows (`Min`, `P99`, ...), from
-/// the stage's bounds widened by its clock uncertainty; `None` for rows without one.
-pub(super) fn bounds_cell(st: &StageSummary, label: &str, per_metric: bool) -> Option<String> {
-    st.bounds.as_ref()?;
-    let name = match label {
-        "Min" => "min".to_owned(),
-        "Max" => "max".to_owned(),
-        "Mean" => "mean".to_owned(),
-        l if l.starts_with('P') => l.to_ascii_lowercase(),
-        _ => return None,
-    };
-    let (lo, hi) = st.stat_interval(&name, per_metric)?;
-    Some(format!(
-        "[{}, {}]{}",
-        duration_f64(lo),
-        duration_f64(hi),
-        if st.clock_uncertainty_ns.is_none() {
-            " + clock unknown"
-        } else {
-            ""
-        }
-    ))
-}
-
 /// The paragraph above a bounded stage's table: what its polled stamps allow.
 pub(super) fn bounds_note(st: &StageSummary, b: &crate::bounds::StageBounds) -> String {
     format!(
@@ -343,7 +319,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
                         "{} {}{}",
                         signed_ns(p.value_ns),
                         precision_ns(p.precision_ns),
-                        bounds_cell(st, l, per_metric)
+                        st.bounds_text(l, per_metric)
                             .map(|b| format!(" {b}"))
                             .unwrap_or_default()
                     )
@@ -505,7 +481,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         if let Some(bounds) = &st.bounds {
             head.push("Bounds (polled stamps and clocks)".into());
             for r in &mut rows {
-                let cell = bounds_cell(st, &r[0], per_metric).unwrap_or_default();
+                let cell = st.bounds_text(&r[0], per_metric).unwrap_or_default();
                 r.push(cell);
             }
             b.push(Block::Para(bounds_note(st, bounds)));
