@@ -540,6 +540,16 @@ impl StageSummary {
             }
         ))
     }
+
+    /// `text` followed by the bounds of the statistic `label` names, when the stage has
+    /// them ([`Self::bounds_text`]): `122.2ms [41.9ms, 122.2ms]`, or `text` alone.
+    #[must_use]
+    pub fn with_bounds(&self, text: String, label: &str, per_metric: bool) -> String {
+        match self.bounds_text(label, per_metric) {
+            Some(b) => format!("{text} {b}"),
+            None => text,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -393,13 +393,14 @@ fn with_precision(st: &StageSummary, label: &str) -> String {
     st.percentile(label).map_or_else(
         || "-".into(),
         |p| {
-            format!(
-                "{} {}{}",
-                units::signed_ns(p.value_ns),
-                units::precision_ns(p.precision_ns),
-                st.bounds_text(label, false)
-                    .map(|b| format!(" {b}"))
-                    .unwrap_or_default()
+            st.with_bounds(
+                format!(
+                    "{} {}",
+                    units::signed_ns(p.value_ns),
+                    units::precision_ns(p.precision_ns)
+                ),
+                label,
+                false,
             )
         },
     )
@@ -531,12 +532,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                 row.extend(SHOWN.iter().map(|l| with_precision(st, l)));
                 row.push(st.figures.max_ns.map_or_else(
                     || "-".into(),
-                    |v| {
-                        let bounds = st.bounds_text("Max", false).unwrap_or_default();
-                        format!("{} {bounds}", units::signed_ns(v))
-                            .trim_end()
-                            .to_owned()
-                    },
+                    |v| st.with_bounds(units::signed_ns(v), "Max", false),
                 ));
                 row.push(
                     st.clock_uncertainty_ns

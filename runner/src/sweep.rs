@@ -667,12 +667,9 @@ fn print_cell(cell: &Cell) {
         total
             .and_then(|t| t.percentile("P99").map(|p| (t, p)))
             .map_or_else(String::new, |(t, p)| format!(
-                ", {} P99 {}{}",
+                ", {} P99 {}",
                 t.name,
-                units::signed_ns(p.value_ns),
-                t.bounds_text("P99", false)
-                    .map(|b| format!(" {b}"))
-                    .unwrap_or_default()
+                t.with_bounds(units::signed_ns(p.value_ns), "P99", false)
             )),
         sweep::why_not(cell).map_or_else(|| "holds".into(), |w| format!("does not hold: {w}"))
     );

@@ -311,17 +311,14 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
         st.counted(per_metric)
             .1
             .iter()
-            .find(|p| p.label() == l)
+            .find(|p| p.is(l))
             .map_or_else(
                 || "-".into(),
                 |p| {
-                    format!(
-                        "{} {}{}",
-                        signed_ns(p.value_ns),
-                        precision_ns(p.precision_ns),
-                        st.bounds_text(l, per_metric)
-                            .map(|b| format!(" {b}"))
-                            .unwrap_or_default()
+                    st.with_bounds(
+                        format!("{} {}", signed_ns(p.value_ns), precision_ns(p.precision_ns)),
+                        l,
+                        per_metric,
                     )
                 },
             )
