@@ -39,5 +39,7 @@ pub mod poll;
 mod pollers;
 pub mod store;
 
-pub use poll::{StoreTap, StoreTapConfig, StoreTapError, StoreTapLive, StoreTapSummary};
+pub use poll::{
+    ROWS_PER_KEY_HINT, StoreTap, StoreTapConfig, StoreTapError, StoreTapLive, StoreTapSummary,
+};
 pub use store::{StoreError, StoreKind, StoreUrl};

@@ -1147,3 +1147,72 @@ fn victoriametrics_polls_only_the_runs_series() {
         .query("match[]", &metric)
         .call();
 }
+
+/// Messages written as several points each (one per metric, as the Node-RED flow writes a
+/// `metrics` array), all on InfluxDB's clock, none late: the tap finds each key once, counts
+/// the points of a key its own poll had already returned (`rows_sharing_a_key`), and its
+/// catch-up polls, finding nothing, slow down to half their window apart. A `where=`
+/// equality on the metric tag reads one point per message.
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_messages_of_several_points() {
+    const POINTS: u64 = 4;
+    const ROUNDS: u64 = 45;
+    let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for one_point in [false, true] {
+        let m = format!("storetap_{}", unique());
+        post(
+            "http://127.0.0.1:18086/write?db=hoptrace",
+            &format!("{m},metric=m0 hoptrace=\"not a key\",value=0"),
+        );
+        let filter = if one_point {
+            "&where=%22metric%22%3D%27m0%27"
+        } else {
+            ""
+        };
+        let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}{filter}");
+        let polling = Polling::start(
+            StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap(),
+        );
+        let live = polling.live();
+        wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+        // A message every 200 ms for 9 s, each as POINTS points of one write.
+        let all = keys(0..ROUNDS);
+        for k in &all {
+            let lines: Vec<String> = (0..POINTS)
+                .map(|p| format!("{m},metric=m{p} hoptrace=\"{k}\",value={p}"))
+                .collect();
+            post(
+                "http://127.0.0.1:18086/write?db=hoptrace",
+                &lines.join("\n"),
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        wait_for("every key", 10, || live.keys_found.load(Relaxed) >= ROUNDS);
+        let s = polling.stop();
+        eprintln!("{s:?}");
+        assert_eq!(s.keys_found, ROUNDS, "every key, once");
+        assert_eq!((s.bad_keys, s.foreign_keys, s.caught_up_keys), (0, 0, 0));
+        if one_point {
+            assert_eq!(s.rows_sharing_a_key, 0, "one point per message read");
+            assert!((s.rows_per_key() - 1.0).abs() < 1e-9);
+        } else {
+            // A write's points become visible together: each poll that finds a key finds
+            // all of its points.
+            assert_eq!(s.rows_sharing_a_key, (POINTS - 1) * ROUNDS);
+            assert!((s.rows_per_key() - POINTS as f64).abs() < 1e-9);
+        }
+        // Catch-up polls 1 s, 2 s, 4 s, then 5 s apart while none finds a key: at most
+        // five in 9 s (nine at a steady 1 s).
+        assert_eq!(s.catch_up_pace_max_ns, 5_000_000_000);
+        assert!(
+            (1..=5).contains(&s.catch_up_polls),
+            "catch-up polls: {}",
+            s.catch_up_polls
+        );
+        influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+    }
+}

@@ -98,7 +98,9 @@ pub struct StoreTapArgs {
     /// none). A row later than this is missed and its trace ends incomplete.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub catch_up: Duration,
-    /// Store taps: the least time between two catch-up polls.
+    /// Store taps: the least time between two catch-up polls, their pace while they find
+    /// keys; while they find none the pause doubles, up to half of --catch-up (rows up to
+    /// that far behind are always found).
     #[arg(long, default_value = "1s", value_parser = parse_poll_interval)]
     pub catch_up_every: Duration,
     /// Store taps: report each row's own time as hop store_in: `auto` (InfluxDB and

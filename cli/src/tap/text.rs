@@ -212,6 +212,13 @@ pub fn store_tap_summary(s: &StoreTapSummary) -> Vec<String> {
             String::new()
         }
     ));
+    if s.rows_per_key() >= 2.0 {
+        lines.push(format!(
+            "each key came in {:.1} rows of the poll that found it: {}",
+            s.rows_per_key(),
+            hoptrace_tap::ROWS_PER_KEY_HINT
+        ));
+    }
     lines.push(format!(
         "bounds (the earliest instant the data can have become queryable -> this response; the queryable stamp is late by at most this): {}; {} poller(s){}{}",
         spread(&s.bracket),
@@ -261,9 +268,10 @@ pub fn store_tap_summary(s: &StoreTapSummary) -> Vec<String> {
     }
     if s.catch_up_ns > 0 {
         lines.push(format!(
-            "catch-up: {} polls looking {:.1} s back found {} keys the regular polls had missed{}",
+            "catch-up: {} polls looking {:.1} s back (at most {:.1} s apart) found {} keys the regular polls had missed{}",
             s.catch_up_polls,
             s.catch_up_ns as f64 / 1e9,
+            s.catch_up_pace_max_ns as f64 / 1e9,
             s.caught_up_keys,
             if s.caught_up_keys > 0 {
                 format!(

@@ -43,7 +43,10 @@ pub struct StoreTapConfig {
     /// than the regular polls look back are still found (counted as `caught_up_keys`,
     /// their bounds as wide as the catch-up poll's). A row later than this is missed.
     pub catch_up: Duration,
-    /// Least time between two catch-up polls.
+    /// Least time between two catch-up polls: their pace while they find keys. While they
+    /// find none, the pause doubles up to half of `catch_up` (a catch-up poll reads the
+    /// whole window, the costliest poll the tap sends), so a row up to half of `catch_up`
+    /// behind is always found, and one up to `catch_up` behind while late rows are seen.
     pub catch_up_interval: Duration,
     /// Only these publishers' keys are reported; others are counted.
     pub publishers: Option<Vec<u16>>,

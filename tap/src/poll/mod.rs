@@ -108,6 +108,12 @@ enum Taken {
     Answered { found: u64 },
 }
 
+/// After this many keys the tap says whether each came in several rows.
+const SHARING_AFTER: u64 = 1000;
+
+/// What to do when each key comes in several rows.
+pub const ROWS_PER_KEY_HINT: &str = "a condition in `where=` that one row per message meets (an equality on a tag or column, e.g. `\"metric\"='m0'`) makes each poll read one row per message and touch fewer series";
+
 /// After a second without a new key, polls slow down towards the idle interval.
 const IDLE_AFTER: Duration = Duration::from_secs(1);
 
@@ -343,7 +349,12 @@ impl StoreTap {
         // and come back to the full rate at the first key found.
         let mut last_found = Instant::now();
         let mut pace = interval;
-        let mut next_catch_up = Instant::now() + self.config.catch_up_interval;
+        // Catch-up polls come every --catch-up-every while they find keys the regular polls
+        // missed, and slow down, doubling, while they find none: up to half the catch-up
+        // window, so that a row visible up to that much behind is still always found.
+        let catch_up_slowest = self.config.catch_up_interval.max(self.config.catch_up / 2);
+        let mut catch_up_pace = self.config.catch_up_interval;
+        let mut next_catch_up = Instant::now() + catch_up_pace;
         // Series are resolved often while new ones appear (a run starting), less often,
         // up to once a --catch-up-every, while none does.
         let mut resolve_pace = RESOLVE_SOON;
@@ -395,7 +406,7 @@ impl StoreTap {
                 && last_found.elapsed() < self.config.catch_up
                 && p.any_free()
             {
-                next_catch_up = now + self.config.catch_up_interval;
+                next_catch_up = now + catch_up_pace;
                 if p.send(Ticket {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
@@ -448,6 +459,7 @@ impl StoreTap {
                     pace = interval;
                     next_poll = Instant::now();
                     next_catch_up = Instant::now();
+                    catch_up_pace = self.config.catch_up_interval;
                     resolve_pace = RESOLVE_SOON;
                 } else {
                     resolve_pace = (resolve_pace * 2).min(self.config.catch_up_interval);
@@ -455,7 +467,17 @@ impl StoreTap {
                 next_resolve = Instant::now() + resolve_pace;
                 continue;
             }
-            match self.take(&mut l, answer, resolution, p.lowest_since_in_flight()) {
+            let (catch_up, caught) = (answer.catch_up, l.c.caught_up_keys);
+            let taken = self.take(&mut l, answer, resolution, p.lowest_since_in_flight());
+            if catch_up {
+                catch_up_pace = if l.c.caught_up_keys > caught {
+                    self.config.catch_up_interval
+                } else {
+                    (catch_up_pace * 2).min(catch_up_slowest)
+                };
+                l.c.catch_up_pace_max = l.c.catch_up_pace_max.max(catch_up_pace);
+            }
+            match taken {
                 Taken::Failed => {
                     backoff = (backoff * 2).clamp(
                         interval.max(Duration::from_millis(50)),
@@ -544,6 +566,9 @@ impl StoreTap {
         }
         c.untraced_rows += batch.untraced;
         let mut found_here = 0u64;
+        // The keys this answer found: a row of one of them again is another point or row
+        // of the same message.
+        let mut found_keys = rustc_hash::FxHashSet::default();
         for row in &batch.rows {
             c.rows += 1;
             self.newest_ns = Some(self.newest_ns.map_or(row.time_ns, |n| n.max(row.time_ns)));
@@ -575,12 +600,16 @@ impl StoreTap {
             };
             if !l.seen.insert(ctx.key, row.time_ns) {
                 c.rows_repeated += 1;
+                if found_keys.contains(&ctx.key) {
+                    c.rows_sharing_a_key += 1;
+                }
                 continue;
             }
             if l.baseline {
                 c.baseline_keys += 1;
                 continue;
             }
+            found_keys.insert(ctx.key);
             if let Some(newest) = a.newest_ns {
                 let late = newest.saturating_sub(row.time_ns);
                 // Behind what a regular poll looked at: only the catch-up found it, and the
@@ -675,7 +704,16 @@ impl StoreTap {
             l.widen_ns = widen;
         }
         if found_here > 0 {
+            let before = c.keys_found;
             c.keys_found += found_here;
+            if before < SHARING_AFTER && c.keys_found >= SHARING_AFTER {
+                let per_key = c.rows_per_key();
+                if per_key >= 2.0 {
+                    tracing::warn!(
+                        "each key comes in {per_key:.1} rows (a message written as several points or rows), and every poll reads them all: {ROWS_PER_KEY_HINT}"
+                    );
+                }
+            }
             c.polls_with_keys += 1;
             live.keys_found.fetch_add(found_here, Relaxed);
         }
@@ -784,6 +822,8 @@ impl StoreTap {
             catch_up_ns: u64::try_from(self.catch_up_total_ns(&l)).unwrap_or(0),
             catch_up_polls: c.catch_up_polls,
             caught_up_keys: c.caught_up_keys,
+            catch_up_pace_max_ns: u64::try_from(c.catch_up_pace_max.as_nanos()).unwrap_or(u64::MAX),
+            rows_sharing_a_key: c.rows_sharing_a_key,
             caught_up_late_max_ns: u64::try_from(c.caught_up_late_max_ns).unwrap_or(0),
             series: self
                 .series

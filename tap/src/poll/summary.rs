@@ -110,6 +110,13 @@ pub struct StoreTapSummary {
     pub caught_up_keys: u64,
     /// The most one of those was behind the newest row time seen, ns.
     pub caught_up_late_max_ns: u64,
+    /// The longest pause between two catch-up polls, ns: they come every
+    /// `catch_up_interval` while they find keys, and slow down, doubling up to half the
+    /// catch-up window, while they find none.
+    pub catch_up_pace_max_ns: u64,
+    /// Rows whose key the same poll had already returned in another row (a message
+    /// written as several points or rows): each poll reads them all.
+    pub rows_sharing_a_key: u64,
     /// Series polled by value at the end, resolutions of them, and failed resolutions
     /// (`None`: the address resolves no series).
     pub series: Option<(u64, u64, u64)>,
@@ -133,6 +140,16 @@ pub struct StoreTapSummary {
 }
 
 impl StoreTapSummary {
+    /// Rows per new key in the polls that found them (1: one row per message).
+    #[must_use]
+    pub fn rows_per_key(&self) -> f64 {
+        if self.keys_found == 0 {
+            1.0
+        } else {
+            (self.keys_found + self.rows_sharing_a_key) as f64 / self.keys_found as f64
+        }
+    }
+
     /// Polls per second over the run.
     #[must_use]
     pub fn polls_per_s(&self) -> f64 {

@@ -192,4 +192,19 @@ pub(super) struct Tally {
     pub(super) catch_up_polls: u64,
     pub(super) caught_up_keys: u64,
     pub(super) caught_up_late_max_ns: i64,
+    /// The longest pause between catch-up polls so far.
+    pub(super) catch_up_pace_max: std::time::Duration,
+    /// Rows of a key its own poll had already returned in another row.
+    pub(super) rows_sharing_a_key: u64,
+}
+
+impl Tally {
+    /// Rows per new key in the answers that found them (1: one row per message).
+    pub(super) fn rows_per_key(&self) -> f64 {
+        if self.keys_found == 0 {
+            1.0
+        } else {
+            (self.keys_found + self.rows_sharing_a_key) as f64 / self.keys_found as f64
+        }
+    }
 }

@@ -13,6 +13,10 @@
 //! resolves the matching values with `SHOW TAG VALUES` (by the poll loop: every 100 ms
 //! while new ones appear, backing off to once a second) and asks for them by value, `("TAG" = 'a' OR "TAG" = 'b') ... GROUP BY "TAG"`,
 //! so each row comes back with its series.
+//!
+//! A poll costs InfluxDB about as much per series it touches as per row it reads: a message
+//! written as several points (one per metric, each its own series) is best polled with a
+//! `where=` equality that one of its points meets (`"metric"='m0'`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
