@@ -69,22 +69,28 @@ TOPIC_ROOTS = {"influxdb": "hoptrace/nr/in", "postgres": "hoptrace/pg/in"}
 
 @dataclass
 class Setting:
-    """A tap setting: `off`, or a poll interval and a number of pollers."""
+    """A tap setting: `off`, or a poll interval and a number of pollers, and whether the
+    tap also listens to what the store notifies (`notify+`, PostgreSQL: a trigger on the
+    table for the run's length)."""
 
     interval: Optional[str]
     pollers: int = 1
+    notify: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Setting":
         if text == "off":
             return cls(None)
-        m = re.fullmatch(r"(\d+(?:\.\d+)?(?:us|ms|s)):(\d+)", text)
+        m = re.fullmatch(r"(notify\+)?(\d+(?:\.\d+)?(?:us|ms|s)):(\d+)", text)
         if not m:
-            raise argparse.ArgumentTypeError(f"{text!r}: off, or INTERVAL:POLLERS such as 10ms:1")
-        return cls(m.group(1), int(m.group(2)))
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: off, or [notify+]INTERVAL:POLLERS such as 10ms:1 or notify+1s:1")
+        return cls(m.group(2), int(m.group(3)), m.group(1) is not None)
 
     def __str__(self) -> str:
-        return "off" if self.interval is None else f"{self.interval} × {self.pollers}"
+        if self.interval is None:
+            return "off"
+        return f"{'notify + ' if self.notify else ''}{self.interval} × {self.pollers}"
 
 
 @dataclass
@@ -123,8 +129,9 @@ def cpu_ticks(store: str, only: Optional[List[str]] = None) -> int:
 
 
 def tap_backends() -> List[str]:
-    """The PostgreSQL backends serving the store tap's connections (application_name)."""
-    p = psql("-A", "-t", "-c", "SELECT pid FROM pg_stat_activity WHERE application_name = 'hoptrace-tap'",
+    """The PostgreSQL backends serving the store tap's connections, its pollers' and its
+    listener's (application_name)."""
+    p = psql("-A", "-t", "-c", "SELECT pid FROM pg_stat_activity WHERE application_name IN ('hoptrace-tap', 'hoptrace-listen')",
              stdout=subprocess.PIPE)
     out, _ = p.communicate(timeout=60)
     return [line.strip() for line in out.splitlines() if line.strip().isdigit()]
@@ -224,7 +231,7 @@ def prepare(store: str) -> None:
             raise PipelineError(f"creating {PG_TABLE}: {out}")
 
 
-def tap_url(store: str, tag: str, influx_select: str) -> str:
+def tap_url(store: str, tag: str, influx_select: str, notify: bool = False) -> str:
     if store == "influxdb":
         regex = f"^hoptrace\\/nr\\/in\\/{tag}\\/"
         select = (f'"topic" =~ /{regex}/' if influx_select == "where" else f"topic=~/{regex}/")
@@ -232,7 +239,27 @@ def tap_url(store: str, tag: str, influx_select: str) -> str:
                 f"&{influx_select}={urllib.parse.quote(select, safe='')}")
     where = f"topic LIKE 'hoptrace/pg/in/{tag}/%'"
     return (f"postgres://{PG['user']}:{PG['password']}@{PG['host']}:{PG['port']}/{PG['db']}"
-            f"?table={PG_TABLE}&time=at&where={urllib.parse.quote(where, safe='')}")
+            f"?table={PG_TABLE}&time=at&where={urllib.parse.quote(where, safe='')}"
+            + (f"&notify={PG_TABLE}" if notify else ""))
+
+
+# The trigger docs/dataset.md gives ("Polled hops"), on the bench's table.
+NOTIFY_TRIGGER = f"""CREATE OR REPLACE FUNCTION {PG_TABLE}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('{PG_TABLE}', NEW.hoptrace || ' ' || (extract(epoch FROM NEW.at) * 1000000)::int8);
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS {PG_TABLE}_notify ON {PG_TABLE};
+CREATE TRIGGER {PG_TABLE}_notify AFTER INSERT ON {PG_TABLE} FOR EACH ROW EXECUTE FUNCTION {PG_TABLE}_notify();"""
+
+
+def notify_trigger(on: bool) -> None:
+    """Creates the table's notifying trigger, or drops it."""
+    sql = NOTIFY_TRIGGER if on else f"DROP TRIGGER IF EXISTS {PG_TABLE}_notify ON {PG_TABLE};"
+    p = psql("-v", "ON_ERROR_STOP=1", "-c", sql, stdout=subprocess.PIPE)
+    out, _ = p.communicate(timeout=60)
+    if p.returncode != 0:
+        raise PipelineError(f"the notify trigger: {out}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,7 +291,8 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
             influx_select: str) -> Result:
     publisher_id = random.randrange(1000, 60000)
     tag = f"tradeoff{publisher_id}"
-    run_id = f"{store}-{'off' if setting.interval is None else f'{setting.interval}x{setting.pollers}'}-{tag}"
+    shape = "off" if setting.interval is None else f"{'notify-' if setting.notify else ''}{setting.interval}x{setting.pollers}"
+    run_id = f"{store}-{shape}-{tag}"
     workdir = out / run_id
     workdir.mkdir(parents=True, exist_ok=True)
     spec = spec_for(store, out)
@@ -286,7 +314,11 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
                             f"(one INSERT INTO {PG_TABLE} per line) | psql &")
         tap = None
         if setting.interval is not None:
-            tap_cmd = [bin_path, "tap", "--from", tap_url(store, tag, influx_select), "--poll-interval", setting.interval,
+            if setting.notify and store == "postgres":
+                notify_trigger(True)
+                commands.append(f"psql -c \"$NOTIFY_TRIGGER\"  # the trigger of docs/dataset.md on {PG_TABLE}")
+            tap_cmd = [bin_path, "tap", "--from", tap_url(store, tag, influx_select, setting.notify),
+                       "--poll-interval", setting.interval,
                        "--pollers", str(setting.pollers), "--publishers", str(publisher_id),
                        "--duration", f"{seconds + 120}s",
                        "--collector", collector_addr, "--pipeline", spec]
@@ -351,6 +383,8 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
             bridge.stop()
         for p in reversed(procs):
             p.stop(timeout=30)
+        if setting.notify and store == "postgres":
+            notify_trigger(False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -397,7 +431,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--stores", default="influxdb,postgres")
     ap.add_argument("--settings", default="off,20ms:1,10ms:1,5ms:1,2ms:1,1ms:1,1ms:2",
-                    help="comma-separated: off, or INTERVAL:POLLERS")
+                    help="comma-separated: off, or [notify+]INTERVAL:POLLERS (notify+: PostgreSQL only)")
     ap.add_argument("--influx-select", choices=["series", "where"], default="series",
                     help="how the InfluxDB tap restricts its polls to the run's series")
     ap.add_argument("--markdown", type=Path, help="also write the table and the commands here")

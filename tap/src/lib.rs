@@ -35,6 +35,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 mod bounds;
+mod listen;
 pub mod poll;
 mod pollers;
 pub mod store;

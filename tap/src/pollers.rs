@@ -61,10 +61,16 @@ pub(crate) struct Answer {
     pub(crate) reconnections: u64,
 }
 
+/// The `poller` of an answer that no poll brought: a store's notification
+/// (`crate::listen`).
+pub(crate) const NOTIFIER: usize = usize::MAX;
+
 /// The pollers and which of them are free.
 pub(crate) struct Pollers {
     tickets: Vec<Sender<Ticket>>,
     answers: Receiver<Answer>,
+    /// Where answers go, for a listener's ([`NOTIFIER`]).
+    answer_tx: Sender<Answer>,
     free: Vec<usize>,
     /// Per poller, the lower bound of the row times its poll in flight asks for:
     /// `i64::MIN` from when the tap hands it a ticket until the poller has computed it
@@ -162,9 +168,15 @@ impl Pollers {
         Ok(Self {
             tickets,
             answers,
+            answer_tx,
             free,
             since,
         })
+    }
+
+    /// Where a listener sends the answers it makes of notifications.
+    pub(crate) fn sender(&self) -> Sender<Answer> {
+        self.answer_tx.clone()
     }
 
     /// Whether a poller is free to send a poll.
@@ -204,7 +216,9 @@ impl Pollers {
     pub(crate) fn recv(&mut self, timeout: Duration) -> Option<Answer> {
         match self.answers.recv_timeout(timeout) {
             Ok(a) => {
-                self.free.push(a.poller);
+                if a.poller != NOTIFIER {
+                    self.free.push(a.poller);
+                }
                 Some(a)
             }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,

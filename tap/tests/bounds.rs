@@ -113,6 +113,7 @@ fn run(
     mut write: impl FnMut(&str),
     snapshot: impl FnMut() -> Vec<String> + Send + 'static,
     mut mid_run: Option<&mut dyn FnMut()>,
+    configure: &dyn Fn(&mut StoreTapConfig),
 ) -> StoreTapSummary {
     let dir = tempdir(store_name);
     let spec = dir.join("pipeline.toml");
@@ -123,6 +124,7 @@ fn run(
     tc.earliest_hop = Some((HopId(6), "queryable_earliest".into()));
     tc.pollers = 2;
     tc.poll_interval = Duration::from_millis(5);
+    configure(&mut tc);
     let tap = StoreTap::start(tc).unwrap();
     let live = tap.live();
     let stop = Arc::new(AtomicBool::new(false));
@@ -185,7 +187,16 @@ fn run(
     let independent_polls = independent.join().unwrap();
     eprintln!("{store_name}: {s:?}; independent polls {independent_polls}");
     assert_eq!(s.keys_found, N);
-    if mid_run.is_some() {
+    if let Some(l) = &s.listen {
+        // The listener's connection is the one a fault ends.
+        assert_eq!(s.reconnections, 0);
+        assert_eq!(l.errors, u64::from(mid_run.is_some()), "{l:?}");
+        assert_eq!(l.bad, 0);
+        assert!(
+            l.keys_notified >= N / 2 && l.notifications >= l.keys_notified,
+            "most keys arrive by notification before the next poll: {l:?}"
+        );
+    } else if mid_run.is_some() {
         assert!(
             s.reconnections >= 1,
             "the fault ended a connection, found lost and opened again: {s:?}"
@@ -374,7 +385,7 @@ fn influxdb_with_history() {
                 .unwrap_or_default()
         };
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}&{select}");
-        let s = run("influxdb", &url, write, snapshot, None);
+        let s = run("influxdb", &url, write, snapshot, None, &|_| {});
         if root == "sr" {
             let (series, resolutions, errors) = s.series.expect("series resolved");
             assert_eq!((series, errors), (6, 0), "{s:?}");
@@ -396,8 +407,10 @@ fn pg() -> postgres::Client {
 /// A PostgreSQL table with history, polled for the run's rows; with `drop_connections`,
 /// the server ends the tap's connections halfway through (`pg_terminate_backend`): the
 /// loss is counted, the pollers connect again, and every bound still holds (a poll that
-/// failed bounds nothing).
-fn postgres_run(drop_connections: bool) {
+/// failed bounds nothing). With `notify`, a trigger notifies each row (the one
+/// `docs/dataset.md` gives), the tap listens and polls only every 200 ms, and the
+/// connection ended is the listener's: polls find what it missed meanwhile.
+fn postgres_run(drop_connections: bool, notify: bool) {
     let _guard = store("postgres");
     let t = format!("bounds_{}", unique());
     let t_name = t.clone();
@@ -412,6 +425,17 @@ fn postgres_run(drop_connections: bool) {
          CREATE INDEX ON {t} (topic, at);"
     ))
     .unwrap();
+    if notify {
+        c.batch_execute(&format!(
+            "CREATE FUNCTION {t}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               PERFORM pg_notify('{t}', NEW.hoptrace || ' ' || (extract(epoch FROM NEW.at) * 1000000)::int8);
+               RETURN NULL;
+             END $$;
+             CREATE TRIGGER {t}_notify AFTER INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {t}_notify();"
+        ))
+        .unwrap();
+    }
     let insert = format!("INSERT INTO {t} (topic, hoptrace) VALUES ('run/s0', $1)");
     let mut writer = pg();
     let write = move |key: &str| {
@@ -429,13 +453,20 @@ fn postgres_run(drop_connections: bool) {
             .map(|r| r.get::<_, String>(0))
             .collect()
     };
-    let url = format!(
+    let mut url = format!(
         "postgres://hoptrace:hoptrace-test@127.0.0.1:15432/hoptrace?table={t}&time=at&where=topic%20LIKE%20%27run%2F%25%27"
     );
+    if notify {
+        url.push_str(&format!("&notify={t}"));
+    }
     let _drop = Cleanup(move || {
-        let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS {t}"));
+        let _ = c.batch_execute(&format!(
+            "DROP TABLE IF EXISTS {t}; DROP FUNCTION IF EXISTS {t}_notify()"
+        ));
     });
     let mut admin = pg();
+    let mut admin_listen = pg();
+    let t_listen = t_name.clone();
     let mut terminate = || {
         // The tap's connections (the independent poller and the writer announce no
         // application name), by the table their prepared poll reads. The poller that is
@@ -450,24 +481,53 @@ fn postgres_run(drop_connections: bool) {
         assert!(!ended.is_empty(), "no tap connection polling {t_name}");
         assert!(ended.iter().all(|r| r.get::<_, bool>(0)));
     };
-    let s = run(
-        "postgres",
-        &url,
-        write,
-        snapshot,
-        drop_connections.then_some(&mut terminate as &mut dyn FnMut()),
-    );
+    let mut terminate_listener = || {
+        let ended = admin_listen
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = 'hoptrace-listen' AND query LIKE '%' || $1 || '%'",
+                &[&t_listen],
+            )
+            .unwrap();
+        assert_eq!(ended.len(), 1, "the listener listening on {t_listen}");
+        assert!(ended[0].get::<_, bool>(0));
+    };
+    let fault: Option<&mut dyn FnMut()> = match (drop_connections, notify) {
+        (false, _) => None,
+        (true, false) => Some(&mut terminate),
+        (true, true) => Some(&mut terminate_listener),
+    };
+    let configure = |tc: &mut StoreTapConfig| {
+        if notify {
+            tc.poll_interval = Duration::from_millis(200);
+            tc.idle_poll_interval = Duration::from_millis(200);
+        }
+    };
+    let s = run("postgres", &url, write, snapshot, fault, &configure);
     assert_eq!(s.series, None);
+    assert_eq!(s.listen.is_some(), notify);
 }
 
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn postgres_with_history() {
-    postgres_run(false);
+    postgres_run(false, false);
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_notified_rows() {
+    postgres_run(false, true);
+}
+
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn postgres_listener_connection_dropped_mid_run() {
+    postgres_run(true, true);
 }
 
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn postgres_poller_connections_dropped_mid_run() {
-    postgres_run(true);
+    postgres_run(true, false);
 }

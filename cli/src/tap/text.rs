@@ -212,6 +212,12 @@ pub fn store_tap_summary(s: &StoreTapSummary) -> Vec<String> {
             String::new()
         }
     ));
+    if let Some(n) = &s.listen {
+        lines.push(format!(
+            "notifications on channel {:?}: {} received, {} keys found by them before any poll (queryable = arrival; query_start the same instant), {} not `KEY TIME_US`, {} listener connections failed or lost",
+            n.channel, n.notifications, n.keys_notified, n.bad, n.errors
+        ));
+    }
     if s.rows_per_key() >= 2.0 {
         lines.push(format!(
             "each key came in {:.1} rows of the poll that found it: {}",

@@ -40,7 +40,8 @@ use hoptrace_probe::{ClockReporting, Exporter, HopId, Probe, TraceContext, Trace
 use hoptrace_protocol::CountersFrame;
 
 use crate::bounds::{Covering, Earliest};
-use crate::pollers::{Answer, Pollers, Ticket};
+use crate::listen::{self, ListenCounts};
+use crate::pollers::{Answer, NOTIFIER, Pollers, Ticket};
 use crate::store::{self, Store, StoreError};
 
 mod config;
@@ -49,7 +50,7 @@ mod summary;
 mod track;
 
 pub use config::{StoreTapConfig, StoreTapError};
-pub use summary::{Spread, StoreTapLive, StoreTapSummary, StoreTimeDisagrees};
+pub use summary::{Listened, Spread, StoreTapLive, StoreTapSummary, StoreTimeDisagrees};
 use track::{Hist, Seen, SeriesSet, Tally};
 
 /// A store tap, connected and ready to poll.
@@ -80,6 +81,9 @@ pub struct StoreTap {
     /// The run's series, where the address resolves them (InfluxDB `series=`).
     series: Option<SeriesSet>,
     live: Arc<StoreTapLive>,
+    /// The address's `notify=` (PostgreSQL): how to listen, and on which channel.
+    listen_target: Option<(tokio_postgres::Config, String)>,
+    listen_counts: Arc<ListenCounts>,
 }
 
 /// A poll loop's state between answers.
@@ -200,6 +204,11 @@ impl StoreTap {
             None => config.url.host.clone(),
         };
         let store_time_is_ours = config.store_in_hop.is_some() && store_host == this_host;
+        let listen_target = if config.url.kind == store::StoreKind::Postgres {
+            store::postgres::listen_target(&config.url)?
+        } else {
+            None
+        };
         // The run's series as they are at start: the baseline poll asks for them.
         let series = store
             .resolve_series()
@@ -227,6 +236,8 @@ impl StoreTap {
             pollers_used: 0,
             series,
             live: Arc::new(StoreTapLive::default()),
+            listen_target,
+            listen_counts: Arc::new(ListenCounts::default()),
             config,
         };
         let Some(exporter) = tap.config.collector.clone() else {
@@ -341,6 +352,24 @@ impl StoreTap {
                 l.last_error = Some(format!("cannot start the pollers: {e}"));
                 None
             }
+        };
+        let listen_stop = Arc::new(AtomicBool::new(false));
+        let listener = match (&self.listen_target, pollers.as_ref()) {
+            (Some((config, channel)), Some(p)) => {
+                tracing::info!(
+                    "listening on channel {channel:?} for the rows a trigger notifies (polls go on beside it)"
+                );
+                listen::start(
+                    config.clone(),
+                    channel.clone(),
+                    p.sender(),
+                    Arc::clone(&listen_stop),
+                    Arc::clone(&self.listen_counts),
+                )
+                .map_err(|e| tracing::error!("cannot start the listener: {e} (polling only)"))
+                .ok()
+            }
+            _ => None,
         };
         let mut next_poll = Instant::now();
         let mut next_counters = Instant::now() + self.config.counters_interval;
@@ -510,7 +539,11 @@ impl StoreTap {
                 }
             }
         }
+        listen_stop.store(true, Relaxed);
         drop(pollers);
+        if let Some(t) = listener {
+            let _ = t.join();
+        }
         self.send_counters(&l, started);
         self.finish(l, started, interval, refused)
     }
@@ -548,16 +581,21 @@ impl StoreTap {
                 return Taken::Failed;
             }
         };
-        if l.error_streak > 0 {
+        if l.error_streak > 0 && a.poller != NOTIFIER {
             tracing::info!(
                 "the store answers again after {} failed polls",
                 l.error_streak
             );
             l.error_streak = 0;
         }
+        let notified = a.poller == NOTIFIER;
         let c = &mut l.c;
-        c.answered += 1;
-        l.query_time.record(resp_ns - send_ns);
+        if notified {
+            c.notified += 1;
+        } else {
+            c.answered += 1;
+            l.query_time.record(resp_ns - send_ns);
+        }
         if let Some(s) = batch.server_elapsed_ns {
             l.server_elapsed
                 .record(i64::try_from(s).unwrap_or(i64::MAX));
@@ -681,6 +719,9 @@ impl StoreTap {
                 p.report_stamp(&ctx, row.time_ns);
             }
             l.bracket.record(resp_ns - earliest.ns());
+            if notified {
+                c.keys_notified += 1;
+            }
             if let Some(s) = publish {
                 l.to_queryable.record(resp_ns - s);
                 if self.config.store_in_hop.is_some() {
@@ -706,6 +747,16 @@ impl StoreTap {
         if found_here > 0 {
             let before = c.keys_found;
             c.keys_found += found_here;
+            if self.listen_target.is_some()
+                && before < SHARING_AFTER
+                && c.keys_found >= SHARING_AFTER
+                && c.keys_notified == 0
+            {
+                tracing::warn!(
+                    "{} keys found and not one notified: does a trigger on the table notify each row on the channel (docs/dataset.md, \"Polled hops\")?",
+                    c.keys_found
+                );
+            }
             if before < SHARING_AFTER && c.keys_found >= SHARING_AFTER {
                 let per_key = c.rows_per_key();
                 if per_key >= 2.0 {
@@ -714,8 +765,14 @@ impl StoreTap {
                     );
                 }
             }
-            c.polls_with_keys += 1;
+            if !notified {
+                c.polls_with_keys += 1;
+            }
             live.keys_found.fetch_add(found_here, Relaxed);
+        }
+        if notified {
+            // No poll: nothing was covered, no look-back moves, nothing is forgotten.
+            return Taken::Answered { found: found_here };
         }
         // This poll covered every row from its lower bound and returned these: a proof for
         // the rows later polls find.
@@ -822,6 +879,16 @@ impl StoreTap {
             catch_up_ns: u64::try_from(self.catch_up_total_ns(&l)).unwrap_or(0),
             catch_up_polls: c.catch_up_polls,
             caught_up_keys: c.caught_up_keys,
+            listen: self
+                .listen_target
+                .as_ref()
+                .map(|(_, channel)| summary::Listened {
+                    channel: channel.clone(),
+                    notifications: self.listen_counts.notifications.load(Relaxed),
+                    keys_notified: c.keys_notified,
+                    bad: self.listen_counts.bad.load(Relaxed),
+                    errors: self.listen_counts.errors.load(Relaxed),
+                }),
             catch_up_pace_max_ns: u64::try_from(c.catch_up_pace_max.as_nanos()).unwrap_or(u64::MAX),
             rows_sharing_a_key: c.rows_sharing_a_key,
             caught_up_late_max_ns: u64::try_from(c.caught_up_late_max_ns).unwrap_or(0),

@@ -117,6 +117,8 @@ pub struct StoreTapSummary {
     /// Rows whose key the same poll had already returned in another row (a message
     /// written as several points or rows): each poll reads them all.
     pub rows_sharing_a_key: u64,
+    /// What the store's notifications brought, where the address listens (`notify=`).
+    pub listen: Option<Listened>,
     /// Series polled by value at the end, resolutions of them, and failed resolutions
     /// (`None`: the address resolves no series).
     pub series: Option<(u64, u64, u64)>,
@@ -215,4 +217,20 @@ impl StoreTimeDisagrees {
         }
         None
     }
+}
+
+/// What a tap's listener took from the store (PostgreSQL `LISTEN`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listened {
+    /// The channel listened on.
+    pub channel: String,
+    /// Notifications received.
+    pub notifications: u64,
+    /// Keys a notification reported before any poll found them: their `queryable` is the
+    /// notification's arrival and their `query_start` the same instant (no query).
+    pub keys_notified: u64,
+    /// Notifications whose payload was not `KEY TIME_US`.
+    pub bad: u64,
+    /// Listener connections that failed to open or were lost.
+    pub errors: u64,
 }

@@ -24,6 +24,9 @@
 //! whole connection (TCP, start-up, authentication, preparing the statement; at most 5 s)
 //! and every query. A server that accepts and never answers fails the poll with "no
 //! answer within ..."; the connection is dropped and opened again at the next poll.
+//!
+//! `notify=CHANNEL` makes the tap also listen for the rows a trigger notifies
+//! ([`listen_target`]; the listener is the tap's, `crate::listen`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -108,6 +111,47 @@ pub fn poll_query(table: &str, key: &str, time: &str, filter: Option<&str>) -> S
         c = quote_ident(time),
         f = filter.map(|f| format!(" AND ({f})")).unwrap_or_default(),
     )
+}
+
+/// How the tap connects to the server at `url`, naming itself `application_name`.
+fn connection_config(
+    url: &StoreUrl,
+    application_name: &str,
+    connect_timeout: Duration,
+) -> tokio_postgres::Config {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(&url.host)
+        .port(url.port)
+        .dbname(&url.path)
+        .application_name(application_name)
+        .connect_timeout(connect_timeout);
+    if let Some(u) = &url.user {
+        config.user(u);
+    }
+    if let Some(p) = &url.password {
+        config.password(p);
+    }
+    config
+}
+
+/// The address's `notify=CHANNEL`: how the tap's listener connects (`application_name`
+/// `hoptrace-listen`) and the channel it listens on (`None`: the address names none).
+///
+/// # Errors
+/// [`UrlError`] for an empty channel name or a bad `timeout=`.
+pub fn listen_target(url: &StoreUrl) -> Result<Option<(tokio_postgres::Config, String)>, UrlError> {
+    let Some(channel) = url.param("notify") else {
+        return Ok(None);
+    };
+    if channel.is_empty() {
+        return Err(url.error(
+            "notify= names the channel a trigger notifies each inserted row on (e.g. notify=hoptrace)".into(),
+        ));
+    }
+    let timeout = url.duration("timeout", Duration::from_secs(10))?;
+    let config = connection_config(url, "hoptrace-listen", timeout.min(Duration::from_secs(5)));
+    Ok(Some((config, channel.to_owned())))
 }
 
 /// The bound of a poll that wants every row (an empty table at start): 2^53 µs before
@@ -201,7 +245,7 @@ impl Postgres {
     /// [`UrlError`] for a missing database, table or time column, an `explain_every` that
     /// is not a count, or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["table", "key", "time", "explain_every", "where"])?;
+        url.check_params(&["table", "key", "time", "explain_every", "where", "notify"])?;
         let explain_every = match url.param("explain_every") {
             None => 0,
             Some(v) => v.parse::<u64>().map_err(|_| {
@@ -215,19 +259,7 @@ impl Postgres {
         }
         let timeout = url.duration("timeout", Duration::from_secs(10))?;
         let connect_timeout = timeout.min(Duration::from_secs(5));
-        let mut config = tokio_postgres::Config::new();
-        config
-            .host(&url.host)
-            .port(url.port)
-            .dbname(&url.path)
-            .application_name("hoptrace-tap")
-            .connect_timeout(connect_timeout);
-        if let Some(u) = &url.user {
-            config.user(u);
-        }
-        if let Some(p) = &url.password {
-            config.password(p);
-        }
+        let config = connection_config(url, "hoptrace-tap", connect_timeout);
         Ok(Self {
             url: url.clone(),
             config,
