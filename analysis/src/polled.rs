@@ -67,7 +67,7 @@ pub struct PollBracket {
     pub warning: bool,
 }
 
-/// What one store tap cost, from its counters (`docs/collector-protocol.md`, ids 64–109):
+/// What one store tap cost, from its counters (`docs/collector-protocol.md`, ids 64–113):
 /// its polls, its query time as it saw it, and the store's own query duration where the
 /// store reports one (ClickHouse).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -116,6 +116,24 @@ pub struct StoreTapCost {
     /// Connections to the store it found lost and opened again.
     #[serde(default)]
     pub reconnections: u64,
+    /// What its listener took, where it listened for the store's notifications
+    /// (PostgreSQL `notify=`); `None` for a tap that did not listen.
+    #[serde(default)]
+    pub notified: Option<Notified>,
+}
+
+/// What a store tap's listener took from the store's notifications (counters 110–113).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Notified {
+    /// Notifications received.
+    pub notifications: u64,
+    /// Keys a notification reported before any poll found them: `queryable` is its
+    /// arrival, `query_start` the same instant (their Query Duration is 0).
+    pub keys: u64,
+    /// Notifications whose payload was not `KEY TIME_US`.
+    pub bad: u64,
+    /// Listener connections that failed to open or were lost.
+    pub errors: u64,
 }
 
 /// A distribution a tap sends as counters: count, mean, P50, P99 and maximum, ns. A figure
@@ -185,8 +203,12 @@ mod tap_counter {
     pub(super) const STORE_TIME_BEHIND: u16 = 107;
     pub(super) const STORE_TIME_BEHIND_MAX_NS: u16 = 108;
     pub(super) const RECONNECTIONS: u16 = 109;
+    pub(super) const NOTIFICATIONS: u16 = 110;
+    pub(super) const KEYS_NOTIFIED: u16 = 111;
+    pub(super) const BAD_NOTIFICATIONS: u16 = 112;
+    pub(super) const LISTEN_ERRORS: u16 = 113;
     /// Every id read, the ones a tap has sent since the first version first.
-    pub(super) const READ: [u16; 29] = [
+    pub(super) const READ: [u16; 33] = [
         BRACKET_HOP,
         KEYS_FOUND,
         BRACKET_SUM_NS,
@@ -216,12 +238,16 @@ mod tap_counter {
         STORE_TIME_BEHIND,
         STORE_TIME_BEHIND_MAX_NS,
         RECONNECTIONS,
+        NOTIFICATIONS,
+        KEYS_NOTIFIED,
+        BAD_NOTIFICATIONS,
+        LISTEN_ERRORS,
     ];
     /// The ids without which a tap's counters are not read at all.
     pub(super) const REQUIRED: usize = 9;
 }
 
-/// The store taps' counters (`probes.parquet`, ids 64–109 of `docs/collector-protocol.md`),
+/// The store taps' counters (`probes.parquet`, ids 64–113 of `docs/collector-protocol.md`),
 /// per polled hop, with what each tap cost. Runs without store taps have none; counters
 /// an older tap did not send are left out (`None`).
 ///
@@ -372,6 +398,12 @@ pub async fn polled_hops(
                     get(id::STORE_TIME_BEHIND_MAX_NS),
                 ),
                 reconnections: get(id::RECONNECTIONS),
+                notified: opt(&col(id::NOTIFICATIONS), row).map(|notifications| Notified {
+                    notifications,
+                    keys: get(id::KEYS_NOTIFIED),
+                    bad: get(id::BAD_NOTIFICATIONS),
+                    errors: get(id::LISTEN_ERRORS),
+                }),
             });
         }
     }
@@ -462,5 +494,91 @@ mod tests {
         );
         assert!(poll_bracket(&polled, "publish", "broker", Some(1)).is_none());
         assert!(poll_bracket(&[], "publish", "queryable", Some(1)).is_none());
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::{CostSpread, Notified, StoreTapCost};
+
+    /// `summary.json`'s schema names every key a store tap's entry has, and no other
+    /// (it allows no other): a field added here without the schema fails.
+    #[test]
+    fn the_schema_describes_every_store_tap_field() {
+        let schema: serde_json::Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/schema/summary.schema.json"
+        )))
+        .unwrap();
+        let items = &schema["properties"]["store_taps"]["items"];
+        let mut in_schema: Vec<&str> = items["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        in_schema.sort_unstable();
+        let spread = CostSpread {
+            count: 1,
+            mean_ns: Some(1.0),
+            p50_ns: Some(1),
+            p99_ns: Some(1),
+            max_ns: Some(1),
+        };
+        let tap = StoreTapCost {
+            run_id: "r".into(),
+            process: "p".into(),
+            host: "h".into(),
+            hop: "queryable".into(),
+            poll_interval_ns: 1,
+            polls: 1,
+            poll_errors: 0,
+            polling_s: Some(1.0),
+            polls_per_s: Some(1.0),
+            query_time: spread,
+            server_elapsed: None,
+            keys_found: 1,
+            rows: 1,
+            rows_repeated: 0,
+            polls_with_keys: 1,
+            bad_keys: 0,
+            store_time_ahead: (0, 0),
+            store_time_behind: (0, 0),
+            reconnections: 0,
+            notified: Some(Notified {
+                notifications: 1,
+                keys: 1,
+                bad: 0,
+                errors: 0,
+            }),
+        };
+        let value = serde_json::to_value(&tap).unwrap();
+        let mut serialized: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        serialized.sort_unstable();
+        assert_eq!(serialized, in_schema);
+        let notified = &items["properties"]["notified"]["oneOf"][1]["properties"];
+        let mut n: Vec<&str> = notified
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        n.sort_unstable();
+        let mut got: Vec<&str> = value["notified"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, n);
+        for r in items["required"].as_array().unwrap() {
+            assert!(value.get(r.as_str().unwrap()).is_some(), "{r}");
+        }
     }
 }

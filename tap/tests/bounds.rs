@@ -251,6 +251,34 @@ fn run(
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    // summary.json holds to its schema, bounds and store taps included (Python's
+    // jsonschema, which the test command installs).
+    let schema = common::root().join("analysis/schema/summary.schema.json");
+    let check = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, jsonschema; jsonschema.Draft202012Validator(json.load(open(sys.argv[2]))).validate(json.load(open(sys.argv[1])))",
+        ])
+        .arg(out.join("summary.json"))
+        .arg(&schema)
+        .output()
+        .expect("python3");
+    assert!(
+        check.status.success(),
+        "summary.json against {}: {}",
+        schema.display(),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // The report says what the tap's listener took, from its counters.
+    let notified = &summary["store_taps"][0]["notified"];
+    match &s.listen {
+        Some(l) => {
+            assert_eq!(notified["keys"], l.keys_notified, "{notified}");
+            assert_eq!(notified["notifications"], l.notifications);
+            assert_eq!(notified["errors"], l.errors);
+        }
+        None => assert!(notified.is_null(), "{notified}"),
+    }
     for st in summary["stages"].as_array().unwrap() {
         let name = st["name"].as_str().unwrap();
         if name == "Query Duration" {

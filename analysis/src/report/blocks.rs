@@ -141,7 +141,7 @@ pub(super) fn poll_bracket_row(b: &PollBracket) -> Vec<String> {
         "Poll bracket".into(),
         b.end.bound(&duration_ns(b.max_ns)),
         format!(
-            "the stage {end} at {}, a store tap's poll: that stamp is late by at most its bracket (previous poll's send → this response), so the stage is {effect} by up to max {}; P50 {}, P99 {}, mean {} over {} keys; poll interval {}, {} polls, {} failed{}",
+            "the stage {end} at {}, a store tap's poll: that stamp is late by at most its bracket (the earliest instant the data can have become queryable, a poll's send or the row's store time → the response or notification that reported it), so the stage is {effect} by up to max {}; P50 {}, P99 {}, mean {} over {} keys; poll interval {}, {} polls, {} failed{}",
             b.hop,
             duration_ns(b.max_ns),
             duration_ns(b.p50_ns),
@@ -208,11 +208,18 @@ pub(super) fn store_tap_blocks(taps: &[StoreTapCost]) -> Vec<Block> {
                     |e| format!("{} over {} polls", cost_spread(e), count(e.count)),
                 ),
                 format!(
-                    "{} ({} re-read) for {} keys, found in {} polls",
+                    "{} ({} re-read) for {} keys, found in {} polls{}",
                     count(t.rows),
                     count(t.rows_repeated),
                     count(t.keys_found),
-                    count(t.polls_with_keys)
+                    count(t.polls_with_keys),
+                    t.notified.as_ref().map_or_else(String::new, |n| format!(
+                        "; {} keys found first by one of {} notifications (queryable = its arrival, Query Duration 0), {} not `KEY TIME_US`, {} listener connections failed or lost",
+                        count(n.keys),
+                        count(n.notifications),
+                        count(n.bad),
+                        count(n.errors)
+                    ))
                 ),
             ]
         })

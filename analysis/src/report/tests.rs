@@ -33,6 +33,7 @@ fn row_times_off_the_taps_clock_are_said_beside_its_cost() {
         store_time_ahead: (0, 0),
         store_time_behind: (0, 0),
         reconnections: 0,
+        notified: None,
     };
     assert!(store_time_disagrees(&t).is_none());
     t.store_time_ahead = (40, 4_991_894_926);

@@ -104,6 +104,15 @@ pub const STORE_TIME_BEHIND_MAX_NS: u16 = 108;
 /// Connections to the store found lost and opened again, over all pollers (PostgreSQL;
 /// 0 for the HTTP stores, whose client reconnects within a request).
 pub const RECONNECTIONS: u16 = 109;
+/// Notifications the tap's listener received (PostgreSQL `notify=`).
+pub const NOTIFICATIONS: u16 = 110;
+/// Keys a notification reported before any poll found them: their `queryable` is its
+/// arrival and their `query_start` the same instant.
+pub const KEYS_NOTIFIED: u16 = 111;
+/// Notifications whose payload was not `KEY TIME_US`.
+pub const BAD_NOTIFICATIONS: u16 = 112;
+/// Listener connections that failed to open or were lost.
+pub const LISTEN_ERRORS: u16 = 113;
 
 /// The counter's name, or `None` for an id outside this list.
 #[must_use]
@@ -155,6 +164,10 @@ pub fn name(id: u16) -> Option<&'static str> {
         STORE_TIME_BEHIND => "store_time_behind",
         STORE_TIME_BEHIND_MAX_NS => "store_time_behind_max_ns",
         RECONNECTIONS => "reconnections",
+        NOTIFICATIONS => "notifications",
+        KEYS_NOTIFIED => "keys_notified",
+        BAD_NOTIFICATIONS => "bad_notifications",
+        LISTEN_ERRORS => "listen_errors",
         _ => return None,
     })
 }

@@ -1033,6 +1033,15 @@ impl StoreTap {
                 u64::try_from(self.catch_up_total_ns(l)).unwrap_or(0),
             ),
         ];
+        if self.listen_target.is_some() {
+            let n = &self.listen_counts;
+            values.extend([
+                (id::NOTIFICATIONS, n.notifications.load(Relaxed)),
+                (id::KEYS_NOTIFIED, c.keys_notified),
+                (id::BAD_NOTIFICATIONS, n.bad.load(Relaxed)),
+                (id::LISTEN_ERRORS, n.errors.load(Relaxed)),
+            ]);
+        }
         if let Some(s) = &self.series {
             values.extend([
                 (id::SERIES, s.values.len() as u64),
