@@ -498,8 +498,50 @@ mod tests {
 }
 
 #[cfg(test)]
+impl StoreTapCost {
+    /// A tap that found 40 keys in 10 polls and has nothing more to say: for tests.
+    pub(crate) fn example() -> Self {
+        Self {
+            run_id: "r".into(),
+            process: "hoptrace tap".into(),
+            host: "h".into(),
+            hop: "queryable".into(),
+            poll_interval_ns: 1_000_000,
+            polls: 10,
+            poll_errors: 0,
+            polling_s: Some(1.0),
+            polls_per_s: Some(10.0),
+            query_time: CostSpread {
+                count: 0,
+                mean_ns: None,
+                p50_ns: None,
+                p99_ns: None,
+                max_ns: None,
+            },
+            server_elapsed: None,
+            keys_found: 40,
+            rows: 40,
+            rows_repeated: 0,
+            polls_with_keys: 1,
+            bad_keys: 0,
+            store_time_ahead: (0, 0),
+            store_time_behind: (0, 0),
+            reconnections: 0,
+            notified: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod schema_tests {
-    use super::{CostSpread, Notified, StoreTapCost};
+    use super::{Notified, StoreTapCost};
+
+    /// The keys of a JSON object, sorted.
+    fn keys(v: &serde_json::Value) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort_unstable();
+        k
+    }
 
     /// `summary.json`'s schema names every key a store tap's entry has, and no other
     /// (it allows no other): a field added here without the schema fails.
@@ -511,72 +553,21 @@ mod schema_tests {
         )))
         .unwrap();
         let items = &schema["properties"]["store_taps"]["items"];
-        let mut in_schema: Vec<&str> = items["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        in_schema.sort_unstable();
-        let spread = CostSpread {
-            count: 1,
-            mean_ns: Some(1.0),
-            p50_ns: Some(1),
-            p99_ns: Some(1),
-            max_ns: Some(1),
-        };
         let tap = StoreTapCost {
-            run_id: "r".into(),
-            process: "p".into(),
-            host: "h".into(),
-            hop: "queryable".into(),
-            poll_interval_ns: 1,
-            polls: 1,
-            poll_errors: 0,
-            polling_s: Some(1.0),
-            polls_per_s: Some(1.0),
-            query_time: spread,
-            server_elapsed: None,
-            keys_found: 1,
-            rows: 1,
-            rows_repeated: 0,
-            polls_with_keys: 1,
-            bad_keys: 0,
-            store_time_ahead: (0, 0),
-            store_time_behind: (0, 0),
-            reconnections: 0,
             notified: Some(Notified {
                 notifications: 1,
                 keys: 1,
                 bad: 0,
                 errors: 0,
             }),
+            ..StoreTapCost::example()
         };
         let value = serde_json::to_value(&tap).unwrap();
-        let mut serialized: Vec<&str> = value
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        serialized.sort_unstable();
-        assert_eq!(serialized, in_schema);
-        let notified = &items["properties"]["notified"]["oneOf"][1]["properties"];
-        let mut n: Vec<&str> = notified
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        n.sort_unstable();
-        let mut got: Vec<&str> = value["notified"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        got.sort_unstable();
-        assert_eq!(got, n);
+        assert_eq!(keys(&value), keys(&items["properties"]));
+        assert_eq!(
+            keys(&value["notified"]),
+            keys(&items["properties"]["notified"]["oneOf"][1]["properties"])
+        );
         for r in items["required"].as_array().unwrap() {
             assert!(value.get(r.as_str().unwrap()).is_some(), "{r}");
         }

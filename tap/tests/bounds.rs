@@ -492,39 +492,31 @@ fn postgres_run(drop_connections: bool, notify: bool) {
             "DROP TABLE IF EXISTS {t}; DROP FUNCTION IF EXISTS {t}_notify()"
         ));
     });
+    // The tap's connections (the independent poller and the writer announce no
+    // application name), by the table their last statement named: its pollers'
+    // (`hoptrace-tap`; the busy one finds its connection lost at its next poll, an idle
+    // one when next used), or its listener's (`hoptrace-listen`, one).
     let mut admin = pg();
-    let mut admin_listen = pg();
-    let t_listen = t_name.clone();
-    let mut terminate = || {
-        // The tap's connections (the independent poller and the writer announce no
-        // application name), by the table their prepared poll reads. The poller that is
-        // busy finds its connection lost at its next poll; an idle one when next used.
+    let mut terminate = move |application: &str| {
         let ended = admin
             .query(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = 'hoptrace-tap' AND query LIKE '%' || $1 || '%'",
-                &[&t_name],
+                 WHERE application_name = $1 AND query LIKE '%' || $2 || '%'",
+                &[&application, &t_name],
             )
             .unwrap();
-        assert!(!ended.is_empty(), "no tap connection polling {t_name}");
+        assert!(!ended.is_empty(), "no {application} connection on {t_name}");
         assert!(ended.iter().all(|r| r.get::<_, bool>(0)));
+        ended.len()
     };
-    let mut terminate_listener = || {
-        let ended = admin_listen
-            .query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = 'hoptrace-listen' AND query LIKE '%' || $1 || '%'",
-                &[&t_listen],
-            )
-            .unwrap();
-        assert_eq!(ended.len(), 1, "the listener listening on {t_listen}");
-        assert!(ended[0].get::<_, bool>(0));
+    let mut end = || {
+        if notify {
+            assert_eq!(terminate("hoptrace-listen"), 1, "one listener");
+        } else {
+            terminate("hoptrace-tap");
+        }
     };
-    let fault: Option<&mut dyn FnMut()> = match (drop_connections, notify) {
-        (false, _) => None,
-        (true, false) => Some(&mut terminate),
-        (true, true) => Some(&mut terminate_listener),
-    };
+    let fault = drop_connections.then_some(&mut end as &mut dyn FnMut());
     let configure = |tc: &mut StoreTapConfig| {
         if notify {
             tc.poll_interval = Duration::from_millis(200);

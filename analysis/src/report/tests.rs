@@ -1,40 +1,12 @@
 use super::blocks::{date_of, poll_bracket_row, store_tap_blocks, store_time_disagrees};
 use super::*;
-use crate::summary::{CostSpread, PollBracket, PolledEnd, StoreTapCost};
+use crate::summary::{PollBracket, PolledEnd, StoreTapCost};
 
 /// A tap whose row times were off its clock gets a paragraph that says how many, by
 /// how much, and what that does to the figures; one whose were not gets none.
 #[test]
 fn row_times_off_the_taps_clock_are_said_beside_its_cost() {
-    let spread = CostSpread {
-        count: 0,
-        mean_ns: None,
-        p50_ns: None,
-        p99_ns: None,
-        max_ns: None,
-    };
-    let mut t = StoreTapCost {
-        run_id: "r".into(),
-        process: "hoptrace tap".into(),
-        host: "h".into(),
-        hop: "queryable".into(),
-        poll_interval_ns: 1_000_000,
-        polls: 10,
-        poll_errors: 0,
-        polling_s: Some(1.0),
-        polls_per_s: Some(10.0),
-        query_time: spread.clone(),
-        server_elapsed: None,
-        keys_found: 40,
-        rows: 40,
-        rows_repeated: 0,
-        polls_with_keys: 1,
-        bad_keys: 0,
-        store_time_ahead: (0, 0),
-        store_time_behind: (0, 0),
-        reconnections: 0,
-        notified: None,
-    };
+    let mut t = StoreTapCost::example();
     assert!(store_time_disagrees(&t).is_none());
     t.store_time_ahead = (40, 4_991_894_926);
     t.store_time_behind = (2, 20_000_000);
