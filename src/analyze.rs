@@ -185,7 +185,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
         return Err(exit_with(
             COMPARE_UNDECIDED,
             anyhow::anyhow!(
-                "{undecided} requirement(s) undecided: the bounds of a polled stage or the clocks' uncertainty hold them for some values and not for others (narrow the bounds: poll more often, more pollers)"
+                "{undecided} requirement(s) undecided: the bounds of a polled stage or the clocks' uncertainty hold them for some values and not for others (narrow the bounds: poll more often or with more pollers, read fewer series or rows a poll, or let the store notify each row, `notify=` on PostgreSQL)"
             ),
         ));
     }

@@ -218,7 +218,7 @@ pub async fn compute(
         }
         if let Some(b) = summary.poll_bracket.as_ref().filter(|b| b.warning) {
             warnings.push(format!(
-                "{}: the poll bracket of {} (P99 {}, mean {}, max {}) is not small against its P50 {}: the {} stamp is late by up to that much (poll more often)",
+                "{}: the poll bracket of {} (P99 {}, mean {}, max {}) is not small against its P50 {}: the {} stamp is late by up to that much (to narrow it: poll more often or with more pollers, make each poll read fewer series or rows, or let the store notify each row, `notify=` on PostgreSQL)",
                 st.name,
                 b.hop,
                 hoptrace_format::units::duration_ns(b.p99_ns),
