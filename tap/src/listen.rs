@@ -34,8 +34,6 @@ pub(crate) struct ListenCounts {
     pub(crate) bad: AtomicU64,
     /// Connections that failed to open or were lost.
     pub(crate) errors: AtomicU64,
-    /// Whether the listener is listening now.
-    pub(crate) listening: AtomicBool,
 }
 
 /// Parses a payload `KEY TIME_US` into the key and the row time, ns.
@@ -73,7 +71,6 @@ pub(crate) fn start(
             let mut last_error = String::new();
             while !stop.load(Relaxed) {
                 let r = rt.block_on(listen_once(&config, &channel, &out, &stop, &counts));
-                counts.listening.store(false, Relaxed);
                 match r {
                     Ok(()) => return,
                     Err(e) => {
@@ -158,7 +155,12 @@ async fn listen_once(
             return Err(format!("{listen}: no answer within {limit:?}"));
         }
     }
-    counts.listening.store(true, Relaxed);
+    let errors = counts.errors.load(Relaxed);
+    if errors > 0 {
+        tracing::info!(
+            "listening on channel {channel:?} again, after {errors} failed or lost connections"
+        );
+    }
     while !stop.load(Relaxed) && !gone.load(Relaxed) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

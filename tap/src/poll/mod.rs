@@ -435,7 +435,8 @@ impl StoreTap {
                 && last_found.elapsed() < self.config.catch_up
                 && p.any_free()
             {
-                next_catch_up = now + catch_up_pace;
+                // The next one is timed from this one's answer (below); until then none.
+                next_catch_up = now + catch_up_slowest * 2;
                 if p.send(Ticket {
                     newest_ns: self.newest_ns,
                     widen_ns: l.widen_ns,
@@ -504,6 +505,7 @@ impl StoreTap {
                 } else {
                     (catch_up_pace * 2).min(catch_up_slowest)
                 };
+                next_catch_up = Instant::now() + catch_up_pace;
                 l.c.catch_up_pace_max = l.c.catch_up_pace_max.max(catch_up_pace);
             }
             match taken {
@@ -589,10 +591,10 @@ impl StoreTap {
             l.error_streak = 0;
         }
         let notified = a.poller == NOTIFIER;
+        // Rows a poll read (a notification's row is none: the rows counts are the polls').
+        let read = u64::from(!notified);
         let c = &mut l.c;
-        if notified {
-            c.notified += 1;
-        } else {
+        if !notified {
             c.answered += 1;
             l.query_time.record(resp_ns - send_ns);
         }
@@ -608,7 +610,7 @@ impl StoreTap {
         // of the same message.
         let mut found_keys = rustc_hash::FxHashSet::default();
         for row in &batch.rows {
-            c.rows += 1;
+            c.rows += read;
             self.newest_ns = Some(self.newest_ns.map_or(row.time_ns, |n| n.max(row.time_ns)));
             let ctx = match TraceContext::decode_text(&row.key) {
                 Ok(ctx) => ctx,
@@ -618,7 +620,7 @@ impl StoreTap {
                         (row.key.as_str(), row.time_ns),
                     );
                     if !l.seen_bad.insert(h, row.time_ns) {
-                        c.rows_repeated += 1;
+                        c.rows_repeated += read;
                         continue;
                     }
                     if l.baseline {
@@ -637,7 +639,7 @@ impl StoreTap {
                 }
             };
             if !l.seen.insert(ctx.key, row.time_ns) {
-                c.rows_repeated += 1;
+                c.rows_repeated += read;
                 if found_keys.contains(&ctx.key) {
                     c.rows_sharing_a_key += 1;
                 }

@@ -110,7 +110,8 @@ pub struct StoreTapSummary {
     pub caught_up_keys: u64,
     /// The most one of those was behind the newest row time seen, ns.
     pub caught_up_late_max_ns: u64,
-    /// The longest pause between two catch-up polls, ns: they come every
+    /// The longest pause set between a catch-up poll's answer and the next one, ns
+    /// (the last may not have passed when the tap stopped): they come every
     /// `catch_up_interval` while they find keys, and slow down, doubling up to half the
     /// catch-up window, while they find none.
     pub catch_up_pace_max_ns: u64,

@@ -196,8 +196,7 @@ pub(super) struct Tally {
     pub(super) catch_up_pace_max: std::time::Duration,
     /// Rows of a key its own poll had already returned in another row.
     pub(super) rows_sharing_a_key: u64,
-    /// Notifications taken (a store's listener), and the keys they found first.
-    pub(super) notified: u64,
+    /// Keys a store's notification found before any poll.
     pub(super) keys_notified: u64,
 }
 
