@@ -231,6 +231,9 @@ pub async fn compute(
                 b.hop
             ));
         }
+        if let Some(w) = notified_in_one_poll_stage(st, &summary.column, &polled) {
+            warnings.push(w);
+        }
         if summary.clock_warning {
             warnings.push(format!(
                 "{}: clock uncertainty {} is not small against its P50 {}",
@@ -550,6 +553,33 @@ impl StageSummary {
             None => text,
         }
     }
+}
+
+/// A stage between two stamps of one poll (`query_start → queryable`) is 0 for the keys
+/// a store's notification found first (no query found them): said, with how many.
+fn notified_in_one_poll_stage(
+    st: &StageSpec,
+    column: &str,
+    polled: &[crate::polled::PolledHop],
+) -> Option<String> {
+    let h = polled.iter().find(|h| {
+        st.from != st.to && h.same_poll.contains(&st.from) && h.same_poll.contains(&st.to)
+    })?;
+    let notified: u64 = h
+        .taps
+        .iter()
+        .filter_map(|t| t.notified.as_ref())
+        .map(|n| n.keys)
+        .sum();
+    (notified > 0).then(|| {
+        format!(
+            "{}: {} keys came first by the store's notification, not a poll: their {} and {} are one instant (no query), so the stage counts them as 0 beside the polls' durations (`WHERE {column} > 0` in `hoptrace sql` keeps the polls' own)",
+            st.name,
+            hoptrace_format::units::count(notified),
+            st.from,
+            st.to
+        )
+    })
 }
 
 #[cfg(test)]
