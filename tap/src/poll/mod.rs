@@ -112,8 +112,9 @@ enum Taken {
     Answered { found: u64 },
 }
 
-/// After this many keys the tap says whether each came in several rows.
-const SHARING_AFTER: u64 = 1000;
+/// After this many keys the tap says what it sees of them: whether each came in several
+/// rows, and whether a listening tap's came by notification at all.
+const CHECK_AFTER: u64 = 1000;
 
 /// What to do when each key comes in several rows.
 pub const ROWS_PER_KEY_HINT: &str = "a condition in `where=` that one row per message meets (an equality on a tag or column, e.g. `\"metric\"='m0'`) makes each poll read one row per message and touch fewer series";
@@ -583,14 +584,14 @@ impl StoreTap {
                 return Taken::Failed;
             }
         };
-        if l.error_streak > 0 && a.poller != NOTIFIER {
+        let notified = a.poller == NOTIFIER;
+        if l.error_streak > 0 && !notified {
             tracing::info!(
                 "the store answers again after {} failed polls",
                 l.error_streak
             );
             l.error_streak = 0;
         }
-        let notified = a.poller == NOTIFIER;
         // Rows a poll read (a notification's row is none: the rows counts are the polls').
         let read = u64::from(!notified);
         let c = &mut l.c;
@@ -750,8 +751,8 @@ impl StoreTap {
             let before = c.keys_found;
             c.keys_found += found_here;
             if self.listen_target.is_some()
-                && before < SHARING_AFTER
-                && c.keys_found >= SHARING_AFTER
+                && before < CHECK_AFTER
+                && c.keys_found >= CHECK_AFTER
                 && c.keys_notified == 0
             {
                 tracing::warn!(
@@ -759,8 +760,8 @@ impl StoreTap {
                     c.keys_found
                 );
             }
-            if before < SHARING_AFTER && c.keys_found >= SHARING_AFTER {
-                let per_key = c.rows_per_key();
+            if before < CHECK_AFTER && c.keys_found >= CHECK_AFTER {
+                let per_key = summary::rows_per_key(c.keys_found, c.rows_sharing_a_key);
                 if per_key >= 2.0 {
                     tracing::warn!(
                         "each key comes in {per_key:.1} rows (a message written as several points or rows), and every poll reads them all: {ROWS_PER_KEY_HINT}"

@@ -142,15 +142,21 @@ pub struct StoreTapSummary {
     pub collector_refused: Option<String>,
 }
 
+/// Rows per new key in the answers that found them (1: one row per message), from the
+/// keys found and the rows of a key its own answer had already returned.
+pub(super) fn rows_per_key(keys_found: u64, rows_sharing_a_key: u64) -> f64 {
+    if keys_found == 0 {
+        1.0
+    } else {
+        (keys_found + rows_sharing_a_key) as f64 / keys_found as f64
+    }
+}
+
 impl StoreTapSummary {
     /// Rows per new key in the polls that found them (1: one row per message).
     #[must_use]
     pub fn rows_per_key(&self) -> f64 {
-        if self.keys_found == 0 {
-            1.0
-        } else {
-            (self.keys_found + self.rows_sharing_a_key) as f64 / self.keys_found as f64
-        }
+        rows_per_key(self.keys_found, self.rows_sharing_a_key)
     }
 
     /// Polls per second over the run.

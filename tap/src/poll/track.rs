@@ -199,14 +199,3 @@ pub(super) struct Tally {
     /// Keys a store's notification found before any poll.
     pub(super) keys_notified: u64,
 }
-
-impl Tally {
-    /// Rows per new key in the answers that found them (1: one row per message).
-    pub(super) fn rows_per_key(&self) -> f64 {
-        if self.keys_found == 0 {
-            1.0
-        } else {
-            (self.keys_found + self.rows_sharing_a_key) as f64 / self.keys_found as f64
-        }
-    }
-}
