@@ -510,7 +510,8 @@ def print_summary(results: list) -> None:
         balance = (f"{handed:,} = {delivered:,} + {lost:,} "
                    f"({'holds' if handed == delivered + lost else 'off by ' + format(handed - delivered - lost, ',')})"
                    if None not in (handed, delivered, lost) else "–")
-        print(f"| {r['lang']} | {fmt_mib(wo['connected']['rss_last_kib'])} | "
+        minutes = "+".join(f"{w[p]['seconds'] / 60:g}" for p in PHASES)
+        print(f"| {r['lang']} ({minutes} min) | {fmt_mib(wo['connected']['rss_last_kib'])} | "
               f"{fmt_mib(w['connected']['rss_last_kib'])} | "
               f"{fmt_mib(w['outage']['rss_last_kib'])} ({growth / 1024:+.1f}; "
               f"{fmt_mib(w['outage']['rss_max_kib'])}) | "

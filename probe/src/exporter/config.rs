@@ -41,7 +41,10 @@ pub struct ExporterConfig {
     /// Which clock status is reported to the collector (default: the kernel's, see
     /// [`ClockReporting`]).
     pub clock: ClockReporting,
-    /// Records the queue holds before `report()` starts dropping (and counting).
+    /// Records the queue holds before `report()` starts dropping (and counting). The
+    /// queue is a ring of 64-byte slots allocated and written in full when the exporter
+    /// starts: the default, 1,048,576 records, is 64 MiB of the host's memory from the
+    /// first second, whatever the rate.
     pub queue_capacity: usize,
     /// Most records per Records frame.
     pub max_batch: usize,
