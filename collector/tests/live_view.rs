@@ -240,3 +240,143 @@ fn live_json_shows_the_figures_of_the_traces_written() {
     drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A stage ending at a polled hop shows, beside its figures, those of its smallest and
+/// largest possible deltas (to the hop's earliest instant, and to its stamp), over the
+/// interval and the run, and still at the end of the run; a stage between two stamps of
+/// one poll (announced by one connection) shows none.
+#[test]
+fn live_json_bounds_a_stage_that_ends_at_a_polled_hop() {
+    use hoptrace_probe::testing::ManualClock;
+    use hoptrace_probe::{Exporter, ExporterConfig, HopId};
+
+    let spec = PipelineSpec::from_toml_str(
+        r#"
+name = "polled"
+[[hops]]
+name = "publish"
+[[hops]]
+name = "query_start"
+[[hops]]
+name = "queryable"
+earliest = "queryable_earliest"
+[[hops]]
+name = "queryable_earliest"
+[[stages]]
+name = "Total Ingestion"
+from = "publish"
+to = "queryable"
+definition = "From the publisher's egress until a poll found the data."
+headline = true
+[[stages]]
+name = "Query Duration"
+from = "query_start"
+to = "queryable"
+definition = "One poll: its send to its response."
+"#,
+    )
+    .unwrap();
+    let tmp = hoptrace_testkit::tempdir("live-view-bounds");
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec.clone(), &tmp);
+    cfg.run_id = Some("live-bounds".into());
+    let collector = Collector::start(cfg).unwrap();
+    let server = MetricsServer::start_live("127.0.0.1:0", &collector.watch(), None).unwrap();
+    let addr = server.local_addr();
+
+    // Two connections, as a publisher and a store tap are: the tap announces the poll's
+    // three hops.
+    let exporter = |hops: &[(HopId, &str)], process: &str| {
+        let mut c = ExporterConfig::new(collector.local_addr().to_string(), process);
+        c.backoff_min = Duration::from_millis(5);
+        Exporter::start(c, hops).unwrap()
+    };
+    let publisher = exporter(&[(HopId(0), "publish")], "publisher");
+    let tap = exporter(
+        &[
+            (HopId(1), "query_start"),
+            (HopId(2), "queryable"),
+            (HopId(3), "queryable_earliest"),
+        ],
+        "tap",
+    );
+    let clock = ManualClock::new(0);
+    let publish = publisher.probe_with_clock(HopId(0), clock.clone()).unwrap();
+    let tap_probes: Vec<_> = (1..=3)
+        .map(|h| tap.probe_with_clock(HopId(h), clock.clone()).unwrap())
+        .collect();
+
+    // Per trace: the data became queryable between `earliest` and `upper` after publish.
+    let earliest: [i64; 6] = [
+        1_000_000, 2_000_000, 3_100_000, 900_000, 12_000_000, 4_000_000,
+    ];
+    let upper: [i64; 6] = [
+        9_000_000, 7_500_000, 14_000_000, 3_000_000, 25_000_000, 6_100_000,
+    ];
+    let now = hoptrace_probe::clock::realtime_ns();
+    let base = now - now % 1_000_000_000 - 30_000_000_000;
+    for (seq, (e, u)) in earliest.iter().zip(upper).enumerate() {
+        let p = base + seq as i64 * 50_000_000;
+        let mut ctx = TraceContext::new(
+            TraceKey {
+                publisher: 2,
+                stream: 0,
+                sequence: seq as u64,
+            },
+            1,
+            p,
+        );
+        for (probe, stamp) in
+            std::iter::once(&publish)
+                .chain(&tap_probes)
+                .zip([p, p + u - 500_000, p + u, p + e])
+        {
+            clock.set(stamp);
+            assert!(probe.record(&mut ctx).queued);
+        }
+    }
+
+    let mut last = live(addr);
+    wait_for(
+        "the run's figures and bounds",
+        Duration::from_secs(30),
+        || {
+            last = live(addr);
+            last.stages[0].run.count == 6 && last.stages[0].bounds.is_some()
+        },
+    );
+    let figures = |v: &[i64]| {
+        let mut s = SignedStats::default();
+        s.add_values(v);
+        hoptrace_collector::live::Figures::of(&s)
+    };
+    let check = |l: &Live| {
+        let total = &l.stages[0];
+        let b = total
+            .bounds
+            .as_ref()
+            .expect("Total Ingestion ends at a polled hop");
+        assert_eq!(b.polled, ["queryable"]);
+        assert_eq!(b.run.lower, figures(&earliest));
+        assert_eq!(b.run.upper, figures(&upper));
+        // The upper side is the stage's own deltas, the point figures.
+        assert_eq!(b.run.upper, total.run);
+        assert!(b.run.lower.p50_ns <= total.run.p50_ns && b.run.lower.max_ns <= total.run.max_ns);
+        // One poll's two stamps: exact, no bounds.
+        assert_eq!(l.stages[1].run.count, 6);
+        assert_eq!(l.stages[1].run.max_ns, Some(500_000));
+        assert_eq!(l.stages[1].bounds, None);
+    };
+    check(&last);
+    // The interval's bounds count what the interval's figures count.
+    let b = last.stages[0].bounds.as_ref().unwrap();
+    assert_eq!(b.interval.upper.count, last.stages[0].interval.count);
+
+    assert!(publisher.shutdown().clean);
+    assert!(tap.shutdown().clean);
+    collector.stop().unwrap();
+    let end = live(addr);
+    assert!(!end.running);
+    check(&end);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -208,6 +208,13 @@ fn run(
     assert_eq!(s.pollers, 2);
     assert_eq!(s.earliest_fallbacks, 0, "every key was covered by a poll");
 
+    // The live view, once every trace is in an interval that ended: its whole-run bounds,
+    // compared with the report's below.
+    let mut live = serde_json::Value::Null;
+    wait_for("the live view to hold every trace", 30, || {
+        live = collector.live();
+        live["stages"][0]["run"]["count"] == N
+    });
     let run = collector.stop();
     assert_eq!(run["accounting"]["adds_up"], true, "{}", run["accounting"]);
     let rows = sql(
@@ -318,6 +325,40 @@ fn run(
         }
         assert!(b["lower"]["min_ns"].as_i64() <= st["min_ns"].as_i64());
     }
+    // The live view showed the report's bounds of the same traces: the same counts and
+    // extremes, and the same percentiles (one kind of histogram, one precision); Query
+    // Duration none.
+    let (l, r) = (&live["stages"][0], &summary["stages"][0]);
+    assert_eq!(l["name"], "Total Ingestion");
+    assert_eq!(r["name"], "Total Ingestion");
+    assert_eq!(l["bounds"]["polled"][0], "queryable", "{l}");
+    for side in ["lower", "upper"] {
+        let (lb, rb) = (&l["bounds"]["run"][side], &r["bounds"][side]);
+        assert_eq!(lb["count"], rb["count"], "{side}: {lb} against {rb}");
+        assert_eq!(lb["min_ns"], rb["min_ns"], "{side}");
+        assert_eq!(lb["max_ns"], rb["max_ns"], "{side}");
+        for (field, label) in [
+            ("p50_ns", "P50"),
+            ("p90_ns", "P90"),
+            ("p99_ns", "P99"),
+            ("p999_ns", "P99.9"),
+        ] {
+            let at = rb["percentiles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["label"] == label)
+                .unwrap_or_else(|| panic!("{label} in {rb}"));
+            assert_eq!(lb[field], at["value_ns"], "{side} {label}");
+        }
+    }
+    let query = live["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|st| st["name"] == "Query Duration")
+        .unwrap();
+    assert!(query["bounds"].is_null(), "{query}");
     // And the bound columns of `traces` give the same percentiles.
     let p = sql(
         &collector_run(&dir),

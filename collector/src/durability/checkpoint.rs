@@ -20,7 +20,7 @@
 //!
 //! | field | size |
 //! | --- | --- |
-//! | magic `HTCKPT01` | 8 |
+//! | magic `HTCKPT02` | 8 |
 //! | CRC-32 (IEEE) of the body | u32 LE |
 //! | body length | u64 LE |
 //! | body | |
@@ -30,7 +30,9 @@
 //! u32, u32 ranges, ranges as first and last u64); the stages (u16 count, then per stage
 //! u32 length and [`SignedStats::encode`] of the total, the same of the open interval, log
 //! length u64, negative log length u64 or `u64::MAX` for none; then the interval's start,
-//! i64); the pending traces (u64 count, then per trace: first arrival u64, key, intended
+//! i64); the bounds of the stages with a polled hop (u16 count, then per stage its name as
+//! u32 length and bytes, and four [`SignedStats::encode`]s, each with its u32 length: the
+//! smallest deltas' total and open interval, then the largest deltas'); the pending traces (u64 count, then per trace: first arrival u64, key, intended
 //! i64, metric count u32, flags u8, present u16, trace id flag u8 and 16 bytes, a stamp
 //! i64 per hop); the unwritten traces (u64 count, then per trace: key, intended i64, metric
 //! count u32, flags u8, present u16, missing u16, complete u8, trace id flag u8 and 16
@@ -56,7 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::join::{JoinStats, JoinedTrace, PendingTrace};
 use crate::keys::{SeqSet, WrittenKeys};
-use crate::stages::{StageSnapshot, StagesSnapshot};
+use crate::stages::{BoundSnapshot, StageSnapshot, StagesSnapshot};
 use crate::wal::{WAL_DIR, WalError};
 
 /// The checkpoint's file in the log's directory.
@@ -74,7 +76,7 @@ pub(crate) const CLOSED: &str = "closed.checkpoint";
 /// (1M traces/s) does not write its state every second.
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_secs(5);
 
-const MAGIC: &[u8; 8] = b"HTCKPT01";
+const MAGIC: &[u8; 8] = b"HTCKPT02";
 
 /// The state of a run at a checkpoint, apart from the bulk below.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,6 +191,17 @@ impl Checkpoint {
             b.extend_from_slice(&s.negative_log_len.unwrap_or(u64::MAX).to_le_bytes());
         }
         b.extend_from_slice(&self.stages.interval_start_unix_ns.to_le_bytes());
+        b.extend_from_slice(
+            &u16::try_from(self.stages.bounds.len())
+                .expect("at most 255 stages")
+                .to_le_bytes(),
+        );
+        for s in &self.stages.bounds {
+            put_bytes(&mut b, s.stage.as_bytes());
+            for st in [&s.lower.0, &s.lower.1, &s.upper.0, &s.upper.1] {
+                put_bytes(&mut b, &st.encode());
+            }
+        }
 
         let hops = self.meta.hops;
         b.extend_from_slice(&(self.pending.len() as u64).to_le_bytes());
@@ -259,9 +272,21 @@ impl Checkpoint {
                 negative_log_len: (negative != u64::MAX).then_some(negative),
             });
         }
+        let interval_start_unix_ns = r.i64()?;
+        let mut bounds = Vec::new();
+        for _ in 0..r.u16()? {
+            let stage = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+            let mut stats = || SignedStats::decode(r.bytes()?).ok();
+            bounds.push(BoundSnapshot {
+                stage,
+                lower: (stats()?, stats()?),
+                upper: (stats()?, stats()?),
+            });
+        }
         let stages = StagesSnapshot {
-            interval_start_unix_ns: r.i64()?,
+            interval_start_unix_ns,
             stages,
+            bounds,
         };
 
         let n = r.u64()?;
@@ -546,6 +571,11 @@ mod tests {
                     interval: SignedStats::default(),
                     log_len: 400,
                     negative_log_len: Some(300),
+                }],
+                bounds: vec![BoundSnapshot {
+                    stage: "Broker Time".into(),
+                    lower: (SignedStats::default(), stats.clone()),
+                    upper: (stats.clone(), SignedStats::default()),
                 }],
             },
             pending: vec![PendingTrace {

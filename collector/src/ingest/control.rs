@@ -392,6 +392,15 @@ impl Control {
     /// stamps per hop are known (this collector joined them, or a relay counted them).
     /// `durable`: this is a collector with a log, whose version 2 connections were
     /// acknowledged (`None`: a group member, which does not know).
+    /// Whether one probe connection of the run announced both hops `a` and `b` (a store
+    /// tap's poll send and response: a stage between them is exact).
+    pub(crate) fn one_probe_announces(&self, a: &str, b: &str) -> bool {
+        self.probes.values().any(|p| {
+            let has = |h: &str| p.hello.hops.iter().any(|(_, n)| n == h);
+            has(a) && has(b)
+        })
+    }
+
     pub(crate) fn probe_infos(
         &self,
         hop_names: Option<&[String]>,

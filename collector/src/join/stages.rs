@@ -148,6 +148,18 @@ pub struct StageSnapshot {
     pub negative_log_len: Option<u64>,
 }
 
+/// What a checkpoint of the run keeps of one bounded stage: the statistics so far of its
+/// smallest and of its largest possible deltas.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundSnapshot {
+    /// The stage's name.
+    pub stage: String,
+    /// The smallest deltas: every interval ended so far, and the open interval.
+    pub lower: (SignedStats, SignedStats),
+    /// The largest deltas, the same.
+    pub upper: (SignedStats, SignedStats),
+}
+
 /// What a checkpoint of the run keeps of the stages ([`StageRecorder::snapshot`],
 /// [`StageRecorder::resume`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +168,126 @@ pub struct StagesSnapshot {
     pub interval_start_unix_ns: i64,
     /// Per stage, in the spec's order.
     pub stages: Vec<StageSnapshot>,
+    /// Per stage with a polled hop, in the spec's order.
+    pub bounds: Vec<BoundSnapshot>,
+}
+
+impl StagesSnapshot {
+    /// The figures over every interval ended so far of each stage's bounds, per stage in
+    /// the spec's order (`None` for a stage without a polled hop).
+    #[must_use]
+    pub fn run_bounds(&self) -> Vec<Option<crate::live::BoundFigures>> {
+        self.stages
+            .iter()
+            .map(|st| {
+                self.bounds
+                    .iter()
+                    .find(|b| b.stage == st.name)
+                    .map(|b| crate::live::BoundFigures::of(&b.lower.0, &b.upper.0))
+            })
+            .collect()
+    }
+}
+
+/// One side of a bounded stage: its smallest or its largest possible deltas, between
+/// the hops that give them.
+struct Side {
+    from_index: usize,
+    to_index: usize,
+    total: SignedStats,
+    interval: SignedStats,
+    /// Deltas not yet added to `interval`.
+    batch: Vec<i64>,
+}
+
+impl Side {
+    fn new(
+        from_index: usize,
+        to_index: usize,
+        (total, interval): (SignedStats, SignedStats),
+    ) -> Self {
+        Self {
+            from_index,
+            to_index,
+            total,
+            interval,
+            batch: Vec::with_capacity(BATCH),
+        }
+    }
+
+    fn flush(&mut self) {
+        self.interval.add_values(&self.batch);
+        self.batch.clear();
+    }
+
+    #[inline]
+    fn record(&mut self, t: &JoinedTrace) {
+        if let Some(d) = t.delta_ns(self.from_index, self.to_index) {
+            self.batch.push(d);
+            if self.batch.len() == BATCH {
+                self.flush();
+            }
+        }
+    }
+
+    fn end_interval(&mut self) {
+        self.flush();
+        self.total.merge(&self.interval);
+        self.interval.clear();
+    }
+
+    fn state(&mut self) -> (SignedStats, SignedStats) {
+        self.flush();
+        (self.total.clone(), self.interval.clone())
+    }
+}
+
+/// A stage that starts or ends at a polled hop (one with an `earliest` in the spec): the
+/// deltas of the hop pairs that give its smallest and its largest possible values, as
+/// `hoptrace_format::spec::PipelineSpec::stage_bound` names them. Each side is kept on its
+/// own, even where it is the stage's own pair: a few more values per trace, only in
+/// pipelines with a polled hop.
+struct BoundAcc {
+    /// Index of the stage in the spec.
+    stage: usize,
+    /// The stage's polled hops.
+    polled: Vec<String>,
+    lower: Side,
+    upper: Side,
+}
+
+/// The bounded stages of `spec`, each side's statistics from `state` (the stage's name
+/// given) or empty.
+fn bound_accs(
+    spec: &ResolvedSpec,
+    mut state: impl FnMut(&str) -> Option<((SignedStats, SignedStats), (SignedStats, SignedStats))>,
+) -> Vec<BoundAcc> {
+    let p = spec.spec();
+    let index = |hop: &str| {
+        spec.hop_names()
+            .iter()
+            .position(|h| h == hop)
+            .expect("a validated spec's stage bounds name its hops")
+    };
+    p.stages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, st)| {
+            let b = p.stage_bound(st)?;
+            let polled = [&st.from, &st.to]
+                .into_iter()
+                .filter(|h| p.earliest_of(h).is_some())
+                .cloned()
+                .collect();
+            let (lower, upper) = state(&st.name).unwrap_or_default();
+            Some(BoundAcc {
+                stage: i,
+                polled,
+                lower: Side::new(index(&b.lower.0), index(&b.lower.1), lower),
+                upper: Side::new(index(&b.upper.0), index(&b.upper.1), upper),
+            })
+        })
+        .collect()
 }
 
 struct Acc {
@@ -181,6 +313,7 @@ impl Acc {
 /// Records every written trace into its stages.
 pub struct StageRecorder {
     stages: Vec<Acc>,
+    bounds: Vec<BoundAcc>,
     run_dir: PathBuf,
     base: SystemTime,
     base_unix_ns: i64,
@@ -234,6 +367,7 @@ impl StageRecorder {
         }
         Ok(Self {
             stages,
+            bounds: bound_accs(spec, |_| None),
             run_dir: run_dir.to_owned(),
             base,
             base_unix_ns,
@@ -262,9 +396,19 @@ impl StageRecorder {
                     .transpose()?,
             });
         }
+        let bounds = self
+            .bounds
+            .iter_mut()
+            .map(|b| BoundSnapshot {
+                stage: self.stages[b.stage].stage.name.clone(),
+                lower: b.lower.state(),
+                upper: b.upper.state(),
+            })
+            .collect();
         Ok(StagesSnapshot {
             interval_start_unix_ns: self.interval_start_unix_ns,
             stages,
+            bounds,
         })
     }
 
@@ -290,6 +434,21 @@ impl StageRecorder {
                 ),
             ));
         }
+        let bounded: Vec<&str> = bound_accs(spec, |_| None)
+            .iter()
+            .map(|b| spec.stages()[b.stage].name.as_str())
+            .collect();
+        let theirs: Vec<&str> = snap.bounds.iter().map(|b| b.stage.as_str()).collect();
+        if bounded != theirs {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the run's checkpoint has bounds of stages {theirs:?}, the pipeline's polled hops give {bounded:?}: continue the run with the pipeline spec it started with"
+                ),
+            ));
+        }
+        let mut saved = snap.bounds.into_iter();
+        let bounds = bound_accs(spec, |_| saved.next().map(|b| (b.lower, b.upper)));
         let base = UNIX_EPOCH + Duration::from_nanos(u64::try_from(base_unix_ns).unwrap_or(0));
         let mut stages = Vec::new();
         for (s, snap) in spec.stages().iter().zip(snap.stages) {
@@ -336,6 +495,7 @@ impl StageRecorder {
         }
         Ok(Self {
             stages,
+            bounds,
             run_dir: run_dir.to_owned(),
             base,
             base_unix_ns,
@@ -371,6 +531,10 @@ impl StageRecorder {
                     a.flush();
                 }
             }
+        }
+        for b in &mut self.bounds {
+            b.lower.record(t);
+            b.upper.record(t);
         }
     }
 
@@ -425,6 +589,47 @@ impl StageRecorder {
             .collect()
     }
 
+    /// The figures of the open interval of each stage's bounds, per stage in the spec's
+    /// order (`None` for a stage without a polled hop): taken with
+    /// [`Self::interval_figures`].
+    pub fn interval_bounds(&mut self) -> Vec<Option<crate::live::BoundFigures>> {
+        let mut out = vec![None; self.stages.len()];
+        for b in &mut self.bounds {
+            b.lower.flush();
+            b.upper.flush();
+            out[b.stage] = Some(crate::live::BoundFigures::of(
+                &b.lower.interval,
+                &b.upper.interval,
+            ));
+        }
+        out
+    }
+
+    /// The figures over every interval ended so far of each stage's bounds, per stage in
+    /// the spec's order (`None` for a stage without a polled hop).
+    #[must_use]
+    pub fn run_bounds(&self) -> Vec<Option<crate::live::BoundFigures>> {
+        let mut out = vec![None; self.stages.len()];
+        for b in &self.bounds {
+            out[b.stage] = Some(crate::live::BoundFigures::of(
+                &b.lower.total,
+                &b.upper.total,
+            ));
+        }
+        out
+    }
+
+    /// Each stage's polled hops, per stage in the spec's order (empty for a stage without
+    /// one).
+    #[must_use]
+    pub fn polled_hops(&self) -> Vec<Vec<String>> {
+        let mut out = vec![Vec::new(); self.stages.len()];
+        for b in &self.bounds {
+            out[b.stage].clone_from(&b.polled);
+        }
+        out
+    }
+
     /// Appends every stage's interval histograms to its logs and starts a new interval.
     ///
     /// # Errors
@@ -455,6 +660,10 @@ impl StageRecorder {
             }
             a.total.merge(&a.interval);
             a.interval.clear();
+        }
+        for b in &mut self.bounds {
+            b.lower.end_interval();
+            b.upper.end_interval();
         }
         self.interval_start_unix_ns = now_unix_ns;
         Ok(())
@@ -705,5 +914,80 @@ mod tests {
         assert_eq!(slug("Broker Time"), "broker_time");
         assert_eq!(slug("Total Ingestion (p->q)"), "total_ingestion_p_q");
         assert_eq!(slug("publish -> broker"), "publish_broker");
+    }
+
+    /// A stage that ends at a polled hop keeps the figures of its smallest deltas (to the
+    /// hop's earliest instant) and its largest (to the stamp), per interval and over the
+    /// run, through a snapshot taken up again; one that ends elsewhere has none.
+    #[test]
+    fn bounds_of_a_polled_stage_survive_a_snapshot() {
+        use crate::live::BoundFigures;
+        use hoptrace_format::spec::PipelineSpec;
+        let spec = PipelineSpec::from_toml_str(
+            r#"
+name = "p"
+[[hops]]
+name = "publish"
+[[hops]]
+name = "queryable"
+earliest = "queryable_earliest"
+[[hops]]
+name = "queryable_earliest"
+[[stages]]
+name = "Total"
+from = "publish"
+to = "queryable"
+definition = "x"
+[[stages]]
+name = "Window"
+from = "publish"
+to = "queryable_earliest"
+definition = "x"
+"#,
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("hoptrace-stages-bounds-{}", std::process::id()));
+        // Per trace (earliest, stamp) after publish, ns.
+        let trace = |(e, u): (i64, i64)| {
+            let mut t = stage_trace(&spec.stages()[0], u);
+            t.present_mask |= 1 << 2;
+            t.stamps_ns[2] = e;
+            t
+        };
+        let first: Vec<(i64, i64)> = (1..=300).map(|i| (i * 1_000, i * 5_000)).collect();
+        let second: Vec<(i64, i64)> = (1..=200).map(|i| (i * 3_000, i * 4_000 + 7)).collect();
+        let stats = |v: &[(i64, i64)], side: fn(&(i64, i64)) -> i64| {
+            let mut s = SignedStats::default();
+            s.add_values(&v.iter().map(side).collect::<Vec<_>>());
+            s
+        };
+        let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
+        assert_eq!(r.polled_hops(), [vec!["queryable".to_owned()], vec![]]);
+        first.iter().copied().for_each(|v| r.record(&trace(v)));
+        let want = BoundFigures::of(&stats(&first, |v| v.0), &stats(&first, |v| v.1));
+        assert_eq!(r.interval_bounds(), [Some(want), None]);
+        assert_eq!(r.run_bounds()[0], Some(BoundFigures::default()));
+        r.end_interval(1_000_000_000).unwrap();
+        assert_eq!(r.run_bounds(), [Some(want), None]);
+        let snap = r.snapshot().unwrap();
+        assert_eq!(snap.bounds.len(), 1);
+        drop(r);
+
+        let mut r = StageRecorder::resume(&spec, &dir, 0, snap.clone()).unwrap();
+        second.iter().copied().for_each(|v| r.record(&trace(v)));
+        let (_, closed) = r.close(2_000_000_000).unwrap();
+        let all: Vec<_> = first.iter().chain(&second).copied().collect();
+        let want = BoundFigures::of(&stats(&all, |v| v.0), &stats(&all, |v| v.1));
+        assert_eq!(closed.run_bounds(), [Some(want), None]);
+
+        // A checkpoint whose bounds are not the pipeline's is refused.
+        let mut other = snap;
+        other.bounds.clear();
+        let e = StageRecorder::resume(&spec, &dir, 0, other).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.to_string().contains("bounds of stages"), "{e}");
     }
 }

@@ -79,6 +79,44 @@ pub struct LiveStage {
     pub interval: Figures,
     /// Over every interval ended so far.
     pub run: Figures,
+    /// Where the stage's true figures lie, when it starts or ends at a polled hop (a
+    /// store tap's stamp, an interval in time); `null` for every other stage and for a
+    /// stage between two stamps of one poll (exact).
+    pub bounds: Option<LiveBounds>,
+}
+
+/// A stage's figures over the smallest and over the largest deltas its polled stamps
+/// allow, over the last interval and over the run so far. Every figure is monotone in the
+/// deltas, so the true figure lies between the two (`docs/dataset.md`); clock
+/// uncertainty comes on top (`clocks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveBounds {
+    /// The stage's polled hops.
+    pub polled: Vec<String>,
+    /// Over the last interval.
+    pub interval: BoundFigures,
+    /// Over every interval ended so far.
+    pub run: BoundFigures,
+}
+
+/// The figures of a stage's smallest and largest possible deltas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundFigures {
+    /// Over the smallest possible deltas: a lower bound of each figure.
+    pub lower: Figures,
+    /// Over the largest possible deltas: an upper bound of each figure.
+    pub upper: Figures,
+}
+
+impl BoundFigures {
+    /// The figures of the smallest deltas `lower` and the largest `upper`.
+    #[must_use]
+    pub fn of(lower: &SignedStats, upper: &SignedStats) -> Self {
+        Self {
+            lower: Figures::of(lower),
+            upper: Figures::of(upper),
+        }
+    }
 }
 
 /// A stage's deltas (signed: negative ones come from clock error between hosts), ns:
@@ -308,6 +346,10 @@ mod tests {
             5,
             vec![LiveStage {
                 name: "s".into(),
+                bounds: Some(LiveBounds {
+                    polled: vec!["queryable".into()],
+                    ..LiveBounds::default()
+                }),
                 ..LiveStage::default()
             }],
         );

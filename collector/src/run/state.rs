@@ -362,14 +362,17 @@ impl JoinState {
             if let Some(st) = self.stages.as_mut() {
                 let interval = st.interval_p50_p99();
                 let figures = st.interval_figures();
+                let bounds = st.interval_bounds();
                 st.end_interval(realtime_ns)
                     .map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
                         source,
                     })?;
                 let run = st.run_figures();
+                let (polled, run_bounds) = (st.polled_hops(), st.run_bounds());
+                let bounds = self.live_bounds(polled, bounds, run_bounds);
                 self.progress.lock().expect("progress poisoned").stages = interval;
-                self.publish_live((start, realtime_ns), &figures, &run, true);
+                self.publish_live((start, realtime_ns), &figures, &run, &bounds, true);
             }
         }
         if self.checkpoints.wanted && self.wal.is_some() {
@@ -702,11 +705,40 @@ impl JoinState {
     /// Takes the live view's figures at the end of the interval `start..end`: the
     /// stages' `interval` and `run` figures (in the spec's order), throughput over the
     /// interval, the counts so far and the hosts' clocks. Once per interval.
+    /// Per stage, its live bounds from its polled hops and its bounds' figures over the
+    /// interval and the run: none for a stage without a polled hop, nor for one whose two
+    /// hops one probe connection announced (a poll's send and its response: exact).
+    fn live_bounds(
+        &self,
+        polled: Vec<Vec<String>>,
+        interval: Vec<Option<crate::live::BoundFigures>>,
+        run: Vec<Option<crate::live::BoundFigures>>,
+    ) -> Vec<Option<crate::live::LiveBounds>> {
+        let stages = self.spec.spec().stages.iter();
+        stages
+            .zip(polled)
+            .zip(interval.into_iter().zip(run))
+            .map(|((st, polled), bounds)| match bounds {
+                (Some(interval), Some(run))
+                    if !self.control.one_probe_announces(&st.from, &st.to) =>
+                {
+                    Some(crate::live::LiveBounds {
+                        polled,
+                        interval,
+                        run,
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     fn publish_live(
         &mut self,
         (start, end): (i64, i64),
         interval: &[crate::live::Figures],
         run: &[crate::live::Figures],
+        bounds: &[Option<crate::live::LiveBounds>],
         running: bool,
     ) {
         let stats = self.joiner.stats();
@@ -761,9 +793,10 @@ impl JoinState {
             end_unix_ns: end,
             length_s,
         });
-        for ((s, i), r) in live.stages.iter_mut().zip(interval).zip(run) {
+        for (((s, i), r), b) in live.stages.iter_mut().zip(interval).zip(run).zip(bounds) {
             s.interval = *i;
             s.run = *r;
+            s.bounds.clone_from(b);
         }
         live.throughput = Throughput {
             messages,
@@ -794,13 +827,22 @@ impl JoinState {
         let (stages, stages_snapshot) = match self.stages.take() {
             Some(mut st) => {
                 let last = st.interval_figures();
+                let last_bounds = st.interval_bounds();
+                let polled = st.polled_hops();
                 let (stages, snapshot) =
                     st.close(end_unix_ns).map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
                         source,
                     })?;
                 let run: Vec<_> = stages.iter().map(crate::live::Figures::of_stage).collect();
-                self.publish_live((self.interval_start_ns, end_unix_ns), &last, &run, false);
+                let bounds = self.live_bounds(polled, last_bounds, snapshot.run_bounds());
+                self.publish_live(
+                    (self.interval_start_ns, end_unix_ns),
+                    &last,
+                    &run,
+                    &bounds,
+                    false,
+                );
                 (stages, Some(snapshot))
             }
             None => (Vec::new(), None),

@@ -127,6 +127,8 @@ pub struct Collector {
     child: Child,
     /// `127.0.0.1:port`.
     pub addr: String,
+    /// Where it serves its live view (`--ui`), `127.0.0.1:port`.
+    pub ui: String,
     /// The run directory.
     pub run_dir: PathBuf,
     lines: mpsc::Receiver<String>,
@@ -136,9 +138,10 @@ impl Collector {
     /// Starts `hoptrace collect` with the spec at `pipeline`, writing run `t` under `dir`.
     pub fn start(dir: &Path, pipeline: &Path) -> Self {
         let addr = format!("127.0.0.1:{}", free_port());
+        let ui = format!("127.0.0.1:{}", free_port());
         let mut child = Command::new(bin())
             .arg("collect")
-            .args(["--listen", &addr, "--run-id", "t"])
+            .args(["--listen", &addr, "--run-id", "t", "--ui", &ui])
             .arg("--pipeline")
             .arg(pipeline)
             .arg("--out")
@@ -168,9 +171,21 @@ impl Collector {
         Self {
             child,
             addr,
+            ui,
             run_dir: dir.join("t"),
             lines: rx,
         }
+    }
+
+    /// Its `/live.json`.
+    pub fn live(&self) -> Value {
+        let body = ureq::get(&format!("http://{}/live.json", self.ui))
+            .timeout(Duration::from_secs(10))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
     }
 
     /// Stops it with SIGINT and returns its `run.json`.
