@@ -8,13 +8,20 @@ tap at all), one run of a real pipeline at a fixed rate:
   `nodered`, which keeps the points of every earlier run (a store with history);
 - PostgreSQL: hoptrace publish -> Mosquitto -> `mosquitto_sub | psql` (each message's
   topic and `hoptrace` field inserted as a row, autocommit) -> table `bench_mqtt_pg`, which
-  keeps the rows of every earlier run.
+  keeps the rows of every earlier run;
+- ClickHouse: hoptrace publish -> Mosquitto -> `mosquitto_sub` and one HTTP `INSERT ...
+  FORMAT TabSeparated` per 100 ms of messages (ClickHouse makes a part of every insert and
+  wants them batched) -> MergeTree table `hoptrace.bench_mqtt_ch`, `inserted DateTime
+  DEFAULT now()` (1 s: no store_in stamp), which keeps the rows of every earlier run;
+- VictoriaMetrics: hoptrace publish -> Mosquitto -> `mosquitto_sub` and one HTTP `/write`
+  (InfluxDB line protocol, no timestamp, so the sample's time is the store's, ms: the
+  store_in stamp) per message -> metric `bench_mqtt_value`, key and topic as labels.
 
 The store tap polls only the run's own series: on InfluxDB `series=topic=~/^<run's topics>/`
 (the matching tag values resolved once a second and polled by value; `--influx-select
 where` polls with the same regular expression in `where=` instead, which InfluxDB matches
-against every series of the measurement on every poll), on PostgreSQL `where=topic LIKE
-'<run's topics>%'`. The Node-RED spec is used without its broker hop (no broker tap runs
+against every series of the measurement on every poll), on PostgreSQL and ClickHouse
+`where=topic LIKE '<run's topics>%'`, on VictoriaMetrics `where=topic=~"<run's topics>.*"`. The Node-RED spec is used without its broker hop (no broker tap runs
 here). Per run:
 
 - the bound width of Total Ingestion (publish -> queryable) at P50 and P99: the upper
@@ -25,8 +32,9 @@ here). Per run:
   store after the run for every message (exact percentiles, the same query whether a tap ran
   or not), so a tap that slows the store's writes shows here.
 
-Needs Mosquitto (infra/services.sh up), InfluxDB and PostgreSQL (infra/stores/stores.sh up
-influxdb postgres); starts Node-RED's plain flow when it is not running (and stops it again).
+Needs Mosquitto (infra/services.sh up) and the stores asked for (infra/stores/stores.sh up
+influxdb postgres clickhouse victoriametrics); starts Node-RED's plain flow when InfluxDB is
+asked for and it is not running (and stops it again).
 
     python3 runner/bench/store_tap_tradeoff.py --bin target/release/hoptrace --out runs/tradeoff \\
         --seconds 30 --markdown tradeoff.md
@@ -61,10 +69,18 @@ MQTT = os.environ.get("HOPTRACE_MQTT", "127.0.0.1:11883")
 INFLUX = "127.0.0.1:18086"
 PG = dict(host="127.0.0.1", port="15432", user="hoptrace", password="hoptrace-test", db="hoptrace")
 PG_TABLE = "bench_mqtt_pg"
+CLICKHOUSE = "127.0.0.1:18123"
+CH_TABLE = "bench_mqtt_ch"
+VM = "127.0.0.1:18428"
+VM_METRIC = "bench_mqtt"
 NODERED_SH = ROOT / "infra" / "nodered" / "nodered.sh"
 SPECS = {"influxdb": ROOT / "tap" / "testdata" / "nodered-influxdb.toml",
          "postgres": ROOT / "tap" / "testdata" / "mqtt-postgres.toml"}
-TOPIC_ROOTS = {"influxdb": "hoptrace/nr/in", "postgres": "hoptrace/pg/in"}
+TOPIC_ROOTS = {"influxdb": "hoptrace/nr/in", "postgres": "hoptrace/pg/in",
+               "clickhouse": "hoptrace/ch/in", "victoriametrics": "hoptrace/vm/in"}
+# The store's server process, as /proc/PID/comm names it (15 characters at most).
+SERVER_COMM = {"influxdb": "influxd", "postgres": "postgres", "clickhouse": "clickhouse-serv",
+               "victoriametrics": "victoria-metric"}
 
 
 @dataclass
@@ -122,7 +138,7 @@ def cpu_ticks(store: str, only: Optional[List[str]] = None) -> int:
         except OSError:
             continue
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if comm == ("influxd" if store == "influxdb" else "postgres"):
+        if comm == SERVER_COMM[store]:
             fields = stat[stat.rindex(")") + 2:].split()
             total += int(fields[11]) + int(fields[12])
     return total
@@ -144,8 +160,34 @@ def psql(*args: str, stdin=None, stdout=None) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env=env, text=True)
 
 
+def http_post(url: str, body: str) -> None:
+    req = urllib.request.Request(url, data=body.encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        r.read()
+
+
+def ch_query(sql: str, body: Optional[str] = None) -> str:
+    url = f"http://{CLICKHOUSE}/?" + urllib.parse.urlencode({"query": sql})
+    req = urllib.request.Request(url, data=None if body is None else body.encode(),
+                                 method="GET" if body is None else "POST")
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.read().decode()
+
+
 def rows_of_run(store: str, tag: str) -> List[Tuple[str, int]]:
-    """(key, row time ns) of every row the run left in the store."""
+    """(key, row time ns) of every row the run left in the store (ClickHouse: none, its
+    row time is a 1 s DateTime)."""
+    if store == "clickhouse":
+        return []
+    if store == "victoriametrics":
+        sel = f'{VM_METRIC}_value{{topic=~"{TOPIC_ROOTS[store]}/{tag}/.*"}}'
+        url = f"http://{VM}/api/v1/export?" + urllib.parse.urlencode({"match[]": sel})
+        rows = []
+        for line in urllib.request.urlopen(url, timeout=120).read().decode().splitlines():
+            if line.strip():
+                j = json.loads(line)
+                rows += [(j["metric"]["hoptrace"], int(ms) * 1_000_000) for ms in j["timestamps"]]
+        return rows
     if store == "influxdb":
         q = f'SELECT "hoptrace" FROM "nodered" WHERE "topic" =~ /^hoptrace\\/nr\\/in\\/{tag}\\//'
         url = f"http://{INFLUX}/query?" + urllib.parse.urlencode({"db": "hoptrace", "q": q, "epoch": "ns"})
@@ -220,7 +262,89 @@ class PgBridge:
         self.log.close()
 
 
+class HttpBridge:
+    """mosquitto_sub and HTTP writes: each message on `topic_filter` becomes a line of
+    `line(topic, key)`, posted to `url` as it arrives or, with `batch_s`, every `batch_s`
+    seconds with the lines gathered meanwhile."""
+
+    def __init__(self, topic_filter: str, url: str, line, batch_s: float = 0.0):
+        host, port = MQTT.rsplit(":", 1)
+        self.sub = subprocess.Popen(["mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "0",
+                                     "-t", topic_filter, "-F", "%t %p"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+        self.url, self.line, self.batch_s = url, line, batch_s
+        self.pending: List[str] = []
+        self.lock = threading.Lock()
+        self.inserted = 0
+        self.errors: List[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+        self.flusher = threading.Thread(target=self._flush_every, daemon=True)
+        if batch_s > 0:
+            self.flusher.start()
+
+    def _post(self, lines: List[str]) -> None:
+        try:
+            http_post(self.url, "\n".join(lines) + "\n")
+            self.inserted += len(lines)
+        except OSError as e:  # counted and said at the end; the run's accounting shows the loss
+            self.errors.append(str(e))
+
+    def _pump(self) -> None:
+        assert self.sub.stdout is not None
+        for text in self.sub.stdout:
+            topic, _, payload = text.rstrip("\n").partition(" ")
+            try:
+                key = json.loads(payload)["hoptrace"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if self.batch_s > 0:
+                with self.lock:
+                    self.pending.append(self.line(topic, key))
+            else:
+                self._post([self.line(topic, key)])
+
+    def _flush(self) -> None:
+        with self.lock:
+            lines, self.pending = self.pending, []
+        if lines:
+            self._post(lines)
+
+    def _flush_every(self) -> None:
+        while not self.done.wait(self.batch_s):
+            self._flush()
+
+    def stop(self) -> None:
+        self.sub.terminate()
+        self.sub.wait(timeout=10)
+        self.thread.join(timeout=10)
+        self.done.set()
+        if self.batch_s > 0:
+            self.flusher.join(timeout=10)
+            self._flush()
+        if self.errors:
+            print(f"    the bridge's writes failed {len(self.errors)} times: {self.errors[0]}", flush=True)
+
+
+def bridge_for(store: str, topic_filter: str, workdir: Path):
+    """The subscriber that writes the run's messages into `store` (InfluxDB: Node-RED's)."""
+    if store == "postgres":
+        return PgBridge(topic_filter, workdir)
+    if store == "clickhouse":
+        url = f"http://{CLICKHOUSE}/?" + urllib.parse.urlencode(
+            {"query": f"INSERT INTO hoptrace.{CH_TABLE} (topic, hoptrace, value) FORMAT TabSeparated"})
+        return HttpBridge(topic_filter, url, lambda topic, key: f"{topic}\t{key}\t1.5", batch_s=0.1)
+    if store == "victoriametrics":
+        return HttpBridge(topic_filter, f"http://{VM}/write",
+                          lambda topic, key: f"{VM_METRIC},topic={topic},hoptrace={key} value=1.5")
+    return None
+
+
 def prepare(store: str) -> None:
+    if store == "clickhouse":
+        ch_query(f"CREATE TABLE IF NOT EXISTS hoptrace.{CH_TABLE} (topic String, hoptrace String, "
+                 f"value Float64, inserted DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY inserted", "")
     if store == "postgres":
         p = psql("-c", f"CREATE TABLE IF NOT EXISTS {PG_TABLE} (topic text, hoptrace text, value float8, "
                        f"at timestamptz NOT NULL DEFAULT clock_timestamp()); "
@@ -231,12 +355,21 @@ def prepare(store: str) -> None:
             raise PipelineError(f"creating {PG_TABLE}: {out}")
 
 
-def tap_url(store: str, tag: str, influx_select: str, notify: bool = False) -> str:
+def tap_url(store: str, tag: str, influx_select: str, notify: bool = False,
+            vm_lookback: Optional[str] = None) -> str:
     if store == "influxdb":
         regex = f"^hoptrace\\/nr\\/in\\/{tag}\\/"
         select = (f'"topic" =~ /{regex}/' if influx_select == "where" else f"topic=~/{regex}/")
         return (f"influxdb://{INFLUX}/hoptrace?measurement=nodered"
                 f"&{influx_select}={urllib.parse.quote(select, safe='')}")
+    if store == "clickhouse":
+        where = f"topic LIKE '{TOPIC_ROOTS[store]}/{tag}/%'"
+        return (f"clickhouse://{CLICKHOUSE}/hoptrace?table={CH_TABLE}&time=inserted"
+                f"&where={urllib.parse.quote(where, safe='')}")
+    if store == "victoriametrics":
+        where = f'topic=~"{TOPIC_ROOTS[store]}/{tag}/.*"'
+        return (f"victoriametrics://{VM}/?metric={VM_METRIC}_value&where={urllib.parse.quote(where, safe='')}"
+                + (f"&lookback={vm_lookback}" if vm_lookback else ""))
     where = f"topic LIKE 'hoptrace/pg/in/{tag}/%'"
     return (f"postgres://{PG['user']}:{PG['password']}@{PG['host']}:{PG['port']}/{PG['db']}"
             f"?table={PG_TABLE}&time=at&where={urllib.parse.quote(where, safe='')}"
@@ -277,7 +410,19 @@ def cmd_line(cmd: List) -> str:
 
 
 def spec_for(store: str, out: Path) -> Path:
-    """The store's pipeline spec; Node-RED's without the broker hop (no broker tap here)."""
+    """The store's pipeline spec; Node-RED's without the broker hop (no broker tap here);
+    ClickHouse's and VictoriaMetrics' that of PostgreSQL's pipeline with the store's name,
+    ClickHouse's without store_in (its row time is a 1 s DateTime)."""
+    if store in ("clickhouse", "victoriametrics"):
+        name = {"clickhouse": "ClickHouse", "victoriametrics": "VictoriaMetrics"}[store]
+        text = SPECS["postgres"].read_text().replace("PostgreSQL", name).replace(
+            'name = "mosquitto-postgres"', f'name = "mosquitto-{store}"')
+        if store == "clickhouse":
+            blocks = text.split("\n[[")
+            text = "\n[[".join(b for b in blocks if '"store_in"' not in b)
+        path = out / f"mosquitto-{store}.toml"
+        path.write_text(text)
+        return path
     if store != "influxdb":
         return SPECS[store]
     blocks = SPECS[store].read_text().split("\n[[")
@@ -288,7 +433,7 @@ def spec_for(store: str, out: Path) -> Path:
 
 
 def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float, seconds: int,
-            influx_select: str) -> Result:
+            influx_select: str, vm_lookback: Optional[str] = None) -> Result:
     publisher_id = random.randrange(1000, 60000)
     tag = f"tradeoff{publisher_id}"
     shape = "off" if setting.interval is None else f"{'notify-' if setting.notify else ''}{setting.interval}x{setting.pollers}"
@@ -308,20 +453,25 @@ def one_run(bin_path: str, out: Path, store: str, setting: Setting, rate: float,
         procs.append(collector)
         commands.append(cmd_line(collect) + " &")
         collector.wait_for(r"collecting on (\S+)", 60)
-        if store == "postgres":
-            bridge = PgBridge(f"{TOPIC_ROOTS[store]}/{tag}/#", workdir)
+        bridge = bridge_for(store, f"{TOPIC_ROOTS[store]}/{tag}/#", workdir)
+        if bridge is not None:
+            into = {"postgres": f"(one INSERT INTO {PG_TABLE} per line) | psql",
+                    "clickhouse": f"(one INSERT INTO hoptrace.{CH_TABLE} ... FORMAT TabSeparated per 100 ms, HTTP)",
+                    "victoriametrics": f"(one POST /write of '{VM_METRIC},topic=T,hoptrace=K value=1.5' per line)"}
             commands.append(f"mosquitto_sub -V mqttv5 -t '{TOPIC_ROOTS[store]}/{tag}/#' -F '%t %p' | "
-                            f"(one INSERT INTO {PG_TABLE} per line) | psql &")
+                            f"{into[store]} &")
         tap = None
         if setting.interval is not None:
             if setting.notify and store == "postgres":
                 notify_trigger(True)
                 commands.append(f"psql -c \"$NOTIFY_TRIGGER\"  # the trigger of docs/dataset.md on {PG_TABLE}")
-            tap_cmd = [bin_path, "tap", "--from", tap_url(store, tag, influx_select, setting.notify),
+            tap_cmd = [bin_path, "tap", "--from", tap_url(store, tag, influx_select, setting.notify, vm_lookback),
                        "--poll-interval", setting.interval,
                        "--pollers", str(setting.pollers), "--publishers", str(publisher_id),
                        "--duration", f"{seconds + 120}s",
                        "--collector", collector_addr, "--pipeline", spec]
+            if store == "victoriametrics":
+                tap_cmd += ["--store-in", "on"]  # written without a timestamp: the store's ms
             tap = spawn("tap-store", tap_cmd, workdir)
             procs.append(tap)
             commands.append(cmd_line(tap_cmd) + " &")
@@ -417,9 +567,11 @@ def table(results: List[Result]) -> str:
                 lo, hi = bound(t, "lower", label), bound(t, "upper", label)
                 cells += [f"{fmt_ns(stage_value(t, label))} [{fmt_ns(lo)}, {fmt_ns(hi)}]", fmt_ns(hi - lo)]
         p50, p99, n = r.store_in
+        store_in = ("– (1 s DateTime)" if r.store == "clickhouse"
+                    else f"{fmt_ns(p50)} / {fmt_ns(p99)} ({n:,} rows)")
         lines.append(f"| {r.store} | {r.setting} | {'–' if r.polls_per_s is None else f'{r.polls_per_s:,.0f}'} | "
                      f"{r.cpu_pct:.1f} | {share} | " + " | ".join(cells) +
-                     f" | {fmt_ns(p50)} / {fmt_ns(p99)} ({n:,} rows) | {r.complete:,} / {r.sent:,} |")
+                     f" | {store_in} | {r.complete:,} / {r.sent:,} |")
     return "\n".join(lines)
 
 
@@ -434,10 +586,14 @@ def main() -> int:
                     help="comma-separated: off, or [notify+]INTERVAL:POLLERS (notify+: PostgreSQL only)")
     ap.add_argument("--influx-select", choices=["series", "where"], default="series",
                     help="how the InfluxDB tap restricts its polls to the run's series")
+    ap.add_argument("--vm-lookback", help="the VictoriaMetrics tap's lookback= (default: the tap's, 30s)")
     ap.add_argument("--markdown", type=Path, help="also write the table and the commands here")
     a = ap.parse_args()
     settings = [Setting.parse(s) for s in a.settings.split(",")]
     stores = a.stores.split(",")
+    unknown = [s for s in stores if s not in TOPIC_ROOTS]
+    if unknown:
+        raise SystemExit(f"--stores: {', '.join(unknown)}: not one of {', '.join(TOPIC_ROOTS)}")
     if not port_open(MQTT):
         raise SystemExit(f"no MQTT broker at {MQTT} (infra/services.sh up)")
     started_nodered = False
@@ -454,7 +610,8 @@ def main() -> int:
             for i, s in enumerate(settings):
                 print(f"[{len(results) + 1}/{len(stores) * len(settings)}] {store}, tap {s}: "
                       f"{a.rate:g} msg/s for {a.seconds} s ...", flush=True)
-                r = one_run(a.bin, a.out.resolve(), store, s, a.rate, a.seconds, a.influx_select)
+                r = one_run(a.bin, a.out.resolve(), store, s, a.rate, a.seconds, a.influx_select,
+                            a.vm_lookback)
                 results.append(r)
                 print(f"    store CPU {r.cpu_pct:.1f} % of a core; {r.complete:,} of {r.sent:,} complete",
                       flush=True)
