@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # MirrorMaker 2 measured hop by hop with the hoptrace JVM interceptors.
 #
-#   probes/jvm/mm2/run.sh [--short | --long] [--rate MSG_PER_S] [--messages N] [--out DIR]
+#   probes/jvm/mm2/run.sh [--short | --long] [--plain] [--rate MSG_PER_S] [--messages N] [--out DIR]
 #
 #   --short      1,500 messages at 150/s (the integration test; about 30 s with start-up)
 #   --long       300,000 messages at 1,000/s (5 minutes; for the report)
+#   --plain      MirrorMaker 2 without the interceptors (the same run otherwise, with
+#                pipeline-plain.toml: publish and target_arrival only), to measure what
+#                the interceptors cost end to end and in MirrorMaker's CPU
 #   --rate, --messages   override the mode's figures
 #   --out DIR    where runs/<run-id>/ and the processes' logs go
 #                (default ${HOPTRACE_RUN:-/tmp/hoptrace-infra}/jvm-mm2)
@@ -20,7 +23,9 @@
 # mode, -Xmx256m) with the interceptors in its consumer and producer, and `hoptrace tap` on
 # the target topic; publishes with `hoptrace publish`; waits for the tap to see every
 # message; stops MirrorMaker, then the collector; writes `hoptrace report`; and exits 0 only
-# when the accounting is exact: it adds up and every message sent is complete.
+# when the accounting is exact: it adds up and every message sent is complete. It prints
+# MirrorMaker's CPU time (utime + stime) from the first message published until the tap
+# saw the last.
 #
 # The last line printed is "run: <run directory>".
 set -euo pipefail
@@ -35,6 +40,7 @@ SOURCE=127.0.0.1:19092
 TARGET=127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094
 
 mode=short
+plain=0
 rate=
 messages=
 out=${HOPTRACE_RUN:-/tmp/hoptrace-infra}/jvm-mm2
@@ -42,6 +48,7 @@ while (($#)); do
     case $1 in
         --short) mode=short ;;
         --long) mode=long ;;
+        --plain) plain=1 ;;
         --rate) rate=$2; shift ;;
         --messages) messages=$2; shift ;;
         --out) out=$2; shift ;;
@@ -81,9 +88,15 @@ if [[ ! -f $MM2_LIB/connect-mirror-3.9.1.jar ]]; then
     mv "$tmp" "$MM2_LIB"
 fi
 # The interceptors: the jar (or classes) HOPTRACE_JVM_PROBE_CLASSES names (MirrorMakerIT: the
-# jar `mvn verify` built), else a fresh package.
+# jar `mvn verify` built), else a fresh package; none with --plain.
 probe_cp=${HOPTRACE_JVM_PROBE_CLASSES:-}
-if [[ -z $probe_cp ]]; then
+pipeline=$HERE/pipeline.toml
+hops=publish,source_append,mm2_consume,mm2_produce,target_arrival
+if ((plain)); then
+    probe_cp=
+    pipeline=$HERE/pipeline-plain.toml
+    hops=publish,target_arrival
+elif [[ -z $probe_cp ]]; then
     log "building the interceptors (mvn package)"
     mvn -q -B -f "$PROBE/pom.xml" package -DskipTests >/dev/null || die "mvn package failed"
     probe_cp=$PROBE/target/hoptrace-kafka-interceptors-0.1.0.jar
@@ -95,7 +108,7 @@ listening "$SOURCE" || die "Kafka is not listening on $SOURCE: run infra/service
 # when it runs (infra/test.sh starts it once for every suite that needs it).
 "$KAFKA_SH" start --nodes 3 >&2 || die "starting the 3-node Kafka cluster failed"
 
-run_id=mm2-$mode-$(date -u +%Y%m%dT%H%M%SZ)-$$
+run_id=mm2-$mode$( ((plain)) && echo -plain)-$(date -u +%Y%m%dT%H%M%SZ)-$$
 topic=jvm-probe-$run_id
 work=$out/$run_id.work
 mkdir -p "$work" "$out/runs"
@@ -139,7 +152,7 @@ await_line() {
 "$KAFKA_SH" create-topic "src.$topic" --partitions 2 --replication 3 --bootstrap 127.0.0.1:29092 >&2
 
 # --- Collector ----------------------------------------------------------------------------
-"$BIN" collect --listen 127.0.0.1:0 --pipeline "$HERE/pipeline.toml" --runs "$out/runs" \
+"$BIN" collect --listen 127.0.0.1:0 --pipeline "$pipeline" --runs "$out/runs" \
     --run-id "$run_id" >"$work/collect.log" 2>&1 &
 collect_pid=$!
 pids+=("$collect_pid")
@@ -148,30 +161,41 @@ collector=$(grep -oE 'collecting on 127\.0\.0\.1:[0-9]+' "$work/collect.log" | h
 log "collector on $collector"
 
 # --- MirrorMaker 2 ------------------------------------------------------------------------
-sed -e "s/@TOPIC@/$topic/g" -e "s/@COLLECTOR@/$collector/g" -e "s/@RUN@/$run_id/g" "$HERE/mm2.properties.in" >"$work/mm2.properties"
+sed -e "s/@TOPIC@/$topic/g" -e "s/@COLLECTOR@/$collector/g" -e "s/@RUN@/$run_id/g" "$HERE/mm2.properties.in" |
+    if ((plain)); then grep -vE 'interceptor\.classes|\.hoptrace\.'; else cat; fi >"$work/mm2.properties"
 java -Xmx256m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     "-Dlog4j.configuration=file:$HERE/log4j.properties" \
-    -cp "$MM2_LIB/*:$probe_cp" org.apache.kafka.connect.mirror.MirrorMaker "$work/mm2.properties" \
+    -cp "$MM2_LIB/*${probe_cp:+:$probe_cp}" org.apache.kafka.connect.mirror.MirrorMaker "$work/mm2.properties" \
     >"$work/mm2.log" 2>&1 &
 mm2_pid=$!
 pids+=("$mm2_pid")
-# MirrorSourceTask creates its consumer (and our interceptor) when the task starts.
-await_line "$work/mm2.log" 'consumer .*stamps hop mm2_consume' 180 "$mm2_pid"
+# MirrorSourceTask creates its consumer (and our interceptor) when the task starts, and
+# says which partitions it replicates.
+if ((plain)); then
+    await_line "$work/mm2.log" 'replicating [0-9]+ topic-partitions' 180 "$mm2_pid"
+else
+    await_line "$work/mm2.log" 'consumer .*stamps hop mm2_consume' 180 "$mm2_pid"
+fi
 log "MirrorMaker 2 task started (pid $mm2_pid)"
 
 # --- Tap on the target cluster --------------------------------------------------------------
 tap_timeout=$((messages / rate + 120))
 "$BIN" tap --from "kafka://$TARGET/src.$topic?offset=beginning" --hop target_arrival \
     --no-log-append-time --messages "$messages" --duration "${tap_timeout}s" \
-    --collector "$collector" --pipeline "$HERE/pipeline.toml" >"$work/tap.log" 2>&1 &
+    --collector "$collector" --pipeline "$pipeline" >"$work/tap.log" 2>&1 &
 tap_pid=$!
 pids+=("$tap_pid")
 
+# MirrorMaker's CPU time so far, clock ticks (utime + stime).
+mm2_ticks() { awk '{ print $14 + $15 }' "/proc/$mm2_pid/stat"; }
+
 # --- Publish --------------------------------------------------------------------------------
 log "publishing $messages messages at $rate/s"
+ticks0=$(mm2_ticks)
+t0=$(date +%s.%N)
 "$BIN" publish --to "kafka://$SOURCE/$topic" --rate "$rate" --messages "$messages" \
     --duration "$((messages / rate + 60))s" --streams 10 --publisher-id 21 \
-    --collector "$collector" --pipeline "$HERE/pipeline.toml" >"$work/publish.log" 2>&1 \
+    --collector "$collector" --pipeline "$pipeline" >"$work/publish.log" 2>&1 \
     || { tail -20 "$work/publish.log" >&2; die "hoptrace publish failed"; }
 grep -E '^(sent|broker|collector):' "$work/publish.log" | sed 's/^/  publish: /' >&2 || true
 
@@ -181,6 +205,10 @@ tap_rc=0
 wait "$tap_pid" || tap_rc=$?
 grep -vE '^\s*$' "$work/tap.log" | tail -4 | sed 's/^/  tap: /' >&2 || true
 ((tap_rc == 0)) || log "tap exited with $tap_rc"
+ticks1=$(mm2_ticks)
+t1=$(date +%s.%N)
+log "$(awk -v a="$ticks0" -v b="$ticks1" -v s="$t0" -v e="$t1" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { c = (b - a) / hz; printf "MirrorMaker 2 CPU %.2f s over %.1f s (%.1f %% of a core), from the first message published until the tap saw the last", c, e - s, 100 * c / (e - s) }')"
 log "stopping MirrorMaker 2 (its interceptors flush and say goodbye)"
 stop "$mm2_pid" 60
 log "stopping the collector"
@@ -198,10 +226,11 @@ run_dir=$out/runs/$run_id
 cp "$work/mm2.properties" "$run_dir/mm2.properties"
 
 # --- Exact accounting -------------------------------------------------------------------------
-python3 - "$run_dir/run.json" "$messages" <<'EOF'
+python3 - "$run_dir/run.json" "$messages" "$hops" <<'EOF'
 import json, sys
 run = json.load(open(sys.argv[1]))
 want = int(sys.argv[2])
+hops = sys.argv[3].split(",")
 a = run["accounting"]
 pubs = a["publishers"]
 sent = sum(p["sent"] for p in pubs)
@@ -216,7 +245,7 @@ for s in run["stages"]:
           f"p50 {q.get(0.5, float('nan')):9.3f} ms  p99 {q.get(0.99, float('nan')):9.3f} ms  "
           f"max {s['max_ns'] / 1e6:9.3f} ms", file=sys.stderr)
 ok = (a["adds_up"] and sent == want and complete == sent and a["records_lost_by_probes"] == 0
-      and all(by_hop.get(h) == sent for h in ("publish", "source_append", "mm2_consume", "mm2_produce", "target_arrival")))
+      and all(by_hop.get(h) == sent for h in hops))
 sys.exit(0 if ok else 1)
 EOF
 echo "run: $run_dir"
