@@ -388,10 +388,6 @@ impl Control {
         last.values().map(|c| c.get(id)).sum()
     }
 
-    /// Every probe connection, for `run.json`; with the pipeline's hop names when its
-    /// stamps per hop are known (this collector joined them, or a relay counted them).
-    /// `durable`: this is a collector with a log, whose version 2 connections were
-    /// acknowledged (`None`: a group member, which does not know).
     /// Whether one probe connection of the run announced both hops `a` and `b` (a store
     /// tap's poll send and response: a stage between them is exact).
     pub(crate) fn one_probe_announces(&self, a: &str, b: &str) -> bool {
@@ -401,6 +397,10 @@ impl Control {
         })
     }
 
+    /// Every probe connection, for `run.json`; with the pipeline's hop names when its
+    /// stamps per hop are known (this collector joined them, or a relay counted them).
+    /// `durable`: this is a collector with a log, whose version 2 connections were
+    /// acknowledged (`None`: a group member, which does not know).
     pub(crate) fn probe_infos(
         &self,
         hop_names: Option<&[String]>,

@@ -702,9 +702,6 @@ impl JoinState {
         p.checkpoints = self.checkpoints.taken;
     }
 
-    /// Takes the live view's figures at the end of the interval `start..end`: the
-    /// stages' `interval` and `run` figures (in the spec's order), throughput over the
-    /// interval, the counts so far and the hosts' clocks. Once per interval.
     /// Per stage, its live bounds from its polled hops and its bounds' figures over the
     /// interval and the run: none for a stage without a polled hop, nor for one whose two
     /// hops one probe connection announced (a poll's send and its response: exact).
@@ -733,6 +730,9 @@ impl JoinState {
             .collect()
     }
 
+    /// Takes the live view's figures at the end of the interval `start..end`: the
+    /// stages' `interval` and `run` figures and their `bounds` (in the spec's order), throughput over the
+    /// interval, the counts so far and the hosts' clocks. Once per interval.
     fn publish_live(
         &mut self,
         (start, end): (i64, i64),
