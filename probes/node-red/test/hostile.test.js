@@ -285,25 +285,34 @@ test('a collector that restarts every 200 ms costs the flow nothing', async (t) 
   let drops = 0;
   const restarts = setInterval(() => { col.kill(); drops += 1; }, 200);
   const ex = exporter(col.address);
-  const load = await hostLoad(ex, 2000);
-  clearInterval(restarts);
-  assert.ok(drops >= 5);
-  assertBounded(load, ex, t);
-  await until(() => ex.status().state === 'connected', 5000, 'the connection after the last restart');
-  const summary = await ex.shutdown(5000);
-  assert.equal(summary.clean, true);
-  const s = summary.counters;
-  assert.ok(s.reconnects >= 3, JSON.stringify(s));
-  assert.equal(s.reported, load.records);
-  // The collector holds every frame it received (it restarts keeping its log): every record
-  // is delivered or counted. (Records frames given to sendFrame are not kept for re-sending.)
-  const delivered = new Set(col.records().filter((r) => r.context.sequence < 1000000000n)
-    .map((r) => `${r.hop}:${r.context.stream}:${r.context.sequence}`));
-  assert.ok(delivered.size + s.queue_full + s.lost_unacked + s.send_failed >= load.records - load.frameRecords,
-    `${delivered.size} delivered, ${JSON.stringify(s)}`);
-  await until(() => col.connections.at(-1).goodbye, 3000, 'goodbye');
-  assert.equal(col.lastCounters().queue_full, BigInt(s.queue_full));
-  await col.close();
+  let shut = false;
+  // A failed assertion must not leave the collector listening or the exporter reconnecting:
+  // either keeps the test process alive, and the suite waits on it.
+  try {
+    const load = await hostLoad(ex, 2000);
+    clearInterval(restarts);
+    assert.ok(drops >= 5);
+    assertBounded(load, ex, t);
+    await until(() => ex.status().state === 'connected', 5000, 'the connection after the last restart');
+    const summary = await ex.shutdown(5000);
+    shut = true;
+    assert.equal(summary.clean, true, JSON.stringify(summary));
+    const s = summary.counters;
+    assert.ok(s.reconnects >= 3, JSON.stringify(s));
+    assert.equal(s.reported, load.records);
+    // The collector holds every frame it received (it restarts keeping its log): every record
+    // is delivered or counted. (Records frames given to sendFrame are not kept for re-sending.)
+    const delivered = new Set(col.records().filter((r) => r.context.sequence < 1000000000n)
+      .map((r) => `${r.hop}:${r.context.stream}:${r.context.sequence}`));
+    assert.ok(delivered.size + s.queue_full + s.lost_unacked + s.send_failed >= load.records - load.frameRecords,
+      `${delivered.size} delivered, ${JSON.stringify(s)}`);
+    await until(() => col.connections.at(-1).goodbye, 3000, 'goodbye');
+    assert.equal(col.lastCounters().queue_full, BigInt(s.queue_full));
+  } finally {
+    clearInterval(restarts);
+    if (!shut) await ex.shutdown(100).catch(() => {});
+    await col.close();
+  }
 });
 
 test('shutdown is bounded with a collector that stopped reading', async () => {
