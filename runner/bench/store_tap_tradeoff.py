@@ -224,15 +224,31 @@ def store_in_spread(store: str, tag: str) -> Tuple[float, float, int]:
     return (rank(0.5), rank(0.99), len(deltas))
 
 
+def subscribe(topic_filter: str) -> subprocess.Popen:
+    """mosquitto_sub on `topic_filter`, a line `topic payload` per message."""
+    host, port = MQTT.rsplit(":", 1)
+    return subprocess.Popen(["mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "0",
+                             "-t", topic_filter, "-F", "%t %p"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+
+
+def keyed_messages(sub: subprocess.Popen):
+    """(topic, the payload's `hoptrace` field) of every message `sub` prints that has one."""
+    assert sub.stdout is not None
+    for line in sub.stdout:
+        topic, _, payload = line.rstrip("\n").partition(" ")
+        try:
+            yield topic, json.loads(payload)["hoptrace"]
+        except (ValueError, KeyError, TypeError):
+            continue
+
+
 class PgBridge:
     """mosquitto_sub | psql: each message on `topic_filter` becomes one INSERT, committed as
     it arrives."""
 
     def __init__(self, topic_filter: str, workdir: Path):
-        host, port = MQTT.rsplit(":", 1)
-        self.sub = subprocess.Popen(["mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "0",
-                                     "-t", topic_filter, "-F", "%t %p"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
+        self.sub = subscribe(topic_filter)
         self.log = open(workdir / "psql.log", "w")
         self.psql = psql(stdin=subprocess.PIPE, stdout=self.log)
         self.inserted = 0
@@ -240,13 +256,8 @@ class PgBridge:
         self.thread.start()
 
     def _pump(self) -> None:
-        assert self.sub.stdout is not None and self.psql.stdin is not None
-        for line in self.sub.stdout:
-            topic, _, payload = line.rstrip("\n").partition(" ")
-            try:
-                key = json.loads(payload)["hoptrace"]
-            except (ValueError, KeyError, TypeError):
-                continue
+        assert self.psql.stdin is not None
+        for topic, key in keyed_messages(self.sub):
             self.psql.stdin.write(f"INSERT INTO {PG_TABLE} (topic, hoptrace, value) "
                                   f"VALUES ($t${topic}$t$, $k${key}$k$, 1.5);\n")
             self.psql.stdin.flush()
@@ -268,10 +279,7 @@ class HttpBridge:
     seconds with the lines gathered meanwhile."""
 
     def __init__(self, topic_filter: str, url: str, line, batch_s: float = 0.0):
-        host, port = MQTT.rsplit(":", 1)
-        self.sub = subprocess.Popen(["mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "0",
-                                     "-t", topic_filter, "-F", "%t %p"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
+        self.sub = subscribe(topic_filter)
         self.url, self.line, self.batch_s = url, line, batch_s
         self.pending: List[str] = []
         self.lock = threading.Lock()
@@ -292,13 +300,7 @@ class HttpBridge:
             self.errors.append(str(e))
 
     def _pump(self) -> None:
-        assert self.sub.stdout is not None
-        for text in self.sub.stdout:
-            topic, _, payload = text.rstrip("\n").partition(" ")
-            try:
-                key = json.loads(payload)["hoptrace"]
-            except (ValueError, KeyError, TypeError):
-                continue
+        for topic, key in keyed_messages(self.sub):
             if self.batch_s > 0:
                 with self.lock:
                     self.pending.append(self.line(topic, key))

@@ -149,7 +149,8 @@ pub struct StageSnapshot {
 }
 
 /// What a checkpoint of the run keeps of one bounded stage: the statistics so far of its
-/// smallest and of its largest possible deltas.
+/// smallest and of its largest possible deltas (the stage's own where a side is its pair;
+/// taking the checkpoint up again reads those from the stage).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundSnapshot {
     /// The stage's name.
@@ -189,8 +190,8 @@ impl StagesSnapshot {
     }
 }
 
-/// One side of a bounded stage: its smallest or its largest possible deltas, between
-/// the hops that give them.
+/// The deltas between two hops: a stage's, or one side of a bounded stage (its smallest
+/// or its largest possible deltas).
 struct Side {
     from_index: usize,
     to_index: usize,
@@ -235,25 +236,19 @@ impl Side {
         self.total.merge(&self.interval);
         self.interval.clear();
     }
-
-    fn state(&mut self) -> (SignedStats, SignedStats) {
-        self.flush();
-        (self.total.clone(), self.interval.clone())
-    }
 }
 
 /// A stage that starts or ends at a polled hop (one with an `earliest` in the spec): the
 /// deltas of the hop pairs that give its smallest and its largest possible values, as
-/// `hoptrace_format::spec::PipelineSpec::stage_bound` names them. Each side is kept on its
-/// own, even where it is the stage's own pair: a few more values per trace, only in
-/// pipelines with a polled hop.
+/// `hoptrace_format::spec::PipelineSpec::stage_bound` names them. A side whose pair is the
+/// stage's own (`None`) is the stage's deltas, not recorded twice.
 struct BoundAcc {
     /// Index of the stage in the spec.
     stage: usize,
     /// The stage's polled hops.
     polled: Vec<String>,
-    lower: Side,
-    upper: Side,
+    lower: Option<Side>,
+    upper: Option<Side>,
 }
 
 /// The bounded stages of `spec`, each side's statistics from `state` (the stage's name
@@ -280,11 +275,14 @@ fn bound_accs(
                 .cloned()
                 .collect();
             let (lower, upper) = state(&st.name).unwrap_or_default();
+            let side = |(from, to): (String, String), saved| {
+                (from != st.from || to != st.to).then(|| Side::new(index(&from), index(&to), saved))
+            };
             Some(BoundAcc {
                 stage: i,
                 polled,
-                lower: Side::new(index(&b.lower.0), index(&b.lower.1), lower),
-                upper: Side::new(index(&b.upper.0), index(&b.upper.1), upper),
+                lower: side(b.lower, lower),
+                upper: side(b.upper, upper),
             })
         })
         .collect()
@@ -294,20 +292,15 @@ struct Acc {
     stage: ResolvedStage,
     from: String,
     to: String,
-    total: SignedStats,
-    interval: SignedStats,
-    /// Deltas not yet added to `interval`.
-    batch: Vec<i64>,
+    deltas: Side,
     log: Log,
     negative_log: Option<Log>,
     tag: String,
 }
 
-impl Acc {
-    fn flush(&mut self) {
-        self.interval.add_values(&self.batch);
-        self.batch.clear();
-    }
+/// Side `side` of bound `b`: its own deltas, or the stage's when the side is the stage's pair.
+fn side_of<'a>(stages: &'a [Acc], b: &'a BoundAcc, side: &'a Option<Side>) -> &'a Side {
+    side.as_ref().unwrap_or(&stages[b.stage].deltas)
 }
 
 /// Records every written trace into its stages.
@@ -356,10 +349,8 @@ impl StageRecorder {
             stages.push(Acc {
                 from,
                 to,
+                deltas: Side::new(s.from_index, s.to_index, Default::default()),
                 stage: s.clone(),
-                total: SignedStats::default(),
-                interval: SignedStats::default(),
-                batch: Vec::with_capacity(BATCH),
                 log,
                 negative_log: None,
                 tag,
@@ -382,12 +373,12 @@ impl StageRecorder {
     /// A log cannot be flushed or synced.
     pub fn snapshot(&mut self) -> std::io::Result<StagesSnapshot> {
         let mut stages = Vec::with_capacity(self.stages.len());
+        self.flush();
         for a in &mut self.stages {
-            a.flush();
             stages.push(StageSnapshot {
                 name: a.stage.name.clone(),
-                total: a.total.clone(),
-                interval: a.interval.clone(),
+                total: a.deltas.total.clone(),
+                interval: a.deltas.interval.clone(),
                 log_len: a.log.flushed_len(true)?,
                 negative_log_len: a
                     .negative_log
@@ -396,13 +387,14 @@ impl StageRecorder {
                     .transpose()?,
             });
         }
+        let state = |side: &Side| (side.total.clone(), side.interval.clone());
         let bounds = self
             .bounds
-            .iter_mut()
+            .iter()
             .map(|b| BoundSnapshot {
                 stage: self.stages[b.stage].stage.name.clone(),
-                lower: b.lower.state(),
-                upper: b.upper.state(),
+                lower: state(side_of(&self.stages, b, &b.lower)),
+                upper: state(side_of(&self.stages, b, &b.upper)),
             })
             .collect();
         Ok(StagesSnapshot {
@@ -484,10 +476,8 @@ impl StageRecorder {
             stages.push(Acc {
                 from,
                 to,
+                deltas: Side::new(s.from_index, s.to_index, (snap.total, snap.interval)),
                 stage: s.clone(),
-                total: snap.total,
-                interval: snap.interval,
-                batch: Vec::with_capacity(BATCH),
                 log,
                 negative_log,
                 tag,
@@ -525,17 +515,41 @@ impl StageRecorder {
     #[inline]
     pub fn record(&mut self, t: &JoinedTrace) {
         for a in &mut self.stages {
-            if let Some(d) = t.stage_ns(&a.stage) {
-                a.batch.push(d);
-                if a.batch.len() == BATCH {
-                    a.flush();
-                }
-            }
+            a.deltas.record(t);
         }
         for b in &mut self.bounds {
-            b.lower.record(t);
-            b.upper.record(t);
+            for side in [&mut b.lower, &mut b.upper].into_iter().flatten() {
+                side.record(t);
+            }
         }
+    }
+
+    /// Adds every value recorded so far to the open interval's statistics.
+    fn flush(&mut self) {
+        for a in &mut self.stages {
+            a.deltas.flush();
+        }
+        for b in &mut self.bounds {
+            for side in [&mut b.lower, &mut b.upper].into_iter().flatten() {
+                side.flush();
+            }
+        }
+    }
+
+    /// Per stage in the spec's order (`None` for a stage without a polled hop), the
+    /// figures of its bounds from statistics `of` a side.
+    fn bound_figures(
+        &self,
+        of: impl Fn(&Side) -> &SignedStats,
+    ) -> Vec<Option<crate::live::BoundFigures>> {
+        let mut out = vec![None; self.stages.len()];
+        for b in &self.bounds {
+            out[b.stage] = Some(crate::live::BoundFigures::of(
+                of(side_of(&self.stages, b, &b.lower)),
+                of(side_of(&self.stages, b, &b.upper)),
+            ));
+        }
+        out
     }
 
     /// The current interval's p50 and p99 per stage that saw traces (name, p50, p99), for
@@ -544,8 +558,8 @@ impl StageRecorder {
         self.stages
             .iter_mut()
             .filter_map(|a| {
-                a.flush();
-                let p = |q| a.interval.percentile(q).map(|p| p.value_ns);
+                a.deltas.flush();
+                let p = |q| a.deltas.interval.percentile(q).map(|p| p.value_ns);
                 Some((a.stage.name.clone(), p(0.5)?, p(0.99)?))
             })
             .collect()
@@ -573,8 +587,8 @@ impl StageRecorder {
         self.stages
             .iter_mut()
             .map(|a| {
-                a.flush();
-                crate::live::Figures::of(&a.interval)
+                a.deltas.flush();
+                crate::live::Figures::of(&a.deltas.interval)
             })
             .collect()
     }
@@ -585,7 +599,7 @@ impl StageRecorder {
     pub fn run_figures(&self) -> Vec<crate::live::Figures> {
         self.stages
             .iter()
-            .map(|a| crate::live::Figures::of(&a.total))
+            .map(|a| crate::live::Figures::of(&a.deltas.total))
             .collect()
     }
 
@@ -593,30 +607,15 @@ impl StageRecorder {
     /// order (`None` for a stage without a polled hop): taken with
     /// [`Self::interval_figures`].
     pub fn interval_bounds(&mut self) -> Vec<Option<crate::live::BoundFigures>> {
-        let mut out = vec![None; self.stages.len()];
-        for b in &mut self.bounds {
-            b.lower.flush();
-            b.upper.flush();
-            out[b.stage] = Some(crate::live::BoundFigures::of(
-                &b.lower.interval,
-                &b.upper.interval,
-            ));
-        }
-        out
+        self.flush();
+        self.bound_figures(|side| &side.interval)
     }
 
     /// The figures over every interval ended so far of each stage's bounds, per stage in
     /// the spec's order (`None` for a stage without a polled hop).
     #[must_use]
     pub fn run_bounds(&self) -> Vec<Option<crate::live::BoundFigures>> {
-        let mut out = vec![None; self.stages.len()];
-        for b in &self.bounds {
-            out[b.stage] = Some(crate::live::BoundFigures::of(
-                &b.lower.total,
-                &b.upper.total,
-            ));
-        }
-        out
+        self.bound_figures(|side| &side.total)
     }
 
     /// Each stage's polled hops, per stage in the spec's order (empty for a stage without
@@ -641,11 +640,12 @@ impl StageRecorder {
         let len = Duration::from_nanos(
             u64::try_from(now_unix_ns - self.interval_start_unix_ns).unwrap_or(0),
         );
+        self.flush();
         for a in &mut self.stages {
-            a.flush();
+            let interval = &a.deltas.interval;
             a.log
-                .write(&a.interval.pos, (start, len), &a.tag, &mut self.serializer)?;
-            if a.negative_log.is_none() && !a.interval.neg.is_empty() {
+                .write(&interval.pos, (start, len), &a.tag, &mut self.serializer)?;
+            if a.negative_log.is_none() && !interval.neg.is_empty() {
                 let heading = negative_heading(&a.stage.name, &a.from, &a.to);
                 a.negative_log = Some(Log::create(
                     &self.run_dir,
@@ -656,14 +656,14 @@ impl StageRecorder {
                 )?);
             }
             if let Some(log) = &mut a.negative_log {
-                log.write(&a.interval.neg, (start, len), &a.tag, &mut self.serializer)?;
+                log.write(&interval.neg, (start, len), &a.tag, &mut self.serializer)?;
             }
-            a.total.merge(&a.interval);
-            a.interval.clear();
+            a.deltas.end_interval();
         }
         for b in &mut self.bounds {
-            b.lower.end_interval();
-            b.upper.end_interval();
+            for side in [&mut b.lower, &mut b.upper].into_iter().flatten() {
+                side.end_interval();
+            }
         }
         self.interval_start_unix_ns = now_unix_ns;
         Ok(())
@@ -694,7 +694,7 @@ impl StageRecorder {
                 to: a.to,
                 definition: a.stage.definition.clone(),
                 headline: a.stage.headline,
-                figures: a.total.figures(),
+                figures: a.deltas.total.figures(),
                 hdr_log: a.log.rel,
                 hdr_negative_log: a.negative_log.map(|l| l.rel),
             })
