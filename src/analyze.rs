@@ -8,7 +8,7 @@ use hoptrace_analysis::bounds::Decision;
 use hoptrace_analysis::compare::{self, Gate};
 use hoptrace_analysis::sql::{self, OutputFormat};
 use hoptrace_analysis::{RunSet, report};
-use hoptrace_runner::query::{runtime, summarize};
+use hoptrace_runner::query::{runtime, summarize, summarize_with};
 
 use hoptrace_cli::analyze::{
     COMPARE_BAD_RUN, COMPARE_GATE_FAILED, COMPARE_UNDECIDED, COMPARE_USAGE, interactive,
@@ -78,7 +78,7 @@ pub fn run_report(args: &ReportArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| runs.runs[0].dir.join("report"));
-    let (s, hists) = summarize(&runtime()?, &runs)?;
+    let (s, hists) = summarize_with(&runtime()?, &runs, args.exemplars)?;
     let written = report::write(&out, &s, &hists)?;
     print_summary(&s);
     eprintln!(

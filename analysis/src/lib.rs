@@ -56,6 +56,7 @@ pub mod sql;
 pub mod stats;
 pub mod summary;
 pub mod sweep;
+pub mod tail;
 pub mod weighted;
 
 pub use datafusion;

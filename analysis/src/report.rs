@@ -9,11 +9,12 @@
 mod block;
 mod blocks;
 mod render;
+mod tail;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub use block::Block;
+pub use block::{Block, TimelineRow, Timelines};
 pub use blocks::blocks;
 pub use render::{anchors, html, markdown, slug};
 

@@ -99,6 +99,19 @@ pub async fn compute(
     runs: &RunSet,
     ctx: &SessionContext,
 ) -> Result<(Summary, Vec<StageHistograms>), AnalysisError> {
+    compute_with(runs, ctx, crate::tail::DEFAULT_EXEMPLARS).await
+}
+
+/// [`compute`] listing the `exemplars` slowest messages of each headline stage (at most
+/// [`crate::tail::MAX_EXEMPLARS`]).
+///
+/// # Errors
+/// As [`compute`], and when `exemplars` is too many.
+pub async fn compute_with(
+    runs: &RunSet,
+    ctx: &SessionContext,
+    exemplars: usize,
+) -> Result<(Summary, Vec<StageHistograms>), AnalysisError> {
     let pipeline = runs.pipeline();
     let hops: Vec<String> = pipeline.hops.iter().map(|h| h.name.clone()).collect();
     let first_hop = quote_ident(&hop_column(&hops[0]));
@@ -127,11 +140,21 @@ pub async fn compute(
     // reads warm the page cache for the other, and one's single-threaded end (merging
     // its partitions) overlaps the other's work.
     let bs = runs.bound_stages();
+    // The components of the headline stages that are no stage of the spec are scanned too:
+    // the tail attribution gives their figures over all messages.
+    let tail_plans = crate::tail::plans(pipeline);
+    let mut scan = bs.scan.clone();
+    scan.extend(crate::tail::extra_stages(&tail_plans, &scan));
+    let started = std::time::Instant::now();
     let (scanned, counts) = tokio::try_join!(
-        scan_buckets(&bs.scan, ctx, &time_col, t_min, bucket_ns, constant_metrics),
+        scan_buckets(&scan, ctx, &time_col, t_min, bucket_ns, constant_metrics),
         scan_counts(ctx)
     )?;
 
+    tracing::info!(
+        "summary: the stamps' and the small columns' scans took {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     let rows: u64 = scanned.iter().map(|s| s.messages).sum();
     let metrics: u64 = scanned.iter().map(|s| s.metrics).sum();
     let rate = |n: u64| {
@@ -149,8 +172,8 @@ pub async fn compute(
             metrics_per_s: 0.0,
         })
         .collect();
-    let mut whole = vec![SignedStats::default(); bs.scan.len()];
-    let mut whole_weighted = vec![WeightedStage::default(); bs.scan.len()];
+    let mut whole = vec![SignedStats::default(); scan.len()];
+    let mut whole_weighted = vec![WeightedStage::default(); scan.len()];
     let mut by_time: Vec<Vec<Option<&SignedStats>>> =
         vec![vec![None; nbuckets]; pipeline.stages.len()];
     for s in &scanned {
@@ -265,6 +288,8 @@ pub async fn compute(
         });
     }
 
+    let tails =
+        crate::tail::attribution(ctx, &tail_plans, &scan, &whole, &time_col, exemplars).await?;
     let accounting = accounting(runs, rows, &counts, &hops);
     if !accounting.adds_up {
         warnings.push(format!(
@@ -326,6 +351,7 @@ pub async fn compute(
         },
         warnings,
         store_taps: polled.iter().flat_map(|p| p.taps.iter().cloned()).collect(),
+        tails,
     };
     Ok((summary, hists))
 }

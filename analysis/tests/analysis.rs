@@ -288,6 +288,110 @@ fn every_stage_figure_matches_the_exact_oracle() {
     }
 }
 
+/// The exact median of `v` (sorted here), as the report ranks it.
+fn exact_median(mut v: Vec<i64>) -> i64 {
+    v.sort_unstable();
+    v[((0.5 * v.len() as f64).ceil() as usize).max(1) - 1]
+}
+
+#[test]
+fn tail_attribution_matches_the_exact_oracle() {
+    let (s, _) = summarise(run_dir());
+    assert_eq!(s.tails.len(), 1, "only Total Ingestion splits");
+    let t = &s.tails[0];
+    assert_eq!(t.stage, "Total Ingestion");
+    let chain: Vec<usize> = std::iter::once(hop_index(&t.components[0].from))
+        .chain(t.components.iter().map(|c| hop_index(&c.to)))
+        .collect();
+    assert_eq!(chain, [0, 1, 2, 3, 4, 5]);
+    // Every message with both ends, its delta and its components.
+    let rows: Vec<(u64, i64, Vec<i64>)> = (0..TRACES)
+        .filter_map(|seq| {
+            let st = stamps(seq);
+            let (a, z) = (st[0]?, st[5]?);
+            let parts = chain
+                .windows(2)
+                .map(|w| st[w[1]].unwrap() - st[w[0]].unwrap())
+                .collect();
+            Some((seq, z - a, parts))
+        })
+        .collect();
+    assert_eq!(t.messages, rows.len() as u64);
+    let total = s
+        .stages
+        .iter()
+        .find(|x| x.name == "Total Ingestion")
+        .unwrap();
+    let mut sorted: Vec<i64> = rows.iter().map(|r| r.1).collect();
+    sorted.sort_unstable();
+    let labels: Vec<String> = t.levels.iter().map(|l| l.percentile.label()).collect();
+    assert_eq!(labels, ["P99", "P99.9"]);
+    assert!(
+        t.notes.iter().any(|n| n.contains("no P99.99 tail")),
+        "{:?}",
+        t.notes
+    );
+    for l in &t.levels {
+        let q = l.percentile.quantile;
+        assert_eq!(Some(&l.percentile), total.percentile(&l.percentile.label()));
+        // The threshold: the lowest value of the HDR bucket of the exact value of rank q.
+        let exact = sorted[((q * sorted.len() as f64).ceil() as usize) - 1];
+        let h = hoptrace_format::hist::new_histogram();
+        assert_eq!(
+            l.threshold_ns,
+            h.lowest_equivalent(exact as u64) as i64,
+            "{}",
+            q
+        );
+        let tail: Vec<&(u64, i64, Vec<i64>)> =
+            rows.iter().filter(|r| r.1 >= l.threshold_ns).collect();
+        assert_eq!(l.messages, tail.len() as u64);
+        assert!(l.messages >= hoptrace_analysis::tail::fewest_in_tail(q, sorted.len() as u64));
+        let n = tail.len() as f64;
+        let head_mean = tail.iter().map(|r| r.1 as f64).sum::<f64>() / n;
+        assert!((l.mean_ns.unwrap() - head_mean).abs() <= 1e-9 * head_mean);
+        let mut shares = 0.0;
+        for (c, share) in l.components.iter().enumerate() {
+            let part: Vec<i64> = tail.iter().map(|r| r.2[c]).collect();
+            let mean = part.iter().map(|&x| x as f64).sum::<f64>() / n;
+            assert!((share.mean_ns.unwrap() - mean).abs() <= 1e-6 * mean.abs().max(1.0));
+            assert!((share.share.unwrap() - mean / head_mean).abs() <= 1e-9);
+            shares += share.share.unwrap();
+            let m = share.median.unwrap();
+            assert!(
+                m.value_ns.abs_diff(exact_median(part)) <= m.precision_ns,
+                "{c}"
+            );
+        }
+        assert!((shares - 1.0).abs() <= 1e-9, "the shares add up: {shares}");
+    }
+    // Over all messages, each component over those with its two hops.
+    for (c, all) in t.overall.iter().enumerate() {
+        let (part, _) = oracle(chain[c], chain[c + 1]);
+        let mean = part.iter().map(|&x| x as f64).sum::<f64>() / part.len() as f64;
+        assert!((all.mean_ns.unwrap() - mean).abs() <= 1e-6 * mean.abs());
+        let m = all.median.unwrap();
+        assert!(m.value_ns.abs_diff(exact_median(part)) <= m.precision_ns);
+    }
+    // The 20 slowest, slowest first, ties in key order, with their timelines.
+    let mut slowest = rows.clone();
+    slowest.sort_by_key(|r| (std::cmp::Reverse(r.1), r.0 % 8, r.0));
+    assert_eq!(t.exemplars.len(), 20);
+    for (e, r) in t.exemplars.iter().zip(&slowest) {
+        assert_eq!(
+            (e.publisher, e.stream, e.sequence),
+            (9, (r.0 % 8) as u32, r.0)
+        );
+        assert_eq!(e.delta_ns, r.1);
+        assert_eq!(
+            e.components_ns,
+            r.2.iter().map(|&x| Some(x)).collect::<Vec<_>>()
+        );
+        assert_eq!(e.time_unix_ns, stamps(r.0)[0]);
+        assert_eq!(e.otel_trace_id, None);
+    }
+}
+
 #[test]
 fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
     let (s, hists) = summarise(run_dir());

@@ -84,8 +84,26 @@ pub struct ReportArgs {
     /// their traces are merged into one set of statistics.
     #[arg(long, requires = "out")]
     pub merge: bool,
+    /// How many of the slowest messages of each headline stage the report lists, each
+    /// with its timeline (section "Tail Attribution"; 0 lists none).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = hoptrace_analysis::tail::DEFAULT_EXEMPLARS,
+        value_parser = exemplars
+    )]
+    pub exemplars: usize,
     #[command(flatten)]
     pub read: ReadArgs,
+}
+
+/// `--exemplars`: 0 to the most the analysis lists.
+fn exemplars(s: &str) -> Result<usize, String> {
+    let max = hoptrace_analysis::tail::MAX_EXEMPLARS;
+    s.parse::<usize>()
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| format!("the slowest messages to list per stage are 0 to {max}, not {s:?}"))
 }
 
 /// Exit status of `hoptrace compare` when a gate fails.
@@ -249,6 +267,20 @@ pub fn summary_lines(s: &hoptrace_analysis::Summary) -> Vec<String> {
                 b("P50"),
                 b("P99"),
                 b("P99.99")
+            ));
+        }
+    }
+    for t in &s.tails {
+        // The deepest tail the run has, and what took most of its time.
+        if let Some((l, (c, share))) = t.levels.last().and_then(|l| Some((l, t.dominant(l)?))) {
+            lines.push(format!(
+                "  tail: {} {} ({} messages at or above {}): {:.0} % of its time is {}",
+                t.stage,
+                l.percentile.label(),
+                count(l.messages),
+                signed_ns(l.threshold_ns),
+                share * 100.0,
+                c.name
             ));
         }
     }

@@ -55,8 +55,20 @@ pub fn summarize(
     rt: &tokio::runtime::Runtime,
     runs: &RunSet,
 ) -> anyhow::Result<(Summary, Vec<StageHistograms>)> {
+    summarize_with(rt, runs, hoptrace_analysis::tail::DEFAULT_EXEMPLARS)
+}
+
+/// [`summarize`] listing the `exemplars` slowest messages of each headline stage.
+///
+/// # Errors
+/// As [`summarize`], and when `exemplars` is more than the analysis lists.
+pub fn summarize_with(
+    rt: &tokio::runtime::Runtime,
+    runs: &RunSet,
+    exemplars: usize,
+) -> anyhow::Result<(Summary, Vec<StageHistograms>)> {
     Ok(rt.block_on(async {
         let ctx = runs.session().await?;
-        summary::compute(runs, &ctx).await
+        summary::compute_with(runs, &ctx, exemplars).await
     })?)
 }

@@ -293,6 +293,12 @@ pub(super) fn date_of(unix_ns: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02} UTC")
 }
 
+/// [`date_of`] to the millisecond.
+pub(super) fn date_of_ms(unix_ns: i64) -> String {
+    let (y, m, d, h, min, sec, ms) = hoptrace_format::units::utc_parts(unix_ns);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02}.{ms:03} UTC")
+}
+
 /// The report's blocks.
 #[must_use]
 pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
@@ -495,6 +501,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     if !s.store_taps.is_empty() {
         b.extend(store_tap_blocks(&s.store_taps));
     }
+    b.extend(super::tail::tail_blocks(s));
 
     b.push(Block::Heading(2, "Throughput".into()));
     let per_s: Vec<f64> = s

@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use crate::charts::Chart;
 
-use super::block::Block;
+use hoptrace_format::units::duration_f64;
+
+use super::block::{Block, Timelines};
 
 /// The anchor of a heading, as GitHub makes it: lower case, letters, digits, `-` and `_`
 /// kept, spaces turned into `-`, everything else dropped.
@@ -122,9 +124,130 @@ pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
                 let c = &charts[*i];
                 let _ = writeln!(out, "![{}](charts/{}.svg)\n", c.title, c.stem);
             }
+            Block::Timelines(t) => markdown_timelines(&mut out, t),
         }
     }
     out
+}
+
+/// Width of a Markdown timeline bar, characters.
+const BAR_CHARS: i64 = 40;
+
+/// The letter of segment `i` in a Markdown bar.
+fn segment_letter(i: usize) -> char {
+    char::from(b'a' + u8::try_from(i % 26).unwrap_or(0))
+}
+
+/// A timeline table in Markdown: the bar is letters, one per segment, each segment's
+/// share of [`BAR_CHARS`] at the longest bar's scale (at least one letter for a segment
+/// that is not empty).
+fn markdown_timelines(out: &mut String, t: &Timelines) {
+    let scale = t.scale_ns();
+    let legend: Vec<String> = t
+        .legend
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("`{}` {l}", segment_letter(i)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Timeline: {}; {BAR_CHARS} characters are {} (a segment shorter than half of one does not show), `?` a segment whose hop is missing.\n",
+        legend.join(", "),
+        duration_f64(scale as f64)
+    );
+    let mut head = t.head.clone();
+    head.push("Timeline".into());
+    let line = |cells: &[String]| {
+        format!(
+            "| {} |",
+            cells
+                .iter()
+                .map(|c| md_cell(c))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )
+    };
+    let _ = writeln!(out, "{}", line(&head));
+    let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
+    for r in &t.rows {
+        // Each segment ends where the running total ends, rounded: the bar's length is its
+        // total's, and a segment shorter than half a character does not show.
+        let mut bar = String::new();
+        let (mut total, mut drawn) = (0_i64, 0_i64);
+        for (i, s) in r.segments.iter().enumerate() {
+            match s {
+                Some(ns) => {
+                    total += (*ns).max(0);
+                    let end = (total.saturating_mul(BAR_CHARS) + scale / 2) / scale;
+                    let n = usize::try_from(end - drawn).unwrap_or(0);
+                    bar.extend(std::iter::repeat_n(segment_letter(i), n));
+                    drawn = drawn.max(end);
+                }
+                None => bar.push('?'),
+            }
+        }
+        let mut cells = r.cells.clone();
+        cells.push(format!("`{bar}`"));
+        let _ = writeln!(out, "{}", line(&cells));
+    }
+    out.push('\n');
+}
+
+/// Colours of timeline segments, in order (repeated past the last).
+const SEGMENT_COLOURS: [&str; 8] = [
+    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d",
+];
+
+/// A timeline table in HTML: each bar a row of coloured boxes whose widths are the
+/// segments' shares of the longest bar, each titled with its segment and length.
+fn html_timelines(body: &mut String, t: &Timelines) {
+    let scale = t.scale_ns() as f64;
+    let colour = |i: usize| SEGMENT_COLOURS[i % SEGMENT_COLOURS.len()];
+    body.push_str("<p class=\"legend\">");
+    for (i, l) in t.legend.iter().enumerate() {
+        let _ = write!(
+            body,
+            "<span class=\"swatch\" style=\"background:{}\"></span> {} ",
+            colour(i),
+            esc(l)
+        );
+    }
+    body.push_str("</p>\n<table class=\"timelines\">\n<thead><tr>");
+    for h in &t.head {
+        let _ = write!(body, "<th>{}</th>", esc(h));
+    }
+    body.push_str("<th>Timeline</th></tr></thead>\n<tbody>\n");
+    for r in &t.rows {
+        body.push_str("<tr>");
+        for c in &r.cells {
+            let _ = write!(body, "<td>{}</td>", esc(c));
+        }
+        body.push_str("<td class=\"bar\">");
+        for (i, s) in r.segments.iter().enumerate() {
+            let name = t.legend.get(i).map_or("", String::as_str);
+            match s {
+                Some(ns) => {
+                    let _ = write!(
+                        body,
+                        "<span class=\"seg\" style=\"width:{:.2}%;background:{}\" title=\"{}: {}\"></span>",
+                        (*ns).max(0) as f64 / scale * 100.0,
+                        colour(i),
+                        esc(name),
+                        esc(&hoptrace_format::units::signed_ns(*ns))
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        body,
+                        "<span class=\"missing\" title=\"{}: hop missing\">?</span>",
+                        esc(name)
+                    );
+                }
+            }
+        }
+        body.push_str("</td></tr>\n");
+    }
+    body.push_str("</tbody>\n</table>\n");
 }
 
 pub(super) fn esc(s: &str) -> String {
@@ -202,6 +325,7 @@ pub fn html(blocks: &[Block], charts: &[Chart], title: &str, libs: &[String]) ->
                 }
                 body.push_str("</tbody>\n</table>\n");
             }
+            Block::Timelines(t) => html_timelines(&mut body, t),
             Block::Chart(i) => {
                 let _ = writeln!(
                     body,
@@ -243,6 +367,10 @@ h1 a.anchor, h2 a.anchor, h3 a.anchor {{ color: inherit; text-decoration: none; 
 #toc {{ border: 1px solid #ddd; background: #fafafa; padding: 0.5em 1.2em; margin: 1em 0 2em; }}
 #toc .toc-title {{ font-weight: bold; margin: 0.3em 0; }}
 #toc ul {{ margin: 0.2em 0; padding-left: 1.2em; }}
+td.bar {{ width: 40%; min-width: 16em; white-space: nowrap; }}
+td.bar .seg {{ display: inline-block; height: 0.9em; vertical-align: middle; }}
+td.bar .missing {{ color: #b00; }}
+.legend .swatch {{ display: inline-block; width: 0.9em; height: 0.9em; vertical-align: middle; margin-left: 0.6em; }}
 </style>
 {scripts}</head>
 <body>

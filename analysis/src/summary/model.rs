@@ -49,6 +49,11 @@ pub struct Summary {
     /// duration); empty for runs without store taps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub store_taps: Vec<StoreTapCost>,
+    /// Why each headline stage's tail is slow: its components' shares at its P99, P99.9
+    /// (and P99.99) and its slowest messages ([`crate::tail`]); empty when no headline
+    /// stage splits into components.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tails: Vec<crate::tail::TailAttribution>,
 }
 
 /// One run's identity.

@@ -1,0 +1,188 @@
+//! The report's tail attribution: per headline stage, each component's share of the time
+//! of the messages at or above its P99, P99.9 (and P99.99), and its slowest messages as
+//! timelines.
+
+use hoptrace_format::units::{count, duration_f64, signed_ns};
+
+use super::block::{Block, TimelineRow, Timelines};
+use crate::summary::Summary;
+use crate::tail::{TailAttribution, TailLevel};
+
+fn percent(x: Option<f64>) -> String {
+    // -0.0 % reads as a sign where there is none.
+    x.map_or_else(
+        || "-".into(),
+        |x| format!("{:.1} %", x * 100.0 + 0.0).replace("-0.0 %", "0.0 %"),
+    )
+}
+
+fn times(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("×{x:.1}"))
+}
+
+fn mean(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), duration_f64)
+}
+
+/// One sentence on a tail set: its size, its threshold, and the component with the
+/// largest share of its time and of its excess over the rest.
+fn level_sentence(t: &TailAttribution, l: &TailLevel) -> String {
+    let label = l.percentile.label();
+    let mut s = format!(
+        "{label} tail: {} messages at or above {} (the lowest value of the {label}'s HDR bucket), mean {} against {} over all",
+        count(l.messages),
+        signed_ns(l.threshold_ns),
+        mean(l.mean_ns),
+        mean(t.mean_ns)
+    );
+    if let Some((c, share)) = t.dominant(l) {
+        let excess = t
+            .components
+            .iter()
+            .zip(&l.components)
+            .find(|(x, _)| x.name == c.name)
+            .and_then(|(_, s)| s.share_of_excess);
+        s.push_str(&format!(
+            ": {} of its time is {}",
+            percent(Some(share)),
+            c.name
+        ));
+        if let Some(e) = excess {
+            s.push_str(&format!(
+                ", and {} of what makes it slower than the rest",
+                percent(Some(e))
+            ));
+        }
+    }
+    if l.with_components < l.messages {
+        s.push_str(&format!(
+            " ({} of them lack a component's hop and are left out of the shares)",
+            count(l.messages - l.with_components)
+        ));
+    }
+    s.push('.');
+    s
+}
+
+/// The blocks of one headline stage's attribution.
+fn stage_blocks(t: &TailAttribution, date_of: fn(i64) -> String) -> Vec<Block> {
+    let mut b = vec![Block::Heading(
+        3,
+        format!("{}: where the tail's time goes", t.stage),
+    )];
+    let chain: Vec<String> = t
+        .components
+        .iter()
+        .map(|c| {
+            if c.spec_stage {
+                format!("{} ({} → {})", c.name, c.from, c.to)
+            } else {
+                format!("{} (consecutive hops, no stage of the spec)", c.name)
+            }
+        })
+        .collect();
+    b.push(Block::Para(format!(
+        "Components, in order: {}. They add up to {} for each message that has every hop. \"All\" is each component over all messages with its two hops ({} over {} messages); a tail's figures are over its messages that have every hop.",
+        chain.join(", "),
+        t.stage,
+        t.stage,
+        count(t.messages)
+    )));
+    let mut bullets: Vec<String> = t.levels.iter().map(|l| level_sentence(t, l)).collect();
+    bullets.extend(t.notes.iter().cloned());
+    b.push(Block::Bullets(bullets));
+    if !t.levels.is_empty() {
+        let mut head = vec!["Component".into(), "Median, all".into(), "Mean, all".into()];
+        for l in &t.levels {
+            let label = l.percentile.label();
+            head.extend([
+                format!("{label} tail: median"),
+                format!("{label}: share of time"),
+                format!("{label}: share of excess"),
+            ]);
+        }
+        let rows = t
+            .components
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let all = &t.overall[i];
+                let mut row = vec![
+                    c.name.clone(),
+                    all.median.map_or_else(|| "-".into(), |p| p.shown()),
+                    mean(all.mean_ns),
+                ];
+                for l in &t.levels {
+                    let s = &l.components[i];
+                    row.extend([
+                        s.median.map_or_else(
+                            || "-".into(),
+                            |p| format!("{} ({})", p.shown(), times(s.times_median)),
+                        ),
+                        percent(s.share),
+                        percent(s.share_of_excess),
+                    ]);
+                }
+                row
+            })
+            .collect();
+        b.push(Block::Table(head, rows));
+        b.push(Block::Para(
+            "Share of time: the component's mean over the tail's mean. Share of excess: how much of the tail's mean above the mean over all messages the component's own rise accounts for. (×n): the tail's median over the median over all messages.".into(),
+        ));
+    }
+    if !t.exemplars.is_empty() {
+        b.push(Block::Para(format!(
+            "**The {} slowest messages** (key publisher/stream/sequence; time: the message's first stamp, else its intended send time):",
+            t.exemplars.len()
+        )));
+        let has_ids = t.exemplars.iter().any(|e| e.otel_trace_id.is_some());
+        let mut head = vec!["#".into(), "Key".into(), "Time".into(), t.stage.clone()];
+        if has_ids {
+            head.push("Trace id".into());
+        }
+        let rows = t
+            .exemplars
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let mut cells = vec![
+                    (i + 1).to_string(),
+                    format!("{}/{}/{}", e.publisher, e.stream, e.sequence),
+                    e.time_unix_ns.map_or_else(|| "-".into(), date_of),
+                    signed_ns(e.delta_ns),
+                ];
+                if has_ids {
+                    cells.push(e.otel_trace_id.clone().unwrap_or_else(|| "-".into()));
+                }
+                TimelineRow {
+                    cells,
+                    segments: e.components_ns.clone(),
+                }
+            })
+            .collect();
+        b.push(Block::Timelines(Timelines {
+            legend: t.components.iter().map(|c| c.name.clone()).collect(),
+            head,
+            rows,
+        }));
+    }
+    b
+}
+
+/// The report's "Tail Attribution" section; empty when no headline stage splits.
+pub(super) fn tail_blocks(s: &Summary) -> Vec<Block> {
+    if s.tails.is_empty() {
+        return Vec::new();
+    }
+    let mut b = vec![
+        Block::Heading(2, "Tail Attribution".into()),
+        Block::Para(
+            "Why the slowest messages of each headline stage are slow: the stage split into the stages that chain from its first hop to its last (two consecutive hops where no stage of the spec joins them), each component's share of the tail's time against all messages, and the slowest messages one by one.".into(),
+        ),
+    ];
+    for t in &s.tails {
+        b.extend(stage_blocks(t, super::blocks::date_of_ms));
+    }
+    b
+}
