@@ -6,6 +6,7 @@
 //! | `hdr_merge(hist)` | Binary: the merge of serialized histograms (per run, per cell, ...) |
 //! | `hdr_percentile(ns, q [, weight])` | Int64: the value at quantile `q`, the middle of its bucket |
 //! | `hdr_precision(ns, q [, weight])` | Int64: half that bucket's width; the exact value is within ± this |
+//! | `hdr_floor(ns, q [, weight])` | Int64: the lowest value of that bucket: the values at or above it are the tail the report attributes (every value the percentile can stand for) |
 //! | `hdr_value_at(hist, q)` / `hdr_precision_at(hist, q)` / `hdr_count(hist)` | the same, of a serialized histogram (scalar) |
 //!
 //! Every histogram has the layout of [`hoptrace_format::hist`]: 1 ns to 1 hour at 3
@@ -65,6 +66,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Merge)));
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Percentile)));
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Precision)));
+    ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Floor)));
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::ValueAt)));
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::PrecisionAt)));
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::Count)));
@@ -319,9 +321,10 @@ enum Output {
     Merge,
     Percentile,
     Precision,
+    Floor,
 }
 
-/// The four aggregate functions; they share one accumulator.
+/// The five aggregate functions; they share one accumulator.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct HdrAgg {
     output: Output,
@@ -406,6 +409,7 @@ impl AggregateUDFImpl for HdrAgg {
             Output::Merge => "hdr_merge",
             Output::Percentile => "hdr_percentile",
             Output::Precision => "hdr_precision",
+            Output::Floor => "hdr_floor",
         }
     }
 
@@ -422,15 +426,15 @@ impl AggregateUDFImpl for HdrAgg {
                 Ok(vec![DataType::Binary])
             }
             (Output::Merge, [t]) => plan_err!("hdr_merge takes a serialized histogram, not {t}"),
-            (Output::Percentile | Output::Precision, [t, q]) => {
+            (Output::Percentile | Output::Precision | Output::Floor, [t, q]) => {
                 Ok(vec![coerce_ns(name, t)?, coerce_q(name, q)?])
             }
-            (Output::Percentile | Output::Precision, [t, q, w]) => Ok(vec![
+            (Output::Percentile | Output::Precision | Output::Floor, [t, q, w]) => Ok(vec![
                 coerce_ns(name, t)?,
                 coerce_q(name, q)?,
                 coerce_weight(name, w)?,
             ]),
-            (Output::Percentile | Output::Precision, _) => {
+            (Output::Percentile | Output::Precision | Output::Floor, _) => {
                 plan_err!("{name} takes (ns, quantile) or (ns, quantile, weight)")
             }
             (Output::Histogram, _) => plan_err!("{name} takes (ns) or (ns, weight)"),
@@ -441,13 +445,13 @@ impl AggregateUDFImpl for HdrAgg {
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
         Ok(match self.output {
             Output::Histogram | Output::Merge => DataType::Binary,
-            Output::Percentile | Output::Precision => DataType::Int64,
+            Output::Percentile | Output::Precision | Output::Floor => DataType::Int64,
         })
     }
 
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let quantile = match self.output {
-            Output::Percentile | Output::Precision => {
+            Output::Percentile | Output::Precision | Output::Floor => {
                 Some(literal_quantile(self.name(), &acc_args)?)
             }
             Output::Histogram | Output::Merge => None,
@@ -538,6 +542,10 @@ impl Accumulator for HdrAccumulator {
             }
             Output::Percentile => percentile_scalar(p(), false),
             Output::Precision => percentile_scalar(p(), true),
+            // The bucket's own bounds: not moved within the extremes.
+            Output::Floor => ScalarValue::Int64(
+                signed_percentile(&self.pos, &self.neg, q).map(crate::tail::bucket_floor),
+            ),
         })
     }
 

@@ -282,16 +282,22 @@ fn floor_at_rank(s: &SignedStats, r: u64) -> Option<i64> {
 /// `max(1, ceil(q · n))`); `None` without values.
 #[must_use]
 pub fn floor(s: &SignedStats, q: f64) -> Option<i64> {
-    let p = signed_percentile(&s.pos, &s.neg, q)?;
+    signed_percentile(&s.pos, &s.neg, q).map(bucket_floor)
+}
+
+/// The lowest value of the HDR bucket of `p`, a percentile as the histogram gives it (the
+/// middle of its bucket, not moved within the values' extremes).
+#[must_use]
+pub fn bucket_floor(p: Percentile) -> i64 {
     let half = i64::try_from(p.precision_ns).unwrap_or(i64::MAX);
-    Some(if p.value_ns >= 0 {
+    if p.value_ns >= 0 {
         // The bucket's lowest value is its middle less half its width.
         p.value_ns - half
     } else {
         // Magnitudes v ..= v + width - 1 (middle v + half, width 2·half or 1): the lowest
         // signed value is -(v + width - 1).
         p.value_ns - half + i64::from(half > 0)
-    })
+    }
 }
 
 /// First byte of an encoded [`TailStats`].

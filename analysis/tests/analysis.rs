@@ -392,6 +392,60 @@ fn tail_attribution_matches_the_exact_oracle() {
     }
 }
 
+/// The README's query for the P99 tail's shares, as written there.
+fn readme_tail_query() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme.find("```sql\nSELECT count(*) AS messages,").unwrap() + "```sql\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    readme[start..end].to_owned()
+}
+
+#[test]
+fn the_readmes_query_reproduces_the_p99_tails_shares() {
+    let (s, _) = summarise(run_dir());
+    let t = &s.tails[0];
+    let p99 = &t.levels[0];
+    assert_eq!(p99.percentile.label(), "P99");
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        let b = hoptrace_analysis::sql::query(&ctx, &readme_tail_query())
+            .await
+            .unwrap();
+        let col = |i: usize| {
+            datafusion::arrow::compute::cast(
+                b[0].column(i),
+                &datafusion::arrow::datatypes::DataType::Float64,
+            )
+            .unwrap()
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Float64Array>()
+            .unwrap()
+            .value(0)
+        };
+        assert_eq!(col(0) as u64, p99.with_components);
+        for (i, c) in p99.components.iter().enumerate() {
+            let share = c.share.unwrap();
+            assert!(
+                (col(i + 1) - share).abs() <= 1e-9,
+                "{}: {} vs {share}",
+                t.components[i].name,
+                col(i + 1)
+            );
+        }
+        let q = "SELECT hdr_floor(total_ingestion_ns, 0.99) FROM traces";
+        let b = hoptrace_analysis::sql::query(&ctx, q).await.unwrap();
+        let floor = b[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(floor, p99.threshold_ns);
+    });
+}
+
 #[test]
 fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
     let (s, hists) = summarise(run_dir());
