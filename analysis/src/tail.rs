@@ -794,7 +794,12 @@ pub async fn attribution(
         let mut thresholds = [i64::MAX; 3];
         let mut levels = Vec::new();
         let mut notes = Vec::new();
-        for (j, &(q, fewest)) in LEVELS.iter().enumerate() {
+        if head.count == 0 {
+            notes.push(format!(
+                "no message has both {first} and {last}: there is no tail to attribute"
+            ));
+        }
+        for (j, &(q, fewest)) in LEVELS.iter().enumerate().filter(|_| head.count > 0) {
             let expected = head.count as f64 * (1.0 - q);
             match (floor(head, q), head.percentile(q)) {
                 (Some(t), Some(p)) if expected >= fewest => {

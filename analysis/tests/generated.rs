@@ -44,6 +44,43 @@ fn a_generated_run_is_read_back_with_its_counts() {
     remove(&g.run_dir).unwrap();
 }
 
+#[test]
+fn a_run_of_ten_messages_has_no_tail_but_its_slowest_messages() {
+    let dir = std::env::temp_dir().join(format!("hoptrace-gen10-{}", std::process::id()));
+    let g = generate(&GenerateOptions::new(10, &dir, "gen10"), |_| {}).unwrap();
+    let runs = RunSet::open(&[&g.run_dir]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (s, _) = rt
+        .block_on(async {
+            let ctx = runs.session().await?;
+            summary::compute_with(&runs, &ctx, 3).await
+        })
+        .unwrap();
+    let t = &s.tails[0];
+    assert!(t.levels.is_empty(), "{:?}", t.levels);
+    assert_eq!(t.notes.len(), 3, "{:?}", t.notes);
+    assert!(
+        t.notes[1].starts_with("no P99.9 tail: 10 messages"),
+        "{:?}",
+        t.notes
+    );
+    assert_eq!(t.exemplars.len(), 3);
+    assert!(
+        t.exemplars
+            .windows(2)
+            .all(|w| w[0].delta_ns >= w[1].delta_ns)
+    );
+    let total = s
+        .stages
+        .iter()
+        .find(|x| x.name == "Total Ingestion")
+        .unwrap();
+    assert_eq!(Some(t.exemplars[0].delta_ns), total.figures.max_ns);
+    remove(&g.run_dir).unwrap();
+}
+
 /// The columns `names` of every traces file of `run_dir`, as i64 (null: `None`), in row
 /// order.
 fn stamp_columns(run_dir: &std::path::Path, names: &[&str]) -> Vec<Vec<Option<i64>>> {

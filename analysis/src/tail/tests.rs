@@ -346,3 +346,44 @@ fn absurd_exemplar_counts_are_refused_by_name() {
     let e = st.update(&batch(-1, [0, 0, 0], &stamps)).unwrap_err();
     assert!(e.to_string().contains("exemplars"), "{e}");
 }
+
+#[test]
+fn a_run_without_a_message_of_both_ends_says_so() {
+    let spec = PipelineSpec::default_pipeline();
+    let hops: Vec<String> = spec.hops.iter().map(|h| h.name.clone()).collect();
+    let ctx = SessionContext::new();
+    ctx.register_batch(
+        "traces_raw",
+        datafusion::arrow::array::RecordBatch::new_empty(hoptrace_format::schema::traces_schema(
+            &hops,
+        )),
+    )
+    .unwrap();
+    let plans = plans(&spec);
+    let mut scan = spec.stages.clone();
+    scan.extend(extra_stages(&plans, &scan));
+    let figures = vec![SignedStats::default(); scan.len()];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let t = rt
+        .block_on(attribution(&ctx, &plans, &scan, &figures, "publish_ns", 20))
+        .unwrap();
+    assert_eq!(t.len(), 1);
+    assert!(t[0].levels.is_empty() && t[0].exemplars.is_empty());
+    assert_eq!(
+        t[0].notes,
+        ["no message has both publish and queryable: there is no tail to attribute"]
+    );
+    let e = rt
+        .block_on(attribution(
+            &ctx,
+            &plans,
+            &scan,
+            &figures,
+            "publish_ns",
+            MAX_EXEMPLARS + 1,
+        ))
+        .unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+}
