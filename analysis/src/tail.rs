@@ -20,8 +20,6 @@
 //! slowest: a filter on the stage's two stamps that the Parquet reader evaluates first, so
 //! the other columns are decoded for those rows alone.
 
-use std::collections::BTreeSet;
-
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeBinaryArray, Int64Array};
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{DataType, Int64Type, UInt64Type};
@@ -47,18 +45,7 @@ pub const DEFAULT_EXEMPLARS: usize = 20;
 /// Most slowest messages that can be asked for per stage.
 pub const MAX_EXEMPLARS: usize = 10_000;
 
-/// One component of a headline stage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Component {
-    /// The spec's stage name, or `from → to` for two consecutive hops no stage joins.
-    pub name: String,
-    /// Hop it starts at.
-    pub from: String,
-    /// Hop it ends at.
-    pub to: String,
-    /// Whether it is a stage of the spec (else two consecutive hops).
-    pub spec_stage: bool,
-}
+pub use hoptrace_format::spec::Component;
 
 /// A component's figures over a set of messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,70 +147,10 @@ impl TailAttribution {
     }
 }
 
-/// The components of `head` in `spec` (module docs); a single component, the stage
-/// itself, when nothing splits it (its `from` does not come before its `to`).
+/// The components of `head` in `spec` ([`PipelineSpec::components`]).
 #[must_use]
 pub fn components(spec: &PipelineSpec, head: &StageSpec) -> Vec<Component> {
-    let itself = || {
-        vec![Component {
-            name: head.name.clone(),
-            from: head.from.clone(),
-            to: head.to.clone(),
-            spec_stage: true,
-        }]
-    };
-    let bounds_only: BTreeSet<&str> = spec
-        .hops
-        .iter()
-        .filter_map(|h| h.earliest.as_deref())
-        .collect();
-    let on_way: Vec<&str> = spec
-        .hops
-        .iter()
-        .map(|h| h.name.as_str())
-        .filter(|h| !bounds_only.contains(h) || *h == head.from || *h == head.to)
-        .collect();
-    let pos = |hop: &str| on_way.iter().position(|h| *h == hop);
-    let (Some(start), Some(end)) = (pos(&head.from), pos(&head.to)) else {
-        return itself();
-    };
-    if start >= end {
-        return itself();
-    }
-    let mut out = Vec::new();
-    let mut at = start;
-    while at < end {
-        let here = on_way[at];
-        let stage = spec
-            .stages
-            .iter()
-            .filter(|s| s.name != head.name && s.from == here)
-            .filter_map(|s| pos(&s.to).filter(|&p| p > at && p <= end).map(|p| (p, s)))
-            .min_by_key(|(p, _)| *p);
-        let (next, c) = match stage {
-            Some((p, s)) => (
-                p,
-                Component {
-                    name: s.name.clone(),
-                    from: s.from.clone(),
-                    to: s.to.clone(),
-                    spec_stage: true,
-                },
-            ),
-            None => (
-                at + 1,
-                Component {
-                    name: format!("{here} → {}", on_way[at + 1]),
-                    from: here.to_owned(),
-                    to: on_way[at + 1].to_owned(),
-                    spec_stage: false,
-                },
-            ),
-        };
-        out.push(c);
-        at = next;
-    }
-    out
+    spec.components(head)
 }
 
 /// A headline stage that splits: its index in the spec and its components.

@@ -188,6 +188,47 @@ fn live_json_shows_the_figures_of_the_traces_written() {
             assert_eq!(b.interval.p50_ns, None);
         }
     }
+    // The slowest message of each interval, of Total Ingestion (the one headline stage
+    // that splits): the interval's largest delta, the trace that had it, its timeline.
+    let mut slowest_seen = 0;
+    for l in &seen {
+        for (i, st) in l.stages.iter().enumerate() {
+            let Some(m) = &st.slowest else { continue };
+            assert_eq!(st.name, "Total Ingestion", "{st:?}");
+            assert_eq!(Some(m.delta_ns), st.interval.max_ns);
+            let seq = usize::try_from(m.sequence).unwrap();
+            assert_eq!((m.publisher, m.stream), (4, 0));
+            assert_eq!(m.delta_ns, BROKER_TIME_NS[seq] + 4_000);
+            let names: Vec<&str> = m.components.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "Broker Time",
+                    "Flow Internal",
+                    "Transmission",
+                    "store_in → query_start",
+                    "Query Duration"
+                ]
+            );
+            let parts: Vec<Option<i64>> = m.components.iter().map(|c| c.ns).collect();
+            assert_eq!(
+                parts,
+                [
+                    Some(BROKER_TIME_NS[seq]),
+                    Some(1_000),
+                    Some(1_000),
+                    Some(1_000),
+                    Some(1_000)
+                ]
+            );
+            assert_eq!(m.from_unix_ns, base + seq as i64 * 10_000_000);
+            assert_eq!(m.otel_trace_id, None);
+            assert!(i == 3 && st.interval.count > 0);
+            slowest_seen += 1;
+        }
+    }
+    assert!(slowest_seen > 0, "no interval showed a slowest message");
+
     // Seen from before the first trace, every update: the intervals hold every trace.
     if gaps == 0 {
         assert_eq!(gained, 7);

@@ -103,6 +103,20 @@ pub struct StageBound {
     pub upper: (String, String),
 }
 
+/// One component of a stage: a stage of the spec on the way from the stage's `from` hop
+/// to its `to` hop, or two consecutive hops no stage joins ([`PipelineSpec::components`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    /// The spec's stage name, or `from → to` for two consecutive hops no stage joins.
+    pub name: String,
+    /// Hop it starts at.
+    pub from: String,
+    /// Hop it ends at.
+    pub to: String,
+    /// Whether it is a stage of the spec (else two consecutive hops).
+    pub spec_stage: bool,
+}
+
 /// One stage: the difference of two hops' stamps, `to - from`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -274,6 +288,76 @@ impl PipelineSpec {
             .iter()
             .find(|h| h.name == hop)
             .and_then(|h| h.earliest.as_deref())
+    }
+
+    /// The components of `stage`, which chain from its `from` hop to its `to` hop: from
+    /// the hop reached so far, the spec's stage (other than `stage`) that starts there and
+    /// ends nearest on the way; where none leads on, the next hop of the pipeline (a hop
+    /// that only holds another hop's earliest instant is not on the way). Their deltas add
+    /// up to the stage's for every message with all their hops. A single component, the
+    /// stage itself, when nothing splits it (its `from` does not come before its `to`).
+    #[must_use]
+    pub fn components(&self, stage: &StageSpec) -> Vec<Component> {
+        let itself = || {
+            vec![Component {
+                name: stage.name.clone(),
+                from: stage.from.clone(),
+                to: stage.to.clone(),
+                spec_stage: true,
+            }]
+        };
+        let bounds_only: HashSet<&str> = self
+            .hops
+            .iter()
+            .filter_map(|h| h.earliest.as_deref())
+            .collect();
+        let on_way: Vec<&str> = self
+            .hops
+            .iter()
+            .map(|h| h.name.as_str())
+            .filter(|h| !bounds_only.contains(h) || *h == stage.from || *h == stage.to)
+            .collect();
+        let pos = |hop: &str| on_way.iter().position(|h| *h == hop);
+        let (Some(start), Some(end)) = (pos(&stage.from), pos(&stage.to)) else {
+            return itself();
+        };
+        if start >= end {
+            return itself();
+        }
+        let mut out = Vec::new();
+        let mut at = start;
+        while at < end {
+            let here = on_way[at];
+            let next_stage = self
+                .stages
+                .iter()
+                .filter(|s| s.name != stage.name && s.from == here)
+                .filter_map(|s| pos(&s.to).filter(|&p| p > at && p <= end).map(|p| (p, s)))
+                .min_by_key(|(p, _)| *p);
+            let (next, c) = match next_stage {
+                Some((p, s)) => (
+                    p,
+                    Component {
+                        name: s.name.clone(),
+                        from: s.from.clone(),
+                        to: s.to.clone(),
+                        spec_stage: true,
+                    },
+                ),
+                None => (
+                    at + 1,
+                    Component {
+                        name: format!("{here} → {}", on_way[at + 1]),
+                        from: here.to_owned(),
+                        to: on_way[at + 1].to_owned(),
+                        spec_stage: false,
+                    },
+                ),
+            };
+            out.push(c);
+            at = next;
+        }
+        out
     }
 
     /// The bounds of `stage` when one of its hops is polled (has an `earliest`); `None`

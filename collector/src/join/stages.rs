@@ -303,10 +303,84 @@ fn side_of<'a>(stages: &'a [Acc], b: &'a BoundAcc, side: &'a Option<Side>) -> &'
     side.as_ref().unwrap_or(&stages[b.stage].deltas)
 }
 
+/// The slowest message of an interval of a headline stage that splits into components.
+struct Slowest {
+    /// Index of the stage.
+    stage: usize,
+    /// The chain's hop indices, first to last.
+    hops: Vec<usize>,
+    /// The components' names.
+    names: Vec<String>,
+    /// The slowest so far this interval: its delta and trace.
+    best: Option<(i64, JoinedTrace)>,
+}
+
+impl Slowest {
+    #[inline]
+    fn record(&mut self, t: &JoinedTrace) {
+        let (first, last) = (self.hops[0], self.hops[self.hops.len() - 1]);
+        if let Some(d) = t.delta_ns(first, last)
+            && self.best.as_ref().is_none_or(|(b, _)| d > *b)
+        {
+            self.best = Some((d, *t));
+        }
+    }
+
+    /// The slowest message, with its timeline.
+    fn live(&self) -> Option<crate::live::LiveSlowest> {
+        let (d, t) = self.best.as_ref()?;
+        Some(crate::live::LiveSlowest {
+            publisher: t.key.publisher,
+            stream: t.key.stream,
+            sequence: t.key.sequence,
+            delta_ns: *d,
+            from_unix_ns: t.stamp(self.hops[0]).unwrap_or_default(),
+            components: self
+                .hops
+                .windows(2)
+                .zip(&self.names)
+                .map(|(w, name)| crate::live::LiveSegment {
+                    name: name.clone(),
+                    ns: t.delta_ns(w[0], w[1]),
+                })
+                .collect(),
+            otel_trace_id: t.otel_trace_id.map(|id| id.to_hex()),
+        })
+    }
+}
+
+/// A [`Slowest`] for every headline stage of `spec` that splits into components.
+fn slowest_of(spec: &ResolvedSpec) -> Vec<Slowest> {
+    let names = spec.hop_names();
+    let index = |hop: &str| names.iter().position(|h| h == hop);
+    spec.spec()
+        .stages
+        .iter()
+        .enumerate()
+        .filter(|(_, st)| st.headline)
+        .filter_map(|(stage, st)| {
+            let components = spec.spec().components(st);
+            if components.len() < 2 {
+                return None;
+            }
+            let hops = std::iter::once(index(&components[0].from))
+                .chain(components.iter().map(|c| index(&c.to)))
+                .collect::<Option<Vec<usize>>>()?;
+            Some(Slowest {
+                stage,
+                hops,
+                names: components.into_iter().map(|c| c.name).collect(),
+                best: None,
+            })
+        })
+        .collect()
+}
+
 /// Records every written trace into its stages.
 pub struct StageRecorder {
     stages: Vec<Acc>,
     bounds: Vec<BoundAcc>,
+    slowest: Vec<Slowest>,
     run_dir: PathBuf,
     base: SystemTime,
     base_unix_ns: i64,
@@ -359,6 +433,7 @@ impl StageRecorder {
         Ok(Self {
             stages,
             bounds: bound_accs(spec, |_| None),
+            slowest: slowest_of(spec),
             run_dir: run_dir.to_owned(),
             base,
             base_unix_ns,
@@ -486,6 +561,9 @@ impl StageRecorder {
         Ok(Self {
             stages,
             bounds,
+            // The live view's slowest message is the open interval's: not kept across a
+            // restart.
+            slowest: slowest_of(spec),
             run_dir: run_dir.to_owned(),
             base,
             base_unix_ns,
@@ -522,6 +600,21 @@ impl StageRecorder {
                 side.record(t);
             }
         }
+        for s in &mut self.slowest {
+            s.record(t);
+        }
+    }
+
+    /// The open interval's slowest message per stage in the spec's order (`None` for a
+    /// stage that does not split into components, or that no message finished yet): taken
+    /// with [`Self::interval_figures`].
+    #[must_use]
+    pub fn interval_slowest(&self) -> Vec<Option<crate::live::LiveSlowest>> {
+        let mut out = vec![None; self.stages.len()];
+        for s in &self.slowest {
+            out[s.stage] = s.live();
+        }
+        out
     }
 
     /// Adds every value recorded so far to the open interval's statistics.
@@ -665,6 +758,9 @@ impl StageRecorder {
                 side.end_interval();
             }
         }
+        for s in &mut self.slowest {
+            s.best = None;
+        }
         self.interval_start_unix_ns = now_unix_ns;
         Ok(())
     }
@@ -747,6 +843,51 @@ mod tests {
         };
         t.stamps_ns[stage.to_index] = delta;
         t
+    }
+
+    #[test]
+    fn the_slowest_message_of_an_interval_is_kept_with_its_timeline() {
+        let spec = hoptrace_format::spec::PipelineSpec::default_pipeline()
+            .resolve()
+            .unwrap();
+        let dir = hoptrace_testkit::tempdir("stages-slowest");
+        let mut r = StageRecorder::new(&spec, &dir, 0).unwrap();
+        assert_eq!(r.interval_slowest(), vec![None; 5]);
+        let trace = |seq: u64, broker: i64| {
+            let mut t = stage_trace(&spec.stages()[0], broker);
+            t.key.sequence = seq;
+            t.present_mask = 0b11_1111;
+            for h in 2..6 {
+                t.stamps_ns[h] = broker + (h as i64 - 1) * 10;
+            }
+            t
+        };
+        for (seq, b) in [(1, 500), (2, 9_000), (3, 9_000), (4, 20)] {
+            r.record(&trace(seq, b));
+        }
+        let slowest = r.interval_slowest();
+        // Total Ingestion (index 3) splits; no other stage does or is a headline one.
+        assert!(
+            slowest
+                .iter()
+                .enumerate()
+                .all(|(i, s)| (i == 3) == s.is_some())
+        );
+        let m = slowest[3].as_ref().unwrap();
+        // The first of two equally slow.
+        assert_eq!((m.sequence, m.delta_ns, m.from_unix_ns), (2, 9_040, 0));
+        let parts: Vec<Option<i64>> = m.components.iter().map(|c| c.ns).collect();
+        assert_eq!(parts, [Some(9_000), Some(10), Some(10), Some(10), Some(10)]);
+        r.end_interval(1_000_000_000).unwrap();
+        assert_eq!(r.interval_slowest(), vec![None; 5]);
+        // A trace missing a middle hop: its component is unknown.
+        let mut t = trace(7, 100);
+        t.present_mask &= !(1 << 2);
+        r.record(&t);
+        let m = r.interval_slowest()[3].clone().unwrap();
+        assert_eq!(m.components[1].ns, None);
+        assert_eq!(m.components[2].ns, None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

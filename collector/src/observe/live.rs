@@ -83,6 +83,39 @@ pub struct LiveStage {
     /// store tap's stamp, an interval in time); `null` for every other stage and for a
     /// stage between two stamps of one poll (exact).
     pub bounds: Option<LiveBounds>,
+    /// The last interval's slowest message of a headline stage that splits into
+    /// components (the stages that chain from its first hop to its last), with its
+    /// timeline; `null` for other stages and for an interval without one.
+    #[serde(default)]
+    pub slowest: Option<LiveSlowest>,
+}
+
+/// One message of a stage and its components' deltas, one after the other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSlowest {
+    /// Its key.
+    pub publisher: u16,
+    /// Its key.
+    pub stream: u32,
+    /// Its key.
+    pub sequence: u64,
+    /// The stage's delta, ns.
+    pub delta_ns: i64,
+    /// Its first hop's stamp, `CLOCK_REALTIME` ns.
+    pub from_unix_ns: i64,
+    /// Each component in chain order.
+    pub components: Vec<LiveSegment>,
+    /// The W3C trace id it carried, 32 hex digits.
+    pub otel_trace_id: Option<String>,
+}
+
+/// One component of a [`LiveSlowest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveSegment {
+    /// The component: a stage of the spec, or `from → to` of two consecutive hops.
+    pub name: String,
+    /// Its delta, ns; `null` where one of its hops did not stamp.
+    pub ns: Option<i64>,
 }
 
 /// A stage's figures over the smallest and over the largest deltas its polled stamps
@@ -349,6 +382,10 @@ mod tests {
                 bounds: Some(LiveBounds {
                     polled: vec!["queryable".into()],
                     ..LiveBounds::default()
+                }),
+                slowest: Some(LiveSlowest {
+                    components: vec![LiveSegment::default()],
+                    ..LiveSlowest::default()
                 }),
                 ..LiveStage::default()
             }],

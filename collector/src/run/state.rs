@@ -363,6 +363,7 @@ impl JoinState {
                 let interval = st.interval_p50_p99();
                 let figures = st.interval_figures();
                 let bounds = st.interval_bounds();
+                let slowest = st.interval_slowest();
                 st.end_interval(realtime_ns)
                     .map_err(|source| CollectorError::Io {
                         path: self.run_dir.join("hdr"),
@@ -373,6 +374,7 @@ impl JoinState {
                 let bounds = self.live_bounds(polled, bounds, run_bounds);
                 self.progress.lock().expect("progress poisoned").stages = interval;
                 self.publish_live((start, realtime_ns), &figures, &run, &bounds, true);
+                self.publish_slowest(slowest);
             }
         }
         if self.checkpoints.wanted && self.wal.is_some() {
@@ -814,6 +816,14 @@ impl JoinState {
         live.clocks = clocks;
     }
 
+    /// Puts each stage's slowest message of the interval just ended into the live view.
+    fn publish_slowest(&self, slowest: Vec<Option<crate::live::LiveSlowest>>) {
+        let mut live = self.live.lock().expect("live poisoned");
+        for (s, slow) in live.stages.iter_mut().zip(slowest) {
+            s.slowest = slow;
+        }
+    }
+
     fn finish(&mut self) -> Result<RunSummary, CollectorError> {
         self.joiner.drain(&mut self.out);
         self.write_out()?;
@@ -828,6 +838,7 @@ impl JoinState {
             Some(mut st) => {
                 let last = st.interval_figures();
                 let last_bounds = st.interval_bounds();
+                let slowest = st.interval_slowest();
                 let polled = st.polled_hops();
                 let (stages, snapshot) =
                     st.close(end_unix_ns).map_err(|source| CollectorError::Io {
@@ -843,6 +854,7 @@ impl JoinState {
                     &bounds,
                     false,
                 );
+                self.publish_slowest(slowest);
                 (stages, Some(snapshot))
             }
             None => (Vec::new(), None),
