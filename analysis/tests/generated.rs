@@ -4,6 +4,20 @@
 use hoptrace_analysis::{RunSet, summary};
 use hoptrace_collector::generate::{FLOORS_NS, GenerateOptions, generate, remove};
 
+/// The summary of the run in `run_dir`, listing the `exemplars` slowest messages.
+fn summarise(run_dir: &std::path::Path, exemplars: usize) -> summary::Summary {
+    let runs = RunSet::open(&[run_dir]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = runs.session().await?;
+        summary::compute_with(&runs, &ctx, exemplars).await
+    })
+    .unwrap()
+    .0
+}
+
 #[test]
 fn a_generated_run_is_read_back_with_its_counts() {
     let dir = std::env::temp_dir().join(format!("hoptrace-gen-{}", std::process::id()));
@@ -11,16 +25,7 @@ fn a_generated_run_is_read_back_with_its_counts() {
     o.rows_per_file = 10_000;
     let g = generate(&o, |_| {}).unwrap();
     assert_eq!((g.traces, g.files), (25_000, 3));
-    let runs = RunSet::open(&[&g.run_dir]).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let (s, _) = rt
-        .block_on(async {
-            let ctx = runs.session().await?;
-            summary::compute(&runs, &ctx).await
-        })
-        .unwrap();
+    let s = summarise(&g.run_dir, 20);
     let a = &s.accounting;
     assert_eq!((a.sent, a.complete, a.incomplete), (25_000, 24_998, 2));
     assert!(a.adds_up, "{a:?}");
@@ -48,16 +53,7 @@ fn a_generated_run_is_read_back_with_its_counts() {
 fn a_run_of_ten_messages_has_no_tail_but_its_slowest_messages() {
     let dir = std::env::temp_dir().join(format!("hoptrace-gen10-{}", std::process::id()));
     let g = generate(&GenerateOptions::new(10, &dir, "gen10"), |_| {}).unwrap();
-    let runs = RunSet::open(&[&g.run_dir]).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let (s, _) = rt
-        .block_on(async {
-            let ctx = runs.session().await?;
-            summary::compute_with(&runs, &ctx, 3).await
-        })
-        .unwrap();
+    let s = summarise(&g.run_dir, 3);
     let t = &s.tails[0];
     assert!(t.levels.is_empty(), "{:?}", t.levels);
     assert_eq!(t.notes.len(), 3, "{:?}", t.notes);

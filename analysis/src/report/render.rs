@@ -71,6 +71,18 @@ pub(super) fn md_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
+/// One Markdown table row of `cells`.
+fn md_row(cells: &[String]) -> String {
+    format!(
+        "| {} |",
+        cells
+            .iter()
+            .map(|c| md_cell(c))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )
+}
+
 /// Renders blocks as Markdown; charts as images `charts/<stem>.svg`.
 #[must_use]
 pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
@@ -103,16 +115,7 @@ pub fn markdown(blocks: &[Block], charts: &[Chart]) -> String {
                 out.push('\n');
             }
             Block::Table(head, rows) => {
-                let line = |cells: &[String]| {
-                    format!(
-                        "| {} |",
-                        cells
-                            .iter()
-                            .map(|c| md_cell(c))
-                            .collect::<Vec<_>>()
-                            .join(" | ")
-                    )
-                };
+                let line = |cells: &[String]| md_row(cells);
                 let _ = writeln!(out, "{}", line(head));
                 let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
                 for r in rows {
@@ -157,16 +160,7 @@ fn markdown_timelines(out: &mut String, t: &Timelines) {
     );
     let mut head = t.head.clone();
     head.push("Timeline".into());
-    let line = |cells: &[String]| {
-        format!(
-            "| {} |",
-            cells
-                .iter()
-                .map(|c| md_cell(c))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        )
-    };
+    let line = |cells: &[String]| md_row(cells);
     let _ = writeln!(out, "{}", line(&head));
     let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
     for r in &t.rows {
