@@ -255,10 +255,27 @@ pub struct TailStats {
     top_floor: i64,
 }
 
+/// `top` slowest first (ties in key order), cut to its `n` slowest.
+fn sort_slowest(top: &mut Vec<Exemplar>, n: usize) {
+    top.sort_by(|a, b| {
+        b.delta_ns.cmp(&a.delta_ns).then_with(|| {
+            (a.publisher, a.stream, a.sequence).cmp(&(b.publisher, b.stream, b.sequence))
+        })
+    });
+    top.truncate(n);
+}
+
 /// Arguments of `tail_stats` before the hops.
 const FIXED_ARGS: usize = 9;
 
 impl TailStats {
+    /// The slowest messages, slowest first: a copy of them alone, not of the histograms.
+    fn slowest(&self) -> Vec<Exemplar> {
+        let mut top = self.top.clone();
+        sort_slowest(&mut top, self.exemplars);
+        top
+    }
+
     /// Components per message.
     fn width(&self) -> usize {
         self.levels.first().map_or(0, |l| l.components.len())
@@ -266,12 +283,7 @@ impl TailStats {
 
     /// Keeps the `exemplars` slowest of `top`, slowest first (ties by key).
     fn trim(&mut self) {
-        self.top.sort_by(|a, b| {
-            b.delta_ns.cmp(&a.delta_ns).then_with(|| {
-                (a.publisher, a.stream, a.sequence).cmp(&(b.publisher, b.stream, b.sequence))
-            })
-        });
-        self.top.truncate(self.exemplars);
+        sort_slowest(&mut self.top, self.exemplars);
         if self.exemplars > 0 && self.top.len() == self.exemplars {
             self.top_floor = self.top.last().map_or(i64::MIN, |e| e.delta_ns);
         }
@@ -312,8 +324,6 @@ impl TailStats {
                 mean_ns: c.mean_ns(),
             })
             .collect();
-        let mut top = self.clone();
-        top.trim();
         let head_mean = head.mean_ns();
         let levels = levels
             .iter()
@@ -360,7 +370,7 @@ impl TailStats {
             mean_ns: head_mean,
             overall,
             levels,
-            exemplars: top.top,
+            exemplars: self.slowest(),
             notes,
         }
     }
@@ -557,8 +567,8 @@ impl BinaryState for TailStats {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut s = self.clone();
-        s.trim();
+        let s = self;
+        let top = s.slowest();
         let mut out = vec![TAIL_TAG];
         put(&mut out, s.exemplars as u64);
         put(&mut out, s.width() as u64);
@@ -572,8 +582,8 @@ impl BinaryState for TailStats {
                 put_stats(&mut out, c);
             }
         }
-        put(&mut out, s.top.len() as u64);
-        for e in &s.top {
+        put(&mut out, top.len() as u64);
+        for e in &top {
             put(&mut out, u64::from(e.publisher));
             put(&mut out, u64::from(e.stream));
             put(&mut out, e.sequence);

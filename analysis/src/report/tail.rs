@@ -82,7 +82,7 @@ fn stage_blocks(t: &TailAttribution, date_of: fn(i64) -> String) -> Vec<Block> {
         })
         .collect();
     b.push(Block::Para(format!(
-        "Components, in order: {}. They add up to {} for each message that has every hop. \"All\" is each component over all messages with its two hops ({} over {} messages); a tail's figures are over its messages that have every hop.",
+        "Components, in order: {}. They add up to {} for each message that has every hop. \"All\" is each component over all messages with its two hops ({} over {} messages); a tail's figures are over its messages that have every hop. Every figure here counts messages, whatever the stage tables count.",
         chain.join(", "),
         t.stage,
         t.stage,
