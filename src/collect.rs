@@ -9,7 +9,7 @@ use hoptrace_cli::collect::text::{CollectLine, accounting_lines, continued_line,
 pub use hoptrace_cli::collect::{CollectArgs as Args, DEFAULT_LISTEN};
 use hoptrace_cli::progress::LiveLine;
 use hoptrace_collector::{Collector, CollectorConfig};
-use hoptrace_format::spec::DEFAULT_PIPELINE_TOML;
+use hoptrace_format::spec::{DEFAULT_PIPELINE_TOML, OTEL_PIPELINE_TOML};
 use hoptrace_runner::rundir;
 
 /// Runs a collector until SIGINT/SIGTERM (or `--duration-s`), then flushes every file,
@@ -51,6 +51,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     cfg.durable = !args.no_log;
     cfg.sync_interval = args.log_sync;
     cfg.checkpoint_interval = args.checkpoint_interval;
+    cfg.otlp = args.otlp_config();
     let collector = std::sync::Arc::new(Collector::start(cfg).context("starting the collector")?);
     eprintln!(
         "collecting on {}{} into {} (SIGINT or SIGTERM stops and flushes)",
@@ -62,6 +63,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         },
         collector.run_dir().display()
     );
+    if let Some(a) = collector.otlp_addr() {
+        eprintln!("taking OTLP/HTTP spans at http://{a}/v1/traces (protobuf or JSON)");
+    }
     if let Some(r) = collector.continued() {
         let id = collector
             .run_dir()
@@ -106,7 +110,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints the commented default pipeline spec.
-pub fn generate_config() {
-    print!("{DEFAULT_PIPELINE_TOML}");
+/// Prints the commented default pipeline spec, or with `otel` the one whose hops spans
+/// stamp.
+pub fn generate_config(otel: bool) {
+    print!(
+        "{}",
+        if otel {
+            OTEL_PIPELINE_TOML
+        } else {
+            DEFAULT_PIPELINE_TOML
+        }
+    );
 }

@@ -78,8 +78,8 @@ fn main() {
         Command::Soak(args) => soak::run(&args),
         Command::Sweep(args) => sweep::run(&args),
         Command::Refpipe(which) => refpipe_cmd::run(&which),
-        Command::GenerateConfig => {
-            collect::generate_config();
+        Command::GenerateConfig(args) => {
+            collect::generate_config(args.otel);
             Ok(())
         }
     };

@@ -41,7 +41,7 @@ pub enum Command {
     /// the partition of its trace key, for collectors reading with `collect --from`.
     Relay(crate::relay::RelayArgs),
     /// Print a commented default pipeline spec (the five stages of the reference report).
-    GenerateConfig,
+    GenerateConfig(GenerateConfigArgs),
     /// Whole-run benchmarks (results belong in reports/ with the command and machine).
     #[command(subcommand)]
     Bench(crate::bench::Which),
@@ -78,4 +78,14 @@ pub enum Command {
     /// Capture what a broker delivers (topic, payload, properties or headers, arrival
     /// time) into a Parquet file for `publish --replay`.
     Record(crate::publish::RecordArgs),
+}
+
+/// Options of `hoptrace generate-config`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct GenerateConfigArgs {
+    /// Print instead a pipeline whose hops past the publisher are stamped by
+    /// OpenTelemetry spans (`collect --otlp`): Kafka, MirrorMaker 2 under the
+    /// OpenTelemetry Java agent, Kafka, a consumer.
+    #[arg(long)]
+    pub otel: bool,
 }

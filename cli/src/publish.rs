@@ -71,6 +71,12 @@ pub struct PublishArgs {
     /// its text form (ht1.…) as it left the publisher, for store taps to find in the store.
     #[arg(long)]
     pub payload_context: bool,
+    /// Give every message a W3C trace id that names it, in its context and as a
+    /// `traceparent` header (Kafka) or user property (MQTT 5): OpenTelemetry
+    /// instrumentation downstream continues the trace, and a collector started with
+    /// `--otlp` joins the spans it receives to the message.
+    #[arg(long)]
+    pub traceparent: bool,
     /// Topic names: `uns` (enterprise/site/area/line/cell/tag) or `flat`.
     #[arg(long, default_value = "uns")]
     pub topics: String,
@@ -174,6 +180,7 @@ impl PublishArgs {
         c.carrier = self.carrier;
         c.payload = self.payload;
         c.context_in_payload = self.payload_context;
+        c.traceparent = self.traceparent;
         c.topics = match self.topics.as_str() {
             "uns" => TopicScheme::Uns {
                 root: self.topic_root.clone(),
@@ -472,6 +479,7 @@ impl ToArgs for PublishArgs {
             carrier,
             payload,
             payload_context,
+            traceparent,
             topics,
             topic_root,
             seed,
@@ -502,6 +510,7 @@ impl ToArgs for PublishArgs {
         argv.opt("--carrier", carrier.map(Carrier::name));
         argv.opt("--payload", payload.map(PayloadFormat::spelling));
         argv.flag("--payload-context", *payload_context);
+        argv.flag("--traceparent", *traceparent);
         argv.value("--topics", topics);
         argv.opt("--topic-root", topic_root.as_deref());
         argv.value("--seed", seed.to_string());
@@ -542,6 +551,7 @@ mod argv_tests {
         p.carrier = Some(Carrier::Envelope);
         p.payload = Some(PayloadFormat::Raw { bytes: 64 });
         p.payload_context = true;
+        p.traceparent = true;
         p.topics = "flat".into();
         p.topic_root = Some("plant/a".into());
         p.seed = 9;

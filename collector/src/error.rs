@@ -17,6 +17,10 @@ pub enum CollectorError {
     /// `HOPTRACE_TOKEN`), or listen on 127.0.0.1.
     #[error("listening on {0} (not loopback) requires a token")]
     TokenRequired(SocketAddr),
+    /// `--otlp` with a pipeline none of whose hops a span stamps: give a hop a `span`
+    /// match.
+    #[error("{0}")]
+    NoSpanHop(String),
     /// The TLS certificate or key cannot be used, or only one of them was given.
     #[error("TLS: {0}")]
     Tls(String),

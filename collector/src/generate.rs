@@ -287,6 +287,7 @@ pub fn generate(
             ..Accounting::default()
         },
         connections: Default::default(),
+        otlp: Default::default(),
         group: None,
         interrupted: false,
         restarts: Vec::new(),

@@ -59,6 +59,7 @@ fn make_spec(
                 id: Some(id),
                 description: String::new(),
                 earliest: None,
+                span: None,
             })
             .collect(),
         stages: stages

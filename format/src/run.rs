@@ -40,6 +40,10 @@ pub struct RunSummary {
     pub accounting: Accounting,
     /// Connection outcomes.
     pub connections: BTreeMap<String, u64>,
+    /// What the OTLP receiver did (`collect --otlp`): requests by answer, spans by what
+    /// became of them; empty without it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub otlp: BTreeMap<String, u64>,
     /// When collected by a Kafka consumer group: its members and partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupInfo>,

@@ -28,7 +28,7 @@ use hoptrace_protocol::{HopId, MAX_HOPS};
 use serde::{Deserialize, Serialize};
 
 pub use crate::schema::slug;
-pub use default::DEFAULT_PIPELINE_TOML;
+pub use default::{DEFAULT_PIPELINE_TOML, OTEL_PIPELINE_TOML};
 pub use error::SpecError;
 
 /// A hop's `id`: an integer from 0 to 255 (the wire id is one byte), said so when not.
@@ -87,6 +87,123 @@ pub struct HopSpec {
     /// ([`PipelineSpec::stage_bound`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest: Option<String>,
+    /// The hop is stamped by OpenTelemetry spans a collector started with `--otlp`
+    /// receives: every span that matches gives the hop the span's start or end time, for
+    /// the message its trace id (or each of its links' trace ids) names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<SpanMatch>,
+}
+
+/// Which OpenTelemetry spans stamp a hop ([`HopSpec::span`]): every criterion given must
+/// hold, and at least one is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SpanMatch {
+    /// The resource's `service.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The span kind: `internal`, `server`, `client`, `producer` or `consumer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The span name; `*` stands for any run of characters (`"* process"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Span attributes that must be present with these values (an attribute's value as
+    /// text: a string as is, an integer in decimal, `true` or `false`), e.g.
+    /// `"messaging.destination.name" = "orders"`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attributes: std::collections::BTreeMap<String, String>,
+    /// Which of the span's times is the hop's stamp: `start` (default) or `end`. Two hops
+    /// with the same match and different stamps take both from one span (a consumer's
+    /// process span: `flow_in` at its start, `flow_out` at its end).
+    #[serde(default = "SpanMatch::default_stamp")]
+    pub stamp: String,
+}
+
+/// The span kinds a [`SpanMatch`] names, in OpenTelemetry's numbering (1 = internal).
+pub const SPAN_KINDS: [&str; 5] = ["internal", "server", "client", "producer", "consumer"];
+
+impl SpanMatch {
+    fn default_stamp() -> String {
+        "start".into()
+    }
+
+    /// The OTLP `SpanKind` number of [`Self::kind`] (1 internal … 5 consumer).
+    #[must_use]
+    pub fn kind_number(&self) -> Option<i32> {
+        let k = self.kind.as_deref()?;
+        SPAN_KINDS
+            .iter()
+            .position(|n| *n == k)
+            .map(|i| i as i32 + 1)
+    }
+
+    /// Whether the stamp is the span's end.
+    #[must_use]
+    pub fn stamps_end(&self) -> bool {
+        self.stamp == "end"
+    }
+
+    /// Why the match is unusable, if it is.
+    fn problem(&self) -> Option<String> {
+        if let Some(k) = &self.kind
+            && self.kind_number().is_none()
+        {
+            return Some(format!(
+                "`kind` {k:?} is not one of {}",
+                SPAN_KINDS.join(", ")
+            ));
+        }
+        if !matches!(self.stamp.as_str(), "start" | "end") {
+            return Some(format!(
+                "`stamp` {:?} is neither \"start\" nor \"end\"",
+                self.stamp
+            ));
+        }
+        let empty = |o: &Option<String>| o.as_deref().is_none_or(str::is_empty);
+        if empty(&self.service)
+            && empty(&self.kind)
+            && empty(&self.name)
+            && self.attributes.is_empty()
+        {
+            return Some(
+                "matches every span: give at least one of `service`, `kind`, `name`, `attributes`"
+                    .into(),
+            );
+        }
+        None
+    }
+
+    /// Whether `name` fits [`Self::name`]'s pattern (`*`: any run of characters); true
+    /// when no name is given.
+    #[must_use]
+    pub fn name_fits(&self, name: &str) -> bool {
+        self.name
+            .as_deref()
+            .is_none_or(|p| glob(p.as_bytes(), name.as_bytes()))
+    }
+}
+
+/// `text` fits `pattern`, where `*` stands for any run of bytes.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut back: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            back = Some((p, t));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
+        } else if let Some((bp, bt)) = back {
+            p = bp + 1;
+            t = bt + 1;
+            back = Some((bp, bt + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|c| *c == b'*')
 }
 
 /// A stage one of whose hops is polled: its delta lies between the delta of `lower`'s
@@ -436,6 +553,7 @@ impl PipelineSpec {
                     id: u8::try_from(i).ok(),
                     description: String::new(),
                     earliest: None,
+                    span: None,
                 })
                 .collect(),
             stages,
@@ -566,6 +684,15 @@ impl ResolvedSpec {
                     "has an `earliest` of its own: name the hop that holds the earliest instant"
                         .into(),
                 ));
+            }
+        }
+
+        for hop in &spec.hops {
+            if let Some(why) = hop.span.as_ref().and_then(SpanMatch::problem) {
+                return Err(SpecError::BadSpanMatch {
+                    hop: hop.name.clone(),
+                    why,
+                });
             }
         }
 

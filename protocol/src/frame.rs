@@ -73,6 +73,18 @@ pub struct Record {
     pub otel_trace_id: Option<OtelTraceId>,
 }
 
+impl Record {
+    /// Whether the record carries the message's metric count and intended send time. One
+    /// with both 0 stamps a message it did not read (a span of OpenTelemetry
+    /// instrumentation names the message by trace id only): the collector takes the
+    /// message's figures from its other records.
+    #[inline]
+    #[must_use]
+    pub fn carries_message(&self) -> bool {
+        self.metric_count != 0 || self.intended_ns != 0
+    }
+}
+
 /// Hello: who the probe is.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Hello {

@@ -54,4 +54,4 @@ pub use frame::{
     SENT_ENTRY_LEN, SentEntry, SentFrame, counter_id, decode_frames, frame_type, read_frame,
     reject_code, split_frame,
 };
-pub use ids::{HopId, MAX_HOPS, OtelTraceId, TRACE_ID_LEN, TraceKey};
+pub use ids::{HopId, KEYED_TRACE_ID_TAG, MAX_HOPS, OtelTraceId, TRACE_ID_LEN, TraceKey};

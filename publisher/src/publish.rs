@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hoptrace_probe::clock::realtime_ns;
+use hoptrace_probe::traceparent::TRACEPARENT;
 use hoptrace_probe::{
-    CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, Probe, Stamp, TraceContext,
-    TraceKey,
+    CounterSnapshot, Exporter, ExporterConfig, ExporterError, HopId, OtelTraceId, Probe, Stamp,
+    TraceContext, TraceKey,
 };
 
 use crate::accounting::{LagHistogram, LagSummary, SentLedger};
@@ -73,6 +74,44 @@ impl ReplayConfig {
     }
 }
 
+/// `headers` and a `traceparent` for `id` into `out`, reusing its allocations: version
+/// `00`, the message's trace id, a span id derived from it (never zero), sampled.
+fn with_traceparent(
+    headers: &[(String, Vec<u8>)],
+    id: &OtelTraceId,
+    out: &mut Vec<(String, Vec<u8>)>,
+) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let keep = headers.iter().filter(|(k, _)| k != TRACEPARENT);
+    let n = keep.clone().count();
+    out.truncate(n + 1);
+    while out.len() < n + 1 {
+        out.push((String::new(), Vec::with_capacity(55)));
+    }
+    for ((k, v), (ok, ov)) in keep.zip(out.iter_mut()) {
+        k.clone_into(ok);
+        ov.clear();
+        ov.extend_from_slice(v);
+    }
+    let (k, v) = &mut out[n];
+    if k != TRACEPARENT {
+        TRACEPARENT.clone_into(k);
+    }
+    let span = id.0[2..].iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    }) | 1;
+    v.clear();
+    v.extend_from_slice(b"00-");
+    for b in id.0.iter().chain(span.to_be_bytes().iter()) {
+        if v.len() == 35 {
+            v.push(b'-');
+        }
+        v.push(HEX[usize::from(b >> 4)]);
+        v.push(HEX[usize::from(b & 15)]);
+    }
+    v.extend_from_slice(b"-01");
+}
+
 /// What to publish, where, and how fast.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -117,6 +156,11 @@ pub struct PublishConfig {
     /// trades up to one tick of schedule lag (measured and reported) for far fewer
     /// wake-ups and writes at high rates; stages are measured from the egress stamp.
     pub tick: Duration,
+    /// Give every message a W3C trace id that names it (`OtelTraceId::of_key`), in its
+    /// trace context and as a `traceparent` Kafka header or MQTT 5 user property, so
+    /// OpenTelemetry instrumentation downstream continues the message's trace and the
+    /// collector joins the spans it receives over OTLP to the message.
+    pub traceparent: bool,
 }
 
 impl PublishConfig {
@@ -141,6 +185,7 @@ impl PublishConfig {
             flush_timeout: Duration::from_secs(10),
             sent_interval: Duration::from_secs(1),
             tick: Duration::ZERO,
+            traceparent: false,
         }
     }
 }
@@ -662,6 +707,7 @@ impl Publisher {
         let mut lag = LagHistogram::new();
         let mut interval_lag = LagHistogram::new();
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
+        let mut traced_headers: Vec<(String, Vec<u8>)> = Vec::new();
         let mut backpressure_waits = 0u64;
         let mut backpressure_wait_ns = 0u64;
         let mut payload_bytes = 0u64;
@@ -691,9 +737,18 @@ impl Publisher {
                 stream: n.stream,
                 sequence: n.sequence,
             };
+            let trace_id = self.config.traceparent.then(|| OtelTraceId::of_key(&key));
+            let headers = match &trace_id {
+                Some(id) => {
+                    with_traceparent(self.plan.headers(&n), id, &mut traced_headers);
+                    &traced_headers[..]
+                }
+                None => self.plan.headers(&n),
+            };
             let mut waited_since: Option<Instant> = None;
             loop {
                 let mut ctx = TraceContext::new(key, metrics, intended_ns);
+                ctx.otel_trace_id = trace_id;
                 let stamp = match &self.probe {
                     // Bare: the clock read the schedule lag needs, and nothing else.
                     _ if self.config.bare => Stamp {
@@ -718,7 +773,7 @@ impl Publisher {
                     topic: &self.topics[n.stream as usize],
                     payload: &buf,
                     context: (!self.config.bare).then_some(&ctx),
-                    headers: self.plan.headers(&n),
+                    headers,
                 };
                 match self.target.try_send(&msg) {
                     Ok(()) => {
@@ -895,7 +950,39 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::tick_end;
+    use super::*;
+
+    #[test]
+    fn a_traceparent_names_the_message_and_keeps_the_messages_own_headers() {
+        let key = TraceKey {
+            publisher: 3,
+            stream: 9,
+            sequence: 1_000_001,
+        };
+        let id = OtelTraceId::of_key(&key);
+        let own = vec![
+            ("source".to_owned(), b"line-4".to_vec()),
+            (TRACEPARENT.to_owned(), b"stale".to_vec()),
+        ];
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            with_traceparent(&own, &id, &mut out);
+            assert_eq!(out.len(), 2);
+            assert_eq!(out[0], own[0]);
+            assert_eq!(out[1].0, TRACEPARENT);
+            let parsed =
+                hoptrace_probe::traceparent::parse(&out[1].1).expect("a valid traceparent");
+            assert_eq!(parsed.key(), Some(key));
+        }
+        with_traceparent(&[], &id, &mut out);
+        assert_eq!(out.len(), 1);
+        let text = String::from_utf8(out[0].1.clone()).unwrap();
+        assert!(text.starts_with(&format!("00-{}-", id.to_hex())), "{text}");
+        assert!(
+            text.ends_with("-01") && !text.contains("-0000000000000000-"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_tick_sends_each_message_at_the_end_of_its_tick() {

@@ -102,6 +102,24 @@ pub struct CollectArgs {
     /// (or one part file's worth, if more) and a restart replays only that.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::parse_duration, conflicts_with = "no_log")]
     pub checkpoint_interval: Duration,
+    /// Also take OpenTelemetry spans over OTLP/HTTP at http://HOST:PORT/v1/traces
+    /// (protobuf or JSON, as exporters send them with `OTEL_EXPORTER_OTLP_ENDPOINT`):
+    /// the hops the pipeline defines by a `span` match are stamped by them. --token is
+    /// asked of them as a bearer token. `:0` picks a free port (printed).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    pub otlp: Option<String>,
+    /// Largest OTLP request body taken, before and after gzip (`16MiB`); a larger one is
+    /// answered 413.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_request_size, requires = "otlp")]
+    pub otlp_max_request: u64,
+}
+
+fn parse_request_size(s: &str) -> Result<u64, String> {
+    let n = units::parse_bytes(s)?;
+    if !(1024..=1 << 30).contains(&n) {
+        return Err(format!("{s:?}: an OTLP request limit is 1KiB to 1GiB"));
+    }
+    Ok(n)
 }
 
 fn parse_log_sync(s: &str) -> Result<Duration, String> {
@@ -115,6 +133,14 @@ fn parse_log_sync(s: &str) -> Result<Duration, String> {
 }
 
 impl CollectArgs {
+    /// The OTLP receiver's settings, when `--otlp` is given.
+    #[must_use]
+    pub fn otlp_config(&self) -> Option<hoptrace_collector::ingest::otlp::OtlpConfig> {
+        let mut c = hoptrace_collector::ingest::otlp::OtlpConfig::new(self.otlp.clone()?);
+        c.max_request_bytes = usize::try_from(self.otlp_max_request).unwrap_or(usize::MAX);
+        Some(c)
+    }
+
     /// Starts the HTTP servers of `--metrics` and `--ui`: one when both name the same address
     /// (or only one is given), two otherwise. They read the collector's figures through a
     /// [`hoptrace_collector::run::Watch`], so they can answer until after it stopped.
@@ -158,6 +184,7 @@ impl CollectArgs {
             ("--listen", self.listen.is_some()),
             ("--no-log", self.no_log),
             ("--resume", self.resume),
+            ("--otlp", self.otlp.is_some()),
             ("--metrics", self.metrics.is_some()),
             ("--ui", self.ui.is_some()),
             (
@@ -209,6 +236,8 @@ impl ToArgs for CollectArgs {
             no_log,
             log_sync,
             checkpoint_interval,
+            otlp,
+            otlp_max_request,
         } = self;
         argv.opt("--listen", listen.as_deref());
         argv.path("--pipeline", pipeline.as_deref());
@@ -234,6 +263,10 @@ impl ToArgs for CollectArgs {
         if !no_log {
             argv.duration("--log-sync", *log_sync);
             argv.duration("--checkpoint-interval", *checkpoint_interval);
+        }
+        argv.opt("--otlp", otlp.as_deref());
+        if otlp.is_some() {
+            argv.value("--otlp-max-request", otlp_max_request.to_string());
         }
     }
 }
@@ -305,6 +338,8 @@ mod tests {
             no_log: false,
             log_sync: Duration::from_millis(20),
             checkpoint_interval: Duration::from_secs(7),
+            otlp: Some("127.0.0.1:4318".into()),
+            otlp_max_request: 4 << 20,
         }
     }
 
@@ -324,6 +359,8 @@ mod tests {
         a.member = Some("m1".into());
         a.commit_interval = Duration::from_millis(2_500);
         a.no_log = true;
+        a.otlp = None;
+        a.otlp_max_request = 16 << 20;
         // Without the log, its settings are not written: they read back as their defaults.
         a.log_sync = Duration::from_millis(100);
         a.checkpoint_interval = Duration::from_secs(5);

@@ -81,9 +81,10 @@ pub struct ServerConfig {
     /// Offer protocol version 2 and acknowledge what the join thread made durable (the
     /// run's log); `None` speaks version 1 only.
     pub durable: Option<Arc<DurableSeqs>>,
-    /// The first connection id (a restarted collector continues after the ones in its
-    /// log).
-    pub first_conn_id: u64,
+    /// The last connection id given: the next connection takes one more (a restarted
+    /// collector continues after the ones in its log). Shared with the OTLP receiver,
+    /// whose senders join as connections too.
+    pub conn_ids: Arc<AtomicU64>,
 }
 
 /// Per exporter instance, the highest records frame number the collector holds durably;
@@ -231,27 +232,51 @@ pub(crate) struct Service<T> {
     stop_accepting: Arc<AtomicBool>,
     draining: Arc<AtomicBool>,
     accept: JoinHandle<()>,
+    /// Other sources of events (the OTLP receiver), stopped with the accept thread.
+    more: Vec<JoinHandle<()>>,
     worker: JoinHandle<T>,
 }
 
+/// Another source of a [`Service`]'s events, run on a thread of its own until the flag
+/// it gets is set; it must have closed every connection it opened when it returns.
+pub(crate) type Source = Box<dyn FnOnce(&SyncSender<Event>, &AtomicBool) + Send>;
+
 impl<T: Send + 'static> Service<T> {
-    /// Starts both threads; `work` gets the channel's receiving end (`channel` events
-    /// deep) and the flag [`Self::stop`] sets when the worker should drain and return.
+    /// Starts both threads, and one per other source of events; `work` gets the
+    /// channel's receiving end (`channel` events deep) and the flag [`Self::stop`] sets
+    /// when the worker should drain and return.
     ///
     /// # Errors
-    /// When a thread cannot be spawned (the accept thread is stopped again).
+    /// When a thread cannot be spawned (the threads started are stopped again).
     pub(crate) fn spawn(
         (name, worker): (&str, &str),
-        listener: TcpListener,
-        cfg: ServerConfig,
+        (listener, cfg): (TcpListener, ServerConfig),
         spec: &Arc<ResolvedSpec>,
         counters: &Arc<ConnectionCounters>,
         channel: usize,
+        sources: Vec<(&str, Source)>,
         work: impl FnOnce(&Receiver<Event>, &AtomicBool) -> T + Send + 'static,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel(channel);
         let stop_accepting = Arc::new(AtomicBool::new(false));
         let draining = Arc::new(AtomicBool::new(false));
+        let mut more = Vec::new();
+        for (label, source) in sources {
+            let (tx, stop) = (tx.clone(), Arc::clone(&stop_accepting));
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{label}"))
+                .spawn(move || source(&tx, &stop));
+            match spawned {
+                Ok(t) => more.push(t),
+                Err(e) => {
+                    stop_accepting.store(true, Relaxed);
+                    for t in more {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let accept = {
             let cfg = Arc::new(cfg);
             let (spec, stop, counters) = (
@@ -259,9 +284,19 @@ impl<T: Send + 'static> Service<T> {
                 Arc::clone(&stop_accepting),
                 Arc::clone(counters),
             );
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("{name}-accept"))
-                .spawn(move || accept_loop(&listener, &cfg, &spec, &tx, &stop, &counters))?
+                .spawn(move || accept_loop(&listener, &cfg, &spec, &tx, &stop, &counters));
+            match spawned {
+                Ok(t) => t,
+                Err(e) => {
+                    stop_accepting.store(true, Relaxed);
+                    for t in more {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
         };
         let spawned = {
             let draining = Arc::clone(&draining);
@@ -274,11 +309,15 @@ impl<T: Send + 'static> Service<T> {
                 stop_accepting,
                 draining,
                 accept,
+                more,
                 worker,
             }),
             Err(e) => {
                 stop_accepting.store(true, Relaxed);
                 let _ = accept.join();
+                for t in more {
+                    let _ = t.join();
+                }
                 Err(e)
             }
         }
@@ -289,6 +328,9 @@ impl<T: Send + 'static> Service<T> {
     pub(crate) fn stop(self) -> std::thread::Result<T> {
         self.stop_accepting.store(true, Relaxed);
         let _ = self.accept.join();
+        for t in self.more {
+            let _ = t.join();
+        }
         self.draining.store(true, Relaxed);
         self.worker.join()
     }
@@ -304,7 +346,6 @@ pub(crate) fn accept_loop(
     counters: &Arc<ConnectionCounters>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
-    let mut next_id = cfg.first_conn_id.saturating_sub(1);
     listener
         .set_nonblocking(true)
         .expect("listener can be non-blocking");
@@ -336,8 +377,7 @@ pub(crate) fn accept_loop(
             }
             continue;
         }
-        next_id += 1;
-        let id = next_id;
+        let id = cfg.conn_ids.fetch_add(1, Relaxed) + 1;
         let (cfg, spec, tx, counters, open) = (
             Arc::clone(cfg),
             Arc::clone(spec),

@@ -14,7 +14,11 @@
 //! - A hop that stamps twice keeps its **first** stamp; the trace gets
 //!   [`flags::DUPLICATE`]. Records of one trace that disagree on `metric_count`,
 //!   `intended_ns` or the trace id keep the first value and set [`flags::CONFLICT`] (a
-//!   record without a trace id does not disagree; the first id seen is kept).
+//!   record without a trace id does not disagree; the first id seen is kept). A record
+//!   with metric count and intended time both 0 carries no figures of the message (an
+//!   OpenTelemetry span's stamp, [`Record::carries_message`]) and disagrees with none:
+//!   the trace takes them from the first record that has them, and a trace that no such
+//!   record joined is emitted with both 0 and [`flags::IMPLAUSIBLE_TIME`].
 //!   [`flags::NEGATIVE_DELTA`] marks a trace where some stage with both hops present ends
 //!   before it starts (clock error); [`flags::UNEXPECTED_HOP`] one stamped by a hop that
 //!   is not in `expected`.
@@ -121,6 +125,9 @@ pub mod flags {
 
 /// Internal slot flag: the slot holds a trace id.
 const HAS_TRACE_ID: u8 = 0x80;
+/// Internal slot flag: a record that carries the message's metric count and intended
+/// time ([`Record::carries_message`]) has joined, and the slot holds its values.
+const HAS_MESSAGE: u8 = 0x40;
 
 /// What [`Joiner::insert`] did with a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -422,8 +429,21 @@ impl Joiner {
         };
 
         let slot = &mut self.slots[index as usize];
-        let mut conflict =
-            slot.metric_count != rec.metric_count || slot.intended_ns != rec.intended_ns;
+        let mut conflict = false;
+        if rec.carries_message() {
+            if slot.flags & HAS_MESSAGE == 0 {
+                slot.metric_count = rec.metric_count;
+                slot.intended_ns = rec.intended_ns;
+                slot.flags |= HAS_MESSAGE;
+            } else {
+                conflict =
+                    slot.metric_count != rec.metric_count || slot.intended_ns != rec.intended_ns;
+            }
+            if !self.plausible.contains(&rec.intended_ns) {
+                slot.flags |= flags::IMPLAUSIBLE_TIME;
+                self.stats.implausible_intended += 1;
+            }
+        }
         if let Some(id) = rec.otel_trace_id {
             if slot.flags & HAS_TRACE_ID == 0 {
                 slot.trace_id = id.0;
@@ -435,10 +455,6 @@ impl Joiner {
         if conflict {
             slot.flags |= flags::CONFLICT;
             self.stats.conflicts += 1;
-        }
-        if !self.plausible.contains(&rec.intended_ns) {
-            slot.flags |= flags::IMPLAUSIBLE_TIME;
-            self.stats.implausible_intended += 1;
         }
         let bit = 1u16 << hop;
         if slot.present & bit != 0 {
@@ -566,6 +582,9 @@ impl Joiner {
             let slot = &mut self.slots[index as usize];
             slot.present = p.present;
             slot.flags = p.flags & flags::ALL;
+            if p.metric_count != 0 || p.intended_ns != 0 {
+                slot.flags |= HAS_MESSAGE;
+            }
             if let Some(id) = p.otel_trace_id {
                 slot.trace_id = id.0;
                 slot.flags |= HAS_TRACE_ID;
@@ -696,6 +715,11 @@ impl Joiner {
             }
         }
         let mut trace_flags = slot.flags & flags::ALL;
+        if slot.flags & HAS_MESSAGE == 0 {
+            // Only records without the message's figures (spans) stamped it: no intended
+            // time to place it by.
+            trace_flags |= flags::IMPLAUSIBLE_TIME;
+        }
         if present & !self.expected != 0 {
             trace_flags |= flags::UNEXPECTED_HOP;
         }

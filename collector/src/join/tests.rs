@@ -508,3 +508,61 @@ fn bytes_per_pending_trace_with_8_hops_is_at_most_200() {
     }
     assert!(worst > 8.0 * 8.0 + 56.0);
 }
+
+#[test]
+fn a_stamp_without_the_messages_figures_takes_them_from_the_message_s_other_records() {
+    let id = Some(OtelTraceId::of_key(&key(1)));
+    let span = |seq, hop, stamp_ns| Record {
+        metric_count: 0,
+        intended_ns: 0,
+        otel_trace_id: id,
+        ..rec(seq, hop, stamp_ns)
+    };
+    let mut j = Joiner::new(&spec());
+    j.set_plausible_window(1..=2_000);
+    let mut out = Vec::new();
+    // A span first: the publisher's record brings the figures, and nothing conflicts.
+    j.insert(&span(1, 1, 20), 0, &mut out);
+    j.insert(&rec(1, 0, 10), 0, &mut out);
+    j.insert(&span(1, 2, 30), 0, &mut out);
+    assert_eq!(out.len(), 1);
+    let t = out[0];
+    assert_eq!((t.metric_count, t.intended_ns, t.flags), (10, 5, 0));
+    assert_eq!(t.otel_trace_id, id);
+    assert_eq!(t.stamp(1), Some(20));
+    // Only spans: emitted with no figures, flagged so readers keep it out of the run's span.
+    out.clear();
+    j.insert(&span(2, 1, 20), 0, &mut out);
+    j.drain(&mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].metric_count, out[0].intended_ns), (0, 0));
+    assert!(out[0].has_flag(flags::IMPLAUSIBLE_TIME));
+    let s = j.stats();
+    assert_eq!((s.conflicts, s.implausible_intended), (0, 0));
+    accounted(&j);
+}
+
+#[test]
+fn a_restored_trace_started_by_a_span_still_takes_the_message_s_figures() {
+    let span = Record {
+        metric_count: 0,
+        intended_ns: 0,
+        ..rec(1, 1, 20)
+    };
+    let mut j = Joiner::new(&spec());
+    let mut out = Vec::new();
+    j.insert(&span, 0, &mut out);
+    let mut k = Joiner::new(&spec());
+    k.restore(
+        j.stats(),
+        j.clock_ns(),
+        j.written().clone(),
+        &j.pending_traces(),
+    );
+    k.insert(&rec(1, 0, 10), 0, &mut out);
+    k.insert(&rec(1, 2, 30), 0, &mut out);
+    assert_eq!(
+        (out[0].metric_count, out[0].intended_ns, out[0].flags),
+        (10, 5, 0)
+    );
+}

@@ -804,6 +804,7 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             discrepancies,
         ),
         connections: BTreeMap::new(),
+        otlp: BTreeMap::new(),
         group: Some(GroupInfo {
             group: s.cfg.group.clone(),
             members: [(s.cfg.member.clone(), true)].into(),

@@ -195,7 +195,7 @@ impl Relay {
             hello_timeout: Duration::from_secs(5),
             tls,
             durable: None,
-            first_conn_id: 1,
+            conn_ids: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         };
         let service = {
             let mut pump = Pump {
@@ -221,11 +221,11 @@ impl Relay {
             };
             server::Service::spawn(
                 ("relay", "pump"),
-                listener,
-                server_cfg,
+                (listener, server_cfg),
                 &spec,
                 &counters,
                 256,
+                Vec::new(),
                 move |rx, draining| pump.run(rx, draining),
             )
             .map_err(io_err(Path::new("relay threads")))?

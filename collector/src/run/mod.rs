@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use rustc_hash::FxHashMap;
 
 use crate::control::Control;
 pub use crate::error::CollectorError;
+use crate::ingest::otlp::{self, OtlpCounters, OtlpListener, spans::SpanHops};
 use crate::join::Joiner;
 use crate::live::Live;
 use crate::server::{self, ConnectionCounters, DurableSeqs, ServerConfig};
@@ -74,6 +76,9 @@ pub struct CollectorConfig {
     /// the log before a checkpoint is deleted, and a restart replays only the log after
     /// the last one.
     pub checkpoint_interval: Duration,
+    /// Also receive OpenTelemetry spans over OTLP/HTTP: the hops the spec defines by a
+    /// span match are stamped by them.
+    pub otlp: Option<crate::ingest::otlp::OtlpConfig>,
 }
 
 impl CollectorConfig {
@@ -95,6 +100,7 @@ impl CollectorConfig {
             durable: true,
             sync_interval: Duration::from_millis(100),
             checkpoint_interval: crate::checkpoint::MIN_INTERVAL,
+            otlp: None,
         }
     }
 }
@@ -103,6 +109,7 @@ impl CollectorConfig {
 #[derive(Debug)]
 pub struct Collector {
     addr: SocketAddr,
+    otlp_addr: Option<SocketAddr>,
     recovered: Option<Recovered>,
     continued: Option<hoptrace_format::run::Restart>,
     run_dir: PathBuf,
@@ -125,6 +132,21 @@ impl Collector {
             cfg.tls_cert.as_deref(),
             cfg.tls_key.as_deref(),
         )?;
+        let otlp = match &cfg.otlp {
+            Some(o) => {
+                let hops = SpanHops::new(&spec);
+                if hops.is_empty() {
+                    return Err(CollectorError::NoSpanHop(format!(
+                        "--otlp {}: no hop of the pipeline \"{}\" has a `span` match, so no span could stamp one (hoptrace generate-config --otel shows one)",
+                        o.listen, cfg.spec.name
+                    )));
+                }
+                Some((OtlpListener::bind(o, cfg.token.as_deref())?, hops))
+            }
+            None => None,
+        };
+        let otlp_addr = otlp.as_ref().map(|(l, _)| l.addr());
+        let otlp_counters = otlp.as_ref().map(|_| Arc::new(OtlpCounters::default()));
         let started_unix_ns = hoptrace_clock::realtime_ns();
         let (run_id, run_dir) = match &cfg.run_id {
             Some(id) => {
@@ -277,6 +299,7 @@ impl Collector {
                 metrics_written: 0,
                 at_last_interval: (0, 0, 0),
                 counters: Arc::clone(&counters),
+                otlp: otlp_counters.clone(),
                 stop_timeout: cfg.stop_timeout,
                 checkpoints: Checkpoints::new(cfg.durable, cfg.checkpoint_interval),
             };
@@ -307,6 +330,23 @@ impl Collector {
             }
             continued = replaying.then(|| state.restarts.last().cloned()).flatten();
             state.move_plausible_window(hoptrace_clock::realtime_ns());
+            let conn_ids = Arc::new(AtomicU64::new(state.max_conn_id));
+            let mut sources: Vec<(&str, server::Source)> = Vec::new();
+            if let (Some((listener, hops)), Some(c)) = (otlp, &otlp_counters) {
+                let shared = otlp::Shared::new(
+                    hops,
+                    Arc::clone(c),
+                    cfg.token.clone(),
+                    run_id.clone(),
+                    Arc::clone(&conn_ids),
+                    durable.clone(),
+                    listener.max_request_bytes(),
+                );
+                sources.push((
+                    "otlp",
+                    Box::new(move |tx, stop| otlp::serve(listener, shared, tx, stop)),
+                ));
+            }
             let server_cfg = ServerConfig {
                 token: cfg.token.clone(),
                 run_id: run_id.clone(),
@@ -314,15 +354,15 @@ impl Collector {
                 hello_timeout: cfg.hello_timeout,
                 tls,
                 durable,
-                first_conn_id: state.max_conn_id + 1,
+                conn_ids,
             };
             server::Service::spawn(
                 ("collector", "join"),
-                listener,
-                server_cfg,
+                (listener, server_cfg),
                 &spec,
                 &counters,
                 CHANNEL_FRAMES,
+                sources,
                 move |rx, draining| state.run(rx, draining),
             )
             .map_err(|source| CollectorError::Io {
@@ -331,14 +371,24 @@ impl Collector {
             })?
         };
         tracing::info!(%addr, run_dir = %run_dir.display(), "collector listening");
+        if let Some(a) = otlp_addr {
+            tracing::info!(otlp = %a, "collector taking OTLP/HTTP spans at POST /v1/traces");
+        }
         Ok(Self {
             addr,
+            otlp_addr,
             recovered,
             continued,
             run_dir,
             watch: Watch { progress, live },
             service,
         })
+    }
+
+    /// The OTLP receiver's bound address, when it runs.
+    #[must_use]
+    pub fn otlp_addr(&self) -> Option<SocketAddr> {
+        self.otlp_addr
     }
 
     /// The bound address.

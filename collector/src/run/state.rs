@@ -77,6 +77,8 @@ pub(super) struct JoinState {
     /// ended.
     pub(super) at_last_interval: (u64, u64, u64),
     pub(super) counters: Arc<ConnectionCounters>,
+    /// The OTLP receiver's counts, when it runs.
+    pub(super) otlp: Option<Arc<crate::ingest::otlp::OtlpCounters>>,
     pub(super) stop_timeout: Duration,
     pub(super) checkpoints: Checkpoints,
 }
@@ -934,6 +936,7 @@ impl JoinState {
                 discrepancies,
             },
             connections,
+            otlp: self.otlp.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             group: None,
             interrupted: false,
             restarts: self.restarts.clone(),

@@ -127,3 +127,92 @@ row_group_rows = 1000000
 # zstd compression level, 1 (fastest) to 22 (smallest files).
 zstd_level = 1
 "#;
+
+/// A commented pipeline spec whose hops past the publisher are stamped by OpenTelemetry
+/// spans a collector receives over OTLP (`hoptrace collect --otlp`): `hoptrace publish
+/// --traceparent` → Kafka → MirrorMaker 2 under the OpenTelemetry Java agent → Kafka → a
+/// consumer under OpenTelemetry instrumentation. `hoptrace generate-config --otel` prints it.
+pub const OTEL_PIPELINE_TOML: &str = r#"# hoptrace pipeline spec whose hops are stamped by OpenTelemetry spans.
+#
+# The publisher (`hoptrace publish --traceparent`) gives every message a W3C trace id that
+# names it and sends it as a `traceparent` header. OpenTelemetry instrumentation further
+# on (the Java agent, the Python or Node instrumentations) continues that trace, and its
+# spans, exported over OTLP/HTTP to `hoptrace collect --otlp HOST:PORT`, stamp the hops
+# below: a span stamps a message when its trace id, or the trace id of one of its links
+# (a batch), is one the publisher gave. Spans that match no hop are counted and ignored.
+#
+# OTLP carries no clock quality: a host's clock is unknown to hoptrace unless a hoptrace
+# probe or `hoptrace clock` reports for it.
+
+name = "kafka-mirrormaker2-otel"
+
+[[hops]]
+name = "publish"
+id = 0
+description = "Publisher egress: hoptrace publish --traceparent hands the message to its Kafka client."
+
+[[hops]]
+name = "mirror_in"
+id = 1
+description = "MirrorMaker 2 takes the record from the source cluster (the agent's consumer process span starts)."
+# Which spans stamp this hop. Every criterion given must hold:
+#   service     the resource's service.name (OTEL_SERVICE_NAME);
+#   kind        internal, server, client, producer or consumer;
+#   name        the span name, `*` standing for any run of characters;
+#   attributes  span attributes that must have these values (as text);
+#   stamp       "start" (default) or "end": which of the span's times is the stamp.
+span = { service = "mirrormaker2", kind = "consumer", name = "* process", attributes = { "messaging.destination.name" = "orders" } }
+
+[[hops]]
+name = "mirror_out"
+id = 2
+description = "MirrorMaker 2 sends the record to the target cluster (the agent's producer publish span starts)."
+span = { service = "mirrormaker2", kind = "producer", name = "* publish" }
+
+[[hops]]
+name = "consume"
+id = 3
+description = "The consumer on the target cluster starts processing the record."
+span = { service = "orders-consumer", kind = "consumer", stamp = "start" }
+
+[[hops]]
+name = "consumed"
+id = 4
+description = "The consumer finished processing the record (the same span's end)."
+span = { service = "orders-consumer", kind = "consumer", stamp = "end" }
+
+[[stages]]
+name = "Source Broker Time"
+from = "publish"
+to = "mirror_in"
+definition = "From publish, through the source cluster, to MirrorMaker 2's consumer."
+headline = false
+
+[[stages]]
+name = "Mirror Internal"
+from = "mirror_in"
+to = "mirror_out"
+definition = "Inside MirrorMaker 2, from taking the record to sending it on."
+headline = false
+
+[[stages]]
+name = "Target Broker Time"
+from = "mirror_out"
+to = "consume"
+definition = "From MirrorMaker 2's send, through the target cluster, to the consumer."
+headline = false
+
+[[stages]]
+name = "Processing"
+from = "consume"
+to = "consumed"
+definition = "The consumer's processing of the record."
+headline = false
+
+[[stages]]
+name = "End to End"
+from = "publish"
+to = "consumed"
+definition = "From publish to the end of the consumer's processing."
+headline = true
+"#;

@@ -20,6 +20,14 @@ pub enum SpecError {
     /// message points at (line and column).
     #[error("invalid pipeline spec: {0}")]
     Toml(#[from] toml::de::Error),
+    /// A hop's `[hops.span]` cannot be used: fix the field the message names.
+    #[error("hop \"{hop}\": `span` {why}")]
+    BadSpanMatch {
+        /// The hop.
+        hop: String,
+        /// What is wrong.
+        why: String,
+    },
     /// `name` is empty: name the pipeline, the reports print it.
     #[error("`name` is empty: give the pipeline a name")]
     EmptyName,

@@ -31,6 +31,7 @@ fn hop(name: &str, id: Option<u8>) -> HopSpec {
         id,
         description: String::new(),
         earliest: None,
+        span: None,
     }
 }
 
@@ -397,4 +398,90 @@ fn load_reads_a_file_and_names_it_when_it_cannot() {
     assert!(matches!(err, SpecError::Read { .. }));
     assert!(err.to_string().contains("missing.toml"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_span_match_parses_and_says_what_is_wrong_with_it() {
+    let spec = PipelineSpec::from_toml_str(
+        r#"
+        name = "otel"
+        [[hops]]
+        name = "publish"
+        [[hops]]
+        name = "flow_in"
+        span = { service = "mirror", kind = "consumer", name = "* process", attributes = { "messaging.destination.name" = "orders" } }
+        [[hops]]
+        name = "flow_out"
+        span = { service = "mirror", kind = "consumer", name = "* process", stamp = "end" }
+        [[stages]]
+        name = "Flow Internal"
+        from = "flow_in"
+        to = "flow_out"
+        definition = "d"
+        "#,
+    )
+    .unwrap();
+    spec.validate().unwrap();
+    let m = spec.hops[1].span.as_ref().unwrap();
+    assert_eq!(m.kind_number(), Some(5));
+    assert!(!m.stamps_end());
+    assert!(spec.hops[2].span.as_ref().unwrap().stamps_end());
+    assert!(m.name_fits("orders process"));
+    assert!(!m.name_fits("orders receive"));
+    let text = toml::to_string(&spec).unwrap();
+    assert_eq!(PipelineSpec::from_toml_str(&text).unwrap(), spec);
+
+    let bad = |m: SpanMatch| error_of(|s| s.hops[0].span = Some(m));
+    assert!(
+        bad(SpanMatch {
+            kind: Some("queue".into()),
+            stamp: "start".into(),
+            ..SpanMatch::default()
+        })
+        .contains("`kind` \"queue\" is not one of internal, server, client, producer, consumer")
+    );
+    assert!(
+        bad(SpanMatch {
+            name: Some("x".into()),
+            stamp: "middle".into(),
+            ..SpanMatch::default()
+        })
+        .contains("`stamp` \"middle\" is neither")
+    );
+    assert!(
+        bad(SpanMatch {
+            stamp: "start".into(),
+            ..SpanMatch::default()
+        })
+        .contains("hop \"a\": `span` matches every span")
+    );
+}
+
+#[test]
+fn a_span_name_pattern_takes_any_run_for_a_star() {
+    let fits = |p: &str, t: &str| {
+        SpanMatch {
+            name: Some(p.into()),
+            ..SpanMatch::default()
+        }
+        .name_fits(t)
+    };
+    assert!(fits("orders publish", "orders publish"));
+    assert!(!fits("orders publish", "orders publish2"));
+    assert!(fits("*", ""));
+    assert!(fits("* process", "a.b process"));
+    assert!(fits("*ord*s*", "orders"));
+    assert!(fits("a*b*c", "aXbYbZc"));
+    assert!(!fits("a*b*c", "aXbYbZ"));
+    assert!(!fits("", "x"));
+}
+
+#[test]
+fn the_otel_example_parses_with_a_span_match_on_every_hop_past_the_publisher() {
+    let spec = PipelineSpec::from_toml_str(OTEL_PIPELINE_TOML).unwrap();
+    let resolved = spec.resolve().unwrap();
+    assert_eq!(resolved.hop_names().len(), 5);
+    assert!(spec.hops[0].span.is_none());
+    assert!(spec.hops[1..].iter().all(|h| h.span.is_some()));
+    assert!(spec.hops[4].span.as_ref().unwrap().stamps_end());
 }
