@@ -571,3 +571,188 @@ fn a_collector_without_run_id_names_the_unfinished_run_and_resume_continues_it()
     assert!(!run.join("wal").exists(), "the log outlived a clean stop");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Publish from a probe; `broker` stamped by producer spans over OTLP.
+const OTLP_SPEC: &str = r#"name = "durable-otlp"
+[[hops]]
+name = "publish"
+id = 0
+[[hops]]
+name = "broker"
+id = 1
+span = { kind = "producer", name = "* publish" }
+[[stages]]
+name = "Broker Time"
+from = "publish"
+to = "broker"
+definition = "publish to the producer span's start"
+"#;
+
+/// POSTs an OTLP/JSON body to `addr`; returns the answer's status line.
+fn post_otlp_json(addr: &str, body: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /v1/traces HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// The collector answers an OTLP request only once its stamps are in the run's log: spans
+/// answered 200 just before a SIGKILL are in the run the same command continues, and every
+/// message is complete.
+#[test]
+fn otlp_spans_answered_before_a_sigkill_are_in_the_continued_run() {
+    const N: u64 = 100;
+    let dir = common::scratch("otlp-kill");
+    let spec = dir.join("otlp.toml");
+    std::fs::write(&spec, OTLP_SPEC).unwrap();
+    let runs = dir.join("runs");
+    let (listen, otlp) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let (spec_s, runs_s) = (spec.display().to_string(), runs.display().to_string());
+    let args = [
+        "--listen",
+        &listen,
+        "--otlp",
+        &otlp,
+        "--pipeline",
+        &spec_s,
+        "--runs",
+        &runs_s,
+        "--run-id",
+        "otlp-kill",
+    ];
+    let base = hoptrace_probe::clock::realtime_ns() - 10_000_000_000;
+    let key = |sequence| TraceKey {
+        publisher: 1,
+        stream: 0,
+        sequence,
+    };
+    let spans: Vec<String> = (0..N)
+        .map(|seq| {
+            format!(
+                r#"{{"traceId":"{}","spanId":"0102030405060708","name":"orders publish","kind":4,"startTimeUnixNano":"{}","endTimeUnixNano":"{}"}}"#,
+                hoptrace_protocol::OtelTraceId::of_key(&key(seq)).to_hex(),
+                base + seq as i64 * 1_000 + 700,
+                base + seq as i64 * 1_000 + 900
+            )
+        })
+        .collect();
+    let body = format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"producer"}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        spans.join(",")
+    );
+
+    let c = Collect::start(&args);
+    c.listening();
+    c.wait_line("taking OTLP/HTTP spans at ");
+    let status = post_otlp_json(&otlp, &body);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    c.kill();
+
+    let c = Collect::start(&args);
+    let addr = c.listening();
+    let (mut s, _) = connect(addr, 77);
+    let records = (0..N)
+        .map(|seq| Record {
+            key: key(seq),
+            hop: HopId(0),
+            stamp_ns: base + seq as i64 * 1_000,
+            metric_count: 1,
+            intended_ns: base + seq as i64 * 1_000 - 50,
+            otel_trace_id: None,
+        })
+        .collect();
+    send(&mut s, &Frame::SeqRecords { seq: 1, records });
+    wait_ack(&mut s, 1);
+    send(
+        &mut s,
+        &Frame::Sent(SentFrame {
+            publisher: 1,
+            entries: vec![SentEntry {
+                stream: 0,
+                messages: N,
+                metrics: N,
+                first_sequence: 0,
+                last_sequence: N - 1,
+            }],
+        }),
+    );
+    send(&mut s, &Frame::Goodbye);
+    drop(s);
+    c.stop();
+    let run = run_json(&runs.join("otlp-kill"));
+    let acc = &run["accounting"];
+    assert_eq!(acc["adds_up"], true, "{acc}");
+    assert_eq!(acc["publishers"][0]["complete"], N, "{acc}");
+    assert_eq!(
+        run["restarts"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        run["restarts"]
+    );
+    let broker = run["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "Broker Time")
+        .unwrap();
+    assert_eq!(broker["figures"]["min_ns"], 700);
+    assert_eq!(broker["figures"]["max_ns"], 700);
+}
+
+#[test]
+fn otlp_needs_a_span_hop_and_generate_config_otel_prints_one() {
+    let dir = common::scratch("otlp-config");
+    let out = common::hoptrace_in(&dir, &["generate-config", "--otel"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    std::fs::write(dir.join("otel.toml"), &text).unwrap();
+    assert!(text.contains("span = {") && text.contains("kind = \"consumer\""));
+    let refused = common::hoptrace_in(
+        &dir,
+        &[
+            "collect",
+            "--otlp",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--runs",
+            "runs",
+        ],
+    );
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("no hop of the pipeline \"mqtt-flow-store\" has a `span` match"),
+        "{err}"
+    );
+    let ok = common::hoptrace_in(
+        &dir,
+        &[
+            "collect",
+            "--otlp",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--duration",
+            "1s",
+            "--runs",
+            "runs",
+            "--pipeline",
+            "otel.toml",
+        ],
+    );
+    assert!(ok.status.success(), "{}", common::failure(&ok));
+    let run_dir = common::list(&dir.join("runs")).pop().unwrap();
+    let run = run_json(&run_dir);
+    assert_eq!(run["otlp"]["requests"], 0, "{}", run["otlp"]);
+}

@@ -177,10 +177,10 @@ impl SpanMatch {
     /// Whether `name` fits [`Self::name`]'s pattern (`*`: any run of characters); true
     /// when no name is given.
     #[must_use]
-    pub fn name_fits(&self, name: &str) -> bool {
+    pub fn name_fits(&self, name: impl AsRef<[u8]>) -> bool {
         self.name
             .as_deref()
-            .is_none_or(|p| glob(p.as_bytes(), name.as_bytes()))
+            .is_none_or(|p| glob(p.as_bytes(), name.as_ref()))
     }
 }
 

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # MirrorMaker 2 measured hop by hop with the hoptrace JVM interceptors.
 #
-#   probes/jvm/mm2/run.sh [--short | --long] [--plain] [--rate MSG_PER_S] [--messages N] [--out DIR]
+#   probes/jvm/mm2/run.sh [--short | --long] [--plain | --otel] [--rate MSG_PER_S] [--messages N] [--out DIR]
 #
 #   --short      1,500 messages at 150/s (the integration test; about 30 s with start-up)
 #   --long       300,000 messages at 1,000/s (5 minutes; for the report)
 #   --plain      MirrorMaker 2 without the interceptors (the same run otherwise, with
 #                pipeline-plain.toml: publish and target_arrival only), to measure what
 #                the interceptors cost end to end and in MirrorMaker's CPU
+#   --otel       MirrorMaker 2 without the interceptors, under the OpenTelemetry Java agent
+#                (opentelemetry-javaagent 2.31.0 from Maven Central), exporting its spans
+#                over OTLP/HTTP protobuf to `hoptrace collect --otlp`; the publisher gives
+#                every message a trace id (--traceparent); pipeline-otel.toml takes
+#                mm2_consume (and mm2_produce, where the agent's producer span continues the
+#                message's trace) from the agent's spans. No hoptrace code in MirrorMaker.
 #   --rate, --messages   override the mode's figures
 #   --out DIR    where runs/<run-id>/ and the processes' logs go
 #                (default ${HOPTRACE_RUN:-/tmp/hoptrace-infra}/jvm-mm2)
@@ -41,6 +47,7 @@ TARGET=127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094
 
 mode=short
 plain=0
+otel=0
 rate=
 messages=
 out=${HOPTRACE_RUN:-/tmp/hoptrace-infra}/jvm-mm2
@@ -49,6 +56,7 @@ while (($#)); do
         --short) mode=short ;;
         --long) mode=long ;;
         --plain) plain=1 ;;
+        --otel) otel=1 ;;
         --rate) rate=$2; shift ;;
         --messages) messages=$2; shift ;;
         --out) out=$2; shift ;;
@@ -92,7 +100,21 @@ fi
 probe_cp=${HOPTRACE_JVM_PROBE_CLASSES:-}
 pipeline=$HERE/pipeline.toml
 hops=publish,source_append,mm2_consume,mm2_produce,target_arrival
-if ((plain)); then
+OTEL_AGENT_VERSION=2.31.0
+otel_agent=$CACHE/otel-javaagent-$OTEL_AGENT_VERSION/opentelemetry-javaagent-$OTEL_AGENT_VERSION.jar
+if ((plain && otel)); then
+    die "--plain and --otel are two different runs: give one"
+elif ((otel)); then
+    probe_cp=
+    pipeline=$HERE/pipeline-otel.toml
+    hops=publish,mm2_consume,target_arrival
+    if [[ ! -f $otel_agent ]]; then
+        log "fetching the OpenTelemetry Java agent $OTEL_AGENT_VERSION with Maven into $(dirname "$otel_agent")"
+        mvn -q -B dependency:copy -Dartifact="io.opentelemetry.javaagent:opentelemetry-javaagent:$OTEL_AGENT_VERSION" \
+            -DoutputDirectory="$(dirname "$otel_agent")" >"$CACHE/otel-agent-fetch.log" 2>&1 ||
+            { tail -20 "$CACHE/otel-agent-fetch.log" >&2; die "Maven could not fetch the OpenTelemetry Java agent"; }
+    fi
+elif ((plain)); then
     probe_cp=
     pipeline=$HERE/pipeline-plain.toml
     hops=publish,target_arrival
@@ -108,7 +130,7 @@ listening "$SOURCE" || die "Kafka is not listening on $SOURCE: run infra/service
 # when it runs (infra/test.sh starts it once for every suite that needs it).
 "$KAFKA_SH" start --nodes 3 >&2 || die "starting the 3-node Kafka cluster failed"
 
-run_id=mm2-$mode$( ((plain)) && echo -plain)-$(date -u +%Y%m%dT%H%M%SZ)-$$
+run_id=mm2-$mode$( ((plain)) && echo -plain)$( ((otel)) && echo -otel)-$(date -u +%Y%m%dT%H%M%SZ)-$$
 topic=jvm-probe-$run_id
 work=$out/$run_id.work
 mkdir -p "$work" "$out/runs"
@@ -152,18 +174,31 @@ await_line() {
 "$KAFKA_SH" create-topic "src.$topic" --partitions 2 --replication 3 --bootstrap 127.0.0.1:29092 >&2
 
 # --- Collector ----------------------------------------------------------------------------
+otlp_args=()
+((otel)) && otlp_args=(--otlp 127.0.0.1:0)
 "$BIN" collect --listen 127.0.0.1:0 --pipeline "$pipeline" --runs "$out/runs" \
-    --run-id "$run_id" >"$work/collect.log" 2>&1 &
+    --run-id "$run_id" "${otlp_args[@]}" >"$work/collect.log" 2>&1 &
 collect_pid=$!
 pids+=("$collect_pid")
 await_line "$work/collect.log" 'collecting on 127\.0\.0\.1:[0-9]+' 30 "$collect_pid"
 collector=$(grep -oE 'collecting on 127\.0\.0\.1:[0-9]+' "$work/collect.log" | head -1 | cut -d' ' -f3)
 log "collector on $collector"
+agent_args=()
+if ((otel)); then
+    await_line "$work/collect.log" 'OTLP/HTTP spans at http://' 30 "$collect_pid"
+    otlp_url=$(grep -oE 'OTLP/HTTP spans at http://[^ ]+' "$work/collect.log" | head -1 | cut -d' ' -f4)
+    log "collector takes OTLP spans at $otlp_url"
+    agent_args=("-javaagent:$otel_agent")
+    export OTEL_SERVICE_NAME=mirrormaker2 OTEL_TRACES_EXPORTER=otlp OTEL_METRICS_EXPORTER=none \
+        OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf \
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=$otlp_url OTEL_BSP_SCHEDULE_DELAY=200 \
+        OTEL_BSP_MAX_QUEUE_SIZE=65536
+fi
 
 # --- MirrorMaker 2 ------------------------------------------------------------------------
 sed -e "s/@TOPIC@/$topic/g" -e "s/@COLLECTOR@/$collector/g" -e "s/@RUN@/$run_id/g" "$HERE/mm2.properties.in" |
-    if ((plain)); then grep -vE 'interceptor\.classes|\.hoptrace\.'; else cat; fi >"$work/mm2.properties"
-java -Xmx256m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    if ((plain || otel)); then grep -vE 'interceptor\.classes|\.hoptrace\.'; else cat; fi >"$work/mm2.properties"
+java "${agent_args[@]}" -Xmx256m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     "-Dlog4j.configuration=file:$HERE/log4j.properties" \
     -cp "$MM2_LIB/*${probe_cp:+:$probe_cp}" org.apache.kafka.connect.mirror.MirrorMaker "$work/mm2.properties" \
     >"$work/mm2.log" 2>&1 &
@@ -171,7 +206,7 @@ mm2_pid=$!
 pids+=("$mm2_pid")
 # MirrorSourceTask creates its consumer (and our interceptor) when the task starts, and
 # says which partitions it replicates.
-if ((plain)); then
+if ((plain || otel)); then
     await_line "$work/mm2.log" 'replicating [0-9]+ topic-partitions' 180 "$mm2_pid"
 else
     await_line "$work/mm2.log" 'consumer .*stamps hop mm2_consume' 180 "$mm2_pid"
@@ -193,7 +228,9 @@ mm2_ticks() { awk '{ print $14 + $15 }' "/proc/$mm2_pid/stat"; }
 log "publishing $messages messages at $rate/s"
 ticks0=$(mm2_ticks)
 t0=$(date +%s.%N)
-"$BIN" publish --to "kafka://$SOURCE/$topic" --rate "$rate" --messages "$messages" \
+traceparent=()
+((otel)) && traceparent=(--traceparent)
+"$BIN" publish --to "kafka://$SOURCE/$topic" "${traceparent[@]}" --rate "$rate" --messages "$messages" \
     --duration "$((messages / rate + 60))s" --streams 10 --publisher-id 21 \
     --collector "$collector" --pipeline "$pipeline" >"$work/publish.log" 2>&1 \
     || { tail -20 "$work/publish.log" >&2; die "hoptrace publish failed"; }

@@ -17,6 +17,7 @@
 //! ([`OtlpCounters`], `run.json` → `otlp`).
 
 pub mod spans;
+pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -769,9 +770,10 @@ fn request(
         body
     };
     let decoded = match format {
-        Format::Protobuf => ExportTraceServiceRequest::decode(&body[..])
+        Format::Protobuf => wire::TracesRequest::decode(bytes::Bytes::from(body))
             .map_err(|e| format!("not an OTLP ExportTraceServiceRequest in protobuf: {e}")),
         Format::Json => serde_json::from_slice::<ExportTraceServiceRequest>(&body)
+            .map(wire::TracesRequest::from)
             .map_err(|e| format!("not an OTLP ExportTraceServiceRequest in JSON: {e}")),
     };
     let req = match decoded {
@@ -943,3 +945,6 @@ fn random_instance(id: u64) -> u64 {
     h.write_u64(id);
     h.finish() | 1
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,11 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use super::wire::{AnyValue, KeyValue, Span, TracesRequest, Value};
 use hoptrace_format::spec::{ResolvedSpec, SpanMatch};
 use hoptrace_protocol::{HopId, OtelTraceId, Record, TRACE_ID_LEN, TraceKey};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::trace::v1::Span;
 
 /// The hops of a spec that spans stamp, with their matches.
 #[derive(Debug, Clone, Default)]
@@ -126,13 +124,12 @@ pub struct Source {
 /// An attribute's value as text (a string as is, numbers in decimal, booleans as
 /// `true`/`false`); `None` for arrays, maps, bytes and empty values.
 fn text(v: Option<&AnyValue>) -> Option<String> {
-    match v?.value.as_ref()? {
-        any_value::Value::StringValue(s) => Some(s.clone()),
-        any_value::Value::IntValue(i) => Some(i.to_string()),
-        any_value::Value::BoolValue(b) => Some(b.to_string()),
-        any_value::Value::DoubleValue(d) => Some(d.to_string()),
-        _ => None,
-    }
+    Some(match v?.value.as_ref()? {
+        Value::String(s) => String::from_utf8_lossy(s).into_owned(),
+        Value::Int(i) => i.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Double(d) => d.to_string(),
+    })
 }
 
 fn attribute<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
@@ -165,13 +162,24 @@ fn source_of(attrs: &[KeyValue]) -> Source {
     }
 }
 
+/// Whether an attribute's value, as text, is `want` (without making the text).
+fn equals(v: Option<&AnyValue>, want: &str) -> bool {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(Value::String(s)) => s == want.as_bytes(),
+        Some(Value::Int(i)) => want.parse::<i64>() == Ok(*i),
+        Some(Value::Bool(b)) => want == if *b { "true" } else { "false" },
+        Some(Value::Double(d)) => want.parse::<f64>() == Ok(*d),
+        None => false,
+    }
+}
+
 fn matches(m: &SpanMatch, kind: Option<i32>, service: &str, span: &Span) -> bool {
     m.service.as_deref().is_none_or(|s| s == service)
         && kind.is_none_or(|k| k == span.kind)
         && m.name_fits(&span.name)
         && m.attributes
             .iter()
-            .all(|(k, v)| text(attribute(&span.attributes, k)).as_deref() == Some(v.as_str()))
+            .all(|(k, v)| equals(attribute(&span.attributes, k), v))
 }
 
 /// A trace id as the wire has it: 16 bytes, not all zero.
@@ -183,7 +191,7 @@ fn trace_id(bytes: &[u8]) -> Option<OtelTraceId> {
 /// Turns the spans of `req` into hop records, grouped by who sent them (`out` is
 /// cleared first), and counts what became of every span.
 pub fn records(
-    req: &ExportTraceServiceRequest,
+    req: &TracesRequest,
     hops: &SpanHops,
     out: &mut BTreeMap<Source, Vec<Record>>,
 ) -> SpanCounts {
@@ -193,13 +201,15 @@ pub fn records(
     for rs in &req.resource_spans {
         let attrs = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
         let source = source_of(attrs);
+        let service = source.service.clone();
+        let recs = out.entry(source).or_default();
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 counts.spans += 1;
                 let mut hit = hops
                     .hops
                     .iter()
-                    .filter(|(_, _, m, kind)| matches(m, *kind, &source.service, span))
+                    .filter(|(_, _, m, kind)| matches(m, *kind, &service, span))
                     .peekable();
                 if hit.peek().is_none() {
                     counts.unmatched += 1;
@@ -235,7 +245,6 @@ pub fn records(
                     continue;
                 }
                 counts.stamped += 1;
-                let recs = out.entry(source.clone()).or_default();
                 for (hop, _, m, _) in hit {
                     let stamp_ns = if m.stamps_end() { end } else { start };
                     for (key, id) in &keys {
@@ -253,5 +262,6 @@ pub fn records(
             }
         }
     }
+    out.retain(|_, recs| !recs.is_empty());
     counts
 }
