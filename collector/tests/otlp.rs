@@ -3,6 +3,8 @@
 //! by hand as the OTLP specification lays it out) stamp the other hops, and the run
 //! joins both, accounts for every span and answers every bad request with a clear error.
 
+mod common;
+
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -89,8 +91,19 @@ fn start(dir: &std::path::Path, otlp: OtlpConfig, token: Option<&str>) -> Collec
 
 /// The publisher's stamps of `seqs` (with their keyed trace ids) and its Sent frame.
 fn publish(addr: SocketAddr, token: Option<&str>, seqs: std::ops::Range<u64>) {
+    publish_over(addr, token, None, seqs);
+}
+
+/// [`publish`], over TLS trusting `ca` when given.
+fn publish_over(
+    addr: SocketAddr,
+    token: Option<&str>,
+    ca: Option<&std::path::Path>,
+    seqs: std::ops::Range<u64>,
+) {
     let mut ecfg = ExporterConfig::new(addr.to_string(), "publisher");
     ecfg.token = token.map(str::to_owned);
+    ecfg.tls_ca = ca.map(std::path::Path::to_path_buf);
     let exporter = Exporter::start(ecfg, &[(HopId(0), "publish")]).unwrap();
     let clock = ManualClock::new(0);
     let probe = exporter.probe_with_clock(HopId(0), clock.clone()).unwrap();
@@ -540,4 +553,67 @@ fn a_pipeline_without_a_span_hop_refuses_otlp_and_says_why() {
         err.contains("no hop of the pipeline") && err.contains("generate-config --otel"),
         "{err}"
     );
+}
+
+/// With the probes' certificate the OTLP port speaks HTTPS: an exporter that trusts the CA
+/// is answered, and plain HTTP to it gets no answer and costs nothing else.
+#[test]
+fn with_a_certificate_the_otlp_port_speaks_https_only() {
+    use rustls::pki_types::pem::PemObject as _;
+    let tmp = hoptrace_testkit::tempdir("otlp-tls");
+    let (ca, cert, key) = common::make_pki(&tmp, "otlp", &["127.0.0.1"]);
+    let spec = PipelineSpec::from_toml_str(SPEC).unwrap();
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec, &tmp);
+    cfg.otlp = Some(OtlpConfig::new("127.0.0.1:0"));
+    cfg.tls_cert = Some(cert);
+    cfg.tls_key = Some(key);
+    let collector = Collector::start(cfg).unwrap();
+    let otlp = collector.otlp_addr().unwrap();
+
+    // Plain HTTP to the HTTPS port: the handshake fails, no HTTP answer.
+    let (status, _) = raw(
+        otlp,
+        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+        b"{}",
+    );
+    assert!(!status.starts_with("HTTP/1.1"), "{status}");
+
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let body = request("flow", "h", flow_spans(0..20)).encode_to_vec();
+    let conn = rustls::ClientConnection::new(client, "127.0.0.1".try_into().unwrap()).unwrap();
+    let tcp = TcpStream::connect(otlp).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    tls.write_all(&body).unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    publish_over(collector.local_addr(), None, Some(&ca), 0..20);
+    let summary = collector.stop().unwrap();
+    let flow = summary
+        .stages
+        .iter()
+        .find(|s| s.name == "Flow Internal")
+        .unwrap();
+    assert_eq!(flow.figures.count, 20);
+    assert_eq!(counts(&summary, "accepted"), 1);
 }

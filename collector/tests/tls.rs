@@ -2,40 +2,16 @@
 //! plain-text probe, an untrusted or misnamed certificate, a wrong token and a silent
 //! connection are each refused and counted, and none of them disturbs the good probes.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::make_pki;
 use hoptrace_collector::{Collector, CollectorConfig, CollectorError};
 use hoptrace_format::spec::PipelineSpec;
 use hoptrace_probe::{Exporter, ExporterConfig, ExporterError, HopId, TraceContext, TraceKey};
-
-/// A CA, and a certificate it signs for `names`; written as PEM under `dir` with `prefix`.
-/// Returns (ca.pem, cert.pem, key.pem).
-fn make_pki(dir: &Path, prefix: &str, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("{prefix} test CA"));
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-            .unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let paths = (
-        dir.join(format!("{prefix}-ca.pem")),
-        dir.join(format!("{prefix}-cert.pem")),
-        dir.join(format!("{prefix}-key.pem")),
-    );
-    std::fs::write(&paths.0, ca.pem()).unwrap();
-    std::fs::write(&paths.1, cert.pem()).unwrap();
-    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
-    paths
-}
 
 fn tempdir(name: &str) -> PathBuf {
     hoptrace_testkit::tempdir(&format!("tls-{name}"))

@@ -340,7 +340,7 @@ impl Collector {
                     run_id.clone(),
                     Arc::clone(&conn_ids),
                     durable.clone(),
-                    listener.max_request_bytes(),
+                    (tls.clone(), listener.max_request_bytes()),
                 );
                 sources.push((
                     "otlp",

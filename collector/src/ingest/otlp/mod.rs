@@ -196,6 +196,8 @@ pub(crate) struct Shared {
     pub(crate) run_id: String,
     pub(crate) conn_ids: Arc<AtomicU64>,
     pub(crate) durable: Option<Arc<DurableSeqs>>,
+    /// HTTPS with the probes' certificate, when the collector has one.
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     max_request_bytes: usize,
     sources: Mutex<HashMap<Source, SourceConn>>,
 }
@@ -216,7 +218,7 @@ impl Shared {
         run_id: String,
         conn_ids: Arc<AtomicU64>,
         durable: Option<Arc<DurableSeqs>>,
-        max_request_bytes: usize,
+        (tls, max_request_bytes): (Option<Arc<rustls::ServerConfig>>, usize),
     ) -> Self {
         Self {
             hops,
@@ -225,6 +227,7 @@ impl Shared {
             run_id,
             conn_ids,
             durable,
+            tls,
             max_request_bytes,
             sources: Mutex::new(HashMap::new()),
         }
@@ -399,7 +402,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn respond(s: &mut TcpStream, a: &Answer, close: bool) -> std::io::Result<()> {
+fn respond(s: &mut impl Write, a: &Answer, close: bool) -> std::io::Result<()> {
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
         a.status,
@@ -419,9 +422,40 @@ fn respond(s: &mut TcpStream, a: &Answer, close: bool) -> std::io::Result<()> {
     s.flush()
 }
 
+/// An OTLP connection: plain HTTP, or HTTPS when the collector has a certificate.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// Bytes read from a connection and not yet used.
 struct Input {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
 }
 
@@ -585,10 +619,16 @@ fn connection(
 ) {
     let _ = stream.set_read_timeout(Some(READ_TICK));
     let _ = stream.set_nodelay(true);
-    let Ok(out) = stream.try_clone() else {
-        return;
+    let stream = match &shared.tls {
+        None => Stream::Plain(stream),
+        Some(cfg) => match rustls::ServerConnection::new(Arc::clone(cfg)) {
+            Ok(conn) => Stream::Tls(Box::new(rustls::StreamOwned::new(conn, stream))),
+            Err(e) => {
+                tracing::warn!(%peer, "OTLP: cannot start TLS: {e}");
+                return;
+            }
+        },
     };
-    let mut out = out;
     let mut input = Input {
         stream,
         buf: Vec::new(),
@@ -609,7 +649,7 @@ fn connection(
             if input.buf.len() > MAX_HEAD_BYTES {
                 shared.counters.unsupported.fetch_add(1, Relaxed);
                 let _ = respond(
-                    &mut out,
+                    &mut input.stream,
                     &Answer::error(431, "request head above 16 KiB", Format::Json),
                     true,
                 );
@@ -622,13 +662,11 @@ fn connection(
         let Some(head) = head else {
             return;
         };
-        let (answer, close) = request(
-            &head, &mut input, &mut out, peer, shared, tx, deadline, stopping,
-        );
+        let (answer, close) = request(&head, &mut input, peer, shared, tx, deadline, stopping);
         let Some(answer) = answer else {
             return;
         };
-        if respond(&mut out, &answer, close).is_err() || close {
+        if respond(&mut input.stream, &answer, close).is_err() || close {
             return;
         }
     }
@@ -639,7 +677,6 @@ fn connection(
 fn request(
     head_bytes: &[u8],
     input: &mut Input,
-    out: &mut TcpStream,
     peer: SocketAddr,
     shared: &Shared,
     tx: &SyncSender<Event>,
@@ -732,7 +769,7 @@ fn request(
         );
     }
     if head.expect_continue {
-        let _ = out.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+        let _ = input.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
     }
     let body = match read_body(&head, input, max, deadline, stopping) {
         Ok(Ok(b)) => b,

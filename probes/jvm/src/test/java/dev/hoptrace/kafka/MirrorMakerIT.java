@@ -98,4 +98,46 @@ class MirrorMakerIT {
         }
         assertEquals(sent, checked, "replicated records checked");
     }
+
+    /**
+     * The same pipeline with no hoptrace jar in MirrorMaker: it runs under the OpenTelemetry
+     * Java agent (run.sh --otel), whose consumer process spans, exported over OTLP/HTTP to
+     * {@code hoptrace collect --otlp}, stamp mm2_consume for every message the publisher gave
+     * a trace id. The agent's producer spans start new traces: counted as naming no message.
+     */
+    @Test
+    void underTheOpenTelemetryAgentAloneEveryMessageIsStampedInMirrorMaker(@TempDir Path dir) throws Exception {
+        Path bin = Integration.require();
+        Path script = TestPaths.repo().resolve("probes/jvm/mm2/run.sh");
+        Path log = dir.resolve("run.log");
+        ProcessBuilder pb = new ProcessBuilder("bash", script.toString(), "--short", "--otel", "--out", dir.toString())
+                .redirectErrorStream(true).redirectOutput(log.toFile());
+        pb.environment().put("HOPTRACE_BIN", bin.toString());
+        Process p = pb.start();
+        if (!p.waitFor(600, TimeUnit.SECONDS)) {
+            p.destroy();
+            throw new AssertionError("run.sh --short --otel did not finish in 10 minutes:\n" + Files.readString(log));
+        }
+        String out = Files.readString(log);
+        assertEquals(0, p.exitValue(), "run.sh --short --otel failed:\n" + out);
+        List<String> lines = out.lines().toList();
+        String last = lines.get(lines.size() - 1);
+        assertTrue(last.startsWith("run: "), out);
+        Path runDir = Path.of(last.substring(5));
+        JsonNode run = new ObjectMapper().enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS)
+                .readTree(runDir.resolve("run.json").toFile());
+        long sent = run.get("accounting").get("publishers").get(0).get("sent").longValue();
+        assertEquals(1500, sent);
+        Integration.assertExact(run, sent, "publish", "mm2_consume", "target_arrival");
+        JsonNode otlp = run.get("otlp");
+        assertEquals(sent, otlp.get("spans_stamped").longValue(), otlp.toString());
+        assertEquals(otlp.get("requests").longValue(), otlp.get("accepted").longValue(), otlp.toString());
+        assertTrue(otlp.get("spans_no_message").longValue() >= sent, "the replicas' producer spans: " + otlp);
+        boolean agent = false;
+        for (JsonNode probe : run.get("probes")) {
+            agent |= probe.get("process").textValue().equals("mirrormaker2")
+                    && probe.get("software").textValue().startsWith("OTLP opentelemetry java");
+        }
+        assertTrue(agent, "MirrorMaker's spans came from the agent: " + run.get("probes"));
+    }
 }
