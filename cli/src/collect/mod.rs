@@ -112,6 +112,12 @@ pub struct CollectArgs {
     /// answered 413.
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_request_size, requires = "otlp")]
     pub otlp_max_request: u64,
+    /// When an OTLP request is answered: `durable` (default), once its stamps are in the
+    /// run's log, so a collector killed loses nothing an exporter was told was taken, each
+    /// request waiting for the log's next sync (--log-sync); or `received`, once the join
+    /// took them (a killed collector loses up to one sync interval of them).
+    #[arg(long, value_name = "WHEN", default_value = "durable", value_parser = ["durable", "received"], requires = "otlp")]
+    pub otlp_ack: String,
 }
 
 fn parse_request_size(s: &str) -> Result<u64, String> {
@@ -138,6 +144,7 @@ impl CollectArgs {
     pub fn otlp_config(&self) -> Option<hoptrace_collector::ingest::otlp::OtlpConfig> {
         let mut c = hoptrace_collector::ingest::otlp::OtlpConfig::new(self.otlp.clone()?);
         c.max_request_bytes = usize::try_from(self.otlp_max_request).unwrap_or(usize::MAX);
+        c.ack_durable = self.otlp_ack == "durable";
         Some(c)
     }
 
@@ -238,6 +245,7 @@ impl ToArgs for CollectArgs {
             checkpoint_interval,
             otlp,
             otlp_max_request,
+            otlp_ack,
         } = self;
         argv.opt("--listen", listen.as_deref());
         argv.path("--pipeline", pipeline.as_deref());
@@ -267,6 +275,7 @@ impl ToArgs for CollectArgs {
         argv.opt("--otlp", otlp.as_deref());
         if otlp.is_some() {
             argv.value("--otlp-max-request", otlp_max_request.to_string());
+            argv.value("--otlp-ack", otlp_ack);
         }
     }
 }
@@ -340,6 +349,7 @@ mod tests {
             checkpoint_interval: Duration::from_secs(7),
             otlp: Some("127.0.0.1:4318".into()),
             otlp_max_request: 4 << 20,
+            otlp_ack: "received".into(),
         }
     }
 
@@ -361,6 +371,7 @@ mod tests {
         a.no_log = true;
         a.otlp = None;
         a.otlp_max_request = 16 << 20;
+        a.otlp_ack = "durable".into();
         // Without the log, its settings are not written: they read back as their defaults.
         a.log_sync = Duration::from_millis(100);
         a.checkpoint_interval = Duration::from_secs(5);

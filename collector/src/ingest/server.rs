@@ -89,15 +89,20 @@ pub struct ServerConfig {
 
 /// Per exporter instance, the highest records frame number the collector holds durably;
 /// the join thread raises it after each sync of the run's log, connection readers tell
-/// their probe (Welcome, Ack).
+/// their probe (Welcome, Ack). A reader that waits for its frames to be durable (the OTLP
+/// receiver, which answers a request only then) asks for a sync sooner than the log's
+/// interval ([`Self::want_sync`]).
 #[derive(Debug, Default)]
-pub struct DurableSeqs(std::sync::Mutex<std::collections::HashMap<u64, u64>>);
+pub struct DurableSeqs {
+    marks: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    sync_wanted: AtomicBool,
+}
 
 impl DurableSeqs {
     /// The durable mark of `instance` (0: nothing).
     #[must_use]
     pub fn get(&self, instance: u64) -> u64 {
-        self.0
+        self.marks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&instance)
@@ -108,13 +113,24 @@ impl DurableSeqs {
     /// Raises the marks of these instances.
     pub fn raise(&self, marks: impl IntoIterator<Item = (u64, u64)>) {
         let mut m = self
-            .0
+            .marks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (instance, seq) in marks {
             let e = m.entry(instance).or_insert(0);
             *e = (*e).max(seq);
         }
+    }
+
+    /// Asks the join thread to sync the log soon, not at its next interval: someone waits.
+    pub fn want_sync(&self) {
+        self.sync_wanted.store(true, Relaxed);
+    }
+
+    /// Whether a sync was asked for since the last call (and clears the request).
+    #[must_use]
+    pub fn take_sync_wanted(&self) -> bool {
+        self.sync_wanted.swap(false, Relaxed)
     }
 }
 

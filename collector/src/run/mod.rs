@@ -334,13 +334,12 @@ impl Collector {
             let mut sources: Vec<(&str, server::Source)> = Vec::new();
             if let (Some((listener, hops)), Some(c)) = (otlp, &otlp_counters) {
                 let shared = otlp::Shared::new(
-                    hops,
-                    Arc::clone(c),
-                    cfg.token.clone(),
+                    (hops, Arc::clone(c)),
+                    (cfg.token.clone(), tls.clone()),
                     run_id.clone(),
                     Arc::clone(&conn_ids),
                     durable.clone(),
-                    (tls.clone(), listener.max_request_bytes()),
+                    listener.config(),
                 );
                 sources.push((
                     "otlp",

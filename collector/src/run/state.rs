@@ -27,6 +27,9 @@ use crate::server::{ConnectionCounters, DurableSeqs, Event};
 use crate::stages::StageRecorder;
 use crate::writer::TraceWriter;
 
+/// Least time between two syncs of the log asked for by a waiting reader (group commit).
+const EAGER_SYNC_GAP: Duration = Duration::from_millis(2);
+
 /// What the collector's thread owns while the run lasts, and the counts it keeps.
 pub(super) struct JoinState {
     pub(super) joiner: Joiner,
@@ -310,7 +313,13 @@ impl JoinState {
                 self.step(at, realtime_ns)?;
                 self.publish_progress();
             }
-            if last_sync.elapsed() >= self.sync_interval {
+            // A sync at every interval, and sooner (group commit, at most every 2 ms) when
+            // someone waits for what they sent to be durable.
+            let since = last_sync.elapsed();
+            if since >= self.sync_interval
+                || (since >= EAGER_SYNC_GAP
+                    && self.durable.as_ref().is_some_and(|d| d.take_sync_wanted()))
+            {
                 last_sync = Instant::now();
                 self.sync_log()?;
             }

@@ -62,6 +62,11 @@ pub struct OtlpConfig {
     pub listen: String,
     /// Most bytes of a request's body, before and after gzip.
     pub max_request_bytes: usize,
+    /// Answer a request once its stamps are in the run's log (when the collector keeps
+    /// one), rather than once the join took them: a collector killed then loses nothing
+    /// an exporter was told was taken, at the price of waiting for the log's next sync
+    /// (`--log-sync`) on every request.
+    pub ack_durable: bool,
 }
 
 impl OtlpConfig {
@@ -71,6 +76,7 @@ impl OtlpConfig {
         Self {
             listen: listen.into(),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            ack_durable: true,
         }
     }
 }
@@ -181,9 +187,9 @@ impl OtlpListener {
         self.addr
     }
 
-    /// The body limit of its settings.
-    pub(crate) fn max_request_bytes(&self) -> usize {
-        self.cfg.max_request_bytes
+    /// Its settings.
+    pub(crate) fn config(&self) -> &OtlpConfig {
+        &self.cfg
     }
 }
 
@@ -199,6 +205,7 @@ pub(crate) struct Shared {
     /// HTTPS with the probes' certificate, when the collector has one.
     pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     max_request_bytes: usize,
+    ack_durable: bool,
     sources: Mutex<HashMap<Source, SourceConn>>,
 }
 
@@ -211,14 +218,16 @@ struct SourceConn {
 }
 
 impl Shared {
+    /// The receiver's state: the span hops, its counters, the probes' token and TLS
+    /// setting, the run, the connection ids it shares with the probes' listener, the
+    /// durable marks (with a log) and its settings.
     pub(crate) fn new(
-        hops: SpanHops,
-        counters: Arc<OtlpCounters>,
-        token: Option<String>,
+        (hops, counters): (SpanHops, Arc<OtlpCounters>),
+        (token, tls): (Option<String>, Option<Arc<rustls::ServerConfig>>),
         run_id: String,
         conn_ids: Arc<AtomicU64>,
         durable: Option<Arc<DurableSeqs>>,
-        (tls, max_request_bytes): (Option<Arc<rustls::ServerConfig>>, usize),
+        cfg: &OtlpConfig,
     ) -> Self {
         Self {
             hops,
@@ -228,7 +237,8 @@ impl Shared {
             conn_ids,
             durable,
             tls,
-            max_request_bytes,
+            max_request_bytes: cfg.max_request_bytes,
+            ack_durable: cfg.ack_durable,
             sources: Mutex::new(HashMap::new()),
         }
     }
@@ -957,7 +967,7 @@ fn deliver(
             wait_for.push((conn.instance, seq));
         }
     }
-    let Some(durable) = &shared.durable else {
+    let Some(durable) = shared.durable.as_ref().filter(|_| shared.ack_durable) else {
         return Ok(());
     };
     let until = Instant::now() + DURABLE_WAIT;
@@ -965,12 +975,14 @@ fn deliver(
         .iter()
         .all(|(instance, seq)| durable.get(*instance) >= *seq)
     {
+        // Asked again each time: the join may have synced before it took these frames.
+        durable.want_sync();
         if Instant::now() >= until
             || stopping.load(Relaxed) && Instant::now() + DURABLE_WAIT / 2 >= until
         {
             return Err("the spans were taken but are not yet in the run's log: retry (what is sent twice is counted once)".into());
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
 }
