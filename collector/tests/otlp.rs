@@ -617,3 +617,58 @@ fn with_a_certificate_the_otlp_port_speaks_https_only() {
     assert_eq!(flow.figures.count, 20);
     assert_eq!(counts(&summary, "accepted"), 1);
 }
+
+/// An exporter faster than the join: with the join full (its pending traces at
+/// `max_pending`, none completing), the channel to it fills, and the next request is
+/// answered 503 with `Retry-After` after a second, counted as throttled; every request
+/// answered 200 before it is in the run.
+#[test]
+fn an_exporter_faster_than_the_join_is_told_to_retry_and_loses_nothing_it_was_told_was_taken() {
+    let tmp = hoptrace_testkit::tempdir("otlp-busy");
+    let spec = format!("{SPEC}\n[join]\nmax_pending = 4\nwindow_ms = 600000\n");
+    let mut cfg = CollectorConfig::new(
+        "127.0.0.1:0",
+        PipelineSpec::from_toml_str(&spec).unwrap(),
+        &tmp,
+    );
+    let mut ocfg = OtlpConfig::new("127.0.0.1:0");
+    ocfg.ack_durable = false;
+    cfg.otlp = Some(ocfg);
+    cfg.stop_timeout = Duration::from_secs(2);
+    let collector = Collector::start(cfg).unwrap();
+    let otlp = collector.otlp_addr().unwrap();
+    let mut taken = 0u64;
+    let mut throttled = None;
+    for i in 0..400u64 {
+        let body = request("flow", "h", flow_spans(i * 2..i * 2 + 2)).encode_to_vec();
+        let (status, retry, _) = post(otlp, "application/x-protobuf", &[], &body);
+        match status {
+            200 => taken += 1,
+            503 => {
+                throttled = Some(retry);
+                break;
+            }
+            other => panic!("answered {other}"),
+        }
+    }
+    assert_eq!(
+        throttled.as_deref(),
+        Some("1"),
+        "503 with Retry-After: 1 once the channel is full"
+    );
+    assert!(taken >= 200, "the channel took {taken} requests first");
+    let summary = collector.stop().unwrap();
+    assert_eq!(counts(&summary, "throttled"), 1);
+    assert_eq!(counts(&summary, "accepted"), taken);
+    assert_eq!(counts(&summary, "stamps"), taken * 4);
+    // Every stamp of every request answered 200 reached the join (a trace each, drained
+    // incomplete at the end: nothing published).
+    assert_eq!(
+        summary.accounting.records_by_hop.get("flow_in"),
+        Some(&(taken * 2))
+    );
+    assert_eq!(
+        summary.accounting.records_by_hop.get("flow_out"),
+        Some(&(taken * 2))
+    );
+}

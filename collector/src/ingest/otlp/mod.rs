@@ -314,8 +314,16 @@ pub(crate) fn serve(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
+    // A join that is full takes nothing until traces complete or expire: waiting for it
+    // here would hold the collector's stop for up to a join window.
+    let deadline = Instant::now() + CHANNEL_WAIT * 2;
     for conn in sources.values() {
-        let _ = tx.send(Event::Closed(conn.id, true));
+        if send_within(tx, Event::Closed(conn.id, true), deadline).is_err() {
+            tracing::warn!(
+                conn = conn.id,
+                "OTLP: the join did not take a sender's close in time (it is full): the sender is left open in run.json"
+            );
+        }
     }
 }
 
