@@ -446,45 +446,7 @@ impl Write for Sock {
 }
 
 /// A probe connection: plain TCP, or TLS over it.
-#[derive(Debug)]
-enum Conn {
-    Plain(Sock),
-    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, Sock>>),
-}
-
-impl Conn {
-    fn sock(&mut self) -> &mut Sock {
-        match self {
-            Self::Plain(s) => s,
-            Self::Tls(s) => &mut s.sock,
-        }
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Self::Plain(s) => s.read(buf),
-            Self::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Self::Plain(s) => s.write(buf),
-            Self::Tls(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Self::Plain(s) => s.flush(),
-            Self::Tls(s) => s.flush(),
-        }
-    }
-}
+type Conn = crate::tls::MaybeTls<Sock>;
 
 /// Completes the TLS handshake within the socket's deadline; on failure, the error and
 /// whether it was the deadline.

@@ -61,3 +61,45 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A connection: plain, or TLS over it (the probes' and the OTLP receiver's).
+#[derive(Debug)]
+pub(crate) enum MaybeTls<S: std::io::Read + std::io::Write> {
+    Plain(S),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, S>>),
+}
+
+impl<S: std::io::Read + std::io::Write> MaybeTls<S> {
+    /// The socket under it.
+    pub(crate) fn sock(&mut self) -> &mut S {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls(s) => &mut s.sock,
+        }
+    }
+}
+
+impl<S: std::io::Read + std::io::Write> std::io::Read for MaybeTls<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.read(buf),
+            Self::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl<S: std::io::Read + std::io::Write> std::io::Write for MaybeTls<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Plain(s) => s.write(buf),
+            Self::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush(),
+            Self::Tls(s) => s.flush(),
+        }
+    }
+}

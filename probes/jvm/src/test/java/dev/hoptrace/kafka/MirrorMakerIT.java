@@ -31,26 +31,8 @@ import org.junit.jupiter.api.io.TempDir;
 class MirrorMakerIT {
     @Test
     void mirrorMaker2ReplicatesAndEveryTraceIsComplete(@TempDir Path dir) throws Exception {
-        Path bin = Integration.require();
-        Path script = TestPaths.repo().resolve("probes/jvm/mm2/run.sh");
-        Path log = dir.resolve("run.log");
-        ProcessBuilder pb = new ProcessBuilder("bash", script.toString(), "--short", "--out", dir.toString())
-                .redirectErrorStream(true).redirectOutput(log.toFile());
-        pb.environment().put("HOPTRACE_BIN", bin.toString());
-        pb.environment().put("HOPTRACE_JVM_PROBE_CLASSES", JarIT.builtJar().toString());
-        Process p = pb.start();
-        if (!p.waitFor(600, TimeUnit.SECONDS)) {
-            p.destroy();
-            throw new AssertionError("run.sh --short did not finish in 10 minutes:\n" + Files.readString(log));
-        }
-        String out = Files.readString(log);
-        assertEquals(0, p.exitValue(), "run.sh --short failed:\n" + out);
-        List<String> lines = out.lines().toList();
-        String last = lines.get(lines.size() - 1);
-        assertTrue(last.startsWith("run: "), out);
-        Path runDir = Path.of(last.substring(5));
-        JsonNode run = new ObjectMapper().enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS)
-                .readTree(runDir.resolve("run.json").toFile());
+        Path runDir = runScript(dir, "--short");
+        JsonNode run = runJson(runDir);
         long sent = run.get("accounting").get("publishers").get(0).get("sent").longValue();
         assertEquals(1500, sent);
         Integration.assertExact(run, sent, "publish", "source_append", "mm2_consume", "mm2_produce",
@@ -107,25 +89,7 @@ class MirrorMakerIT {
      */
     @Test
     void underTheOpenTelemetryAgentAloneEveryMessageIsStampedInMirrorMaker(@TempDir Path dir) throws Exception {
-        Path bin = Integration.require();
-        Path script = TestPaths.repo().resolve("probes/jvm/mm2/run.sh");
-        Path log = dir.resolve("run.log");
-        ProcessBuilder pb = new ProcessBuilder("bash", script.toString(), "--short", "--otel", "--out", dir.toString())
-                .redirectErrorStream(true).redirectOutput(log.toFile());
-        pb.environment().put("HOPTRACE_BIN", bin.toString());
-        Process p = pb.start();
-        if (!p.waitFor(600, TimeUnit.SECONDS)) {
-            p.destroy();
-            throw new AssertionError("run.sh --short --otel did not finish in 10 minutes:\n" + Files.readString(log));
-        }
-        String out = Files.readString(log);
-        assertEquals(0, p.exitValue(), "run.sh --short --otel failed:\n" + out);
-        List<String> lines = out.lines().toList();
-        String last = lines.get(lines.size() - 1);
-        assertTrue(last.startsWith("run: "), out);
-        Path runDir = Path.of(last.substring(5));
-        JsonNode run = new ObjectMapper().enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS)
-                .readTree(runDir.resolve("run.json").toFile());
+        JsonNode run = runJson(runScript(dir, "--short", "--otel"));
         long sent = run.get("accounting").get("publishers").get(0).get("sent").longValue();
         assertEquals(1500, sent);
         Integration.assertExact(run, sent, "publish", "mm2_consume", "target_arrival");
@@ -139,5 +103,40 @@ class MirrorMakerIT {
                     && probe.get("software").textValue().startsWith("OTLP opentelemetry java");
         }
         assertTrue(agent, "MirrorMaker's spans came from the agent: " + run.get("probes"));
+    }
+
+    /**
+     * Runs mm2/run.sh with {@code args} (with the interceptors as built unless --otel or
+     * --plain), requires exit 0 within 10 minutes, and returns the run directory it names.
+     */
+    private static Path runScript(Path dir, String... args) throws Exception {
+        Path bin = Integration.require();
+        Path script = TestPaths.repo().resolve("probes/jvm/mm2/run.sh");
+        Path log = dir.resolve("run.log");
+        List<String> cmd = new java.util.ArrayList<>(List.of("bash", script.toString()));
+        cmd.addAll(List.of(args));
+        cmd.addAll(List.of("--out", dir.toString()));
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
+        pb.environment().put("HOPTRACE_BIN", bin.toString());
+        if (!List.of(args).contains("--otel") && !List.of(args).contains("--plain")) {
+            pb.environment().put("HOPTRACE_JVM_PROBE_CLASSES", JarIT.builtJar().toString());
+        }
+        String what = "run.sh " + String.join(" ", args);
+        Process p = pb.start();
+        if (!p.waitFor(600, TimeUnit.SECONDS)) {
+            p.destroy();
+            throw new AssertionError(what + " did not finish in 10 minutes:\n" + Files.readString(log));
+        }
+        String out = Files.readString(log);
+        assertEquals(0, p.exitValue(), what + " failed:\n" + out);
+        List<String> lines = out.lines().toList();
+        String last = lines.get(lines.size() - 1);
+        assertTrue(last.startsWith("run: "), out);
+        return Path.of(last.substring(5));
+    }
+
+    private static JsonNode runJson(Path runDir) throws Exception {
+        return new ObjectMapper().enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS)
+                .readTree(runDir.resolve("run.json").toFile());
     }
 }
