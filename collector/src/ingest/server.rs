@@ -352,6 +352,28 @@ impl<T: Send + 'static> Service<T> {
     }
 }
 
+/// The next connection of a non-blocking `listener`, or `None` once `stop` is set (checked
+/// every 5 ms); accept errors are logged, naming the `what` listener, and waited out.
+pub(crate) fn accept_until(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    what: &str,
+) -> Option<(TcpStream, SocketAddr)> {
+    while !stop.load(Relaxed) {
+        match listener.accept() {
+            Ok(s) => return Some(s),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => {
+                tracing::warn!("{what} accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    None
+}
+
 /// Accepts connections until `stop` is set; one reader thread per connection.
 pub(crate) fn accept_loop(
     listener: &TcpListener,
@@ -365,19 +387,7 @@ pub(crate) fn accept_loop(
     listener
         .set_nonblocking(true)
         .expect("listener can be non-blocking");
-    while !stop.load(Relaxed) {
-        let (stream, peer) = match listener.accept() {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
+    while let Some((stream, peer)) = accept_until(listener, stop, "probe") {
         counters.accepted.fetch_add(1, Relaxed);
         if open.load(Relaxed) >= cfg.max_connections {
             counters.refused_limit.fetch_add(1, Relaxed);

@@ -252,9 +252,7 @@ pub(crate) fn serve(
     tx: &SyncSender<Event>,
     stop: &AtomicBool,
 ) {
-    let OtlpListener {
-        listener, cfg: _, ..
-    } = listener;
+    let listener = listener.listener;
     let shared = Arc::new(shared);
     let open = Arc::new(AtomicUsize::new(0));
     let stopping = Arc::new(AtomicBool::new(false));
@@ -262,19 +260,7 @@ pub(crate) fn serve(
         .set_nonblocking(true)
         .expect("listener can be non-blocking");
     let mut threads = Vec::new();
-    while !stop.load(Relaxed) {
-        let (stream, peer) = match listener.accept() {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("OTLP accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
+    while let Some((stream, peer)) = crate::server::accept_until(&listener, stop, "OTLP") {
         if open.load(Relaxed) >= MAX_CONNECTIONS {
             let mut s = stream;
             let _ = respond(

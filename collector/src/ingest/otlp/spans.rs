@@ -96,17 +96,6 @@ impl SpanCounts {
         .collect();
         parts.join("; ")
     }
-
-    /// Adds `other` to these counts.
-    pub fn add(&mut self, other: &Self) {
-        self.spans += other.spans;
-        self.stamped += other.stamped;
-        self.stamps += other.stamps;
-        self.unmatched += other.unmatched;
-        self.end_before_start += other.end_before_start;
-        self.bad_trace_id += other.bad_trace_id;
-        self.no_message += other.no_message;
-    }
 }
 
 /// Who sent spans: a resource's `host.name` (or `service.instance.id`), `service.name`
