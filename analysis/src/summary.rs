@@ -288,8 +288,15 @@ pub async fn compute_with(
         });
     }
 
-    let tails =
-        crate::tail::attribution(ctx, &tail_plans, &scan, &whole, &time_col, exemplars).await?;
+    let tails = crate::tail::attribution(
+        ctx,
+        &tail_plans,
+        &scan,
+        &whole,
+        (&time_col, t_min),
+        exemplars,
+    )
+    .await?;
     let accounting = accounting(runs, rows, &counts, &hops);
     if !accounting.adds_up {
         warnings.push(format!(

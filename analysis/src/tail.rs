@@ -34,10 +34,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
 use crate::binary_agg::{self, BinaryState, corrupt};
+use crate::session::quote_ident;
+
+pub mod concentration;
+pub use concentration::{Concentrated, Concentration, DimensionTail};
 
 /// The tail levels: a quantile and the fewest messages its tail must be expected to hold
 /// (`n · (1 - q)`) for the level to be reported.
 pub const LEVELS: [(f64, f64); 3] = [(0.99, 1.0), (0.999, 1.0), (0.9999, 100.0)];
+
+/// The default of a field that was not written.
+fn one() -> f64 {
+    1.0
+}
 
 /// Slowest messages listed per headline stage unless told otherwise.
 pub const DEFAULT_EXEMPLARS: usize = 20;
@@ -89,6 +98,16 @@ pub struct TailLevel {
     pub mean_ns: Option<f64>,
     /// One per component, in chain order.
     pub components: Vec<ComponentShare>,
+    /// The size of the group of tail messages sharing a last stamp of the stage that a
+    /// tail message belongs to, on average (Σ size² / Σ size, from a sample of the tail):
+    /// 1 where each message left the last hop on its own, about a batching hop's batch
+    /// otherwise. The test of where the tail concentrates counts such a group once.
+    #[serde(default = "one")]
+    pub cluster_size: f64,
+    /// Where the tail concentrates, by each dimension of the dataset; absent where it
+    /// was not computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concentration: Option<Concentration>,
 }
 
 /// One of the slowest messages of a headline stage.
@@ -230,14 +249,57 @@ pub fn bucket_floor(p: Percentile) -> i64 {
 /// First byte of an encoded [`TailStats`].
 const TAIL_TAG: u8 = 0x54;
 
+/// Tail messages of a state whose last stamps are sampled for how many share one.
+const CLUSTER_SAMPLE: u64 = 65_536;
+
 /// One tail set's running figures.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 struct LevelStats {
     threshold: i64,
     messages: u64,
     with_components: u64,
     head: SignedStats,
     components: Vec<SignedStats>,
+    /// Tail messages sampled (the first [`CLUSTER_SAMPLE`] each state saw, in file
+    /// order): Σ size over the groups of them that share a last stamp (they left the
+    /// stage's last hop together, a batch, and share its fate)...
+    sampled: u64,
+    /// ...and Σ size² over the groups of states merged into this one.
+    squares: u64,
+    /// This state's groups: last stamp → tail messages (not encoded).
+    seen: std::collections::HashMap<i64, u64>,
+}
+
+/// Equal figures: the stamps a state has sampled are its own, not a figure.
+impl PartialEq for LevelStats {
+    fn eq(&self, o: &Self) -> bool {
+        (
+            self.threshold,
+            self.messages,
+            self.with_components,
+            self.sampled,
+        ) == (o.threshold, o.messages, o.with_components, o.sampled)
+            && self.squares() == o.squares()
+            && self.head == o.head
+            && self.components == o.components
+    }
+}
+
+impl LevelStats {
+    /// Σ size² over every group sampled.
+    fn squares(&self) -> u64 {
+        self.squares + self.seen.values().map(|c| c * c).sum::<u64>()
+    }
+
+    /// The size of the group a sampled tail message belongs to, on average: Σ size² /
+    /// Σ size (1 without a sample).
+    fn cluster_size(&self) -> f64 {
+        if self.sampled == 0 {
+            1.0
+        } else {
+            (self.squares() as f64 / self.sampled as f64).max(1.0)
+        }
+    }
 }
 
 /// The state of `tail_stats(exemplars, t_1, t_2, t_3, time, publisher, stream, sequence,
@@ -360,6 +422,8 @@ impl TailStats {
                             }
                         })
                         .collect(),
+                    cluster_size: l.cluster_size(),
+                    concentration: None,
                 })
             })
             .collect();
@@ -515,6 +579,10 @@ impl BinaryState for TailStats {
             for l in &mut self.levels {
                 if d >= l.threshold {
                     l.messages += 1;
+                    if l.sampled < CLUSTER_SAMPLE {
+                        l.sampled += 1;
+                        *l.seen.entry(last.value(i)).or_default() += 1;
+                    }
                     if complete {
                         l.with_components += 1;
                         l.head.add(d);
@@ -557,6 +625,10 @@ impl BinaryState for TailStats {
         for (a, b) in self.levels.iter_mut().zip(&other.levels) {
             a.messages += b.messages;
             a.with_components += b.with_components;
+            // Two states' samples are disjoint runs of rows: a batch split between them
+            // counts as two, which only makes groups look smaller.
+            a.sampled += b.sampled;
+            a.squares += b.squares();
             a.head.merge(&b.head);
             for (x, y) in a.components.iter_mut().zip(&b.components) {
                 x.merge(y);
@@ -577,6 +649,8 @@ impl BinaryState for TailStats {
             put_zigzag(&mut out, l.threshold);
             put(&mut out, l.messages);
             put(&mut out, l.with_components);
+            put(&mut out, l.sampled);
+            put(&mut out, l.squares());
             put_stats(&mut out, &l.head);
             for c in &l.components {
                 put_stats(&mut out, c);
@@ -624,6 +698,9 @@ impl BinaryState for TailStats {
                 threshold: r.zigzag().map_err(|_| bad())?,
                 messages: r.varint().map_err(|_| bad())?,
                 with_components: r.varint().map_err(|_| bad())?,
+                sampled: r.varint().map_err(|_| bad())?,
+                squares: r.varint().map_err(|_| bad())?,
+                seen: Default::default(),
                 head: read_stats(&mut r)?,
                 components: (0..width)
                     .map(|_| read_stats(&mut r))
@@ -675,10 +752,11 @@ impl BinaryState for TailStats {
 }
 
 /// The tail attribution of each of `plans` over the traces of `ctx` (`time_col`: the SQL
-/// of a trace's time), with every figure over all messages from `figures`, the summary's
-/// scan of `scan` (the spec's stages first, then [`extra_stages`]), and the `exemplars`
-/// slowest messages of each: one aggregate per plan, all in one scan of the rows that can
-/// be in a tail.
+/// of a trace's time, `t_min` the run's first), with every figure over all messages from
+/// `figures`, the summary's scan of `scan` (the spec's stages first, then
+/// [`extra_stages`]), and the `exemplars` slowest messages of each: one aggregate per
+/// plan, all in one scan of the rows that can be in a tail; beside it, one grouped scan
+/// ([`concentration::dimension_sql`]) for where each tail concentrates.
 ///
 /// # Errors
 /// When `exemplars` exceeds [`MAX_EXEMPLARS`], a component is not in `scan`, or the query
@@ -688,9 +766,10 @@ pub async fn attribution(
     plans: &[TailPlan],
     scan: &[StageSpec],
     figures: &[SignedStats],
-    time_col: &str,
+    time: (&str, i64),
     exemplars: usize,
 ) -> Result<Vec<TailAttribution>, AnalysisError> {
+    let (time_col, t_min) = time;
     if exemplars > MAX_EXEMPLARS {
         return Err(AnalysisError::Query(format!(
             "{exemplars} slowest messages asked for per stage: at most {MAX_EXEMPLARS}"
@@ -785,40 +864,74 @@ pub async fn attribution(
                 .call(args)
                 .alias(format!("t_{}", found.len())),
         );
-        found.push((plan, head, parts, levels, notes));
+        let ends = (
+            quote_ident(&hop_column(first)),
+            quote_ident(&hop_column(last)),
+        );
+        found.push((plan, head, parts, levels, notes, thresholds, ends));
     }
-    let started = std::time::Instant::now();
-    let states = match wanted {
-        Some(w) => {
-            let batches = df
-                .filter(w)?
-                .aggregate(vec![], aggregates)?
-                .collect()
-                .await?;
-            tracing::info!(
-                "tail attribution: the tails' scan took {:.2} s",
-                started.elapsed().as_secs_f64()
-            );
-            let batch = batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
-                AnalysisError::Render("internal: tail_stats returned nothing".into())
-            })?;
-            (0..found.len())
-                .map(|i| {
-                    batch
-                        .column_by_name(&format!("t_{i}"))
-                        .map(|c| c.as_binary::<i32>())
-                        .filter(|c| c.is_valid(0))
-                        .map_or(Ok(TailStats::default()), |c| TailStats::decode(c.value(0)))
-                })
-                .collect::<Result<Vec<_>>>()?
-        }
-        // Nothing to look for (no message, no tail, no slowest asked for).
-        None => vec![TailStats::default(); found.len()],
+    // Where each tail concentrates: the stages with a tail, and their thresholds.
+    let grouped: Vec<(usize, String, String, Vec<i64>)> = found
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.3.is_empty())
+        .map(|(i, f)| {
+            let t = f.3.iter().map(|&(j, _)| f.5[j]).collect();
+            (i, f.6.0.clone(), f.6.1.clone(), t)
+        })
+        .collect();
+    let tails = async {
+        let started = std::time::Instant::now();
+        let Some(w) = wanted else {
+            // Nothing to look for (no message, no tail, no slowest asked for).
+            return Ok(vec![TailStats::default(); found.len()]);
+        };
+        let batches = df
+            .filter(w)?
+            .aggregate(vec![], aggregates)?
+            .collect()
+            .await?;
+        tracing::info!(
+            "tail attribution: the tails' scan took {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        let batch = batches
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .ok_or_else(|| AnalysisError::Render("internal: tail_stats returned nothing".into()))?;
+        (0..found.len())
+            .map(|i| {
+                batch
+                    .column_by_name(&format!("t_{i}"))
+                    .map(|c| c.as_binary::<i32>())
+                    .filter(|c| c.is_valid(0))
+                    .map_or(Ok(TailStats::default()), |c| TailStats::decode(c.value(0)))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(AnalysisError::from)
     };
-    Ok(found
+    let dimensions = async {
+        if grouped.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = std::time::Instant::now();
+        let stages: Vec<(String, String, Vec<i64>)> = grouped
+            .iter()
+            .map(|(_, a, b, t)| (a.clone(), b.clone(), t.clone()))
+            .collect();
+        let sql = concentration::dimension_sql(&stages, time_col, t_min);
+        let batches = ctx.sql(&sql).await?.collect().await?;
+        tracing::info!(
+            "tail attribution: the dimensions' scan took {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        concentration::dimension_counts(&batches, &stages)
+    };
+    let (states, dims) = tokio::try_join!(tails, dimensions)?;
+    let mut out: Vec<TailAttribution> = found
         .into_iter()
         .zip(states)
-        .map(|((plan, head, parts, levels, notes), state)| {
+        .map(|((plan, head, parts, levels, notes, _, _), state)| {
             state.attribution(
                 (&stage_name(plan, scan), head),
                 (plan.components.clone(), &parts),
@@ -826,7 +939,13 @@ pub async fn attribution(
                 notes,
             )
         })
-        .collect())
+        .collect();
+    for ((i, ..), per_level) in grouped.iter().zip(dims) {
+        for (level, counts) in out[*i].levels.iter_mut().zip(per_level) {
+            level.concentration = Some(concentration::concentration(counts, level.cluster_size));
+        }
+    }
+    Ok(out)
 }
 
 /// The name of a plan's stage (the scan starts with the spec's stages).

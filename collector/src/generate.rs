@@ -4,7 +4,8 @@
 //! second.
 //!
 //! The traces follow the default pipeline (publish → flow_in → flow_out → store_in →
-//! query_start → queryable) at a fixed message rate over `streams` streams. Each stage's
+//! query_start → queryable) at a fixed message rate over `streams` streams, with a cause
+//! of slowness injected when asked ([`Inject`]: one slow stream, a stalling processor). Each stage's
 //! delay is a constant plus an exponential with a stage-specific mean, with a heavy tail
 //! (one delay in a thousand is ten times longer): 20 µs schedule lag, broker ~1 ms,
 //! processor ~500 µs, transmission ~350 µs, store ~100 µs, query ~300 µs. One trace in
@@ -52,6 +53,30 @@ pub struct GenerateOptions {
     pub batch_max: u32,
     /// Seed of the delays.
     pub seed: u64,
+    /// A cause of slowness to inject, as a partition behind a slow link or a processor
+    /// that stalls would: none by default.
+    pub inject: Option<Inject>,
+}
+
+/// A cause of slowness the generator injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inject {
+    /// Every message of `stream` spends `extra_ns` more in the broker (`publish →
+    /// flow_in`).
+    SlowStream {
+        /// The stream.
+        stream: u32,
+        /// Added to its broker time, ns.
+        extra_ns: i64,
+    },
+    /// The processor stalls for `length_ns` every `every_ns` from the run's start: a
+    /// batch whose last message arrives within a stall leaves when it ends.
+    Pause {
+        /// Time between stalls' starts, ns.
+        every_ns: i64,
+        /// Each stall's length, ns.
+        length_ns: i64,
+    },
 }
 
 impl GenerateOptions {
@@ -70,6 +95,7 @@ impl GenerateOptions {
             rows_per_file: 1_000_000,
             batch_max: DEFAULT_BATCH_MAX,
             seed: 1,
+            inject: None,
         }
     }
 }
@@ -209,6 +235,11 @@ pub fn generate(
             let mut at = t.intended_ns;
             for h in 0..BATCH_HOP {
                 at += FLOORS_NS[h] + exp.sample(rng.next(), MEANS_NS[h]);
+                if let (1, Some(Inject::SlowStream { stream, extra_ns })) = (h, opts.inject)
+                    && t.key.stream == stream
+                {
+                    at += extra_ns;
+                }
                 t.stamps_ns[h] = at;
             }
             if i % INCOMPLETE_EVERY == INCOMPLETE_EVERY - 1 {
@@ -233,6 +264,16 @@ pub fn generate(
             .map(|t| t.stamps_ns[BATCH_HOP - 1])
             .max()
             .unwrap_or_default();
+        if let Some(Inject::Pause {
+            every_ns,
+            length_ns,
+        }) = opts.inject
+        {
+            let into = (at - start_ns).rem_euclid(every_ns.max(1));
+            if into < length_ns {
+                at += length_ns - into;
+            }
+        }
         for h in BATCH_HOP..MEANS_NS.len() {
             at += FLOORS_NS[h] + exp.sample(rng.next(), MEANS_NS[h]);
             for t in &mut batch {

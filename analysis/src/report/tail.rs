@@ -6,7 +6,117 @@ use hoptrace_format::units::{count, duration_f64, signed_ns};
 
 use super::block::{Block, TimelineRow, Timelines};
 use crate::summary::Summary;
-use crate::tail::{TailAttribution, TailLevel};
+use crate::tail::{Concentration, TailAttribution, TailLevel};
+
+/// Rows shown per dimension in the report (the flagged ones always): the JSON lists more.
+const SHOWN: usize = 3;
+
+/// A p-value: two significant digits, in scientific notation below 0.001.
+fn p_value(p: f64) -> String {
+    if p < 1e-300 {
+        "< 1e-300".into()
+    } else if p < 1e-3 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+/// The sentence on a tail's likely causes, or that it is spread as chance would spread it.
+fn causes_sentence(c: &Concentration) -> String {
+    let causes = c.causes();
+    if causes.is_empty() {
+        return " It is spread over publishers, streams, metric counts and seconds as chance would spread it: no value holds significantly more of it than of all messages.".into();
+    }
+    let named: Vec<String> = causes
+        .iter()
+        .take(3)
+        .map(|(d, v)| {
+            format!(
+                "{d} {} (×{:.1} the tail's rate, p {})",
+                v.value,
+                v.times,
+                p_value(v.p_value)
+            )
+        })
+        .collect();
+    let more = causes.len().saturating_sub(3);
+    format!(
+        " It concentrates in {}{}: likely causes.",
+        named.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The table of where one tail set concentrates.
+fn concentration_blocks(l: &TailLevel, c: &Concentration) -> Vec<Block> {
+    let label = l.percentile.label();
+    let mut b = vec![Block::Para(format!(
+        "**Where the {label} tail concentrates.** Per dimension, the values holding the most tail messages above what chance would give them (expected: the value's messages times the tail's share of all messages; tail rate: the value's share over that). p: the probability of that many or more were the tail spread by chance (one-sided binomial test); a value is a likely cause when p is below {} over the {} values tested ({}).{}",
+        crate::tail::concentration::ALPHA,
+        count(c.tested),
+        p_value(c.level),
+        if c.cluster_size > 1.05 {
+            format!(
+                " The tail's messages left the last hop in groups (one stamp for each, a batch) of {:.1} on average, weighted by size: the test counts each group once.",
+                c.cluster_size
+            )
+        } else {
+            String::new()
+        }
+    ))];
+    let mut rows = Vec::new();
+    let mut single = Vec::new();
+    for d in &c.dimensions {
+        if d.values < 2 {
+            single.push(format!("{} (one value)", d.dimension));
+            continue;
+        }
+        for (i, v) in d.listed.iter().enumerate() {
+            if i >= SHOWN && !v.likely_cause {
+                continue;
+            }
+            rows.push(vec![
+                format!("{} ({} values)", d.dimension, count(d.values)),
+                v.value.clone(),
+                count(v.messages),
+                count(v.in_tail),
+                format!("{:.1}", v.expected),
+                format!("×{:.1}", v.times),
+                p_value(v.p_value),
+                if v.likely_cause { "yes" } else { "no" }.into(),
+            ]);
+        }
+    }
+    if !rows.is_empty() {
+        b.push(Block::Table(
+            [
+                "Dimension",
+                "Value",
+                "Messages",
+                "In tail",
+                "Expected",
+                "Tail rate",
+                "p",
+                "Likely cause",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows,
+        ));
+    }
+    if !single.is_empty() {
+        b.push(Block::Para(format!(
+            "Nothing to compare in: {}.",
+            single.join(", ")
+        )));
+    }
+    b
+}
 
 fn percent(x: Option<f64>) -> String {
     // -0.0 % reads as a sign where there is none.
@@ -61,6 +171,9 @@ fn level_sentence(t: &TailAttribution, l: &TailLevel) -> String {
         ));
     }
     s.push('.');
+    if let Some(c) = &l.concentration {
+        s.push_str(&causes_sentence(c));
+    }
     s
 }
 
@@ -130,6 +243,11 @@ fn stage_blocks(t: &TailAttribution, date_of: fn(i64) -> String) -> Vec<Block> {
         b.push(Block::Para(
             "Share of time: the component's mean over the tail's mean. Share of excess: how much of the tail's mean above the mean over all messages the component's own rise accounts for. (×n): the tail's median over the median over all messages.".into(),
         ));
+    }
+    for l in &t.levels {
+        if let Some(c) = &l.concentration {
+            b.extend(concentration_blocks(l, c));
+        }
     }
     if !t.exemplars.is_empty() {
         b.push(Block::Para(format!(

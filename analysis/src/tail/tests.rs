@@ -367,7 +367,14 @@ fn a_run_without_a_message_of_both_ends_says_so() {
         .build()
         .unwrap();
     let t = rt
-        .block_on(attribution(&ctx, &plans, &scan, &figures, "publish_ns", 20))
+        .block_on(attribution(
+            &ctx,
+            &plans,
+            &scan,
+            &figures,
+            ("publish_ns", 0),
+            20,
+        ))
         .unwrap();
     assert_eq!(t.len(), 1);
     assert!(t[0].levels.is_empty() && t[0].exemplars.is_empty());
@@ -381,7 +388,7 @@ fn a_run_without_a_message_of_both_ends_says_so() {
             &plans,
             &scan,
             &figures,
-            "publish_ns",
+            ("publish_ns", 0),
             MAX_EXEMPLARS + 1,
         ))
         .unwrap_err();

@@ -1,0 +1,536 @@
+//! Where a tail concentrates: the messages of a tail set broken down by each dimension the
+//! dataset holds (publisher, stream, metric count, second of the run), each value's share
+//! of the tail against its share of all messages, and a test of whether the difference is
+//! beyond chance.
+//!
+//! **The test.** Were the tail spread over a dimension's values by chance, a value holding
+//! `n` of the dimension's `N` messages would hold a number of the tail's `K` messages
+//! drawn from Binomial(`n`, `K / N`). A value holding `k` tail messages, more than that
+//! expects, has the one-sided p-value P(X ≥ k) ([`binomial_at_least`]). It is flagged as a
+//! **likely cause** when that p-value is below [`ALPHA`] divided by the number of values
+//! over every dimension of the tail set that has more than one (Bonferroni): with
+//! thousands of streams and seconds tested, one of them is flagged by chance at most
+//! once in a hundred runs.
+//! Values that hold fewer tail messages than expected are not tested: they cause nothing.
+//!
+//! **Messages that share their fate.** The binomial test takes messages as independent.
+//! Messages that left the stage's last hop together (a batch: one stamp for all of them)
+//! are slow or fast together, and would make a second that merely held one slow batch
+//! look like a cause. The test therefore counts in groups: a value's messages and its
+//! tail messages are both divided by the tail's group size, the mean size of the group a
+//! tail message belongs to (Σ size² / Σ size over the distinct last stamps of a sample of
+//! the tail: the factor by which such groups inflate a count's variance). This can only
+//! make the test stricter.
+//!
+//! The SQL behind it ([`dimension_sql`]) is one `GROUP BY GROUPING SETS` over the traces:
+//! any reader can run it with `hoptrace sql`.
+
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use serde::{Deserialize, Serialize};
+
+use crate::AnalysisError;
+
+/// The test's significance level over all values of a tail set (Bonferroni-corrected per
+/// value).
+pub const ALPHA: f64 = 0.01;
+
+/// Values listed per dimension: those with the most tail messages above expectation.
+pub const LISTED: usize = 10;
+
+/// Terms of the binomial tail summed one by one before the rest is bounded.
+const MAX_TERMS: u64 = 1_000_000;
+
+/// One value of a dimension.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Concentrated {
+    /// The value (a publisher id, `publisher/stream`, a metric count, or the second of
+    /// the run as `+S s`).
+    pub value: String,
+    /// Messages with the headline stage's delta that have this value.
+    pub messages: u64,
+    /// Of those, in the tail.
+    pub in_tail: u64,
+    /// Tail messages it would hold were the tail spread by chance: `messages · K / N`.
+    pub expected: f64,
+    /// Its tail rate over the dimension's.
+    pub times: f64,
+    /// P(X ≥ `in_tail` / g) for X ~ Binomial(`messages` / g, `K / N`), g the tail's
+    /// group size ([`Concentration::cluster_size`]), both rounded: exact to the
+    /// precision of doubles, never below the truth.
+    pub p_value: f64,
+    /// Below the corrected level ([`Concentration::level`]).
+    pub likely_cause: bool,
+}
+
+/// One dimension of a tail set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DimensionTail {
+    /// What the values are: `publisher`, `stream`, `metric count`, `second`.
+    pub dimension: String,
+    /// Values with at least one message.
+    pub values: u64,
+    /// Messages over all values (`N`).
+    pub messages: u64,
+    /// Tail messages over all values (`K`).
+    pub in_tail: u64,
+    /// Values whose tail messages exceed expectation, the largest excess first, at most
+    /// [`LISTED`].
+    pub listed: Vec<Concentrated>,
+    /// Of all values, those flagged as likely causes (listed or not).
+    pub likely_causes: u64,
+}
+
+/// Where one tail set concentrates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Concentration {
+    /// Tail messages per distinct last stamp (1: each message on its own): the test
+    /// divides counts by it.
+    pub cluster_size: f64,
+    /// Values tested over every dimension (each value of a dimension with more than one).
+    pub tested: u64,
+    /// The per-value level a p-value must be below: [`ALPHA`] over `tested`.
+    pub level: f64,
+    /// One per dimension with messages.
+    pub dimensions: Vec<DimensionTail>,
+}
+
+impl Concentration {
+    /// The flagged values, most significant first: (dimension, value).
+    #[must_use]
+    pub fn causes(&self) -> Vec<(&str, &Concentrated)> {
+        let mut out: Vec<(&str, &Concentrated)> = self
+            .dimensions
+            .iter()
+            .flat_map(|d| {
+                d.listed
+                    .iter()
+                    .filter(|c| c.likely_cause)
+                    .map(move |c| (d.dimension.as_str(), c))
+            })
+            .collect();
+        out.sort_by(|a, b| a.1.p_value.total_cmp(&b.1.p_value));
+        out
+    }
+}
+
+/// The counts of one dimension: per value, (messages, tail messages).
+pub type Counts = Vec<(String, u64, u64)>;
+
+/// Each dimension's name and counts.
+pub type Dimensions = Vec<(String, Counts)>;
+
+/// The concentration of a tail set from each dimension's counts (values without messages
+/// are left out), its messages sharing their fate in groups of `cluster_size`.
+#[must_use]
+pub fn concentration(dimensions: Dimensions, cluster_size: f64) -> Concentration {
+    let g = cluster_size.max(1.0);
+    let grouped = |x: u64| (x as f64 / g).round() as u64;
+    // Each dimension's rate: over its own messages (the second leaves out messages
+    // without a time).
+    let rated: Vec<(String, Counts, u64, u64)> = dimensions
+        .into_iter()
+        .map(|(name, mut values)| {
+            values.retain(|v| v.1 > 0);
+            let n = values.iter().map(|v| v.1).sum();
+            let k = values.iter().map(|v| v.2).sum();
+            (name, values, n, k)
+        })
+        .filter(|d| d.2 > 0)
+        .collect();
+    let above =
+        |v: &(String, u64, u64), n: u64, k: u64| v.2 as f64 > v.1 as f64 * k as f64 / n as f64;
+    // Every value that could have been flagged counts in the correction, not only those
+    // found above the rate.
+    let tested = rated
+        .iter()
+        .filter(|(_, values, ..)| values.len() > 1)
+        .map(|(_, values, ..)| values.len() as u64)
+        .sum::<u64>();
+    let level = ALPHA / tested.max(1) as f64;
+    let dimensions = rated
+        .into_iter()
+        .map(|(dimension, values, n, k)| {
+            let rate = k as f64 / n as f64;
+            let mut tested: Vec<Concentrated> = values
+                .iter()
+                .filter(|v| values.len() > 1 && above(v, n, k))
+                .map(|(value, messages, in_tail)| {
+                    let p_value = binomial_at_least(grouped(*in_tail), grouped(*messages), rate);
+                    Concentrated {
+                        value: value.clone(),
+                        messages: *messages,
+                        in_tail: *in_tail,
+                        expected: *messages as f64 * rate,
+                        times: (*in_tail as f64 / *messages as f64) / rate,
+                        p_value,
+                        likely_cause: p_value < level,
+                    }
+                })
+                .collect();
+            let likely_causes = tested.iter().filter(|c| c.likely_cause).count() as u64;
+            tested.sort_by(|a, b| {
+                (b.in_tail as f64 - b.expected)
+                    .total_cmp(&(a.in_tail as f64 - a.expected))
+                    .then_with(|| a.value.cmp(&b.value))
+            });
+            tested.truncate(LISTED);
+            DimensionTail {
+                dimension,
+                values: values.len() as u64,
+                messages: n,
+                in_tail: k,
+                listed: tested,
+                likely_causes,
+            }
+        })
+        .collect();
+    Concentration {
+        cluster_size: g,
+        tested,
+        level,
+        dimensions,
+    }
+}
+
+/// `ln Γ(x)` for `x > 0`: Stirling's series from 10 on, the recurrence
+/// `Γ(x) = Γ(x + 1) / x` below (absolute error below 1e-13 at small `x`, relative
+/// 1e-15 at large).
+fn ln_gamma(x: f64) -> f64 {
+    let mut shift = 0.0;
+    let mut x = x;
+    while x < 10.0 {
+        shift -= x.ln();
+        x += 1.0;
+    }
+    let inv = 1.0 / x;
+    let inv2 = inv * inv;
+    let series =
+        inv * (1.0 / 12.0 - inv2 * (1.0 / 360.0 - inv2 * (1.0 / 1260.0 - inv2 * (1.0 / 1680.0))));
+    shift + (x - 0.5) * x.ln() - x + 0.5 * (2.0 * std::f64::consts::PI).ln() + series
+}
+
+/// `ln C(n, k)`.
+fn ln_choose(n: u64, k: u64) -> f64 {
+    ln_gamma(n as f64 + 1.0) - ln_gamma(k as f64 + 1.0) - ln_gamma((n - k) as f64 + 1.0)
+}
+
+/// P(X ≥ `k`) for X ~ Binomial(`n`, `p`).
+///
+/// Above the mean, the terms from `k` up are summed (each from the one before) until they
+/// fall below 1e-17 of the sum or after a million of them; what is left is bounded above
+/// by a geometric series (each term is at most the ratio of the last two times the one
+/// before it), so stopping early never makes the result smaller. Its relative error is
+/// that of the first term's logarithm, about 1e-16 · ln(n!): 1e-12 at n = 1,000, 2e-7 at
+/// n = 10^8. At or below the mean the result is at least about one half and is computed
+/// as one minus the lower tail.
+#[must_use]
+pub fn binomial_at_least(k: u64, n: u64, p: f64) -> f64 {
+    if k == 0 || p >= 1.0 {
+        return 1.0;
+    }
+    if k > n || p <= 0.0 {
+        return 0.0;
+    }
+    if (k as f64) <= n as f64 * p {
+        // 1 - P(X <= k - 1) = 1 - P(n - X >= n - k + 1), with n - X ~ Binomial(n, 1 - p),
+        // above its mean.
+        return (1.0 - binomial_at_least(n - k + 1, n, 1.0 - p)).clamp(0.0, 1.0);
+    }
+    let odds = p / (1.0 - p);
+    let mut term = (ln_choose(n, k) + k as f64 * p.ln() + (n - k) as f64 * (-p).ln_1p()).exp();
+    let mut sum = 0.0;
+    let mut j = k;
+    for _ in 0..MAX_TERMS {
+        sum += term;
+        if j == n {
+            return sum.min(1.0);
+        }
+        // term(j + 1) / term(j), below 1 above the mean and falling as j rises.
+        let ratio = (n - j) as f64 / (j + 1) as f64 * odds;
+        term *= ratio;
+        j += 1;
+        if term <= sum * 1e-17 || term == 0.0 {
+            return (sum + term / (1.0 - ratio)).min(1.0);
+        }
+    }
+    let ratio = (n - j) as f64 / (j + 1) as f64 * odds;
+    (sum + term / (1.0 - ratio).max(f64::MIN_POSITIVE)).min(1.0)
+}
+
+/// The SQL that counts, for each headline stage `(first, last)` (quoted hop columns) and
+/// each of its thresholds, the messages with both stamps (`n_<i>`) and those at or above
+/// the threshold (`k_<i>_<j>`), per `(publisher, stream, metric_count)` and per second
+/// `s` of the run (from `t_min`, by `time_col`), in one `GROUP BY GROUPING SETS`.
+#[must_use]
+pub fn dimension_sql(stages: &[(String, String, Vec<i64>)], time_col: &str, t_min: i64) -> String {
+    let mut deltas = Vec::new();
+    let mut counts = Vec::new();
+    for (i, (first, last, thresholds)) in stages.iter().enumerate() {
+        deltas.push(format!(
+            "CAST({last} AS BIGINT) - CAST({first} AS BIGINT) AS d_{i}"
+        ));
+        counts.push(format!("count(d_{i}) AS n_{i}"));
+        for (j, t) in thresholds.iter().enumerate() {
+            counts.push(format!("count(*) FILTER (WHERE d_{i} >= {t}) AS k_{i}_{j}"));
+        }
+    }
+    format!(
+        "SELECT publisher, stream, metric_count, s, {} \
+         FROM (SELECT publisher, stream, metric_count, \
+         CAST(({time_col} - {t_min}) / 1000000000 AS BIGINT) AS s, {} FROM traces_raw) \
+         GROUP BY GROUPING SETS ((publisher, stream, metric_count), (s))",
+        counts.join(", "),
+        deltas.join(", ")
+    )
+}
+
+/// Per stage of [`dimension_sql`]'s `stages`, per threshold: each
+/// dimension's counts (publisher, stream, metric count, second).
+pub(crate) fn dimension_counts(
+    batches: &[RecordBatch],
+    stages: &[(String, String, Vec<i64>)],
+) -> Result<Vec<Vec<Dimensions>>, AnalysisError> {
+    use std::collections::BTreeMap;
+    type Tally = BTreeMap<i64, (u64, u64)>;
+    // [stage][level][dimension]: value -> (messages, in tail).
+    let mut tallies: Vec<Vec<[Tally; 4]>> = stages
+        .iter()
+        .map(|(_, _, t)| vec![Default::default(); t.len()])
+        .collect();
+    let mut streams: BTreeMap<i64, (u16, u32)> = BTreeMap::new();
+    for batch in batches {
+        let column = |name: &str| -> Result<Int64Array, AnalysisError> {
+            let c = batch.column_by_name(name).ok_or_else(|| {
+                AnalysisError::Render(format!("internal: result column {name} missing"))
+            })?;
+            let c = datafusion::arrow::compute::cast(c, &DataType::Int64)?;
+            Ok(c.as_primitive::<Int64Type>().clone())
+        };
+        let (publisher, stream, metrics, second) = (
+            column("publisher")?,
+            column("stream")?,
+            column("metric_count")?,
+            column("s")?,
+        );
+        for (i, (_, _, thresholds)) in stages.iter().enumerate() {
+            let n = column(&format!("n_{i}"))?;
+            let ks = (0..thresholds.len())
+                .map(|j| column(&format!("k_{i}_{j}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in 0..batch.num_rows() {
+                let messages = u64::try_from(n.value(r)).unwrap_or(0);
+                if messages == 0 {
+                    continue;
+                }
+                // A row of the (publisher, stream, metric_count) set, or of the (s) set.
+                let keys: Vec<(usize, i64)> = if publisher.is_valid(r) {
+                    let (p, s) = (publisher.value(r), stream.value(r));
+                    let key = (p << 32) | (s & 0xffff_ffff);
+                    streams.insert(
+                        key,
+                        (
+                            u16::try_from(p).unwrap_or(u16::MAX),
+                            u32::try_from(s).unwrap_or(u32::MAX),
+                        ),
+                    );
+                    vec![(0, p), (1, key), (2, metrics.value(r))]
+                } else if second.is_valid(r) {
+                    vec![(3, second.value(r))]
+                } else {
+                    // Messages without a time have no second.
+                    continue;
+                };
+                for (j, k) in ks.iter().enumerate() {
+                    let in_tail = u64::try_from(k.value(r)).unwrap_or(0);
+                    for &(d, key) in &keys {
+                        let e = tallies[i][j][d].entry(key).or_default();
+                        e.0 += messages;
+                        e.1 += in_tail;
+                    }
+                }
+            }
+        }
+    }
+    let names = ["publisher", "stream", "metric count", "second"];
+    Ok(tallies
+        .into_iter()
+        .map(|levels| {
+            levels
+                .into_iter()
+                .map(|dims| {
+                    dims.into_iter()
+                        .enumerate()
+                        .map(|(d, tally)| {
+                            let label = |key: i64| match d {
+                                1 => streams
+                                    .get(&key)
+                                    .map_or_else(String::new, |(p, s)| format!("{p}/{s}")),
+                                3 => format!("+{key} s"),
+                                _ => key.to_string(),
+                            };
+                            let counts = tally
+                                .into_iter()
+                                .map(|(key, (n, k))| (label(key), n, k))
+                                .collect();
+                            (names[d].to_owned(), counts)
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exact P(X >= k) by the terms' sum in f64, for small n.
+    fn direct(k: u64, n: u64, p: f64) -> f64 {
+        let mut c = 1.0_f64;
+        let mut sum = 0.0;
+        for j in 0..=n {
+            if j > 0 {
+                c = c * (n - j + 1) as f64 / j as f64;
+            }
+            if j >= k {
+                sum += c * p.powi(j as i32) * (1.0 - p).powi((n - j) as i32);
+            }
+        }
+        sum
+    }
+
+    #[test]
+    fn the_binomial_tail_is_exact_where_it_can_be_checked() {
+        assert!((binomial_at_least(8, 10, 0.5) - 56.0 / 1024.0).abs() < 1e-13);
+        assert_eq!(binomial_at_least(0, 10, 0.3), 1.0);
+        assert_eq!(binomial_at_least(11, 10, 0.3), 0.0);
+        assert_eq!(binomial_at_least(1, 10, 0.0), 0.0);
+        for (k, n, p) in [
+            (3, 1000, 0.001),
+            (1, 1, 0.01),
+            (12, 40, 0.1),
+            (2, 40, 0.1),
+            (30, 60, 0.5),
+            (5, 200, 0.01),
+            (0, 5, 0.2),
+        ] {
+            let (got, want) = (binomial_at_least(k, n, p), direct(k, n, p));
+            assert!(
+                (got - want).abs() <= 1e-10 * want.max(1e-300) + 1e-15,
+                "P(X >= {k}), n {n}, p {p}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_binomial_tail_holds_at_a_hundred_million() {
+        // Mean 1,000,000, standard deviation ~995: 5,000 above the mean is five of them.
+        let p = binomial_at_least(1_005_000, 100_000_000, 0.01);
+        // The normal tail beyond 5.03 standard deviations is ~2.5e-7.
+        assert!((1e-7..1e-6).contains(&p), "{p}");
+        // Just above the mean: about one half, and never below it.
+        let p = binomial_at_least(1_000_001, 100_000_000, 0.01);
+        assert!((0.45..0.51).contains(&p), "{p}");
+        // Far beyond: below anything a double holds apart from zero.
+        assert!(binomial_at_least(2_000_000, 100_000_000, 0.01) < 1e-300);
+    }
+
+    #[test]
+    fn a_value_holding_the_tail_is_flagged_and_chance_is_not() {
+        // 100 streams of 10,000 messages; the tail is 1 % overall. Stream 7 holds 600 of
+        // the 10,000 tail messages; the others share the rest as chance would.
+        let mut streams: Counts = (0..100)
+            .map(|s| (format!("1/{s}"), 10_000, if s == 7 { 600 } else { 95 }))
+            .collect();
+        streams[3].2 = 110;
+        let total_tail: u64 = streams.iter().map(|s| s.2).sum();
+        let c = concentration(
+            vec![
+                ("stream".into(), streams),
+                (
+                    "publisher".into(),
+                    vec![("1".into(), 1_000_000, total_tail)],
+                ),
+            ],
+            1.0,
+        );
+        let d = &c.dimensions[0];
+        assert_eq!(
+            (d.values, d.messages, d.in_tail),
+            (100, 1_000_000, total_tail)
+        );
+        assert_eq!(d.listed[0].value, "1/7");
+        assert!(d.listed[0].likely_cause && d.listed[0].p_value < 1e-100);
+        let rate = total_tail as f64 / 1e6;
+        assert!((d.listed[0].times - 0.06 / rate).abs() < 1e-9);
+        assert!((d.listed[0].expected - 10_000.0 * rate).abs() < 1e-9);
+        // 110 where ~100 are expected is chance.
+        assert_eq!(d.listed[1].value, "1/3");
+        assert!(!d.listed[1].likely_cause, "{:?}", d.listed[1]);
+        assert_eq!(d.likely_causes, 1);
+        assert_eq!(c.causes().len(), 1);
+        // One publisher holds the whole tail: nothing to compare, nothing tested.
+        assert!(c.dimensions[1].listed.is_empty());
+        assert_eq!(c.tested, 100);
+        assert!((c.level - ALPHA / 100.0).abs() < 1e-18);
+    }
+
+    #[test]
+    fn messages_that_share_their_fate_count_once() {
+        // 10 seconds of 20,000 messages, 1,990 in the tail, second 3 holding 60 more than
+        // each other: strong evidence one message at a time, none in groups of 12.
+        let seconds: Counts = (0..10)
+            .map(|s| (format!("+{s} s"), 20_000, if s == 3 { 253 } else { 193 }))
+            .collect();
+        let alone = concentration(vec![("second".into(), seconds.clone())], 1.0);
+        assert_eq!(alone.causes().len(), 1);
+        let batched = concentration(vec![("second".into(), seconds)], 12.0);
+        assert!(batched.causes().is_empty(), "{batched:?}");
+        let v = &batched.dimensions[0].listed[0];
+        // The figures shown stay the messages'.
+        assert_eq!(
+            (v.value.as_str(), v.messages, v.in_tail),
+            ("+3 s", 20_000, 253)
+        );
+        assert!(v.p_value > 0.01);
+    }
+
+    #[test]
+    fn one_slow_group_is_no_cause() {
+        // The whole tail is one batch of 20 in one second of ten.
+        let seconds: Counts = (0..10)
+            .map(|s| (format!("+{s} s"), 2_000, if s == 4 { 20 } else { 0 }))
+            .collect();
+        let alone = concentration(vec![("second".into(), seconds.clone())], 1.0);
+        assert_eq!(alone.causes().len(), 1);
+        let grouped = concentration(vec![("second".into(), seconds)], 20.0);
+        let v = &grouped.dimensions[0].listed[0];
+        assert_eq!((v.value.as_str(), v.in_tail), ("+4 s", 20));
+        // One group among the second's 100: as likely in any second.
+        assert!(
+            (v.p_value - (1.0 - 0.999_f64.powi(100))).abs() < 1e-9,
+            "{v:?}"
+        );
+        assert!(grouped.causes().is_empty());
+    }
+
+    #[test]
+    fn the_sql_names_every_count() {
+        let sql = dimension_sql(
+            &[("\"a_ns\"".into(), "\"b_ns\"".into(), vec![5, 9])],
+            "CAST(\"a_ns\" AS BIGINT)",
+            100,
+        );
+        for part in [
+            "n_0",
+            "k_0_0",
+            "k_0_1",
+            "GROUPING SETS",
+            "- 100) / 1000000000",
+        ] {
+            assert!(sql.contains(part), "{part}: {sql}");
+        }
+    }
+}
