@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::AnalysisError;
 use crate::binary_agg::{self, BinaryState, corrupt};
-use crate::session::quote_ident;
 
 pub mod concentration;
 pub use concentration::{Concentrated, Concentration, DimensionTail};
@@ -755,8 +754,8 @@ impl BinaryState for TailStats {
 /// of a trace's time, `t_min` the run's first), with every figure over all messages from
 /// `figures`, the summary's scan of `scan` (the spec's stages first, then
 /// [`extra_stages`]), and the `exemplars` slowest messages of each: one aggregate per
-/// plan, all in one scan of the rows that can be in a tail; beside it, one grouped scan
-/// ([`concentration::dimension_sql`]) for where each tail concentrates.
+/// plan, all in one scan of the rows that can be in a tail; beside it, one scan of every
+/// row ([`concentration::DimensionStats`]) for where each tail concentrates.
 ///
 /// # Errors
 /// When `exemplars` exceeds [`MAX_EXEMPLARS`], a component is not in `scan`, or the query
@@ -864,22 +863,28 @@ pub async fn attribution(
                 .call(args)
                 .alias(format!("t_{}", found.len())),
         );
-        let ends = (
-            quote_ident(&hop_column(first)),
-            quote_ident(&hop_column(last)),
-        );
-        found.push((plan, head, parts, levels, notes, thresholds, ends));
+        found.push((plan, head, parts, levels, notes, thresholds));
     }
-    // Where each tail concentrates: the stages with a tail, and their thresholds.
-    let grouped: Vec<(usize, String, String, Vec<i64>)> = found
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !f.3.is_empty())
-        .map(|(i, f)| {
-            let t = f.3.iter().map(|&(j, _)| f.5[j]).collect();
-            (i, f.6.0.clone(), f.6.1.clone(), t)
-        })
-        .collect();
+    // Where each tail concentrates: one aggregate per stage with a tail, over every row.
+    let all = ctx.table("traces_raw").await?;
+    let mut grouped = Vec::new();
+    let mut dimension_aggs = Vec::new();
+    for (i, f) in found.iter().enumerate().filter(|(_, f)| !f.3.is_empty()) {
+        let mut args = vec![lit(t_min)];
+        args.extend(f.5.iter().map(|&t| lit(t)));
+        args.extend(["publisher", "stream", "metric_count"].map(ident));
+        args.push(all.parse_sql_expr(time_col)?);
+        args.push(ident(hop_column(&f.0.components[0].from)));
+        args.push(ident(hop_column(
+            &f.0.components[f.0.components.len() - 1].to,
+        )));
+        dimension_aggs.push(
+            concentration::dimension_stats_udaf()
+                .call(args)
+                .alias(format!("d_{}", grouped.len())),
+        );
+        grouped.push(i);
+    }
     let tails = async {
         let started = std::time::Instant::now();
         let Some(w) = wanted else {
@@ -912,26 +917,34 @@ pub async fn attribution(
     };
     let dimensions = async {
         if grouped.is_empty() {
-            return Ok(Vec::new());
+            return Ok::<_, AnalysisError>(Vec::new());
         }
         let started = std::time::Instant::now();
-        let stages: Vec<(String, String, Vec<i64>)> = grouped
-            .iter()
-            .map(|(_, a, b, t)| (a.clone(), b.clone(), t.clone()))
-            .collect();
-        let sql = concentration::dimension_sql(&stages, time_col, t_min);
-        let batches = ctx.sql(&sql).await?.collect().await?;
+        let batches = all.aggregate(vec![], dimension_aggs)?.collect().await?;
         tracing::info!(
             "tail attribution: the dimensions' scan took {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        concentration::dimension_counts(&batches, &stages)
+        let batch = batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
+            AnalysisError::Render("internal: dimension_stats returned nothing".into())
+        })?;
+        (0..grouped.len())
+            .map(|i| {
+                batch
+                    .column_by_name(&format!("d_{i}"))
+                    .map(|c| c.as_binary::<i32>())
+                    .filter(|c| c.is_valid(0))
+                    .map_or(Ok(Vec::new()), |c| {
+                        Ok(concentration::DimensionStats::decode(c.value(0))?.dimensions())
+                    })
+            })
+            .collect::<Result<Vec<_>, AnalysisError>>()
     };
     let (states, dims) = tokio::try_join!(tails, dimensions)?;
     let mut out: Vec<TailAttribution> = found
         .into_iter()
         .zip(states)
-        .map(|((plan, head, parts, levels, notes, _, _), state)| {
+        .map(|((plan, head, parts, levels, notes, _), state)| {
             state.attribution(
                 (&stage_name(plan, scan), head),
                 (plan.components.clone(), &parts),
@@ -940,7 +953,7 @@ pub async fn attribution(
             )
         })
         .collect();
-    for ((i, ..), per_level) in grouped.iter().zip(dims) {
+    for (i, per_level) in grouped.iter().zip(dims) {
         for (level, counts) in out[*i].levels.iter_mut().zip(per_level) {
             level.concentration = Some(concentration::concentration(counts, level.cluster_size));
         }

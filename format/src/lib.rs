@@ -31,5 +31,6 @@ pub mod hist;
 pub mod run;
 pub mod schema;
 pub mod spec;
+pub mod tally;
 pub mod units;
 pub mod varint;

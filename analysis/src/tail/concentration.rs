@@ -22,14 +22,20 @@
 //! the tail: the factor by which such groups inflate a count's variance). This can only
 //! make the test stricter.
 //!
-//! The SQL behind it ([`dimension_sql`]) is one `GROUP BY GROUPING SETS` over the traces:
-//! any reader can run it with `hoptrace sql`.
+//! The counts come from one aggregate over every row ([`DimensionStats`]), beside the
+//! tails' scan; the README shows the same counts per stream as a query.
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use std::collections::BTreeMap;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::common::{Result, plan_err};
+use hoptrace_format::tally::Tally;
+use hoptrace_format::varint::{Reader, put, put_zigzag};
 use serde::{Deserialize, Serialize};
 
-use crate::AnalysisError;
+use crate::binary_agg::{self, BinaryState, corrupt};
 
 /// The test's significance level over all values of a tail set (Bonferroni-corrected per
 /// value).
@@ -258,128 +264,253 @@ pub fn binomial_at_least(k: u64, n: u64, p: f64) -> f64 {
     (sum + term / (1.0 - ratio).max(f64::MIN_POSITIVE)).min(1.0)
 }
 
-/// The SQL that counts, for each headline stage `(first, last)` (quoted hop columns) and
-/// each of its thresholds, the messages with both stamps (`n_<i>`) and those at or above
-/// the threshold (`k_<i>_<j>`), per `(publisher, stream, metric_count)` and per second
-/// `s` of the run (from `t_min`, by `time_col`), in one `GROUP BY GROUPING SETS`.
-#[must_use]
-pub fn dimension_sql(stages: &[(String, String, Vec<i64>)], time_col: &str, t_min: i64) -> String {
-    let mut deltas = Vec::new();
-    let mut counts = Vec::new();
-    for (i, (first, last, thresholds)) in stages.iter().enumerate() {
-        deltas.push(format!(
-            "CAST({last} AS BIGINT) - CAST({first} AS BIGINT) AS d_{i}"
-        ));
-        counts.push(format!("count(d_{i}) AS n_{i}"));
-        for (j, t) in thresholds.iter().enumerate() {
-            counts.push(format!("count(*) FILTER (WHERE d_{i} >= {t}) AS k_{i}_{j}"));
-        }
-    }
-    format!(
-        "SELECT publisher, stream, metric_count, s, {} \
-         FROM (SELECT publisher, stream, metric_count, \
-         CAST(({time_col} - {t_min}) / 1000000000 AS BIGINT) AS s, {} FROM traces_raw) \
-         GROUP BY GROUPING SETS ((publisher, stream, metric_count), (s))",
-        counts.join(", "),
-        deltas.join(", ")
-    )
+/// First byte of an encoded [`DimensionStats`].
+const DIMENSIONS_TAG: u8 = 0x44;
+
+/// The state of `dimension_stats(t_min, t_1, t_2, t_3, publisher, stream, metric_count,
+/// time, first, last)`: over the messages with both stamps, per stream (`publisher`,
+/// `stream`), per metric count and per second of `time` from `t_min`, the messages and
+/// those whose `last - first` is at least each threshold (`i64::MAX`: a level not asked
+/// for, not counted). One pass over every row: the keys and deltas by Arrow's kernels,
+/// the counting by [`Tally::add_rows`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DimensionStats {
+    thresholds: Vec<i64>,
+    /// Per stream, keyed `publisher · 2^32 + stream`.
+    streams: Tally,
+    metrics: Tally,
+    seconds: Tally,
 }
 
-/// Per stage of [`dimension_sql`]'s `stages`, per threshold: each
-/// dimension's counts (publisher, stream, metric count, second).
-pub(crate) fn dimension_counts(
-    batches: &[RecordBatch],
-    stages: &[(String, String, Vec<i64>)],
-) -> Result<Vec<Vec<Dimensions>>, AnalysisError> {
-    use std::collections::BTreeMap;
-    type Tally = BTreeMap<i64, (u64, u64)>;
-    // [stage][level][dimension]: value -> (messages, in tail).
-    let mut tallies: Vec<Vec<[Tally; 4]>> = stages
-        .iter()
-        .map(|(_, _, t)| vec![Default::default(); t.len()])
-        .collect();
-    let mut streams: BTreeMap<i64, (u16, u32)> = BTreeMap::new();
-    for batch in batches {
-        let column = |name: &str| -> Result<Int64Array, AnalysisError> {
-            let c = batch.column_by_name(name).ok_or_else(|| {
-                AnalysisError::Render(format!("internal: result column {name} missing"))
-            })?;
-            let c = datafusion::arrow::compute::cast(c, &DataType::Int64)?;
-            Ok(c.as_primitive::<Int64Type>().clone())
-        };
-        let (publisher, stream, metrics, second) = (
-            column("publisher")?,
-            column("stream")?,
-            column("metric_count")?,
-            column("s")?,
-        );
-        for (i, (_, _, thresholds)) in stages.iter().enumerate() {
-            let n = column(&format!("n_{i}"))?;
-            let ks = (0..thresholds.len())
-                .map(|j| column(&format!("k_{i}_{j}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            for r in 0..batch.num_rows() {
-                let messages = u64::try_from(n.value(r)).unwrap_or(0);
-                if messages == 0 {
-                    continue;
-                }
-                // A row of the (publisher, stream, metric_count) set, or of the (s) set.
-                let keys: Vec<(usize, i64)> = if publisher.is_valid(r) {
-                    let (p, s) = (publisher.value(r), stream.value(r));
-                    let key = (p << 32) | (s & 0xffff_ffff);
-                    streams.insert(
-                        key,
-                        (
-                            u16::try_from(p).unwrap_or(u16::MAX),
-                            u32::try_from(s).unwrap_or(u32::MAX),
-                        ),
-                    );
-                    vec![(0, p), (1, key), (2, metrics.value(r))]
-                } else if second.is_valid(r) {
-                    vec![(3, second.value(r))]
-                } else {
-                    // Messages without a time have no second.
-                    continue;
-                };
-                for (j, k) in ks.iter().enumerate() {
-                    let in_tail = u64::try_from(k.value(r)).unwrap_or(0);
-                    for &(d, key) in &keys {
-                        let e = tallies[i][j][d].entry(key).or_default();
-                        e.0 += messages;
-                        e.1 += in_tail;
-                    }
-                }
+impl DimensionStats {
+    fn width(&self) -> usize {
+        1 + self.thresholds.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.thresholds.is_empty() && self.metrics.is_empty()
+    }
+
+    /// Its counts as each dimension's values, one list per threshold asked for.
+    #[must_use]
+    pub fn dimensions(&self) -> Vec<Dimensions> {
+        let w = self.width();
+        let mut publishers: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
+        for (key, c) in self.streams.entries() {
+            let sum = publishers.entry(key >> 32).or_insert_with(|| vec![0; w]);
+            for (a, b) in sum.iter_mut().zip(c.iter()) {
+                *a += b;
             }
         }
-    }
-    let names = ["publisher", "stream", "metric count", "second"];
-    Ok(tallies
-        .into_iter()
-        .map(|levels| {
-            levels
+        let named = |t: &Tally, name: fn(i64) -> String| -> Vec<(String, Vec<u64>)> {
+            t.entries()
                 .into_iter()
-                .map(|dims| {
-                    dims.into_iter()
-                        .enumerate()
-                        .map(|(d, tally)| {
-                            let label = |key: i64| match d {
-                                1 => streams
-                                    .get(&key)
-                                    .map_or_else(String::new, |(p, s)| format!("{p}/{s}")),
-                                3 => format!("+{key} s"),
-                                _ => key.to_string(),
-                            };
-                            let counts = tally
-                                .into_iter()
-                                .map(|(key, (n, k))| (label(key), n, k))
-                                .collect();
-                            (names[d].to_owned(), counts)
-                        })
-                        .collect()
-                })
+                .map(|(k, c)| (name(k), c.to_vec()))
                 .collect()
+        };
+        let dims: [(&str, Vec<(String, Vec<u64>)>); 4] = [
+            (
+                "publisher",
+                publishers
+                    .into_iter()
+                    .map(|(k, c)| (k.to_string(), c))
+                    .collect(),
+            ),
+            (
+                "stream",
+                named(&self.streams, |k| {
+                    format!("{}/{}", k >> 32, k & 0xffff_ffff)
+                }),
+            ),
+            ("metric count", named(&self.metrics, |k| k.to_string())),
+            ("second", named(&self.seconds, |k| format!("+{k} s"))),
+        ];
+        (0..self.thresholds.len())
+            .map(|j| {
+                dims.iter()
+                    .map(|(name, values)| {
+                        let counts: Counts = values
+                            .iter()
+                            .map(|(k, c)| (k.clone(), c[0], c[1 + j]))
+                            .collect();
+                        ((*name).to_owned(), counts)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The first value of a literal argument.
+fn literal(a: &ArrayRef) -> Option<i64> {
+    let a = a.as_primitive::<Int64Type>();
+    (!a.is_empty() && a.is_valid(0)).then(|| a.value(0))
+}
+
+fn put_tally(out: &mut Vec<u8>, t: &Tally) {
+    let entries = t.entries();
+    put(out, entries.len() as u64);
+    for (k, c) in entries {
+        put_zigzag(out, k);
+        c.iter().for_each(|&n| put(out, n));
+    }
+}
+
+fn read_tally(r: &mut Reader<'_>, width: usize, len: usize) -> Result<Tally> {
+    let bad = || corrupt(DimensionStats::NAME);
+    let n = usize::try_from(r.varint().map_err(|_| bad())?)
+        .ok()
+        .filter(|&n| n <= len)
+        .ok_or_else(bad)?;
+    let mut t = Tally::new(width);
+    let mut counters = vec![0; width];
+    for _ in 0..n {
+        let k = r.zigzag().map_err(|_| bad())?;
+        for c in &mut counters {
+            *c = r.varint().map_err(|_| bad())?;
+        }
+        t.add(k, &counters);
+    }
+    Ok(t)
+}
+
+impl BinaryState for DimensionStats {
+    const NAME: &'static str = "dimension_stats";
+    const STATE: &'static str = "dimensions";
+    const GROUPED: bool = false;
+
+    fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let ns = |t: &DataType| {
+            t.is_integer()
+                || t.is_null()
+                || matches!(t, DataType::Timestamp(TimeUnit::Nanosecond, _))
+        };
+        if arg_types.len() != 10 || !arg_types.iter().all(ns) {
+            return plan_err!(
+                "dimension_stats takes the run's first time, three thresholds, a publisher, a \
+                 stream, a metric count, a time and two hop stamps"
+            );
+        }
+        Ok(vec![DataType::Int64; 10])
+    }
+
+    fn update(&mut self, values: &[ArrayRef]) -> Result<()> {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::compute::kernels::numeric::{
+            add_wrapping, div, mul_wrapping, sub_wrapping,
+        };
+        let [
+            t_min,
+            t1,
+            t2,
+            t3,
+            publisher,
+            stream,
+            metrics,
+            time,
+            first,
+            last,
+        ] = values
+        else {
+            return plan_err!("dimension_stats takes ten arguments");
+        };
+        if first.is_empty() {
+            return Ok(());
+        }
+        if self.is_empty() {
+            self.thresholds = [t1, t2, t3]
+                .iter()
+                .filter_map(|t| literal(t))
+                .filter(|&t| t < i64::MAX)
+                .collect();
+            let w = self.width();
+            (self.streams, self.metrics, self.seconds) =
+                (Tally::new(w), Tally::new(w), Tally::new(w));
+        }
+        let t_min = literal(t_min).unwrap_or(0);
+        let scalar = Int64Array::new_scalar;
+        let deltas = sub_wrapping(last, first)?;
+        let streams = add_wrapping(&mul_wrapping(publisher, &scalar(1 << 32))?, stream)?;
+        let seconds = div(&sub_wrapping(time, &scalar(t_min))?, &scalar(1_000_000_000))?;
+        let both = NullBuffer::union(
+            first.logical_nulls().as_ref(),
+            last.logical_nulls().as_ref(),
+        );
+        let timed = NullBuffer::union(both.as_ref(), time.logical_nulls().as_ref());
+        fn bits(n: &Option<NullBuffer>) -> Option<(&[u8], usize)> {
+            n.as_ref().map(|n| (n.inner().values(), n.inner().offset()))
+        }
+        let ints = |a: &ArrayRef| a.as_primitive::<Int64Type>().values().clone();
+        let (d, st, m, sec) = (ints(&deltas), ints(&streams), ints(metrics), ints(&seconds));
+        self.streams
+            .add_rows(&st, &d, bits(&both), &self.thresholds);
+        self.metrics.add_rows(&m, &d, bits(&both), &self.thresholds);
+        self.seconds
+            .add_rows(&sec, &d, bits(&timed), &self.thresholds);
+        Ok(())
+    }
+
+    fn merge(&mut self, other: &Self) {
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        self.streams.merge(&other.streams);
+        self.metrics.merge(&other.metrics);
+        self.seconds.merge(&other.seconds);
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![DIMENSIONS_TAG];
+        put(&mut out, self.thresholds.len() as u64);
+        self.thresholds
+            .iter()
+            .for_each(|&t| put_zigzag(&mut out, t));
+        for t in [&self.streams, &self.metrics, &self.seconds] {
+            put_tally(&mut out, t);
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let bad = || corrupt(Self::NAME);
+        let mut r = Reader::new(bytes);
+        if r.byte().map_err(|_| bad())? != DIMENSIONS_TAG {
+            return Err(bad());
+        }
+        let levels = usize::try_from(r.varint().map_err(|_| bad())?)
+            .ok()
+            .filter(|&n| n <= 3)
+            .ok_or_else(bad)?;
+        let thresholds = (0..levels)
+            .map(|_| r.zigzag().map_err(|_| bad()))
+            .collect::<Result<Vec<_>>>()?;
+        let w = 1 + thresholds.len();
+        let streams = read_tally(&mut r, w, bytes.len())?;
+        let metrics = read_tally(&mut r, w, bytes.len())?;
+        let seconds = read_tally(&mut r, w, bytes.len())?;
+        r.finish().map_err(|_| bad())?;
+        Ok(Self {
+            thresholds,
+            streams,
+            metrics,
+            seconds,
         })
-        .collect())
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.streams.allocated_bytes()
+            + self.metrics.allocated_bytes()
+            + self.seconds.allocated_bytes()
+    }
+}
+
+/// The `dimension_stats` aggregate (read with [`DimensionStats::decode`]).
+pub(crate) fn dimension_stats_udaf() -> datafusion::logical_expr::AggregateUDF {
+    binary_agg::udaf::<DimensionStats>()
 }
 
 #[cfg(test)]
@@ -516,21 +647,91 @@ mod tests {
         assert!(grouped.causes().is_empty());
     }
 
+    /// Ten arguments of `dimension_stats` over `rows` of (publisher, stream, metric count,
+    /// time, first, last), thresholds 50 and 80 (the third not asked for).
+    fn args(rows: &[(i64, i64, i64, i64, Option<i64>, Option<i64>)]) -> Vec<ArrayRef> {
+        use datafusion::arrow::array::Int64Array;
+        use std::sync::Arc;
+        let n = rows.len();
+        let lit = |v: i64| Arc::new(Int64Array::from(vec![v; n])) as ArrayRef;
+        let col = |f: &dyn Fn(&(i64, i64, i64, i64, Option<i64>, Option<i64>)) -> Option<i64>| {
+            Arc::new(rows.iter().map(f).collect::<Int64Array>()) as ArrayRef
+        };
+        vec![
+            lit(1_000_000_000),
+            lit(50),
+            lit(80),
+            lit(i64::MAX),
+            col(&|r| Some(r.0)),
+            col(&|r| Some(r.1)),
+            col(&|r| Some(r.2)),
+            col(&|r| Some(r.3)),
+            col(&|r| r.4),
+            col(&|r| r.5),
+        ]
+    }
+
     #[test]
-    fn the_sql_names_every_count() {
-        let sql = dimension_sql(
-            &[("\"a_ns\"".into(), "\"b_ns\"".into(), vec![5, 9])],
-            "CAST(\"a_ns\" AS BIGINT)",
-            100,
-        );
-        for part in [
-            "n_0",
-            "k_0_0",
-            "k_0_1",
-            "GROUPING SETS",
-            "- 100) / 1000000000",
-        ] {
-            assert!(sql.contains(part), "{part}: {sql}");
+    fn dimension_stats_count_every_value_exactly_and_merge_as_one() {
+        let mut rows = Vec::new();
+        let mut r = 7_u64;
+        for i in 0..5_000_i64 {
+            r = r.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let d = ((r >> 40) % 100) as i64;
+            // A publisher beyond the vector's reach, a stream beyond the dense range, a
+            // missing stamp now and then.
+            let publisher = if i % 97 == 0 { 70_000 } else { i % 3 };
+            let stream = if i % 89 == 0 { 1 << 30 } else { i % 11 };
+            let first = (i % 53 != 0).then_some(1_000);
+            rows.push((
+                publisher,
+                stream,
+                20 + i % 4,
+                1_000_000_000 + i * 1_000_000,
+                first,
+                Some(1_000 + d),
+            ));
         }
+        let mut whole = DimensionStats::default();
+        whole.update(&args(&rows)).unwrap();
+        let (a, b) = rows.split_at(1_234);
+        let mut left = DimensionStats::default();
+        left.update(&args(a)).unwrap();
+        let mut right = DimensionStats::default();
+        right.update(&args(b)).unwrap();
+        let mut merged = DimensionStats::decode(&left.encode()).unwrap();
+        merged.merge(&DimensionStats::decode(&right.encode()).unwrap());
+        assert_eq!(merged.dimensions(), whole.dimensions());
+        let dims = whole.dimensions();
+        assert_eq!(dims.len(), 2, "two thresholds asked for");
+        for (j, t) in [50, 80].into_iter().enumerate() {
+            type Row = (i64, i64, i64, i64, Option<i64>, Option<i64>);
+            let keys: [(&str, fn(&Row) -> String); 4] = [
+                ("publisher", |r| r.0.to_string()),
+                ("stream", |r| format!("{}/{}", r.0, r.1)),
+                ("metric count", |r| r.2.to_string()),
+                ("second", |r| {
+                    format!("+{} s", (r.3 - 1_000_000_000) / 1_000_000_000)
+                }),
+            ];
+            for (d, key) in keys {
+                let mut want: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+                for row in rows.iter().filter(|r| r.4.is_some()) {
+                    let e = want.entry(key(row)).or_default();
+                    e.0 += 1;
+                    e.1 += u64::from(row.5.unwrap() - row.4.unwrap() >= t);
+                }
+                let got: BTreeMap<String, (u64, u64)> = dims[j]
+                    .iter()
+                    .find(|x| x.0 == d)
+                    .unwrap()
+                    .1
+                    .iter()
+                    .map(|(k, n, i)| (k.clone(), (*n, *i)))
+                    .collect();
+                assert_eq!(got, want, "{d} at {t}");
+            }
+        }
+        assert!(DimensionStats::decode(&[0x44, 9]).is_err());
     }
 }
