@@ -42,11 +42,6 @@ pub use concentration::{Concentrated, Concentration, DimensionTail};
 /// (`n · (1 - q)`) for the level to be reported.
 pub const LEVELS: [(f64, f64); 3] = [(0.99, 1.0), (0.999, 1.0), (0.9999, 100.0)];
 
-/// The default of a field that was not written.
-fn one() -> f64 {
-    1.0
-}
-
 /// Slowest messages listed per headline stage unless told otherwise.
 pub const DEFAULT_EXEMPLARS: usize = 20;
 
@@ -97,12 +92,6 @@ pub struct TailLevel {
     pub mean_ns: Option<f64>,
     /// One per component, in chain order.
     pub components: Vec<ComponentShare>,
-    /// The size of the group of tail messages sharing a last stamp of the stage that a
-    /// tail message belongs to, on average (Σ size² / Σ size, from a sample of the tail):
-    /// 1 where each message left the last hop on its own, about a batching hop's batch
-    /// otherwise. The test of where the tail concentrates counts such a group once.
-    #[serde(default = "one")]
-    pub cluster_size: f64,
     /// Where the tail concentrates, by each dimension of the dataset; absent where it
     /// was not computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,57 +237,14 @@ pub fn bucket_floor(p: Percentile) -> i64 {
 /// First byte of an encoded [`TailStats`].
 const TAIL_TAG: u8 = 0x54;
 
-/// Tail messages of a state whose last stamps are sampled for how many share one.
-const CLUSTER_SAMPLE: u64 = 65_536;
-
 /// One tail set's running figures.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct LevelStats {
     threshold: i64,
     messages: u64,
     with_components: u64,
     head: SignedStats,
     components: Vec<SignedStats>,
-    /// Tail messages sampled (the first [`CLUSTER_SAMPLE`] each state saw, in file
-    /// order): Σ size over the groups of them that share a last stamp (they left the
-    /// stage's last hop together, a batch, and share its fate)...
-    sampled: u64,
-    /// ...and Σ size² over the groups of states merged into this one.
-    squares: u64,
-    /// This state's groups: last stamp → tail messages (not encoded).
-    seen: std::collections::HashMap<i64, u64>,
-}
-
-/// Equal figures: the stamps a state has sampled are its own, not a figure.
-impl PartialEq for LevelStats {
-    fn eq(&self, o: &Self) -> bool {
-        (
-            self.threshold,
-            self.messages,
-            self.with_components,
-            self.sampled,
-        ) == (o.threshold, o.messages, o.with_components, o.sampled)
-            && self.squares() == o.squares()
-            && self.head == o.head
-            && self.components == o.components
-    }
-}
-
-impl LevelStats {
-    /// Σ size² over every group sampled.
-    fn squares(&self) -> u64 {
-        self.squares + self.seen.values().map(|c| c * c).sum::<u64>()
-    }
-
-    /// The size of the group a sampled tail message belongs to, on average: Σ size² /
-    /// Σ size (1 without a sample).
-    fn cluster_size(&self) -> f64 {
-        if self.sampled == 0 {
-            1.0
-        } else {
-            (self.squares() as f64 / self.sampled as f64).max(1.0)
-        }
-    }
 }
 
 /// The state of `tail_stats(exemplars, t_1, t_2, t_3, time, publisher, stream, sequence,
@@ -421,7 +367,6 @@ impl TailStats {
                             }
                         })
                         .collect(),
-                    cluster_size: l.cluster_size(),
                     concentration: None,
                 })
             })
@@ -578,10 +523,6 @@ impl BinaryState for TailStats {
             for l in &mut self.levels {
                 if d >= l.threshold {
                     l.messages += 1;
-                    if l.sampled < CLUSTER_SAMPLE {
-                        l.sampled += 1;
-                        *l.seen.entry(last.value(i)).or_default() += 1;
-                    }
                     if complete {
                         l.with_components += 1;
                         l.head.add(d);
@@ -624,10 +565,6 @@ impl BinaryState for TailStats {
         for (a, b) in self.levels.iter_mut().zip(&other.levels) {
             a.messages += b.messages;
             a.with_components += b.with_components;
-            // Two states' samples are disjoint runs of rows: a batch split between them
-            // counts as two, which only makes groups look smaller.
-            a.sampled += b.sampled;
-            a.squares += b.squares();
             a.head.merge(&b.head);
             for (x, y) in a.components.iter_mut().zip(&b.components) {
                 x.merge(y);
@@ -648,8 +585,6 @@ impl BinaryState for TailStats {
             put_zigzag(&mut out, l.threshold);
             put(&mut out, l.messages);
             put(&mut out, l.with_components);
-            put(&mut out, l.sampled);
-            put(&mut out, l.squares());
             put_stats(&mut out, &l.head);
             for c in &l.components {
                 put_stats(&mut out, c);
@@ -697,9 +632,6 @@ impl BinaryState for TailStats {
                 threshold: r.zigzag().map_err(|_| bad())?,
                 messages: r.varint().map_err(|_| bad())?,
                 with_components: r.varint().map_err(|_| bad())?,
-                sampled: r.varint().map_err(|_| bad())?,
-                squares: r.varint().map_err(|_| bad())?,
-                seen: Default::default(),
                 head: read_stats(&mut r)?,
                 components: (0..width)
                     .map(|_| read_stats(&mut r))
@@ -934,8 +866,9 @@ pub async fn attribution(
                     .column_by_name(&format!("d_{i}"))
                     .map(|c| c.as_binary::<i32>())
                     .filter(|c| c.is_valid(0))
-                    .map_or(Ok(Vec::new()), |c| {
-                        Ok(concentration::DimensionStats::decode(c.value(0))?.dimensions())
+                    .map_or(Ok((Vec::new(), 1.0)), |c| {
+                        let d = concentration::DimensionStats::decode(c.value(0))?;
+                        Ok((d.dimensions(), d.group_size()))
                     })
             })
             .collect::<Result<Vec<_>, AnalysisError>>()
@@ -954,8 +887,9 @@ pub async fn attribution(
         })
         .collect();
     for (i, per_level) in grouped.iter().zip(dims) {
+        let (per_level, group) = per_level;
         for (level, counts) in out[*i].levels.iter_mut().zip(per_level) {
-            level.concentration = Some(concentration::concentration(counts, level.cluster_size));
+            level.concentration = Some(concentration::concentration(counts, group));
         }
     }
     Ok(out)

@@ -349,7 +349,7 @@ fn runs_without_a_cause_name_none_by_chance() {
             tails += 1;
             let c = causes(l);
             if !c.is_empty() {
-                flagged.push((seed, l.percentile.label(), c, l.cluster_size));
+                flagged.push((seed, l.percentile.label(), c));
             }
         }
         remove(&g.run_dir).unwrap();

@@ -33,6 +33,14 @@ pub struct DemoArgs {
     /// ...or once its first row has waited this long (a unit is needed: `1ms`, `500us`).
     #[arg(long, default_value = "1ms", value_parser = units::parse_short_duration)]
     pub linger: Duration,
+    /// Make the processor stall (take and write nothing) for --stall-for every this
+    /// long from its start, as a garbage collection or a lock would: a cause of a slow
+    /// tail that the report's tail attribution should find in the seconds of the stalls.
+    #[arg(long, value_name = "DURATION", requires = "stall_for", value_parser = units::parse_duration)]
+    pub stall_every: Option<Duration>,
+    /// How long each stall of --stall-every lasts (`5ms`).
+    #[arg(long, value_name = "DURATION", requires = "stall_every", value_parser = units::parse_short_duration)]
+    pub stall_for: Option<Duration>,
     /// Folder under which the run directory `<run-id>/` is created.
     #[arg(long, value_name = "DIR", default_value = "runs")]
     pub runs: PathBuf,

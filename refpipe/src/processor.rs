@@ -48,6 +48,10 @@ pub struct ProcessorConfig {
     /// The collector, and the ids of hops `flow_in` and `flow_out`; without it the
     /// processor runs unmeasured.
     pub probes: Option<Probes>,
+    /// A stall to inject, as a processor pausing for garbage collection or a lock would:
+    /// every `.0` from its start it takes nothing and writes nothing for `.1`. None by
+    /// default.
+    pub stall: Option<(Duration, Duration)>,
 }
 
 impl ProcessorConfig {
@@ -63,6 +67,7 @@ impl ProcessorConfig {
             linger: Duration::from_millis(1),
             transform: Transform::default(),
             probes: None,
+            stall: None,
         }
     }
 }
@@ -146,6 +151,8 @@ struct Worker {
     first_row_at: Option<Instant>,
     next_write: u64,
     buf: Vec<u8>,
+    /// When it started: stalls are placed from here.
+    started: Instant,
 }
 
 impl Processor {
@@ -215,6 +222,7 @@ impl Processor {
             first_row_at: None,
             next_write: 1,
             buf: Vec::with_capacity(1 << 20),
+            started: Instant::now(),
         };
         let worker = std::thread::Builder::new()
             .name("processor".into())
@@ -297,6 +305,7 @@ impl Worker {
             if self.stop.load(Relaxed) {
                 break None;
             }
+            self.stall();
             let wait = match self.first_row_at {
                 Some(t) => self.config.linger.saturating_sub(t.elapsed()),
                 None => Duration::from_millis(20),
@@ -326,6 +335,26 @@ impl Worker {
         self.source.close();
         let _ = self.store.shutdown(std::net::Shutdown::Write);
         error
+    }
+
+    /// Within an injected stall: takes nothing until it ends (or the processor stops).
+    fn stall(&self) {
+        let Some((every, length)) = self.config.stall.filter(|(e, _)| !e.is_zero()) else {
+            return;
+        };
+        let into = self.started.elapsed().as_nanos() % every.as_nanos();
+        let into = Duration::from_nanos(u64::try_from(into).unwrap_or(u64::MAX));
+        if into >= length {
+            return;
+        }
+        let until = Instant::now() + (length - into);
+        while !self.stop.load(Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(5)));
+        }
     }
 
     /// Processes one message: extract and stamp its context, decode its rows.

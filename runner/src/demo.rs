@@ -57,6 +57,8 @@ pub struct DemoOptions {
     pub batch_rows: usize,
     /// ...or once its first row has waited this long.
     pub linger: Duration,
+    /// The processor stalls for `.1` every `.0` (none by default).
+    pub stall: Option<(Duration, Duration)>,
     /// Directory under which the run directory is written.
     pub runs: PathBuf,
     /// Simulate the store on another host whose clock is off by this much, ns.
@@ -257,6 +259,7 @@ fn start_parts(
     flow.topics = topics;
     flow.batch_rows = opts.batch_rows;
     flow.linger = opts.linger;
+    flow.stall = opts.stall;
     flow.probes = Some(link.clone());
     let flow = Processor::start(flow).context("starting the processor")?;
 
@@ -394,6 +397,7 @@ impl DemoOptions {
             zipf: a.zipf,
             batch_rows: a.batch_rows,
             linger: a.linger,
+            stall: a.stall_every.zip(a.stall_for),
             runs: a.runs.clone(),
             store_clock_offset_ns: a.store_clock_offset,
             store_clock_bound_ns: a.store_clock_bound,

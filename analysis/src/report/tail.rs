@@ -62,7 +62,7 @@ fn concentration_blocks(l: &TailLevel, c: &Concentration) -> Vec<Block> {
         p_value(c.level),
         if c.cluster_size > 1.05 {
             format!(
-                " The tail's messages left the last hop in groups (one stamp for each, a batch) of {:.1} on average, weighted by size: the test counts each group once.",
+                " Messages leave the last hop in groups (one stamp for each, a batch) of {:.1} on average, weighted by size: the test counts each group once.",
                 c.cluster_size
             )
         } else {

@@ -14,13 +14,15 @@
 //! Values that hold fewer tail messages than expected are not tested: they cause nothing.
 //!
 //! **Messages that share their fate.** The binomial test takes messages as independent.
-//! Messages that left the stage's last hop together (a batch: one stamp for all of them)
+//! Messages that leave the stage's last hop together (a batch: one stamp for all of them)
 //! are slow or fast together, and would make a second that merely held one slow batch
 //! look like a cause. The test therefore counts in groups: a value's messages and its
-//! tail messages are both divided by the tail's group size, the mean size of the group a
-//! tail message belongs to (Σ size² / Σ size over the distinct last stamps of a sample of
-//! the tail: the factor by which such groups inflate a count's variance). This can only
-//! make the test stricter.
+//! tail messages are both divided by the pipeline's group size, the mean size of the
+//! group a message belongs to (Σ size² / Σ size over the distinct last stamps of a sample
+//! of all messages: the factor by which such groups inflate a count's variance). It is
+//! taken over all messages, not over the tail: a cause such as a stall makes the tail's
+//! own groups larger (the backlog leaves in big batches), and that is its effect, not
+//! chance.
 //!
 //! The counts come from one aggregate over every row ([`DimensionStats`]), beside the
 //! tails' scan; the README shows the same counts per stream as a query.
@@ -61,7 +63,7 @@ pub struct Concentrated {
     pub expected: f64,
     /// Its tail rate over the dimension's.
     pub times: f64,
-    /// P(X ≥ `in_tail` / g) for X ~ Binomial(`messages` / g, `K / N`), g the tail's
+    /// P(X ≥ `in_tail` / g) for X ~ Binomial(`messages` / g, `K / N`), g the pipeline's
     /// group size ([`Concentration::cluster_size`]), both rounded: exact to the
     /// precision of doubles, never below the truth.
     pub p_value: f64,
@@ -90,8 +92,8 @@ pub struct DimensionTail {
 /// Where one tail set concentrates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Concentration {
-    /// Tail messages per distinct last stamp (1: each message on its own): the test
-    /// divides counts by it.
+    /// The pipeline's group size ([`DimensionStats::group_size`]; 1: each message on its
+    /// own): the test divides counts by it.
     pub cluster_size: f64,
     /// Values tested over every dimension (each value of a dimension with more than one).
     pub tested: u64,
@@ -125,6 +127,9 @@ pub type Counts = Vec<(String, u64, u64)>;
 
 /// Each dimension's name and counts.
 pub type Dimensions = Vec<(String, Counts)>;
+
+/// Values with their counters.
+type Named = Vec<(String, Vec<u64>)>;
 
 /// The concentration of a tail set from each dimension's counts (values without messages
 /// are left out), its messages sharing their fate in groups of `cluster_size`.
@@ -264,6 +269,10 @@ pub fn binomial_at_least(k: u64, n: u64, p: f64) -> f64 {
     (sum + term / (1.0 - ratio).max(f64::MIN_POSITIVE)).min(1.0)
 }
 
+/// Messages per state whose last stamps are sampled for the pipeline's groups (whole
+/// batches of rows are taken until this many are).
+const GROUP_SAMPLE: u64 = 65_536;
+
 /// First byte of an encoded [`DimensionStats`].
 const DIMENSIONS_TAG: u8 = 0x44;
 
@@ -276,6 +285,14 @@ const DIMENSIONS_TAG: u8 = 0x44;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DimensionStats {
     thresholds: Vec<i64>,
+    /// The last stamps of the first [`GROUP_SAMPLE`] or so messages a state saw (whole
+    /// batches of rows, in file order), each with its messages: the pipeline's groups.
+    groups: Tally,
+    /// Messages sampled over the states merged into this one, and Σ size² of their
+    /// groups.
+    merged_groups: (u64, u64),
+    /// Messages this state put in `groups`.
+    group_rows: u64,
     /// Per stream, keyed `publisher · 2^32 + stream`.
     streams: Tally,
     metrics: Tally,
@@ -283,6 +300,27 @@ pub struct DimensionStats {
 }
 
 impl DimensionStats {
+    /// Messages in the sample and Σ size² over their groups.
+    fn group_sums(&self) -> (u64, u64) {
+        let (mut n, mut sq) = self.merged_groups;
+        for (_, c) in self.groups.entries() {
+            n += c[0];
+            sq += c[0] * c[0];
+        }
+        (n, sq)
+    }
+
+    /// The mean size of the group a message belongs to (Σ size² / Σ size over the
+    /// messages sampled; 1 without them): how many messages, on average, leave the last
+    /// hop with each one.
+    #[must_use]
+    pub fn group_size(&self) -> f64 {
+        match self.group_sums() {
+            (0, _) => 1.0,
+            (n, sq) => (sq as f64 / n as f64).max(1.0),
+        }
+    }
+
     fn width(&self) -> usize {
         1 + self.thresholds.len()
     }
@@ -302,13 +340,13 @@ impl DimensionStats {
                 *a += b;
             }
         }
-        let named = |t: &Tally, name: fn(i64) -> String| -> Vec<(String, Vec<u64>)> {
+        let named = |t: &Tally, name: fn(i64) -> String| -> Named {
             t.entries()
                 .into_iter()
                 .map(|(k, c)| (name(k), c.to_vec()))
                 .collect()
         };
-        let dims: [(&str, Vec<(String, Vec<u64>)>); 4] = [
+        let dims: [(&str, Named); 4] = [
             (
                 "publisher",
                 publishers
@@ -426,6 +464,7 @@ impl BinaryState for DimensionStats {
             let w = self.width();
             (self.streams, self.metrics, self.seconds) =
                 (Tally::new(w), Tally::new(w), Tally::new(w));
+            self.groups = Tally::new(1);
         }
         let t_min = literal(t_min).unwrap_or(0);
         let scalar = Int64Array::new_scalar;
@@ -447,6 +486,11 @@ impl BinaryState for DimensionStats {
         self.metrics.add_rows(&m, &d, bits(&both), &self.thresholds);
         self.seconds
             .add_rows(&sec, &d, bits(&timed), &self.thresholds);
+        if self.group_rows < GROUP_SAMPLE {
+            let stamps = last.as_primitive::<Int64Type>().values();
+            self.groups.add_rows(stamps, &d, bits(&both), &[]);
+            self.group_rows += (d.len() - both.as_ref().map_or(0, NullBuffer::null_count)) as u64;
+        }
         Ok(())
     }
 
@@ -461,6 +505,11 @@ impl BinaryState for DimensionStats {
         self.streams.merge(&other.streams);
         self.metrics.merge(&other.metrics);
         self.seconds.merge(&other.seconds);
+        // Two states' samples are disjoint runs of rows: a batch split between them
+        // counts as two groups, which only makes groups look smaller.
+        let (n, sq) = other.group_sums();
+        self.merged_groups.0 += n;
+        self.merged_groups.1 += sq;
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -472,6 +521,9 @@ impl BinaryState for DimensionStats {
         for t in [&self.streams, &self.metrics, &self.seconds] {
             put_tally(&mut out, t);
         }
+        let (n, sq) = self.group_sums();
+        put(&mut out, n);
+        put(&mut out, sq);
         out
     }
 
@@ -492,9 +544,16 @@ impl BinaryState for DimensionStats {
         let streams = read_tally(&mut r, w, bytes.len())?;
         let metrics = read_tally(&mut r, w, bytes.len())?;
         let seconds = read_tally(&mut r, w, bytes.len())?;
+        let merged_groups = (
+            r.varint().map_err(|_| bad())?,
+            r.varint().map_err(|_| bad())?,
+        );
         r.finish().map_err(|_| bad())?;
         Ok(Self {
             thresholds,
+            groups: Tally::new(1),
+            merged_groups,
+            group_rows: 0,
             streams,
             metrics,
             seconds,
@@ -503,6 +562,7 @@ impl BinaryState for DimensionStats {
 
     fn allocated_bytes(&self) -> usize {
         self.streams.allocated_bytes()
+            + self.groups.allocated_bytes()
             + self.metrics.allocated_bytes()
             + self.seconds.allocated_bytes()
     }
@@ -647,14 +707,20 @@ mod tests {
         assert!(grouped.causes().is_empty());
     }
 
+    /// A row of (publisher, stream, metric count, time, first, last).
+    type Row = (i64, i64, i64, i64, Option<i64>, Option<i64>);
+
+    /// A dimension's value of a row, as the aggregate names it.
+    type KeyOf = fn(&Row) -> String;
+
     /// Ten arguments of `dimension_stats` over `rows` of (publisher, stream, metric count,
     /// time, first, last), thresholds 50 and 80 (the third not asked for).
-    fn args(rows: &[(i64, i64, i64, i64, Option<i64>, Option<i64>)]) -> Vec<ArrayRef> {
+    fn args(rows: &[Row]) -> Vec<ArrayRef> {
         use datafusion::arrow::array::Int64Array;
         use std::sync::Arc;
         let n = rows.len();
         let lit = |v: i64| Arc::new(Int64Array::from(vec![v; n])) as ArrayRef;
-        let col = |f: &dyn Fn(&(i64, i64, i64, i64, Option<i64>, Option<i64>)) -> Option<i64>| {
+        let col = |f: &dyn Fn(&Row) -> Option<i64>| {
             Arc::new(rows.iter().map(f).collect::<Int64Array>()) as ArrayRef
         };
         vec![
@@ -705,8 +771,7 @@ mod tests {
         let dims = whole.dimensions();
         assert_eq!(dims.len(), 2, "two thresholds asked for");
         for (j, t) in [50, 80].into_iter().enumerate() {
-            type Row = (i64, i64, i64, i64, Option<i64>, Option<i64>);
-            let keys: [(&str, fn(&Row) -> String); 4] = [
+            let keys: [(&str, KeyOf); 4] = [
                 ("publisher", |r| r.0.to_string()),
                 ("stream", |r| format!("{}/{}", r.0, r.1)),
                 ("metric count", |r| r.2.to_string()),
