@@ -682,6 +682,21 @@ impl BinaryState for TailStats {
     }
 }
 
+/// A plan with what the summary's scan gave it.
+struct Planned<'a> {
+    plan: &'a TailPlan,
+    /// The stage over all messages.
+    head: &'a SignedStats,
+    /// Each component over all messages.
+    parts: Vec<&'a SignedStats>,
+    /// The levels reported: index into [`LEVELS`] and the stage's percentile.
+    levels: Vec<(usize, Percentile)>,
+    /// Levels left out, and why.
+    notes: Vec<String>,
+    /// Each level's threshold (`i64::MAX`: not reported).
+    thresholds: [i64; 3],
+}
+
 /// The tail attribution of each of `plans` over the traces of `ctx` (`time_col`: the SQL
 /// of a trace's time, `t_min` the run's first), with every figure over all messages from
 /// `figures`, the summary's scan of `scan` (the spec's stages first, then
@@ -795,20 +810,31 @@ pub async fn attribution(
                 .call(args)
                 .alias(format!("t_{}", found.len())),
         );
-        found.push((plan, head, parts, levels, notes, thresholds));
+        found.push(Planned {
+            plan,
+            head,
+            parts,
+            levels,
+            notes,
+            thresholds,
+        });
     }
     // Where each tail concentrates: one aggregate per stage with a tail, over every row.
     let all = ctx.table("traces_raw").await?;
     let mut grouped = Vec::new();
     let mut dimension_aggs = Vec::new();
-    for (i, f) in found.iter().enumerate().filter(|(_, f)| !f.3.is_empty()) {
+    for (i, f) in found
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.levels.is_empty())
+    {
         let mut args = vec![lit(t_min)];
-        args.extend(f.5.iter().map(|&t| lit(t)));
+        args.extend(f.thresholds.iter().map(|&t| lit(t)));
         args.extend(["publisher", "stream", "metric_count"].map(ident));
         args.push(all.parse_sql_expr(time_col)?);
-        args.push(ident(hop_column(&f.0.components[0].from)));
+        args.push(ident(hop_column(&f.plan.components[0].from)));
         args.push(ident(hop_column(
-            &f.0.components[f.0.components.len() - 1].to,
+            &f.plan.components[f.plan.components.len() - 1].to,
         )));
         dimension_aggs.push(
             concentration::dimension_stats_udaf()
@@ -832,20 +858,9 @@ pub async fn attribution(
             "tail attribution: the tails' scan took {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        let batch = batches
-            .iter()
-            .find(|b| b.num_rows() > 0)
-            .ok_or_else(|| AnalysisError::Render("internal: tail_stats returned nothing".into()))?;
-        (0..found.len())
-            .map(|i| {
-                batch
-                    .column_by_name(&format!("t_{i}"))
-                    .map(|c| c.as_binary::<i32>())
-                    .filter(|c| c.is_valid(0))
-                    .map_or(Ok(TailStats::default()), |c| TailStats::decode(c.value(0)))
-            })
-            .collect::<Result<Vec<_>>>()
-            .map_err(AnalysisError::from)
+        each_state(&batches, "t", found.len(), |bytes| {
+            bytes.map_or(Ok(TailStats::default()), TailStats::decode)
+        })
     };
     let dimensions = async {
         if grouped.is_empty() {
@@ -857,42 +872,56 @@ pub async fn attribution(
             "tail attribution: the dimensions' scan took {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        let batch = batches.iter().find(|b| b.num_rows() > 0).ok_or_else(|| {
-            AnalysisError::Render("internal: dimension_stats returned nothing".into())
-        })?;
-        (0..grouped.len())
-            .map(|i| {
-                batch
-                    .column_by_name(&format!("d_{i}"))
-                    .map(|c| c.as_binary::<i32>())
-                    .filter(|c| c.is_valid(0))
-                    .map_or(Ok((Vec::new(), 1.0)), |c| {
-                        let d = concentration::DimensionStats::decode(c.value(0))?;
-                        Ok((d.dimensions(), d.group_size()))
-                    })
+        each_state(&batches, "d", grouped.len(), |bytes| {
+            bytes.map_or(Ok((Vec::new(), 1.0)), |b| {
+                let d = concentration::DimensionStats::decode(b)?;
+                Ok((d.dimensions(), d.group_size()))
             })
-            .collect::<Result<Vec<_>, AnalysisError>>()
+        })
     };
     let (states, dims) = tokio::try_join!(tails, dimensions)?;
     let mut out: Vec<TailAttribution> = found
         .into_iter()
         .zip(states)
-        .map(|((plan, head, parts, levels, notes, _), state)| {
+        .map(|(f, state)| {
             state.attribution(
-                (&stage_name(plan, scan), head),
-                (plan.components.clone(), &parts),
-                &levels,
-                notes,
+                (&stage_name(f.plan, scan), f.head),
+                (f.plan.components.clone(), &f.parts),
+                &f.levels,
+                f.notes,
             )
         })
         .collect();
-    for (i, per_level) in grouped.iter().zip(dims) {
-        let (per_level, group) = per_level;
+    for (i, (per_level, group)) in grouped.iter().zip(dims) {
         for (level, counts) in out[*i].levels.iter_mut().zip(per_level) {
             level.concentration = Some(concentration::concentration(counts, group));
         }
     }
     Ok(out)
+}
+
+/// The `n` states of one row of aggregates named `<prefix>_0`, `<prefix>_1`, ..., each read
+/// by `decode` (`None` for a NULL state).
+fn each_state<T>(
+    batches: &[datafusion::arrow::array::RecordBatch],
+    prefix: &str,
+    n: usize,
+    decode: impl Fn(Option<&[u8]>) -> Result<T>,
+) -> Result<Vec<T>, AnalysisError> {
+    let batch = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .ok_or_else(|| AnalysisError::Render(format!("internal: {prefix}_* returned nothing")))?;
+    (0..n)
+        .map(|i| {
+            let state = batch
+                .column_by_name(&format!("{prefix}_{i}"))
+                .map(|c| c.as_binary::<i32>())
+                .filter(|c| c.is_valid(0))
+                .map(|c| c.value(0));
+            Ok(decode(state)?)
+        })
+        .collect()
 }
 
 /// The name of a plan's stage (the scan starts with the spec's stages).
