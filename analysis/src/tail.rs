@@ -391,7 +391,7 @@ fn tail_stats_udaf() -> datafusion::logical_expr::AggregateUDF {
 }
 
 /// The first value of a literal argument (expanded to the batch's length).
-fn literal(a: &ArrayRef) -> Option<i64> {
+pub(crate) fn literal(a: &ArrayRef) -> Option<i64> {
     let a = a.as_primitive::<Int64Type>();
     (!a.is_empty() && a.is_valid(0)).then(|| a.value(0))
 }

@@ -37,6 +37,7 @@ use hoptrace_format::tally::Tally;
 use hoptrace_format::varint::{Reader, put, put_zigzag};
 use serde::{Deserialize, Serialize};
 
+use super::literal;
 use crate::binary_agg::{self, BinaryState, corrupt};
 
 /// The test's significance level over all values of a tail set (Bonferroni-corrected per
@@ -377,12 +378,6 @@ impl DimensionStats {
             })
             .collect()
     }
-}
-
-/// The first value of a literal argument.
-fn literal(a: &ArrayRef) -> Option<i64> {
-    let a = a.as_primitive::<Int64Type>();
-    (!a.is_empty() && a.is_valid(0)).then(|| a.value(0))
 }
 
 fn put_tally(out: &mut Vec<u8>, t: &Tally) {
