@@ -66,10 +66,16 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Merge)));
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Percentile)));
     ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Precision)));
-    ctx.register_udaf(AggregateUDF::from(HdrAgg::new(Output::Floor)));
+    ctx.register_udaf(floor_udaf());
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::ValueAt)));
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::PrecisionAt)));
     ctx.register_udf(ScalarUDF::from(HdrScalar::new(ScalarKind::Count)));
+}
+
+/// `hdr_floor(ns, q)`: the lowest value of the HDR bucket of percentile `q`.
+#[must_use]
+pub fn floor_udaf() -> AggregateUDF {
+    AggregateUDF::from(HdrAgg::new(Output::Floor))
 }
 
 /// Serializes `h` in the HdrHistogram V2 format (uncompressed).

@@ -31,6 +31,21 @@ impl RunSet {
         let ctx = SessionContext::new_with_config(config);
         crate::hdr::register(&ctx);
         self.register_traces(&ctx).await?;
+        let traces = ctx.table("traces").await?.logical_plan().clone();
+        let stages = self
+            .pipeline()
+            .stages
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        ctx.register_udtf(
+            "tail",
+            Arc::new(crate::tail::table::TailTable::new(
+                traces,
+                stages,
+                crate::hdr::floor_udaf(),
+            )),
+        );
         self.register_small(&ctx, "clock", &hoptrace_format::schema::clock_schema())
             .await?;
         self.register_small(&ctx, "probes", &Schema::empty())

@@ -12,7 +12,8 @@
 //! | `runs` | one per run: id, start, end, pipeline, accounting |
 //! | `stages` | one per (run, stage): name, hops, definition, headline |
 //!
-//! and the HDR functions of [`crate::hdr`].
+//! the HDR functions of [`crate::hdr`], and the table function `tail(stage, q)`
+//! ([`crate::tail::table`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

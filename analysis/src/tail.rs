@@ -36,6 +36,7 @@ use crate::AnalysisError;
 use crate::binary_agg::{self, BinaryState, corrupt};
 
 pub mod concentration;
+pub mod table;
 pub use concentration::{Concentrated, Concentration, DimensionTail};
 
 /// The tail levels: a quantile and the fewest messages its tail must be expected to hold

@@ -446,6 +446,69 @@ fn the_readmes_query_reproduces_the_p99_tails_shares() {
     });
 }
 
+/// `tail(stage, q)` holds the report's tail sets, row for row; bad arguments are refused
+/// by name.
+#[test]
+fn the_tail_table_function_holds_the_reports_tails() {
+    let (s, _) = summarise(run_dir());
+    let t = &s.tails[0];
+    let runs = RunSet::open(&[run_dir()]).unwrap();
+    rt().block_on(async {
+        let ctx = runs.session().await.unwrap();
+        let int = |b: &[datafusion::arrow::array::RecordBatch], c: usize| {
+            datafusion::arrow::compute::cast(
+                b[0].column(c),
+                &datafusion::arrow::datatypes::DataType::Int64,
+            )
+            .unwrap()
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+        };
+        for (level, stage) in t
+            .levels
+            .iter()
+            .zip(["Total Ingestion", "total_ingestion_ns"])
+        {
+            let q = level.percentile.quantile;
+            let b = hoptrace_analysis::sql::query(
+                &ctx,
+                &format!(
+                    "SELECT count(*), min(total_ingestion_ns), \
+                     count(*) FILTER (WHERE status = 'complete') FROM tail('{stage}', {q})"
+                ),
+            )
+            .await
+            .unwrap();
+            assert_eq!(int(&b, 0) as u64, level.messages, "{stage} {q}");
+            assert!(int(&b, 1) >= level.threshold_ns);
+            assert_eq!(int(&b, 2) as u64, level.with_components);
+        }
+        // Every column of traces comes along.
+        let b = hoptrace_analysis::sql::query(
+            &ctx,
+            "SELECT publisher, stream, sequence, broker_time_ns, publish_ns \
+             FROM tail('total ingestion', 0.99) LIMIT 1",
+        )
+        .await
+        .unwrap();
+        assert_eq!(b[0].num_columns(), 5);
+        for (bad, needle) in [
+            ("tail('Nope', 0.99)", "no stage 'Nope'"),
+            ("tail('Total Ingestion', 1.5)", "strictly between 0 and 1"),
+            ("tail('Total Ingestion')", "takes a stage's name"),
+            ("tail(0.99, 'Total Ingestion')", "takes a stage's name"),
+        ] {
+            let e = hoptrace_analysis::sql::query(&ctx, &format!("SELECT * FROM {bad}"))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    });
+}
+
 #[test]
 fn counts_add_up_and_clock_uncertainty_follows_the_hosts() {
     let (s, hists) = summarise(run_dir());
