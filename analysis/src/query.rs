@@ -32,20 +32,20 @@ impl RunSet {
         crate::hdr::register(&ctx);
         self.register_traces(&ctx).await?;
         let traces = ctx.table("traces").await?.logical_plan().clone();
-        let stages = self
-            .pipeline()
-            .stages
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
-        ctx.register_udtf(
-            "tail",
-            Arc::new(crate::tail::table::TailTable::new(
-                traces,
-                stages,
-                crate::hdr::floor_udaf(),
-            )),
-        );
+        for (name, kind) in [
+            ("tail", crate::tail::table::Kind::Tail),
+            ("attribution", crate::tail::table::Kind::Attribution),
+        ] {
+            ctx.register_udtf(
+                name,
+                Arc::new(crate::tail::table::TailTable::new(
+                    kind,
+                    traces.clone(),
+                    self.pipeline().clone(),
+                    crate::hdr::floor_udaf(),
+                )),
+            );
+        }
         self.register_small(&ctx, "clock", &hoptrace_format::schema::clock_schema())
             .await?;
         self.register_small(&ctx, "probes", &Schema::empty())

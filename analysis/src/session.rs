@@ -12,7 +12,8 @@
 //! | `runs` | one per run: id, start, end, pipeline, accounting |
 //! | `stages` | one per (run, stage): name, hops, definition, headline |
 //!
-//! the HDR functions of [`crate::hdr`], and the table function `tail(stage, q)`
+//! the HDR functions of [`crate::hdr`], and the table functions `tail(stage, q)` and
+//! `attribution(stage, q)`
 //! ([`crate::tail::table`]).
 
 use std::path::{Path, PathBuf};

@@ -446,8 +446,8 @@ fn the_readmes_query_reproduces_the_p99_tails_shares() {
     });
 }
 
-/// `tail(stage, q)` holds the report's tail sets, row for row; bad arguments are refused
-/// by name.
+/// `tail(stage, q)` holds the report's tail sets, row for row, and `attribution(stage, q)`
+/// the report's shares; bad arguments are refused by name.
 #[test]
 fn the_tail_table_function_holds_the_reports_tails() {
     let (s, _) = summarise(run_dir());
@@ -485,6 +485,49 @@ fn the_tail_table_function_holds_the_reports_tails() {
             assert!(int(&b, 1) >= level.threshold_ns);
             assert_eq!(int(&b, 2) as u64, level.with_components);
         }
+        // attribution(): the report's figures, component by component.
+        let b = hoptrace_analysis::sql::query(
+            &ctx,
+            "SELECT component, messages, share, share_of_excess, tail_mean_ns, all_mean_ns \
+             FROM attribution('Total Ingestion', 0.99) ORDER BY position",
+        )
+        .await
+        .unwrap();
+        let b = datafusion::arrow::compute::concat_batches(&b[0].schema(), &b).unwrap();
+        let p99 = &t.levels[0];
+        assert_eq!(b.num_rows(), t.components.len());
+        let float = |c: usize, r: usize| {
+            datafusion::arrow::compute::cast(
+                b.column(c),
+                &datafusion::arrow::datatypes::DataType::Float64,
+            )
+            .unwrap()
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Float64Array>()
+            .unwrap()
+            .value(r)
+        };
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        for (r, (c, share)) in t.components.iter().zip(&p99.components).enumerate() {
+            let name = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::StringArray>();
+            assert_eq!(name.map(|n| n.value(r)), Some(c.name.as_str()));
+            assert_eq!(float(1, r) as u64, p99.with_components);
+            assert!(close(float(2, r), share.share.unwrap()), "{}", c.name);
+            assert!(
+                close(float(3, r), share.share_of_excess.unwrap()),
+                "{}",
+                c.name
+            );
+            assert!(close(float(4, r), share.mean_ns.unwrap()), "{}", c.name);
+            assert!(
+                close(float(5, r), t.overall[r].mean_ns.unwrap()),
+                "{}",
+                c.name
+            );
+        }
         // Every column of traces comes along.
         let b = hoptrace_analysis::sql::query(
             &ctx,
@@ -499,6 +542,7 @@ fn the_tail_table_function_holds_the_reports_tails() {
             ("tail('Total Ingestion', 1.5)", "strictly between 0 and 1"),
             ("tail('Total Ingestion')", "takes a stage's name"),
             ("tail(0.99, 'Total Ingestion')", "takes a stage's name"),
+            ("attribution('Nope', 0.99)", "attribution: no stage 'Nope'"),
         ] {
             let e = hoptrace_analysis::sql::query(&ctx, &format!("SELECT * FROM {bad}"))
                 .await
