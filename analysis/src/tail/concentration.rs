@@ -83,8 +83,8 @@ pub struct DimensionTail {
     pub messages: u64,
     /// Tail messages over all values (`K`).
     pub in_tail: u64,
-    /// Values whose tail messages exceed expectation, the largest excess first, at most
-    /// [`LISTED`].
+    /// Values whose tail messages exceed expectation, the largest excess first: the
+    /// [`LISTED`] largest and every likely cause.
     pub listed: Vec<Concentrated>,
     /// Of all values, those flagged as likely causes (listed or not).
     pub likely_causes: u64,
@@ -164,7 +164,7 @@ pub fn concentration(dimensions: Dimensions, cluster_size: f64) -> Concentration
         .into_iter()
         .map(|(dimension, values, n, k)| {
             let rate = k as f64 / n as f64;
-            let mut tested: Vec<Concentrated> = values
+            let mut listed: Vec<Concentrated> = values
                 .iter()
                 .filter(|v| values.len() > 1 && above(v, n, k))
                 .map(|(value, messages, in_tail)| {
@@ -180,19 +180,25 @@ pub fn concentration(dimensions: Dimensions, cluster_size: f64) -> Concentration
                     }
                 })
                 .collect();
-            let likely_causes = tested.iter().filter(|c| c.likely_cause).count() as u64;
-            tested.sort_by(|a, b| {
+            let likely_causes = listed.iter().filter(|c| c.likely_cause).count() as u64;
+            listed.sort_by(|a, b| {
                 (b.in_tail as f64 - b.expected)
                     .total_cmp(&(a.in_tail as f64 - a.expected))
                     .then_with(|| a.value.cmp(&b.value))
             });
-            tested.truncate(LISTED);
+            // The largest excesses, and every likely cause whatever its excess (a small
+            // stream can hold few tail messages and still be one).
+            let mut rank = 0;
+            listed.retain(|c| {
+                rank += 1;
+                rank <= LISTED || c.likely_cause
+            });
             DimensionTail {
                 dimension,
                 values: values.len() as u64,
                 messages: n,
                 in_tail: k,
-                listed: tested,
+                listed,
                 likely_causes,
             }
         })
@@ -681,6 +687,25 @@ mod tests {
             ("+3 s", 20_000, 253)
         );
         assert!(v.p_value > 0.01);
+    }
+
+    #[test]
+    fn a_small_value_that_is_a_cause_is_listed_beyond_the_largest_excesses() {
+        // Twelve large streams a little above the rate (chance), and a small one holding
+        // 20 tail messages of 50 (0.5 expected): twelve larger excesses, one cause.
+        let mut streams: Counts = (0..12)
+            .map(|s| (format!("1/{s}"), 100_000, 1_030))
+            .collect();
+        streams.push(("1/99".into(), 50, 20));
+        streams.extend((100..200).map(|s| (format!("1/{s}"), 100_000, 960)));
+        let c = concentration(vec![("stream".into(), streams)], 1.0);
+        let d = &c.dimensions[0];
+        assert_eq!(d.likely_causes, 1);
+        assert_eq!(d.listed.len(), LISTED + 1);
+        let last = d.listed.last().unwrap();
+        assert_eq!((last.value.as_str(), last.likely_cause), ("1/99", true));
+        assert_eq!(c.causes()[0].1.value, "1/99");
+        assert!(d.listed[..LISTED].iter().all(|v| !v.likely_cause));
     }
 
     #[test]
