@@ -18,6 +18,17 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 
+/// Whether an argument of type `t` reads as integer nanoseconds: an integer, a NULL or a
+/// nanosecond timestamp (a hop's stamp).
+pub(crate) fn nanoseconds(t: &DataType) -> bool {
+    t.is_integer()
+        || t.is_null()
+        || matches!(
+            t,
+            DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Nanosecond, _)
+        )
+}
+
 /// An error for a state that does not decode.
 pub(crate) fn corrupt(what: &str) -> DataFusionError {
     DataFusionError::Execution(format!("internal: malformed {what} state"))

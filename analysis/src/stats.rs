@@ -31,7 +31,7 @@
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use datafusion::arrow::buffer::{BooleanBuffer, NullBuffer};
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::logical_expr::AggregateUDF;
 use hoptrace_format::hist::SignedStats;
@@ -343,14 +343,11 @@ impl BinaryState for BucketStats {
     const GROUPED: bool = false;
 
     fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        let nanoseconds = |t: &DataType| {
-            t.is_integer()
-                || t.is_null()
-                || matches!(t, DataType::Timestamp(TimeUnit::Nanosecond, _))
-        };
         match arg_types {
             [_, _, _, hops @ ..]
-                if !hops.is_empty() && hops.len() % 2 == 0 && arg_types.iter().all(nanoseconds) =>
+                if !hops.is_empty()
+                    && hops.len() % 2 == 0
+                    && arg_types.iter().all(binary_agg::nanoseconds) =>
             {
                 Ok(vec![DataType::Int64; arg_types.len()])
             }

@@ -439,19 +439,11 @@ impl BinaryState for TailStats {
     const GROUPED: bool = false;
 
     fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        let ns = |t: &DataType| {
-            t.is_integer()
-                || t.is_null()
-                || matches!(
-                    t,
-                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Nanosecond, _)
-                )
-        };
         let id = |t: &DataType| matches!(t, DataType::FixedSizeBinary(16) | DataType::Null);
         if arg_types.len() < FIXED_ARGS + 2
-            || !arg_types[..8].iter().all(ns)
+            || !arg_types[..8].iter().all(binary_agg::nanoseconds)
             || !id(&arg_types[8])
-            || !arg_types[FIXED_ARGS..].iter().all(ns)
+            || !arg_types[FIXED_ARGS..].iter().all(binary_agg::nanoseconds)
         {
             return plan_err!(
                 "tail_stats takes the exemplars wanted, three thresholds, a time, publisher, \

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::buffer::NullBuffer;
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::{Result, plan_err};
 use hoptrace_format::tally::Tally;
 use hoptrace_format::varint::{Reader, put, put_zigzag};
@@ -419,12 +419,7 @@ impl BinaryState for DimensionStats {
     const GROUPED: bool = false;
 
     fn coerce(arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        let ns = |t: &DataType| {
-            t.is_integer()
-                || t.is_null()
-                || matches!(t, DataType::Timestamp(TimeUnit::Nanosecond, _))
-        };
-        if arg_types.len() != 10 || !arg_types.iter().all(ns) {
+        if arg_types.len() != 10 || !arg_types.iter().all(binary_agg::nanoseconds) {
             return plan_err!(
                 "dimension_stats takes the run's first time, three thresholds, a publisher, a \
                  stream, a metric count, a time and two hop stamps"
