@@ -4,6 +4,7 @@
 //! - a raw version 2 client sends numbered frames, the collector is killed, and the
 //!   frames re-sent from below Welcome's `resume_seq` are dropped, exactly, with one row
 //!   per key;
+//! - the end of a connection after Goodbye means its last Sent frame is durable;
 //! - a long run keeps its log bounded (checkpoints delete the segments before them), and
 //!   a restart after a checkpoint loses nothing and counts nothing twice;
 //! - a collector started without `--run-id` names the unfinished run it finds, and
@@ -305,6 +306,77 @@ fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_ro
         "{stdout}"
     );
     assert!(!run.join("wal").exists(), "the log outlived a clean stop");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A publisher's last frames are numbered by nothing (Sent, Counters): the collector ends a
+/// version 2 connection after Goodbye only once its log holds them. Frames 1 to 5
+/// acknowledged, then the Sent frame and Goodbye; once the collector ends the connection it
+/// is killed at once (its log syncs only every second): the run continued holds what the
+/// publisher said it sent, and adds up.
+#[test]
+fn the_end_of_a_connection_after_goodbye_means_its_last_sent_frame_is_durable() {
+    let out = common::scratch("goodbye-durable");
+    let spec_path = out.join("spec.toml");
+    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let runs = out.join("runs");
+    let args = [
+        "--listen",
+        &listen,
+        "--pipeline",
+        spec_path.to_str().unwrap(),
+        "--runs",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "goodbye",
+        "--log-sync",
+        "1s",
+    ];
+    let c = Collect::start(&args);
+    let addr = c.listening();
+    let (mut s, _) = connect(addr, 0xB7E);
+    for seq in 1..=5 {
+        send(&mut s, &frame(seq));
+    }
+    wait_ack(&mut s, 5);
+    let sent = 5 * TRACES_PER_FRAME;
+    send(
+        &mut s,
+        &Frame::Sent(SentFrame {
+            publisher: 1,
+            entries: vec![SentEntry {
+                stream: 0,
+                messages: sent,
+                metrics: sent,
+                first_sequence: 0,
+                last_sequence: sent - 1,
+            }],
+        }),
+    );
+    send(&mut s, &Frame::Goodbye);
+    // Acks, then the end of the connection.
+    loop {
+        match protocol::read_frame(&mut s, MAX_FRAME_LEN) {
+            Ok(Frame::Ack { .. }) => {}
+            Ok(other) => panic!("after goodbye: {other:?}"),
+            Err(_) => break,
+        }
+    }
+    c.kill();
+
+    let c = Collect::start(&args);
+    c.listening();
+    c.stop();
+    let json = run_json(&runs.join("goodbye"));
+    let a = &json["accounting"];
+    let p = &a["publishers"][0];
+    assert_eq!(
+        (&p["sent"], &p["complete"], &p["unseen"]),
+        (&sent.into(), &sent.into(), &0.into()),
+        "the Sent frame before Goodbye survived the kill: {a}"
+    );
+    assert_eq!(a["adds_up"], true, "{a}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

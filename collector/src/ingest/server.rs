@@ -96,7 +96,14 @@ pub struct ServerConfig {
 pub struct DurableSeqs {
     marks: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
     sync_wanted: AtomicBool,
+    /// Connections whose clean close (logged after every frame they sent) is durable, for
+    /// the readers that wait on it after Goodbye.
+    closed: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
+
+/// Most durable closes kept for readers that no longer wait on them (they waited past
+/// [`GOODBYE_DURABLE_WAIT`]): beyond it the set is emptied.
+const MAX_CLOSED_MARKS: usize = 1 << 16;
 
 impl DurableSeqs {
     /// The durable mark of `instance` (0: nothing).
@@ -131,6 +138,28 @@ impl DurableSeqs {
     #[must_use]
     pub fn take_sync_wanted(&self) -> bool {
         self.sync_wanted.swap(false, Relaxed)
+    }
+
+    /// The log holds, synced, the clean close of these connections (so every frame each
+    /// sent before its Goodbye).
+    pub fn mark_closed(&self, ids: impl IntoIterator<Item = u64>) {
+        let mut c = self
+            .closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if c.len() >= MAX_CLOSED_MARKS {
+            c.clear();
+        }
+        c.extend(ids);
+    }
+
+    /// Whether connection `id`'s clean close is durable (forgotten once told).
+    #[must_use]
+    pub fn take_closed(&self, id: u64) -> bool {
+        self.closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id)
     }
 }
 
@@ -646,6 +675,8 @@ fn serve(
         start: 0,
     };
     let mut clean = false;
+    // Goodbye sends the close itself, before it waits for the log.
+    let mut closed_sent = false;
     // Highest number received on this connection, and acknowledged.
     let (mut received, mut acked) = (0u64, 0u64);
     loop {
@@ -671,10 +702,26 @@ fn serve(
             Frame::Goodbye => {
                 clean = true;
                 if let Some(d) = durable {
-                    // The probe waits for its last frames to be acknowledged.
+                    // The probe waits for the end of the connection to know that what it
+                    // sent is durable: its records frames, and its last Sent, Counters and
+                    // Clock frames, which no Ack covers. So the close goes into the log
+                    // now, after them, and the connection ends once that is synced.
+                    if tx.send(Event::Closed(id, true)).is_err() {
+                        return;
+                    }
+                    closed_sent = true;
+                    d.want_sync();
                     let until = Instant::now() + GOODBYE_DURABLE_WAIT;
-                    while d.get(instance) < received && Instant::now() < until {
-                        std::thread::sleep(Duration::from_millis(5));
+                    let mut durable_close = false;
+                    while Instant::now() < until {
+                        durable_close = durable_close || d.take_closed(id);
+                        if durable_close && d.get(instance) >= received {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    if !durable_close {
+                        tracing::warn!(%peer, %host, %process, "the log was not synced within {GOODBYE_DURABLE_WAIT:?} of this probe's Goodbye: closing it anyway");
                     }
                     ack(&mut conn, d.get(instance), &mut acked);
                 }
@@ -720,7 +767,9 @@ fn serve(
             break;
         }
     }
-    let _ = tx.send(Event::Closed(id, clean));
+    if !closed_sent {
+        let _ = tx.send(Event::Closed(id, clean));
+    }
 }
 
 /// Sends an Ack when `durable` is above what was acknowledged; false when the

@@ -284,6 +284,7 @@ impl Collector {
                 sync_interval: cfg.sync_interval.min(Duration::from_secs(1)),
                 instances: FxHashMap::default(),
                 logged_seq: FxHashMap::default(),
+                closed_unsynced: Vec::new(),
                 resent_dropped: 0,
                 restarts: Vec::new(),
                 max_conn_id: 0,

@@ -56,6 +56,8 @@ pub(super) struct JoinState {
     pub(super) instances: FxHashMap<u64, u64>,
     /// Highest numbered frame logged per exporter instance.
     pub(super) logged_seq: FxHashMap<u64, u64>,
+    /// Connections whose clean close was logged since the last sync: durable at the next.
+    pub(super) closed_unsynced: Vec<u64>,
     /// Records of re-sent frames the log already held, dropped.
     pub(super) resent_dropped: u64,
     pub(super) restarts: Vec<hoptrace_format::run::Restart>,
@@ -266,6 +268,7 @@ impl JoinState {
             wal.sync()?;
             if let Some(d) = &self.durable {
                 d.raise(self.logged_seq.iter().map(|(i, s)| (*i, *s)));
+                d.mark_closed(self.closed_unsynced.drain(..));
             }
         }
         Ok(())
@@ -606,7 +609,12 @@ impl JoinState {
         if let Some(wal) = self.wal.as_mut() {
             match &ev {
                 Event::Connected(id, peer, hello) => wal.connected(*id, at, *peer, hello)?,
-                Event::Closed(id, clean) => wal.closed(*id, at, *clean)?,
+                Event::Closed(id, clean) => {
+                    wal.closed(*id, at, *clean)?;
+                    if *clean {
+                        self.closed_unsynced.push(*id);
+                    }
+                }
                 Event::Frame(id, f) => {
                     if let Frame::SeqRecords { seq, records } = f {
                         let instance = self.instances.get(id).copied().unwrap_or(0);

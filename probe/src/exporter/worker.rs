@@ -347,22 +347,27 @@ impl Worker {
                     self.read_acks(stream)
                 }
             {
+                if finishing && self.retention.unacked_records() == 0 {
+                    // The collector ended the connection after Goodbye, everything
+                    // acknowledged: the end it signals, not a failure.
+                    stream.finish();
+                    break true;
+                }
                 self.set_status(false, None, Some(e));
                 conn = None;
                 retry.lost(Instant::now());
                 continue;
             }
             if finishing {
-                // The collector acknowledges once more after Goodbye: wait for it (up to
-                // the deadline) so that what it holds is known.
-                while self.durable
-                    && self.retention.unacked_records() > 0
-                    && deadline.is_some_and(|d| Instant::now() < d)
-                {
+                // The collector acknowledges once more after Goodbye and ends the
+                // connection once its log holds everything this one sent, the last Sent
+                // and Counters frames included (no Ack covers those): wait for that end
+                // (up to the deadline), applying the Acks meanwhile.
+                while self.durable && deadline.is_some_and(|d| Instant::now() < d) {
                     if self.read_acks(stream).is_err() {
                         break;
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    std::thread::sleep(Duration::from_millis(2));
                 }
                 stream.finish();
                 break true;

@@ -188,6 +188,12 @@ fn serve(
             let ack = Frame::Ack { seq: *seq }.to_bytes().unwrap();
             let _ = writer.write_all(&ack);
         }
+        let goodbye = frame == Frame::Goodbye;
         frames.lock().unwrap().push((id, frame));
+        if goodbye && durable.is_some() {
+            // As a collector with a log does: the end of the connection once what it sent
+            // is durable (here, at once).
+            return;
+        }
     }
 }
