@@ -21,10 +21,24 @@ public final class Counters {
     final AtomicLong sent = new AtomicLong();
     final AtomicLong sendFailed = new AtomicLong();
     final AtomicLong reconnects = new AtomicLong();
+    final AtomicLong resent = new AtomicLong();
+    final AtomicLong evicted = new AtomicLong();
+    final AtomicLong lostUnacked = new AtomicLong();
 
-    /** A point-in-time copy. */
+    /**
+     * A point-in-time copy. {@code resent}, {@code evicted} and {@code lostUnacked} are those
+     * of protocol version 2 (records sent again after a reconnection; dropped from the
+     * retention buffer before an Ack; of those, the ones the collector turned out not to hold).
+     */
     public record Snapshot(long reported, long queueFull, long sent, long sendFailed, long reconnects,
-                           long notTraced, long badContext, long stampsFull, long badTraceparent) {
+                           long notTraced, long badContext, long stampsFull, long badTraceparent,
+                           long resent, long evicted, long lostUnacked) {
+        /** The same counters with {@code more} records counted as sent. */
+        Snapshot plusSent(long more) {
+            return new Snapshot(reported, queueFull, sent + more, sendFailed, reconnects, notTraced, badContext,
+                    stampsFull, badTraceparent, resent, evicted, lostUnacked);
+        }
+
         /** (id, value) pairs for a Counters frame. */
         long[][] toWire() {
             return new long[][] {
@@ -37,12 +51,18 @@ public final class Counters {
                 {Protocol.BAD_CONTEXT, badContext},
                 {Protocol.STAMPS_FULL, stampsFull},
                 {Protocol.BAD_TRACEPARENT, badTraceparent},
+                {Protocol.RESENT, resent},
+                {Protocol.EVICTED, evicted},
+                {Protocol.LOST_UNACKED, lostUnacked},
             };
         }
 
-        /** Records lost by this exporter: not queued, or not delivered. */
+        /**
+         * Records lost by this exporter: not queued, not delivered, or evicted from the
+         * retention buffer and not held by the collector.
+         */
         public long lost() {
-            return queueFull + sendFailed;
+            return queueFull + sendFailed + lostUnacked;
         }
     }
 
@@ -50,6 +70,7 @@ public final class Counters {
     Snapshot snapshot(long queued) {
         long qf = queueFull.sum();
         return new Snapshot(dequeued.get() + qf + queued, qf, sent.get(), sendFailed.get(), reconnects.get(),
-                notTraced.sum(), badContext.sum(), stampsFull.sum(), badTraceparent.sum());
+                notTraced.sum(), badContext.sum(), stampsFull.sum(), badTraceparent.sum(), resent.get(),
+                evicted.get(), lostUnacked.get());
     }
 }

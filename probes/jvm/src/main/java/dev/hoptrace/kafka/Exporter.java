@@ -9,7 +9,9 @@ import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.net.UnknownHostException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -32,10 +34,11 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Sends what the interceptors of a JVM report to one collector ({@code
- * docs/collector-protocol.md}, version 1): a bounded lock-free queue that the clients' threads
- * offer records to without ever waiting, and one daemon thread that drains it into Records
- * frames over TCP (or TLS), sends the host's clock status and the counters, reconnects with
- * backoff, and on close flushes, sends the final Counters and Goodbye.
+ * docs/collector-protocol.md}, version 2, or 1 when asked or when the collector speaks only
+ * that): a bounded lock-free queue that the clients' threads offer records to without ever
+ * waiting, and one daemon thread that drains it into records frames over TCP (or TLS), sends
+ * the host's clock status and the counters, reconnects with backoff, and on close flushes,
+ * sends the final Counters and Goodbye.
  *
  * <p>One exporter per collector connection ({@link ExporterConfig#key()}) and JVM: {@link
  * #acquire} hands out the shared one and counts references; the last {@link #release} shuts it
@@ -54,7 +57,10 @@ import org.slf4j.LoggerFactory;
  * current status and counters when they are written, so an outage piles up neither; frames
  * from the collector of at most {@link Protocol#MAX_COLLECTOR_FRAME_LEN} bytes, read one at a
  * time; one connection (socket, reader thread, write watchdog) at a time; at most 16 hops and
- * 16 refusal codes remembered for the log. Version 1 keeps nothing once it is written.
+ * 16 refusal codes remembered for the log; in version 2 the retention buffer ({@link
+ * Retention}: at most {@link ExporterConfig#retentionBytes} of frames, plus one entry per frame
+ * dropped after it was written, at most {@link Retention#MAX_UNRESOLVED}). Version 1 keeps
+ * nothing once it is written.
  *
  * <p>The exporter thread's waits are bounded too: a connection attempt (name resolution, TCP
  * connect, TLS handshake, Hello, Welcome) within {@link ExporterConfig#connectTimeoutMs} in
@@ -64,10 +70,16 @@ import org.slf4j.LoggerFactory;
  * then from the calling thread.
  *
  * <p>Delivery: in version 1 a Records frame counts as {@code sent} once written to the socket
- * and is forgotten ({@link Delivery}). A later version with durable acknowledgements replaces
- * {@link Delivery} with one that keeps written frames (bounded) until the collector
- * acknowledges their frame sequence, and re-sends the unacknowledged ones after Hello on a
- * new connection; the reader thread of each connection already reads every collector frame.
+ * and is forgotten; a failed write loses it ({@code send_failed}), and what was written to a
+ * collector that is then killed is lost without a count. In version 2 (the default, {@link
+ * ExporterConfig#retentionBytes} above 0) records go in numbered SeqRecords frames, each kept
+ * in the retention buffer until the collector acknowledges it as durable (its reader thread
+ * takes the Acks); a new connection's Welcome says what the collector holds ({@code
+ * resume_seq}), and the frames after it are written again, in order, before any new one
+ * ({@code resent}). While no collector is connected the queue is drained into the same buffer,
+ * numbered and unwritten, so an absence shorter than the buffer costs nothing. A full buffer
+ * drops its oldest frames ({@code evicted}); those the collector turns out not to hold are
+ * {@code lost_unacked}. Nothing is dropped without a count.
  */
 public final class Exporter {
     private static final Logger LOG = LoggerFactory.getLogger(Exporter.class);
@@ -147,6 +159,18 @@ public final class Exporter {
         }
     }
 
+    /** The shared exporter to {@code collector} in use now, or null (tests). */
+    static Exporter sharedFor(String collector) {
+        synchronized (SHARED) {
+            for (Exporter e : SHARED.values()) {
+                if (e.config.collector.equals(collector)) {
+                    return e;
+                }
+            }
+            return null;
+        }
+    }
+
     /** Exporters in use now (tests). */
     static int sharedCount() {
         synchronized (SHARED) {
@@ -192,8 +216,23 @@ public final class Exporter {
     private final long instanceId = UUID.randomUUID().getMostSignificantBits();
     private final Tls tls;
     private ClockStatusSource clockStatus;
-    private final Delivery delivery;
     private final int writeLimit;
+    /** Version 2: numbered records frames kept until acknowledged (the exporter thread's). */
+    private Retention retention;
+    /** The version the next Hello asks for: 2 unless retention is 0 or the collector refused 2. */
+    private int helloVersion;
+    /** The number of the next SeqRecords frame (per instance, across connections). */
+    private long nextSeq = 1;
+    /**
+     * Whether records go into the retention buffer while no collector is connected: in version
+     * 2, until a collector answers with version 1 (then they wait in the queue, as in version 1).
+     */
+    private boolean keepWhileAway;
+    /** Records written that the collector had not acknowledged when the exporter stopped. */
+    private volatile long unacknowledged;
+    /** The retention buffer's bytes and evicted entries, as of its last change (footprint). */
+    private volatile long retainedBytes;
+    private volatile int evictedEntries;
     private int refs;
 
     private final List<Protocol.Hop> hops = new ArrayList<>();
@@ -238,7 +277,9 @@ public final class Exporter {
         this.queue = new RecordQueue(config.queueCapacity);
         this.tls = config.tlsCa == null ? null : new Tls(config.tlsCa);
         this.clockStatus = config.clockStatus;
-        this.delivery = new Delivery.AtOnce(counters);
+        this.retention = new Retention(Math.max(0, config.retentionBytes));
+        this.helloVersion = config.retentionBytes > 0 ? 2 : 1;
+        this.keepWhileAway = helloVersion == 2;
         int batch = Math.max(1, Math.min(config.maxBatch, Protocol.MAX_RECORDS_PER_FRAME));
         this.writeLimit = 4 + 1 + 4 + batch * (Protocol.RECORD_LEN + 16) + CONTROL_BYTES;
     }
@@ -330,9 +371,15 @@ public final class Exporter {
      *     connection just closed may still be ending)
      * @param rejectCodes refusal codes remembered for the log (at most {@link #MAX_REJECT_CODES})
      * @param hops hops announced (at most 16)
+     * @param retainedBytes bytes of records frames kept for the collector's Ack (version 2; at
+     *     most {@code retentionLimit})
+     * @param retentionLimit {@link ExporterConfig#retentionBytes}
+     * @param evictedEntries entries kept about frames evicted after they were written, until the
+     *     collector says whether it holds them (at most {@link Retention#MAX_UNRESOLVED})
      */
     public record Footprint(long queuedRecords, int queueSlots, int writeBufferBytes, int writeBufferLimit,
-                            int readerThreads, int rejectCodes, int hops) {}
+                            int readerThreads, int rejectCodes, int hops, long retainedBytes,
+                            long retentionLimit, int evictedEntries) {}
 
     /** What the exporter holds now. */
     public Footprint footprint() {
@@ -341,7 +388,7 @@ public final class Exporter {
             h = hops.size();
         }
         return new Footprint(queue.size(), queue.capacity(), writeBufferBytes, writeLimit, readers.get(),
-                rejectCodes.size(), h);
+                rejectCodes.size(), h, retainedBytes, Math.max(0, config.retentionBytes), evictedEntries);
     }
 
     /** Whether the exporter is connected to the collector now. */
@@ -352,6 +399,14 @@ public final class Exporter {
     /** The run id of the last Welcome, or null. */
     public String runId() {
         return runId;
+    }
+
+    /**
+     * Version 2: records written that the collector had not acknowledged as durable when the
+     * exporter stopped (it may hold them; 0 after a clean stop). Version 1 cannot tell.
+     */
+    public long unacknowledged() {
+        return unacknowledged;
     }
 
     /** The last connection error, or null. */
@@ -462,7 +517,6 @@ public final class Exporter {
         Quiet dropWarnings = new Quiet();
         Quiet connectedInfo = new Quiet();
         Quiet lossErrors = new Quiet();
-        long frameSeq = 0;
         int maxBatch = Math.max(1, Math.min(config.maxBatch, Protocol.MAX_RECORDS_PER_FRAME));
         long clockNs = TimeUnit.MILLISECONDS.toNanos(config.clockIntervalMs);
         long countersNs = TimeUnit.MILLISECONDS.toNanos(config.countersIntervalMs);
@@ -514,16 +568,13 @@ public final class Exporter {
                         conn = connect();
                         current = conn;
                         try {
-                            for (byte[] frame : delivery.toResend()) {
-                                Protocol.Buffer again = new Protocol.Buffer(frame.length);
-                                again.bytes(frame);
-                                conn.write(again);
-                            }
+                            resume(conn);
                         } catch (IOException e) {
                             conn.close();
                             conn = null;
                             current = null;
-                            throw e;
+                            connected = false;
+                            throw new IOException("sending unacknowledged records again: " + e.getMessage(), e);
                         }
                         if (connectedOnce) {
                             counters.reconnects.incrementAndGet();
@@ -541,14 +592,22 @@ public final class Exporter {
                     } catch (IOException | RuntimeException e) {
                         lastError = e.getMessage();
                         connected = false;
+                        if (e instanceof Rejected r && r.code == Protocol.REJECT_VERSION && helloVersion > 1) {
+                            LOG.warn("hoptrace: the collector {} speaks only protocol version 1 ({}): connecting again "
+                                    + "without durable acknowledgements; what a collector restart catches unwritten "
+                                    + "is lost", config.collector, r.getMessage());
+                            helloVersion = 1;
+                            continue;
+                        }
                         failures++;
                         if (e instanceof Rejected r) {
                             rejected.incrementAndGet();
                             boolean first = rejectCodes.size() < MAX_REJECT_CODES && rejectCodes.add(r.code);
                             if (first) {
                                 LOG.error("hoptrace: {}{}; nothing is delivered until the collector accepts this probe: "
-                                        + "records wait in the queue, beyond it they are counted as queue_full, and at "
-                                        + "shutdown as send_failed; retrying with backoff", r.getMessage(),
+                                        + "records wait in the retention buffer (version 2) or the queue, beyond them they "
+                                        + "are counted as evicted or queue_full, and at shutdown as send_failed; retrying "
+                                        + "with backoff", r.getMessage(),
                                         r.code == 2 ? " (set hoptrace.token to the collector's --token)"
                                                 : r.code == 3 ? " (the collector's pipeline spec must declare every hop "
                                                 + "with the same id and name)" : "");
@@ -564,6 +623,12 @@ public final class Exporter {
                         backoffNs = Math.min(backoffNs * 2, backoffMaxNs);
                     }
                 }
+                if (keepWhileAway) {
+                    // The collector is away: the records wait in the retention buffer, numbered,
+                    // for the next connection (the queue stays free for the clients); beyond its
+                    // bound the oldest go, counted.
+                    retainQueued(buf, maxBatch);
+                }
                 LockSupport.parkNanos(Math.min(TimeUnit.MILLISECONDS.toNanos(10),
                         Math.max(TimeUnit.MILLISECONDS.toNanos(1), nextAttemptNs - System.nanoTime())));
                 continue;
@@ -575,14 +640,17 @@ public final class Exporter {
                 lastClockNs = now;
                 clockDue = false;
             }
-            int recordsAt = Protocol.beginRecords(buf);
+            boolean durable = conn.durable;
+            long seq = nextSeq;
+            int recordsAt = durable ? Protocol.beginSeqRecords(buf, seq) : Protocol.beginRecords(buf);
             int n = queue.drainInto(buf, maxBatch, conn.hopMask);
             Protocol.endRecords(buf, recordsAt, n);
-            int recordsLen = buf.length() - recordsAt;
-            if (n > 0) {
-                frameSeq++;
-            }
             counters.dequeued.addAndGet(n);
+            if (durable && n > 0) {
+                // Kept before it is written: a write that fails leaves it to send again.
+                nextSeq++;
+                retain(new Retention.Frame(seq, n, Arrays.copyOfRange(buf.array(), recordsAt, buf.length())), false);
+            }
             boolean blocked = n < maxBatch && queue.blockedHop() >= 0;
             boolean drained = n == 0 && !blocked && queue.size() == 0;
             boolean finishing = stop && drained;
@@ -590,10 +658,7 @@ public final class Exporter {
             if (finishing || rehello || countersDue || now - lastCountersNs >= countersNs) {
                 // Counted as if this frame's records were sent, which they are once the write
                 // below succeeds; when it fails the connection is dropped with this frame.
-                Counters.Snapshot s = counters.snapshot(queue.size());
-                Counters.Snapshot w = new Counters.Snapshot(s.reported(), s.queueFull(), s.sent() + n,
-                        s.sendFailed(), s.reconnects(), s.notTraced(), s.badContext(), s.stampsFull(),
-                        s.badTraceparent());
+                Counters.Snapshot w = counters.snapshot(queue.size()).plusSent(n);
                 Protocol.counters(buf, Clocks.realtimeNs(), w.toWire());
                 lastCountersNs = now;
                 countersDue = false;
@@ -604,13 +669,15 @@ public final class Exporter {
             writeBufferBytes = buf.capacity();
             if (buf.length() > 0) {
                 try {
-                    conn.write(buf);
-                    if (n > 0) {
-                        delivery.written(frameSeq, buf.array(), recordsAt, recordsLen, n);
+                    conn.write(buf.array(), buf.length());
+                    counters.sent.addAndGet(n);
+                    if (durable && n > 0) {
+                        retention.markWritten(seq);
                     }
                 } catch (IOException e) {
-                    if (n > 0) {
-                        delivery.failed(frameSeq, n);
+                    // Version 2 keeps the frame: it is written again on the next connection.
+                    if (n > 0 && !durable) {
+                        counters.sendFailed.addAndGet(n);
                         if (lossErrors.due(now)) {
                             LOG.error("hoptrace: lost {} records (counted as send_failed): write to the collector {} "
                                     + "failed: {}{}", n, config.collector,
@@ -633,7 +700,40 @@ public final class Exporter {
                     continue;
                 }
             }
+            if (durable) {
+                retention.ack(conn.ackSeq);
+                noteRetention();
+                if (retention.stalled() && !finishing) {
+                    // What the collector holds of the frames dropped unacknowledged is learnt only
+                    // from a Welcome: reconnect rather than remember ever more of them.
+                    LOG.warn("hoptrace: the collector {} acknowledged none of the last {} records frames the "
+                            + "retention buffer dropped; reconnecting so that it says what it holds",
+                            config.collector, Retention.MAX_UNRESOLVED);
+                    lastError = "the collector does not acknowledge: reconnecting";
+                    conn.close();
+                    conn = null;
+                    current = null;
+                    connected = false;
+                    planned = true;
+                    nextAttemptNs = System.nanoTime();
+                    continue;
+                }
+            }
             if (finishing) {
+                if (durable) {
+                    awaitFinalAck(conn);
+                    if (!retention.isEmpty() && conn.dead && System.nanoTime() - stopDeadlineNs < 0) {
+                        // The connection broke before the collector acknowledged everything:
+                        // connect again, send the rest and say Goodbye there.
+                        lastError = conn.endReason != null ? conn.endReason : "connection closed before the last Ack";
+                        conn.close();
+                        conn = null;
+                        current = null;
+                        connected = false;
+                        nextAttemptNs = System.nanoTime();
+                        continue;
+                    }
+                }
                 conn.finish();
                 current = null;
                 clean = true;
@@ -669,6 +769,121 @@ public final class Exporter {
             LOG.error("hoptrace: {} records were not delivered to the collector {} before the exporter stopped; "
                     + "counted as send_failed", left, config.collector);
         }
+        // Version 2: frames numbered while the collector was away and never written are
+        // undelivered; evicted ones never written are lost; written ones the collector did not
+        // acknowledge it may hold.
+        long unwritten = retention.unwrittenRecords();
+        if (unwritten > 0) {
+            counters.sendFailed.addAndGet(unwritten);
+            LOG.error("hoptrace: {} records could never be sent to the collector {} before the exporter stopped; "
+                    + "counted as send_failed", unwritten, config.collector);
+        }
+        counters.lostUnacked.addAndGet(retention.evictedUnwrittenUnresolved());
+        long unacked = retention.unackedRecords() - unwritten + retention.evictedWrittenUnresolved();
+        unacknowledged = unacked;
+        if (unacked > 0) {
+            LOG.warn("hoptrace: the exporter stopped with {} records the collector {} had not acknowledged as "
+                    + "durable (it may hold them)", unacked, config.collector);
+        }
+        retention = new Retention(0);
+        noteRetention();
+    }
+
+    /**
+     * On a new connection: forgets what the collector holds (Welcome's {@code resume_seq}),
+     * counts what it lost of the evicted frames, and writes the kept frames again, in order.
+     * On a version 1 connection (a collector that keeps no log) the kept frames go as plain
+     * Records frames and nothing is kept any more.
+     */
+    private void resume(Conn c) throws IOException {
+        long lost = c.durable ? retention.resume(c.resumeSeq) : retention.evictedUnwrittenUnresolved();
+        if (lost > 0) {
+            counters.lostUnacked.addAndGet(lost);
+            LOG.error("hoptrace: {} records evicted from the retention buffer were not stored by the collector {}: "
+                    + "lost, counted as lost_unacked", lost, config.collector);
+        }
+        long resent = 0;
+        for (Iterator<Retention.Frame> it = retention.frames(); it.hasNext();) {
+            Retention.Frame f = it.next();
+            if (c.durable) {
+                c.write(f.bytes, f.bytes.length);
+            } else {
+                byte[] plain = Protocol.plainRecords(f.bytes);
+                c.write(plain, plain.length);
+            }
+            if (f.written) {
+                resent += f.records;
+                counters.resent.addAndGet(f.records);
+            } else {
+                f.written = true;
+                counters.sent.addAndGet(f.records);
+            }
+        }
+        if (resent > 0) {
+            LOG.info("hoptrace: sent {} records again that the collector {} had not acknowledged", resent,
+                    config.collector);
+        }
+        if (!c.durable) {
+            long unknown = retention.evictedWrittenUnresolved();
+            if (unknown > 0) {
+                LOG.warn("hoptrace: {} records evicted unacknowledged may be lost: the collector {} now keeps no "
+                        + "log and cannot say whether it held them", unknown, config.collector);
+            }
+            retention = new Retention(Math.max(0, config.retentionBytes));
+        }
+        noteRetention();
+    }
+
+    /** Keeps a numbered frame; counts and (the first time) logs what that evicts. */
+    private void retain(Retention.Frame f, boolean away) {
+        long evicted = retention.push(f);
+        if (evicted > 0 && counters.evicted.getAndAdd(evicted) == 0) {
+            LOG.warn("hoptrace: {}the retention buffer ({} bytes) is full: dropped the oldest unacknowledged records "
+                    + "(counted as evicted; lost if the collector never stored them)",
+                    away ? "the collector " + config.collector + " is away and " : "", config.retentionBytes);
+        }
+        noteRetention();
+    }
+
+    /** Moves what is queued into numbered frames in the retention buffer, unwritten. */
+    private void retainQueued(Protocol.Buffer buf, int maxBatch) {
+        long[] mask = new long[4];
+        for (Protocol.Hop h : hops()) {
+            mask[h.id() >>> 6] |= 1L << (h.id() & 63);
+        }
+        for (;;) {
+            buf.clear();
+            int at = Protocol.beginSeqRecords(buf, nextSeq);
+            int n = queue.drainInto(buf, maxBatch, mask);
+            Protocol.endRecords(buf, at, n);
+            if (n == 0) {
+                return;
+            }
+            counters.dequeued.addAndGet(n);
+            retain(new Retention.Frame(nextSeq++, n, Arrays.copyOf(buf.array(), buf.length())), true);
+            if (n < maxBatch) {
+                return;
+            }
+        }
+    }
+
+    /**
+     * After Goodbye the collector acknowledges once more and ends the connection once its log
+     * holds everything this one sent, the last Counters frame included (no Ack covers control
+     * frames): waits for that end (up to the stop deadline), so that what it holds is known.
+     */
+    private void awaitFinalAck(Conn c) {
+        while (!c.dead && System.nanoTime() - stopDeadlineNs < 0) {
+            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(1));
+        }
+        retention.ack(c.ackSeq);
+        noteRetention();
+    }
+
+    /** Publishes the retention buffer's size for {@link #footprint()}. */
+    private void noteRetention() {
+        retainedBytes = retention.bytes();
+        evictedEntries = retention.evictedEntries();
     }
 
     /** Nanoseconds to milliseconds, rounded up, at least 0. */
@@ -721,8 +936,8 @@ public final class Exporter {
                 }
                 step = "Welcome";
                 Protocol.Buffer hello = new Protocol.Buffer(256);
-                Protocol.hello(hello, new Protocol.Hello(instanceId, config.host, config.process, SOFTWARE,
-                        config.token, announced));
+                Protocol.hello(hello, helloVersion, new Protocol.Hello(instanceId, config.host, config.process,
+                        SOFTWARE, config.token, announced));
                 OutputStream out = s.getOutputStream();
                 out.write(hello.array(), 0, hello.length());
                 out.flush();
@@ -739,10 +954,17 @@ public final class Exporter {
                     throw new IOException("collector answered hello with " + answer);
                 }
                 s.setSoTimeout(0);
+                boolean durable = w.version() >= 2 && helloVersion >= 2;
+                if (w.version() < helloVersion) {
+                    LOG.warn("hoptrace: the collector {} runs protocol version {} (it keeps no log: --no-log): "
+                            + "records are not acknowledged or kept to send again; a collector restart loses what "
+                            + "it had not written", config.collector, w.version());
+                }
+                keepWhileAway = durable;
                 runId = w.runId();
                 connected = true;
                 lastError = null;
-                return new Conn(s, tcp, in, out, announced, version);
+                return new Conn(s, tcp, in, out, announced, version, durable, w.resumeSeq());
             } catch (Rejected e) {
                 guard.cancel(false);
                 closeQuietly(tcp);
@@ -830,6 +1052,12 @@ public final class Exporter {
         final long[] hopMask = new long[4];
         final List<String> hopNames = new ArrayList<>();
         final int hopsVersion;
+        /** Version 2: records go in SeqRecords frames, kept until acknowledged. */
+        final boolean durable;
+        /** Version 2: Welcome's {@code resume_seq}. */
+        final long resumeSeq;
+        /** Version 2: the highest Ack read (the reader thread's, read by the exporter thread). */
+        volatile long ackSeq;
         final long openedNs = System.nanoTime();
         volatile boolean dead;
         volatile String endReason;
@@ -837,12 +1065,16 @@ public final class Exporter {
         private volatile boolean finishing;
         private final ScheduledFuture<?> watch;
 
-        Conn(Socket socket, Socket raw, InputStream in, OutputStream out, List<Protocol.Hop> hops, int hopsVersion) {
+        Conn(Socket socket, Socket raw, InputStream in, OutputStream out, List<Protocol.Hop> hops, int hopsVersion,
+             boolean durable, long resumeSeq) {
             this.socket = socket;
             this.raw = raw;
             this.in = in;
             this.out = out;
             this.hopsVersion = hopsVersion;
+            this.durable = durable;
+            this.resumeSeq = resumeSeq;
+            this.ackSeq = resumeSeq;
             for (Protocol.Hop h : hops) {
                 hopMask[h.id() >>> 6] |= 1L << (h.id() & 63);
                 hopNames.add(h.name() + "=" + h.id());
@@ -855,13 +1087,23 @@ public final class Exporter {
         }
 
         /**
-         * Reads what the collector sends after Welcome: in version 1 only a Reject before it
-         * closes. Anything else (another frame, bytes that are no frame, a frame longer than a
-         * collector's longest) ends the connection, at once: a write blocked meanwhile fails.
+         * Reads what the collector sends after Welcome: in version 2 its Acks (kept for the
+         * exporter thread), else only a Reject before it closes. Anything else (another frame,
+         * bytes that are no frame, a frame longer than a collector's longest) ends the
+         * connection, at once: a write blocked meanwhile fails.
          */
         private void read() {
             try {
-                Protocol.Frame f = Protocol.read(in, Protocol.MAX_COLLECTOR_FRAME_LEN);
+                Protocol.Frame f;
+                for (;;) {
+                    f = Protocol.read(in, Protocol.MAX_COLLECTOR_FRAME_LEN);
+                    if (!(durable && f instanceof Protocol.AckFrame a)) {
+                        break;
+                    }
+                    if (a.seq() > ackSeq) {
+                        ackSeq = a.seq();
+                    }
+                }
                 if (f instanceof Protocol.RejectFrame r) {
                     endReason = "rejected (code " + r.code() + "): " + r.reason();
                 } else {
@@ -906,10 +1148,11 @@ public final class Exporter {
             }
         }
 
-        void write(Protocol.Buffer buf) throws IOException {
+        /** Writes {@code len} bytes of {@code b}, bounded by the write watchdog. */
+        void write(byte[] b, int len) throws IOException {
             writeStartedNs = System.nanoTime() | 1;
             try {
-                out.write(buf.array(), 0, buf.length());
+                out.write(b, 0, len);
                 out.flush();
             } finally {
                 writeStartedNs = 0;
@@ -942,53 +1185,6 @@ public final class Exporter {
             closeQuietly(raw);
             closeQuietly(socket);
             watch.cancel(false);
-        }
-    }
-
-    /**
-     * What becomes of a Records frame once the exporter has written it. Version 1 ({@link
-     * AtOnce}): written is sent, a failed write is lost. A version with durable
-     * acknowledgements keeps each written frame (its sequence number and bytes, bounded in
-     * records) until the collector acknowledges that sequence, counts it as sent then, and
-     * hands the unacknowledged frames back after the Hello of a new connection; the exporter
-     * loop already numbers the frames, calls these hooks, and reads every collector frame on
-     * the connection's reader thread.
-     */
-    interface Delivery {
-        /**
-         * Records frame number {@code frameSeq} of {@code records} records, at {@code
-         * frame[off..off+len)}, was written to the socket (the array is reused afterwards).
-         */
-        void written(long frameSeq, byte[] frame, int off, int len, int records);
-
-        /** Frame {@code frameSeq} of {@code records} records could not be written. */
-        void failed(long frameSeq, int records);
-
-        /** Frames to write again, in order, right after the Hello of a new connection. */
-        List<byte[]> toResend();
-
-        /** Version 1: written is sent, failed is lost (counted), nothing is re-sent. */
-        final class AtOnce implements Delivery {
-            private final Counters counters;
-
-            AtOnce(Counters counters) {
-                this.counters = counters;
-            }
-
-            @Override
-            public void written(long frameSeq, byte[] frame, int off, int len, int records) {
-                counters.sent.addAndGet(records);
-            }
-
-            @Override
-            public void failed(long frameSeq, int records) {
-                counters.sendFailed.addAndGet(records);
-            }
-
-            @Override
-            public List<byte[]> toResend() {
-                return List.of();
-            }
         }
     }
 }

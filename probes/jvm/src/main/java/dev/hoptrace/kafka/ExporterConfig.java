@@ -24,6 +24,11 @@ public final class ExporterConfig {
     public final String host;
     /** Records the queue holds before reports are dropped (and counted). */
     public int queueCapacity = 1 << 16;
+    /**
+     * Bytes of records frames kept until the collector acknowledges them (protocol version 2);
+     * 0 speaks version 1 and keeps nothing. Default {@link #defaultRetentionBytes()}.
+     */
+    public long retentionBytes = defaultRetentionBytes();
     /** Most records per Records frame. */
     public int maxBatch = 8192;
     /** Sleep of the exporter thread when the queue is empty, ms. */
@@ -72,12 +77,22 @@ public final class ExporterConfig {
     }
 
     /**
+     * The default retention: 64 MiB, as the other hoptrace probes keep, but at most an eighth
+     * of the JVM's maximum heap, so that a client with a small heap is not crowded.
+     */
+    public static long defaultRetentionBytes() {
+        long max = Runtime.getRuntime().maxMemory();
+        long cap = max == Long.MAX_VALUE ? Long.MAX_VALUE : max / 8;
+        return Math.min(64L << 20, cap);
+    }
+
+    /**
      * The settings that do not name the connection (bounds, timeouts, periods), for the
      * warning when clients sharing one exporter ask for different ones.
      */
     String tuning() {
-        return "queue.capacity=" + queueCapacity + " batch.records=" + maxBatch + " connect.timeout.ms="
-                + connectTimeoutMs + " write.timeout.ms=" + writeTimeoutMs + " close.timeout.ms=" + closeTimeoutMs
+        return "queue.capacity=" + queueCapacity + " retention.bytes=" + retentionBytes + " batch.records="
+                + maxBatch + " connect.timeout.ms=" + connectTimeoutMs + " write.timeout.ms=" + writeTimeoutMs + " close.timeout.ms=" + closeTimeoutMs
                 + " backoff.min.ms=" + backoffMinMs + " backoff.max.ms=" + backoffMaxMs
                 + " counters.interval.ms=" + countersIntervalMs + " clock.interval.ms=" + clockIntervalMs;
     }

@@ -52,6 +52,8 @@ public final class InterceptorConfig extends AbstractConfig {
     public static final String IN_BAND = "hoptrace.in.band";
     /** Queue capacity, records. */
     public static final String QUEUE_CAPACITY = "hoptrace.queue.capacity";
+    /** Bytes of records frames kept until the collector acknowledges them (version 2). */
+    public static final String RETENTION_BYTES = "hoptrace.retention.bytes";
     /** Most records per Records frame. */
     public static final String BATCH_RECORDS = "hoptrace.batch.records";
     /** Total time of a connection attempt. */
@@ -102,6 +104,12 @@ public final class InterceptorConfig extends AbstractConfig {
             .define(QUEUE_CAPACITY, Type.INT, 1 << 16, Range.between(2, 1 << 26), Importance.MEDIUM,
                     "Records waiting for the exporter thread (rounded up to a power of two; 72 bytes each, "
                     + "allocated at start). Beyond it a record is dropped and counted as `queue_full`.")
+            .define(RETENTION_BYTES, Type.LONG, null, optional(Range.between(0, 1L << 40)), Importance.MEDIUM,
+                    "Bytes of records frames kept until the collector acknowledges them as durable (protocol "
+                    + "version 2), sent again after a collector restart, and filled while the collector is "
+                    + "away. When full the oldest are dropped and counted as `evicted` (`lost_unacked` "
+                    + "for those the collector never stored). Unset: 64 MiB, at most an eighth of the JVM's "
+                    + "maximum heap. 0: protocol version 1, nothing kept once written.")
             .define(BATCH_RECORDS, Type.INT, 8192, Range.between(1, Protocol.MAX_RECORDS_PER_FRAME),
                     Importance.LOW,
                     "Most records per Records frame. The exporter's write buffer holds one such frame "
@@ -163,6 +171,10 @@ public final class InterceptorConfig extends AbstractConfig {
         exporter = new ExporterConfig(getString(COLLECTOR), token, ca == null ? null : Path.of(ca), getString(TLS_NAME),
                 process != null ? process : defaultProcess());
         exporter.queueCapacity = getInt(QUEUE_CAPACITY);
+        Long retention = getLong(RETENTION_BYTES);
+        if (retention != null) {
+            exporter.retentionBytes = retention;
+        }
         exporter.maxBatch = getInt(BATCH_RECORDS);
         exporter.connectTimeoutMs = getLong(CONNECT_TIMEOUT_MS);
         exporter.writeTimeoutMs = getLong(WRITE_TIMEOUT_MS);

@@ -9,8 +9,10 @@ import java.util.Arrays;
 import java.util.List;
 
 /**
- * The collector protocol of {@code docs/collector-protocol.md}, version 1: length-prefixed
- * frames, little-endian integers, u16-length UTF-8 strings of at most 1024 bytes.
+ * The collector protocol of {@code docs/collector-protocol.md}, versions 1 and 2: length-prefixed
+ * frames, little-endian integers, u16-length UTF-8 strings of at most 1024 bytes. Version 2
+ * adds numbered records frames (SeqRecords), the collector's Acks and Welcome's {@code
+ * resume_seq}.
  *
  * <p>Probe frames are encoded into a {@link Buffer}; frames from either side are decoded by
  * {@link #decode(int, byte[])} (the exporter reads Welcome and Reject with it, tests read
@@ -19,8 +21,8 @@ import java.util.List;
 public final class Protocol {
     private Protocol() {}
 
-    /** Protocol version spoken here. */
-    public static final int VERSION = 1;
+    /** Highest protocol version spoken here. */
+    public static final int VERSION = 2;
     /** Largest frame: type byte plus body. */
     public static final int MAX_FRAME_LEN = 1 << 20;
     /** Longest string, bytes. */
@@ -44,10 +46,16 @@ public final class Protocol {
     public static final int SENT = 0x05;
     /** Goodbye. */
     public static final int GOODBYE = 0x06;
+    /** SeqRecords (version 2): a records frame with its number. */
+    public static final int SEQ_RECORDS = 0x07;
     /** Welcome. */
     public static final int WELCOME = 0x81;
     /** Reject. */
     public static final int REJECT = 0x82;
+    /** Ack (version 2). */
+    public static final int ACK = 0x83;
+    /** Reject code: bad magic or unsupported version. */
+    public static final int REJECT_VERSION = 1;
 
     /** Counter ids of the Counters frame. */
     public static final int REPORTED = 1;
@@ -67,6 +75,12 @@ public final class Protocol {
     public static final int STAMPS_FULL = 8;
     /** traceparent values ignored. */
     public static final int BAD_TRACEPARENT = 9;
+    /** Records sent again after a reconnection because no Ack had covered them (version 2). */
+    public static final int RESENT = 10;
+    /** Records dropped from the retention buffer (full) before an Ack covered them (version 2). */
+    public static final int EVICTED = 11;
+    /** Of {@link #EVICTED}, the records the collector did not hold: lost, counted (version 2). */
+    public static final int LOST_UNACKED = 12;
 
     /** Length of a record without a trace id. */
     public static final int RECORD_LEN = 36;
@@ -211,13 +225,21 @@ public final class Protocol {
     /** A hop announced in Hello. */
     public record Hop(int id, String name) {}
 
-    /** Appends a Hello frame. */
+    /** Appends a Hello frame of the highest version, {@link #VERSION}. */
     public static void hello(Buffer out, Hello h) {
+        hello(out, VERSION, h);
+    }
+
+    /** Appends a Hello frame asking for protocol {@code version} (1 or 2). */
+    public static void hello(Buffer out, int version, Hello h) {
         if (h.hops().isEmpty() || h.hops().size() > MAX_HOPS) {
             throw new IllegalArgumentException("1 to 16 hops, not " + h.hops().size());
         }
+        if (version < 1 || version > VERSION) {
+            throw new IllegalArgumentException("protocol version 1 to " + VERSION + ", not " + version);
+        }
         int at = out.begin(HELLO);
-        out.bytes(HELLO_MAGIC).u16(VERSION).i64(h.instanceId())
+        out.bytes(HELLO_MAGIC).u16(version).i64(h.instanceId())
                 .str(h.host()).str(h.process()).str(h.software()).str(h.token())
                 .u8(h.hops().size());
         for (Hop hop : h.hops()) {
@@ -233,14 +255,43 @@ public final class Protocol {
         return at;
     }
 
-    /** Completes a Records frame of {@code count} records; an empty one is removed again. */
+    /**
+     * Appends the start of a SeqRecords frame numbered {@code seq} (version 2); returns its
+     * position for {@link #endRecords}.
+     */
+    static int beginSeqRecords(Buffer out, long seq) {
+        int at = out.begin(SEQ_RECORDS);
+        out.i64(seq).i32(0);
+        return at;
+    }
+
+    /**
+     * Completes a Records or SeqRecords frame begun at {@code at} with {@code count} records;
+     * an empty one is removed again.
+     */
     static void endRecords(Buffer out, int at, int count) {
         if (count == 0) {
             out.truncate(at);
             return;
         }
-        Bytes.putI32(out.b, at + 5, count);
+        int countAt = at + 5 + ((out.b[at + 4] & 0xFF) == SEQ_RECORDS ? 8 : 0);
+        Bytes.putI32(out.b, countAt, count);
         out.end(at);
+    }
+
+    /**
+     * The same records as a plain Records frame, from a whole SeqRecords frame (length prefix
+     * included): for a version 1 connection, which takes no numbered frames.
+     */
+    static byte[] plainRecords(byte[] seqFrame) {
+        if (seqFrame.length < 17 || (seqFrame[4] & 0xFF) != SEQ_RECORDS) {
+            throw new IllegalArgumentException("not a SeqRecords frame");
+        }
+        byte[] plain = new byte[seqFrame.length - 8];
+        Bytes.putI32(plain, 0, Bytes.getI32(seqFrame, 0) - 8);
+        plain[4] = (byte) RECORDS;
+        System.arraycopy(seqFrame, 13, plain, 5, seqFrame.length - 13);
+        return plain;
     }
 
     /** The host's clock status (Clock frame). */
@@ -312,8 +363,8 @@ public final class Protocol {
     }
 
     /** A decoded frame: its type and what it holds. */
-    public sealed interface Frame permits HelloFrame, RecordsFrame, ClockFrame, CountersFrame,
-            GoodbyeFrame, WelcomeFrame, RejectFrame {}
+    public sealed interface Frame permits HelloFrame, RecordsFrame, SeqRecordsFrame, ClockFrame,
+            CountersFrame, GoodbyeFrame, WelcomeFrame, RejectFrame, AckFrame {}
 
     /** Hello as received. */
     public record HelloFrame(int version, Hello hello) implements Frame {}
@@ -324,6 +375,9 @@ public final class Protocol {
 
     /** Records. */
     public record RecordsFrame(List<Record> records) implements Frame {}
+
+    /** SeqRecords (version 2): records frame number {@code seq} of the exporter instance. */
+    public record SeqRecordsFrame(long seq, List<Record> records) implements Frame {}
 
     /** Clock. */
     public record ClockFrame(ClockStatus status) implements Frame {}
@@ -344,11 +398,17 @@ public final class Protocol {
     /** Goodbye. */
     public record GoodbyeFrame() implements Frame {}
 
-    /** Welcome: the collector's version and the run id. */
-    public record WelcomeFrame(int version, String runId) implements Frame {}
+    /**
+     * Welcome: the connection's version, the run id and (version 2; 0 in version 1) the
+     * highest SeqRecords number of this instance the collector holds durably.
+     */
+    public record WelcomeFrame(int version, String runId, long resumeSeq) implements Frame {}
 
     /** Reject: a code and a reason. */
     public record RejectFrame(int code, String reason) implements Frame {}
+
+    /** Ack (version 2): every SeqRecords frame of the instance up to {@code seq} is durable. */
+    public record AckFrame(long seq) implements Frame {}
 
     /** Reads one whole frame from {@code in}. */
     public static Frame read(InputStream in) throws IOException {
@@ -398,7 +458,7 @@ public final class Protocol {
                     throw new ProtocolException("bad_magic", "hello magic");
                 }
                 int version = r.u16();
-                if (version != VERSION) {
+                if (version < 1 || version > VERSION) {
                     throw new ProtocolException("unsupported_version", "version " + version);
                 }
                 long id = r.i64();
@@ -416,28 +476,10 @@ public final class Protocol {
                 }
                 f = new HelloFrame(version, new Hello(id, host, process, software, token, hops));
             }
-            case RECORDS -> {
-                long n = r.i32() & 0xFFFFFFFFL;
-                if (n < 1 || n > MAX_RECORDS_PER_FRAME) {
-                    throw new ProtocolException("bad_count", n + " records");
-                }
-                List<Record> records = new ArrayList<>();
-                for (long i = 0; i < n; i++) {
-                    int flags = r.u8();
-                    if ((flags & ~1) != 0) {
-                        throw new ProtocolException("reserved_bits", "record flags " + flags);
-                    }
-                    int hop = r.u8();
-                    int publisher = r.u16();
-                    int stream = r.i32();
-                    long sequence = r.i64();
-                    long stamp = r.i64();
-                    int metrics = r.i32();
-                    long intended = r.i64();
-                    byte[] id = (flags & 1) != 0 ? r.take(16) : null;
-                    records.add(new Record(hop, publisher, stream, sequence, stamp, metrics, intended, id));
-                }
-                f = new RecordsFrame(records);
+            case RECORDS -> f = new RecordsFrame(records(r));
+            case SEQ_RECORDS -> {
+                long seq = r.i64();
+                f = new SeqRecordsFrame(seq, records(r));
             }
             case CLOCK -> f = new ClockFrame(new ClockStatus(r.i64(), r.u8(), r.u8() != 0, r.u8(), r.i64(),
                     r.i64(), r.str()));
@@ -451,14 +493,44 @@ public final class Protocol {
                 f = new CountersFrame(at, values);
             }
             case GOODBYE -> f = new GoodbyeFrame();
-            case WELCOME -> f = new WelcomeFrame(r.u16(), r.str());
+            case WELCOME -> {
+                int version = r.u16();
+                String run = r.str();
+                f = new WelcomeFrame(version, run, version >= 2 ? r.i64() : 0);
+            }
             case REJECT -> f = new RejectFrame(r.u16(), r.str());
+            case ACK -> f = new AckFrame(r.i64());
             default -> throw new ProtocolException("unknown_type", String.format("type 0x%02x", type));
         }
         if (r.p != body.length) {
             throw new ProtocolException("trailing_bytes", (body.length - r.p) + " bytes left");
         }
         return f;
+    }
+
+    /** The count and records of a Records or SeqRecords body. */
+    private static List<Record> records(Reader r) throws ProtocolException {
+        long n = r.i32() & 0xFFFFFFFFL;
+        if (n < 1 || n > MAX_RECORDS_PER_FRAME) {
+            throw new ProtocolException("bad_count", n + " records");
+        }
+        List<Record> records = new ArrayList<>();
+        for (long i = 0; i < n; i++) {
+            int flags = r.u8();
+            if ((flags & ~1) != 0) {
+                throw new ProtocolException("reserved_bits", "record flags " + flags);
+            }
+            int hop = r.u8();
+            int publisher = r.u16();
+            int stream = r.i32();
+            long sequence = r.i64();
+            long stamp = r.i64();
+            int metrics = r.i32();
+            long intended = r.i64();
+            byte[] id = (flags & 1) != 0 ? r.take(16) : null;
+            records.add(new Record(hop, publisher, stream, sequence, stamp, metrics, intended, id));
+        }
+        return records;
     }
 
     private static final class Reader {

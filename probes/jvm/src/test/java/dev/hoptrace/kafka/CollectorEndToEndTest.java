@@ -31,8 +31,9 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The interceptors against the real collector (`$HOPTRACE_BIN collect`) where things go
  * wrong: a collector that requires a token ({@code hoptrace.token} right, wrong, missing),
- * and a queue too small for a burst while the collector is out of reach (the drops counted
- * in the run's accounting as lost by probes).
+ * a queue too small for a burst while the collector is out of reach in version 1 (the drops
+ * counted in the run's accounting as lost by probes), and a collector killed mid-run and
+ * continued (version 2: nothing lost).
  */
 class CollectorEndToEndTest {
     static final String PIPELINE = """
@@ -228,7 +229,8 @@ class CollectorEndToEndTest {
 
     /**
      * `hoptrace publish` sends 2000 records into Kafka; a KafkaConsumer with the consumer
-     * interceptor ({@code hoptrace.queue.capacity} 16) polls them all while its collector
+     * interceptor in version 1 ({@code hoptrace.queue.capacity} 16, {@code
+     * hoptrace.retention.bytes} 0) polls them all while its collector
      * is out of reach, so all but 16 of its records are dropped and counted as
      * {@code queue_full}. Once the collector is reachable the 16 and the counters arrive, and
      * the run's accounting shows the drops as lost by probes: it adds up with exactly that
@@ -263,6 +265,9 @@ class CollectorEndToEndTest {
             props.put("hoptrace.hops", "publish:0,consume:2");
             props.put("hoptrace.process", "jvm-drops-consumer");
             props.put("hoptrace.queue.capacity", String.valueOf(capacity));
+            // Version 1: nothing drains the queue while the collector is away (in version 2 the
+            // retention buffer would take what the queue cannot hold).
+            props.put("hoptrace.retention.bytes", "0");
             // The exporter's retry delay has grown to its 5 s cap by the time the gate opens.
             props.put("hoptrace.close.timeout.ms", "15000");
             long consumed = 0;
@@ -313,5 +318,111 @@ class CollectorEndToEndTest {
             assertEquals(0, a.get("duplicate_traces").longValue(), a.toString());
             assertEquals(0, a.get("late_records").longValue(), a.toString());
         }
+    }
+
+    /**
+     * `hoptrace publish` sends 4000 messages into Kafka; a KafkaConsumer with the consumer
+     * interceptor (version 2, its defaults) polls them 100 at a time. After 1500 the collector
+     * is killed (SIGKILL) and 1000 more are consumed while it is down; then it is started again
+     * on the same run and port ({@code --run-id}), and the consumer takes the rest. The
+     * frames the killed collector had not acknowledged, and those kept while it was away, are
+     * sent again: the run adds up exactly, every message complete, nothing lost.
+     */
+    @Test
+    void aKilledCollectorContinuedLosesNothingTheConsumerReported(@TempDir Path dir) throws Exception {
+        Path bin = Integration.require();
+        final int messages = 4000;
+        String runId = "jvm-kill-" + System.currentTimeMillis();
+        String topic = "jvm-probe-" + runId;
+        Integration.createTopic(Integration.KAFKA, topic, 1, Map.of());
+        Path pipeline = dir.resolve("pipeline.toml");
+        Files.writeString(pipeline, CONSUME_PIPELINE);
+        String listen = "127.0.0.1:" + HostileTest.freePort();
+        // A long log sync: what the consumer's exporter wrote in the last second before the
+        // kill is not yet acknowledged, so it is in its retention buffer to send again.
+        Integration.Collector first = new Integration.Collector(bin, dir, pipeline, runId, listen, "collect-1.log",
+                List.of("--log-sync", "1s"));
+        Integration.Collector second = null;
+        try {
+            Integration.run(bin, dir, "publish", "publish", "--to", "kafka://" + Integration.KAFKA + "/" + topic,
+                    "--rate", "5000", "--messages", String.valueOf(messages), "--duration", "30s", "--streams", "4",
+                    "--publisher-id", "25", "--collector", listen, "--pipeline", pipeline.toString());
+            Properties props = new Properties();
+            props.put("bootstrap.servers", Integration.KAFKA);
+            props.put("group.id", runId);
+            props.put("auto.offset.reset", "earliest");
+            props.put("max.poll.records", "100");
+            props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+            props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+            props.put("interceptor.classes", HoptraceConsumerInterceptor.class.getName());
+            props.put("hoptrace.collector", listen);
+            props.put("hoptrace.hop", "consume");
+            props.put("hoptrace.hops", "publish:0,consume:2");
+            props.put("hoptrace.process", "jvm-kill-consumer");
+            props.put("hoptrace.backoff.max.ms", "500");
+            props.put("hoptrace.close.timeout.ms", "15000");
+            long consumed = 0;
+            Exporter exporter;
+            try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(props)) {
+                c.subscribe(List.of(topic));
+                long deadline = System.nanoTime() + 90_000_000_000L;
+                while (consumed < messages && System.nanoTime() < deadline) {
+                    ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(200));
+                    consumed += recs.count();
+                    if (consumed >= 1500 && first.process.isAlive()) {
+                        first.kill();
+                    }
+                    if (consumed >= 2500 && second == null) {
+                        second = new Integration.Collector(bin, dir, pipeline, runId, listen, "collect-2.log",
+                                List.of());
+                    }
+                    Thread.sleep(20); // the consumer's own work between polls
+                }
+                assertEquals(messages, consumed, "every record consumed");
+                exporter = findExporter(listen);
+            }
+            assertTrue(second != null, "the collector was started again");
+            Counters.Snapshot local = exporter.counters();
+            JsonNode run = second.stop();
+            try {
+                Integration.assertExact(run, messages, "publish", "consume");
+            } catch (AssertionError e) {
+                throw new AssertionError(e.getMessage() + "\nrestarts: " + run.get("restarts") + "\n--- killed collector:\n"
+                        + first.readLog() + "\n--- continued:\n" + second.readLog(), e);
+            }
+            assertEquals(1, run.get("restarts").size(), run.get("restarts").toString());
+            JsonNode probe = null;
+            for (JsonNode p : run.get("probes")) {
+                if (p.get("process").textValue().equals("jvm-kill-consumer") && p.get("clean_close").booleanValue()) {
+                    probe = p;
+                }
+            }
+            assertTrue(probe != null, "the consumer's last connection, closed cleanly: " + run.get("probes"));
+            assertEquals(2, probe.get("protocol_version").intValue(), probe.toString());
+            assertTrue(probe.get("durable").booleanValue(), probe.toString());
+            JsonNode counters = probe.get("counters");
+            assertEquals(messages, counters.get("reported").longValue(), counters.toString());
+            assertEquals(messages, counters.get("sent").longValue(), "each record counted sent once: " + counters);
+            assertEquals(0, counters.get("lost_unacked").longValue(), counters.toString());
+            assertEquals(0, counters.get("queue_full").longValue(), counters.toString());
+            assertEquals(0, counters.get("send_failed").longValue(), counters.toString());
+            assertEquals(local.resent(), counters.get("resent").longValue(), counters.toString());
+            assertTrue(local.reconnects() >= 1, local.toString());
+            assertEquals(0, exporter.unacknowledged());
+            System.out.printf("killed collector: the consumer's exporter sent %d records again; the run dropped %d "
+                    + "it already held%n", local.resent(), run.get("accounting").get("resent_records_dropped").longValue());
+        } finally {
+            first.close();
+            if (second != null) {
+                second.close();
+            }
+        }
+    }
+
+    /** The exporter the interceptors of this JVM share for {@code collector}, or fails. */
+    static Exporter findExporter(String collector) {
+        Exporter e = Exporter.sharedFor(collector);
+        assertTrue(e != null, "an exporter to " + collector);
+        return e;
     }
 }

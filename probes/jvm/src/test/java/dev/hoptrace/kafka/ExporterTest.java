@@ -66,6 +66,7 @@ class ExporterTest {
     void aFullQueueDropsAndCountsWithoutWaiting() throws Exception {
         {
             ExporterConfig cfg = config("127.0.0.1:1"); // nothing listens: records stay queued
+            cfg.retentionBytes = 0; // version 1: nothing drains the queue while away
             cfg.queueCapacity = 64;
             cfg.backoffMinMs = 10_000;
             Exporter e = new Exporter(cfg);

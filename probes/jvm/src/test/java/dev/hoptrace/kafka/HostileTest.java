@@ -41,8 +41,9 @@ import org.junit.jupiter.params.provider.ValueSource;
  * collectors that refuse connections, never accept, accept and never answer, answer Hello with
  * garbage, close after Hello, trickle Welcome, stop reading after Welcome, send garbage after
  * Welcome, answer Welcome 2.5 s late, restart every 200 ms, or never answer anything after
- * Welcome (this exporter speaks version 1: no collector acknowledges, nothing is kept once
- * written), a client's {@code onSend} and {@code onConsume} calls (100,000 and more per test,
+ * Welcome (these hosts' exporters speak version 1, {@code hoptrace.retention.bytes=0}: no
+ * collector acknowledges, nothing is kept once written; {@link DurableTest} runs the version 2
+ * cases, with a retention buffer), a client's {@code onSend} and {@code onConsume} calls (100,000 and more per test,
  * real loopback TCP) all return at once; everything the exporter holds stays within its bound
  * ({@link Exporter#footprint()}); and once a collector that behaves comes up on the same port,
  * what was dropped is counted and reaches it: reported = sent + send_failed + queue_full.
@@ -89,6 +90,7 @@ class HostileTest {
             p.put("hoptrace.backoff.max.ms", "100");
             p.put("hoptrace.counters.interval.ms", "50");
             p.put("hoptrace.close.timeout.ms", "5000");
+            p.put("hoptrace.retention.bytes", "0");
             p.putAll(extra);
             Map<String, Object> c = new HashMap<>(p);
             c.put("hoptrace.hop", "flow_in");
@@ -509,7 +511,7 @@ class HostileTest {
                 for (long[] v : c.values()) {
                     assertTrue(ids.add(v[0]), "one value per counter id");
                 }
-                assertEquals(9, ids.size());
+                assertEquals(12, ids.size());
                 assertEquals(before.reported(), c.get(Protocol.REPORTED));
                 assertEquals(before.queueFull(), c.get(Protocol.QUEUE_FULL));
                 assertEquals(rs.records().size(), c.get(Protocol.SENT_RECORDS));

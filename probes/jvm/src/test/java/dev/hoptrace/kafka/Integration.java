@@ -77,10 +77,16 @@ final class Integration {
         final Path log;
 
         Collector(Path bin, Path dir, Path pipeline, String runId, String... extra) throws Exception {
-            log = dir.resolve("collect-" + runId + ".log");
-            List<String> cmd = new ArrayList<>(List.of(bin.toString(), "collect", "--listen", "127.0.0.1:0",
+            this(bin, dir, pipeline, runId, "127.0.0.1:0", "collect-" + runId + ".log", List.of(extra));
+        }
+
+        /** A collector listening on {@code listen}, its output in {@code logName} under {@code dir}. */
+        Collector(Path bin, Path dir, Path pipeline, String runId, String listen, String logName, List<String> extra)
+                throws Exception {
+            log = dir.resolve(logName);
+            List<String> cmd = new ArrayList<>(List.of(bin.toString(), "collect", "--listen", listen,
                     "--pipeline", pipeline.toString(), "--out", dir.resolve("runs").toString(), "--run-id", runId));
-            cmd.addAll(List.of(extra));
+            cmd.addAll(extra);
             process = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
             runDir = dir.resolve("runs").resolve(runId);
             Pattern p = Pattern.compile("collecting on (\\S+)");
@@ -102,6 +108,14 @@ final class Integration {
                 }
             }
             address = found;
+        }
+
+        /** SIGKILL, as a crash; waits for the process to end. */
+        void kill() throws Exception {
+            process.destroyForcibly();
+            if (!process.waitFor(30, TimeUnit.SECONDS)) {
+                fail("hoptrace collect did not end on SIGKILL");
+            }
         }
 
         /** SIGTERM, wait for the flush, and the run's run.json. */

@@ -27,7 +27,7 @@ class InterceptorConfigTest {
 
     @Test
     void everySettingIsDefinedWithTypeDefaultImportanceAndDocumentation() {
-        assertEquals(20, InterceptorConfig.CONFIG.names().size());
+        assertEquals(21, InterceptorConfig.CONFIG.names().size());
         for (ConfigDef.ConfigKey k : InterceptorConfig.CONFIG.configKeys().values()) {
             assertTrue(k.name.startsWith("hoptrace."), k.name);
             assertNotNull(k.type, k.name);
@@ -45,6 +45,9 @@ class InterceptorConfigTest {
         assertEquals(plain.tuning(), c.exporter.tuning());
         assertEquals(65536, c.exporter.queueCapacity);
         assertEquals(8192, c.exporter.maxBatch);
+        assertEquals(ExporterConfig.defaultRetentionBytes(), c.exporter.retentionBytes);
+        assertEquals(Math.min(64L << 20, Runtime.getRuntime().maxMemory() / 8), c.exporter.retentionBytes,
+                "64 MiB, at most an eighth of the heap");
         assertEquals(2000, c.exporter.connectTimeoutMs);
         assertEquals(10_000, c.exporter.writeTimeoutMs);
         assertEquals(5000, c.exporter.closeTimeoutMs);
@@ -59,6 +62,7 @@ class InterceptorConfigTest {
     void everyBoundAndTimeIsASetting() {
         Map<String, Object> p = minimal();
         p.put("hoptrace.queue.capacity", "1000");
+        p.put("hoptrace.retention.bytes", "0");
         p.put("hoptrace.batch.records", 100); // a number given as a number
         p.put("hoptrace.connect.timeout.ms", "300");
         p.put("hoptrace.write.timeout.ms", "400");
@@ -73,6 +77,7 @@ class InterceptorConfigTest {
         p.put("hoptrace.tls.name", "collector.example");
         ExporterConfig e = InterceptorConfig.producer(p).exporter;
         assertEquals(1000, e.queueCapacity);
+        assertEquals(0, e.retentionBytes, "0: version 1");
         assertEquals(100, e.maxBatch);
         assertEquals(300, e.connectTimeoutMs);
         assertEquals(400, e.writeTimeoutMs);
@@ -92,9 +97,11 @@ class InterceptorConfigTest {
         Map<String, Object> p = minimal();
         p.put("hoptrace.hops", " ");
         p.put("hoptrace.queue.capacity", "");
+        p.put("hoptrace.retention.bytes", " ");
         p.put("hoptrace.log.append.time.hop", "");
         InterceptorConfig c = InterceptorConfig.consumer(p);
         assertEquals(65536, c.exporter.queueCapacity);
+        assertEquals(ExporterConfig.defaultRetentionBytes(), c.exporter.retentionBytes);
         assertNull(c.latHop);
         p.put("hoptrace.collector", "  ");
         ConfigException e = assertThrows(ConfigException.class, () -> InterceptorConfig.consumer(p));
@@ -126,6 +133,8 @@ class InterceptorConfigTest {
             {"hoptrace.queue.capacity", "1"},
             {"hoptrace.queue.capacity", String.valueOf((1 << 26) + 1)},
             {"hoptrace.queue.capacity", "lots"},
+            {"hoptrace.retention.bytes", "-1"},
+            {"hoptrace.retention.bytes", "64MiB"},
             {"hoptrace.batch.records", "0"},
             {"hoptrace.batch.records", "20001"},
             {"hoptrace.connect.timeout.ms", "0"},

@@ -384,12 +384,17 @@ public final class OutageHost {
                 .append(",\"bad_context\":").append(c.badContext())
                 .append(",\"stamps_full\":").append(c.stampsFull())
                 .append(",\"bad_traceparent\":").append(c.badTraceparent())
+                .append(",\"resent\":").append(c.resent())
+                .append(",\"evicted\":").append(c.evicted())
+                .append(",\"lost_unacked\":").append(c.lostUnacked())
                 .append(",\"rejected\":").append(exporter.rejected())
                 .append(",\"connected\":").append(exporter.isConnected())
                 .append(",\"queued\":").append(f.queuedRecords())
                 .append(",\"queue_slots\":").append(f.queueSlots())
                 .append(",\"write_buffer_bytes\":").append(f.writeBufferBytes())
                 .append(",\"reader_threads\":").append(f.readerThreads())
+                .append(",\"retained_bytes\":").append(f.retainedBytes())
+                .append(",\"retention_limit\":").append(f.retentionLimit())
                 .append('}');
     }
 

@@ -59,10 +59,47 @@ class ProtocolTest {
         Protocol.Buffer buf = new Protocol.Buffer(16);
         Protocol.hello(buf, new Protocol.Hello(0x0123456789ABCDEFL, "host-a", "MirrorMaker", "sw 1", "tok",
                 List.of(new Protocol.Hop(2, "mm2_consume"), new Protocol.Hop(3, "mm2_produce"))));
-        byte[] expected = new Expect().raw("HOPTRACE").le(1, 2).le(0x0123456789ABCDEFL, 8)
+        byte[] expected = new Expect().raw("HOPTRACE").le(2, 2).le(0x0123456789ABCDEFL, 8)
                 .str("host-a").str("MirrorMaker").str("sw 1").str("tok")
                 .u8(2).u8(2).str("mm2_consume").u8(3).str("mm2_produce").frame(0x01);
+        assertEquals(Bytes.hex(expected), Bytes.hex(buf.toByteArray()), "version 2 by default");
+        Protocol.Buffer v1 = new Protocol.Buffer(16);
+        Protocol.hello(v1, 1, new Protocol.Hello(0x0123456789ABCDEFL, "host-a", "MirrorMaker", "sw 1", "tok",
+                List.of(new Protocol.Hop(2, "mm2_consume"), new Protocol.Hop(3, "mm2_produce"))));
+        expected[13] = 1; // the version's low byte: 4 length + 1 type + 8 magic
+        assertEquals(Bytes.hex(expected), Bytes.hex(v1.toByteArray()));
+        assertThrows(IllegalArgumentException.class, () -> Protocol.hello(new Protocol.Buffer(16), 3,
+                new Protocol.Hello(1, "h", "p", "s", "", List.of(new Protocol.Hop(1, "a")))));
+    }
+
+    @Test
+    void seqRecordsCarryTheirNumberBeforeTheCountAndBecomePlainRecordsForVersion1() throws Exception {
+        TraceContext a = new TraceContext(7, 3, 11L, 50, 1_700_000_000_000_000_000L);
+        RecordQueue q = new RecordQueue(8);
+        q.offer(a, 4, 1_700_000_000_000_001_000L);
+        Protocol.Buffer buf = new Protocol.Buffer(16);
+        int at = Protocol.beginSeqRecords(buf, 0x0102030405L);
+        int n = q.drainInto(buf, 100, allHops());
+        Protocol.endRecords(buf, at, n);
+        Expect e = new Expect().le(0x0102030405L, 8).le(1, 4);
+        e.u8(0).u8(4).le(7, 2).le(3, 4).le(11L, 8).le(1_700_000_000_000_001_000L, 8).le(50, 4)
+                .le(1_700_000_000_000_000_000L, 8);
+        byte[] expected = e.frame(0x07);
         assertEquals(Bytes.hex(expected), Bytes.hex(buf.toByteArray()));
+        Protocol.SeqRecordsFrame f = assertInstanceOf(Protocol.SeqRecordsFrame.class,
+                Protocol.read(new ByteArrayInputStream(expected)));
+        assertEquals(0x0102030405L, f.seq());
+        assertEquals(1, f.records().size());
+        assertEquals(11L, f.records().get(0).sequence());
+        // The same records, unnumbered.
+        Expect plain = new Expect().le(1, 4);
+        plain.u8(0).u8(4).le(7, 2).le(3, 4).le(11L, 8).le(1_700_000_000_000_001_000L, 8).le(50, 4)
+                .le(1_700_000_000_000_000_000L, 8);
+        assertEquals(Bytes.hex(plain.frame(0x02)), Bytes.hex(Protocol.plainRecords(expected)));
+        Protocol.Buffer empty = new Protocol.Buffer(16);
+        int at2 = Protocol.beginSeqRecords(empty, 9);
+        Protocol.endRecords(empty, at2, 0);
+        assertEquals(0, empty.length(), "an empty numbered frame is not written");
     }
 
     @Test
@@ -120,17 +157,21 @@ class ProtocolTest {
         c.badContext.add(5);
         c.stampsFull.add(6);
         c.badTraceparent.add(7);
+        c.resent.set(8);
+        c.evicted.set(9);
+        c.lostUnacked.set(4);
         Counters.Snapshot s = c.snapshot(1);
         assertEquals(13, s.reported(), "dequeued + queue_full + queued");
         Protocol.Buffer buf = new Protocol.Buffer(16);
         Protocol.counters(buf, 42L, s.toWire());
-        Expect e = new Expect().le(42L, 8).u8(9);
-        long[][] want = {{1, 13}, {2, 2}, {3, 9}, {4, 1}, {5, 3}, {6, 4}, {7, 5}, {8, 6}, {9, 7}};
+        Expect e = new Expect().le(42L, 8).u8(12);
+        long[][] want = {{1, 13}, {2, 2}, {3, 9}, {4, 1}, {5, 3}, {6, 4}, {7, 5}, {8, 6}, {9, 7}, {10, 8}, {11, 9},
+            {12, 4}};
         for (long[] w : want) {
             e.le(w[0], 2).le(w[1], 8);
         }
         assertEquals(Bytes.hex(e.frame(0x04)), Bytes.hex(buf.toByteArray()));
-        assertEquals(3, s.lost());
+        assertEquals(2 + 1 + 4, s.lost(), "queue_full + send_failed + lost_unacked");
     }
 
     @Test
@@ -145,7 +186,12 @@ class ProtocolTest {
         byte[] welcome = new Expect().le(1, 2).str("run-7").frame(0x81);
         Protocol.WelcomeFrame w = assertInstanceOf(Protocol.WelcomeFrame.class,
                 Protocol.read(new ByteArrayInputStream(welcome)));
-        assertEquals(new Protocol.WelcomeFrame(1, "run-7"), w);
+        assertEquals(new Protocol.WelcomeFrame(1, "run-7", 0), w);
+        byte[] welcome2 = new Expect().le(2, 2).str("run-8").le(77L, 8).frame(0x81);
+        assertEquals(new Protocol.WelcomeFrame(2, "run-8", 77),
+                Protocol.read(new ByteArrayInputStream(welcome2)), "version 2 carries resume_seq");
+        assertEquals(new Protocol.AckFrame(-2L), Protocol.read(new ByteArrayInputStream(new Expect().le(-2L, 8)
+                .frame(0x83))), "Ack: a u64");
         byte[] reject = new Expect().le(3, 2).str("hop \"x\" is not declared").frame(0x82);
         assertEquals(new Protocol.RejectFrame(3, "hop \"x\" is not declared"),
                 Protocol.read(new ByteArrayInputStream(reject)));
@@ -160,7 +206,11 @@ class ProtocolTest {
         assertEquals("trailing_bytes", readError(new Expect().le(1, 2).str("r").u8(0).frame(0x81)));
         assertEquals("bad_string", readError(new Expect().le(1, 2).le(1025, 2).frame(0x81)));
         assertEquals("bad_magic", readError(new Expect().raw("HOPTRACX").frame(0x01)));
-        assertEquals("unsupported_version", readError(new Expect().raw("HOPTRACE").le(2, 2).frame(0x01)));
+        assertEquals("unsupported_version", readError(new Expect().raw("HOPTRACE").le(3, 2).frame(0x01)));
+        assertEquals("unsupported_version", readError(new Expect().raw("HOPTRACE").le(0, 2).frame(0x01)));
+        assertEquals("truncated", readError(new Expect().le(2, 2).str("r").le(1, 4).frame(0x81)),
+                "a version 2 Welcome without its resume_seq");
+        assertEquals("truncated", readError(new Expect().le(1, 4).frame(0x83)));
         assertEquals("bad_count", readError(new Expect().le(0, 4).frame(0x02)));
         assertEquals("reserved_bits", readError(new Expect().le(1, 4).u8(2).frame(0x02)));
     }
