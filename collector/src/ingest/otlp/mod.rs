@@ -206,7 +206,11 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     max_request_bytes: usize,
     ack_durable: bool,
-    sources: Mutex<HashMap<Source, SourceConn>>,
+    /// Every sender seen, each behind a lock of its own: a request holds its sender's lock
+    /// while it hands that sender's frames to the join (so its frame numbers reach the join
+    /// in order), never the map's, so a sender whose frames wait for room in the join holds
+    /// up no other sender.
+    sources: Mutex<HashMap<Source, Arc<Mutex<SourceConn>>>>,
 }
 
 /// One sender of spans, as the join sees it: a connection.
@@ -214,7 +218,11 @@ pub(crate) struct Shared {
 struct SourceConn {
     id: u64,
     instance: u64,
+    /// The last records frame number given.
     seq: u64,
+    /// Whether the join took the connection's Hello (a request that could not hand it over
+    /// leaves the next one to try again).
+    connected: bool,
 }
 
 impl Shared {
@@ -294,16 +302,11 @@ pub(crate) fn serve(
     for t in threads {
         let _ = t.join();
     }
-    let sources = std::mem::take(
-        &mut *shared
-            .sources
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
+    let sources = std::mem::take(&mut *lock(&shared.sources));
     // A join that is full takes nothing until traces complete or expire: waiting for it
     // here would hold the collector's stop for up to a join window.
     let deadline = Instant::now() + CHANNEL_WAIT * 2;
-    for conn in sources.values() {
+    for conn in sources.values().map(|c| *lock(c)).filter(|c| c.connected) {
         if send_within(tx, Event::Closed(conn.id, true), deadline).is_err() {
             tracing::warn!(
                 conn = conn.id,
@@ -853,6 +856,11 @@ fn read_body(
     }
 }
 
+/// Locks `m`, taking over a lock a panicking thread left.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Sends `ev` into the join's channel, waiting at most until `deadline` for room.
 fn send_within(tx: &SyncSender<Event>, mut ev: Event, deadline: Instant) -> Result<(), String> {
     loop {
@@ -882,55 +890,55 @@ fn deliver(
     let deadline = Instant::now() + CHANNEL_WAIT;
     let mut wait_for: Vec<(u64, u64)> = Vec::new();
     for (source, records) in by_source {
-        let mut sources = shared
-            .sources
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let conn = match sources.get(&source) {
-            Some(c) => *c,
-            None => {
-                let id = shared.conn_ids.fetch_add(1, Relaxed) + 1;
-                let instance = random_instance(id);
-                let hello = Hello {
-                    version: if shared.durable.is_some() { 2 } else { 1 },
-                    instance_id: instance,
-                    host: source.host.clone(),
-                    process: if source.service.is_empty() {
-                        "otlp".into()
-                    } else {
-                        source.service.clone()
-                    },
-                    software: format!("OTLP {}", source.sdk).trim_end().to_owned(),
-                    token: String::new(),
-                    hops: shared.hops.announced(),
-                };
-                send_within(tx, Event::Connected(id, peer, hello), deadline)?;
-                let c = SourceConn {
-                    id,
-                    instance,
-                    seq: 0,
-                };
-                sources.insert(source.clone(), c);
-                tracing::info!(host = %source.host, service = %source.service, run = %shared.run_id, "OTLP spans from a new sender");
-                c
-            }
-        };
-        let mut seq = conn.seq;
+        let entry = Arc::clone(
+            lock(&shared.sources)
+                .entry(source.clone())
+                .or_insert_with(|| {
+                    let id = shared.conn_ids.fetch_add(1, Relaxed) + 1;
+                    Arc::new(Mutex::new(SourceConn {
+                        id,
+                        instance: random_instance(id),
+                        seq: 0,
+                        connected: false,
+                    }))
+                }),
+        );
+        let mut conn = lock(&entry);
+        if !conn.connected {
+            let hello = Hello {
+                version: if shared.durable.is_some() { 2 } else { 1 },
+                instance_id: conn.instance,
+                host: source.host.clone(),
+                process: if source.service.is_empty() {
+                    "otlp".into()
+                } else {
+                    source.service.clone()
+                },
+                software: format!("OTLP {}", source.sdk).trim_end().to_owned(),
+                token: String::new(),
+                hops: shared.hops.announced(),
+            };
+            send_within(tx, Event::Connected(conn.id, peer, hello), deadline)?;
+            conn.connected = true;
+            tracing::info!(host = %source.host, service = %source.service, run = %shared.run_id, "OTLP spans from a new sender");
+        }
+        let first = conn.seq;
         for chunk in records.chunks(MAX_RECORDS_PER_FRAME) {
             let frame = if shared.durable.is_some() {
-                seq += 1;
                 Frame::SeqRecords {
-                    seq,
+                    seq: conn.seq + 1,
                     records: chunk.to_vec(),
                 }
             } else {
                 Frame::Records(chunk.to_vec())
             };
             send_within(tx, Event::Frame(conn.id, frame), deadline)?;
-            sources.get_mut(&source).expect("inserted above").seq = seq;
+            if shared.durable.is_some() {
+                conn.seq += 1;
+            }
         }
-        if seq > conn.seq {
-            wait_for.push((conn.instance, seq));
+        if conn.seq > first {
+            wait_for.push((conn.instance, conn.seq));
         }
     }
     let Some(durable) = shared.durable.as_ref().filter(|_| shared.ack_durable) else {

@@ -218,3 +218,70 @@ fn a_span_past_2262_or_with_a_short_trace_id_is_counted_not_stamped() {
             .contains("2 span(s) have an invalid trace id or time")
     );
 }
+
+/// A request that waits to hand its sender's frames to the join holds that sender's lock
+/// only: another sender's request goes through meanwhile.
+#[test]
+fn a_sender_waiting_on_the_join_holds_up_no_other_sender() {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::{Arc, mpsc};
+    use std::time::Duration;
+
+    let shared = super::Shared::new(
+        (hops(), Arc::new(super::OtlpCounters::default())),
+        (None, None),
+        "run".into(),
+        Arc::new(AtomicU64::new(0)),
+        None,
+        &super::OtlpConfig::new("127.0.0.1:0"),
+    );
+    let (tx, rx) = mpsc::sync_channel(64);
+    let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let source = |host: &str| Source {
+        host: host.into(),
+        service: "svc".into(),
+        sdk: String::new(),
+    };
+    let records = |sequence: u64| {
+        vec![hoptrace_protocol::Record {
+            key: key(sequence),
+            hop: HopId(1),
+            stamp_ns: 1_000,
+            metric_count: 0,
+            intended_ns: 0,
+            otel_trace_id: None,
+        }]
+    };
+    let stopping = AtomicBool::new(false);
+    // Sender a connects, then a request of it stalls mid-delivery: its lock is held.
+    super::deliver(
+        &shared,
+        BTreeMap::from([(source("a"), records(1))]),
+        peer,
+        &tx,
+        &stopping,
+    )
+    .unwrap();
+    let a = Arc::clone(super::lock(&shared.sources).get(&source("a")).unwrap());
+    let held = super::lock(&a);
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let r = super::deliver(
+                &shared,
+                BTreeMap::from([(source("b"), records(2))]),
+                peer,
+                &tx,
+                &stopping,
+            );
+            done_tx.send(r).unwrap();
+        });
+        let r = done_rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        assert_eq!(r.expect("sender b's request waited for sender a's"), Ok(()));
+    });
+    // The join got a's Hello and frame, then b's.
+    let events: Vec<_> = rx.try_iter().collect();
+    assert_eq!(events.len(), 4, "{events:?}");
+}
