@@ -81,7 +81,16 @@ impl Record {
     #[inline]
     #[must_use]
     pub fn carries_message(&self) -> bool {
-        self.metric_count != 0 || self.intended_ns != 0
+        Self::figures_are_a_message(self.metric_count, self.intended_ns)
+    }
+
+    /// Whether a record with this metric count and intended send time carries its
+    /// message's figures ([`Self::carries_message`]), for a reader that holds the two
+    /// figures without the record (a checkpoint's pending trace).
+    #[inline]
+    #[must_use]
+    pub fn figures_are_a_message(metric_count: u32, intended_ns: i64) -> bool {
+        metric_count != 0 || intended_ns != 0
     }
 }
 

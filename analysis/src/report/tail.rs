@@ -85,7 +85,7 @@ fn concentration_blocks(l: &TailLevel, c: &Concentration) -> Vec<Block> {
                 v.value.clone(),
                 count(v.messages),
                 count(v.in_tail),
-                format!("{:.1}", v.expected),
+                expected(v.expected),
                 format!("×{:.1}", v.times),
                 p_value(v.p_value),
                 if v.likely_cause { "yes" } else { "no" }.into(),
@@ -124,6 +124,12 @@ fn percent(x: Option<f64>) -> String {
         || "-".into(),
         |x| format!("{:.1} %", x * 100.0 + 0.0).replace("-0.0 %", "0.0 %"),
     )
+}
+
+/// An expected count, to a tenth, with thousands separators as the counts beside it.
+fn expected(x: f64) -> String {
+    let tenths = (x.max(0.0) * 10.0).round() as u64;
+    format!("{}.{}", count(tenths / 10), tenths % 10)
 }
 
 fn times(x: Option<f64>) -> String {
@@ -303,4 +309,15 @@ pub(super) fn tail_blocks(s: &Summary) -> Vec<Block> {
         b.extend(stage_blocks(t, super::blocks::date_of_ms));
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_expected_count_reads_like_the_counts_beside_it() {
+        assert_eq!(super::expected(1_234_567.449), "1,234,567.4");
+        assert_eq!(super::expected(999.96), "1,000.0");
+        assert_eq!(super::expected(0.04), "0.0");
+        assert_eq!(super::expected(12.3), "12.3");
+    }
 }

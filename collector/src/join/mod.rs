@@ -582,7 +582,7 @@ impl Joiner {
             let slot = &mut self.slots[index as usize];
             slot.present = p.present;
             slot.flags = p.flags & flags::ALL;
-            if p.metric_count != 0 || p.intended_ns != 0 {
+            if Record::figures_are_a_message(p.metric_count, p.intended_ns) {
                 slot.flags |= HAS_MESSAGE;
             }
             if let Some(id) = p.otel_trace_id {
