@@ -341,6 +341,8 @@ impl JoinState {
                     while let Ok(ev) = rx.try_recv() {
                         self.handle(ev)?;
                     }
+                    // Probes that said Goodbye wait for their close to be on disk.
+                    self.sync_log()?;
                     break;
                 }
             }
