@@ -12,8 +12,8 @@
 #                (opentelemetry-javaagent 2.31.0 from Maven Central), exporting its spans
 #                over OTLP/HTTP protobuf to `hoptrace collect --otlp`; the publisher gives
 #                every message a trace id (--traceparent); pipeline-otel.toml takes
-#                mm2_consume (and mm2_produce, where the agent's producer span continues the
-#                message's trace) from the agent's spans. No hoptrace code in MirrorMaker.
+#                mm2_consume from the agent's consumer spans (its producer spans start
+#                traces of their own). No hoptrace code in MirrorMaker.
 #   --rate, --messages   override the mode's figures
 #   --out DIR    where runs/<run-id>/ and the processes' logs go
 #                (default ${HOPTRACE_RUN:-/tmp/hoptrace-infra}/jvm-mm2)
