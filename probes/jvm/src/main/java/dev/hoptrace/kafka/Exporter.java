@@ -710,12 +710,9 @@ public final class Exporter {
                             + "retention buffer dropped; reconnecting so that it says what it holds",
                             config.collector, Retention.MAX_UNRESOLVED);
                     lastError = "the collector does not acknowledge: reconnecting";
-                    conn.close();
+                    nextAttemptNs = reconnectNow(conn, false);
                     conn = null;
-                    current = null;
-                    connected = false;
                     planned = true;
-                    nextAttemptNs = System.nanoTime();
                     continue;
                 }
             }
@@ -726,11 +723,8 @@ public final class Exporter {
                         // The connection broke before the collector acknowledged everything:
                         // connect again, send the rest and say Goodbye there.
                         lastError = conn.endReason != null ? conn.endReason : "connection closed before the last Ack";
-                        conn.close();
+                        nextAttemptNs = reconnectNow(conn, false);
                         conn = null;
-                        current = null;
-                        connected = false;
-                        nextAttemptNs = System.nanoTime();
                         continue;
                     }
                 }
@@ -742,12 +736,9 @@ public final class Exporter {
             if (rehello) {
                 LOG.info("hoptrace: hop {} was registered after connecting; announcing it with a new hello",
                         queue.blockedHop());
-                conn.finish();
+                nextAttemptNs = reconnectNow(conn, true);
                 conn = null;
-                current = null;
-                connected = false;
                 planned = true;
-                nextAttemptNs = System.nanoTime();
                 continue;
             }
             if (pastDeadline) {
@@ -787,6 +778,21 @@ public final class Exporter {
         }
         retention = new Retention(0);
         noteRetention();
+    }
+
+    /**
+     * Leaves connection {@code c} after Goodbye ({@code finished}, a clean end) or drops it;
+     * returns when to connect again: now.
+     */
+    private long reconnectNow(Conn c, boolean finished) {
+        if (finished) {
+            c.finish();
+        } else {
+            c.close();
+        }
+        current = null;
+        connected = false;
+        return System.nanoTime();
     }
 
     /**

@@ -15,7 +15,6 @@ import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -395,16 +394,7 @@ class DurableTest {
         FakeCollector fc = v2();
         AtomicBoolean stop = new AtomicBoolean();
         AtomicInteger drops = new AtomicInteger();
-        Thread restarter = new Thread(() -> {
-            while (!stop.get()) {
-                LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(200));
-                try {
-                    drops.addAndGet(fc.dropConnections() > 0 ? 1 : 0);
-                } catch (IOException ex) {
-                    return;
-                }
-            }
-        }, "restarter");
+        Thread restarter = HostileTest.restarter(fc, stop, drops);
         try (HostileTest.Host h = v2Host(fc.address())) {
             restarter.start();
             HostileTest.Load load = HostileTest.hostLoad(h, 2000);

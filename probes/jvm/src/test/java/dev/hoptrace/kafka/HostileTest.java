@@ -410,12 +410,12 @@ class HostileTest {
         }
     }
 
-    @Test
-    void aCollectorThatRestartsEvery200MsCostsTheClientNothing() throws Exception {
-        FakeCollector fc = new FakeCollector();
-        AtomicBoolean stop = new AtomicBoolean();
-        AtomicInteger drops = new AtomicInteger();
-        Thread restarter = new Thread(() -> {
+    /**
+     * A thread that drops every connection of {@code fc} every 200 ms, as a collector that
+     * restarts, until {@code stop}; counts in {@code drops} the times it dropped any.
+     */
+    static Thread restarter(FakeCollector fc, AtomicBoolean stop, AtomicInteger drops) {
+        return new Thread(() -> {
             while (!stop.get()) {
                 LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(200));
                 try {
@@ -425,6 +425,14 @@ class HostileTest {
                 }
             }
         }, "restarter");
+    }
+
+    @Test
+    void aCollectorThatRestartsEvery200MsCostsTheClientNothing() throws Exception {
+        FakeCollector fc = new FakeCollector();
+        AtomicBoolean stop = new AtomicBoolean();
+        AtomicInteger drops = new AtomicInteger();
+        Thread restarter = restarter(fc, stop, drops);
         try (Host h = new Host(fc.address(), Map.of())) {
             restarter.start();
             Load load = hostLoad(h, 2000);
