@@ -314,6 +314,8 @@ class DurableTest {
                 e.report(ExporterTest.ctx(i), 1, i);
             }
             assertTrue(e.shutdown(5000));
+            // Version 1: the exporter does not wait for the collector to have read it all.
+            FakeCollector.await(() -> fc.connections.get(fc.connections.size() - 1).closed, 5000, "goodbye read");
             assertEquals(600, assertEachOnce(fc));
             Counters.Snapshot s = e.counters();
             assertEquals(600, s.sent());
