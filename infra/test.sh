@@ -142,8 +142,10 @@ done < <(
     sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$LOG/cargo-fast.txt" "$LOG/cargo.txt"
     # Each pytest log's last line, e.g. "3 failed, 160 passed, 2 errors in 99.1s": errors
     # (a fixture that failed) count as failures.
-    # Maven's last "Tests run: N, Failures: F, Errors: E, Skipped: S" line.
-    grep -E '^\[[A-Z]+\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$LOG/jvm.txt" 2>/dev/null | tail -1 |
+    # Maven's summary lines "Tests run: N, Failures: F, Errors: E, Skipped: S" (nothing after
+    # them, unlike a test class's line): one of the unit tests, one of the integration tests.
+    grep -E '^\[[A-Z]+\] Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+, Skipped: [0-9]+[[:space:]]*$' \
+        "$LOG/jvm.txt" 2>/dev/null |
         sed -E 's/.*Tests run: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+), Skipped: ([0-9]+).*/\1 \2 \3 \4/' |
         awk '{print $1 - $2 - $3 - $4, $2 + $3}'
     sed -nE 's/^node-red: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$LOG/nodered.txt" 2>/dev/null | tail -1
