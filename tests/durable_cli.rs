@@ -213,6 +213,20 @@ fn send(s: &mut TcpStream, f: &Frame) {
     s.write_all(&f.to_bytes().unwrap()).unwrap();
 }
 
+/// The publisher's Sent frame: `sent` messages of stream 0, sequences from 0.
+fn sent_frame(sent: u64) -> Frame {
+    Frame::Sent(SentFrame {
+        publisher: 1,
+        entries: vec![SentEntry {
+            stream: 0,
+            messages: sent,
+            metrics: sent,
+            first_sequence: 0,
+            last_sequence: sent - 1,
+        }],
+    })
+}
+
 /// Reads Acks until one reaches `seq`.
 fn wait_ack(s: &mut TcpStream, seq: u64) {
     loop {
@@ -263,19 +277,7 @@ fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_ro
         send(&mut s, &frame(seq));
     }
     let sent = 30 * TRACES_PER_FRAME;
-    send(
-        &mut s,
-        &Frame::Sent(SentFrame {
-            publisher: 1,
-            entries: vec![SentEntry {
-                stream: 0,
-                messages: sent,
-                metrics: sent,
-                first_sequence: 0,
-                last_sequence: sent - 1,
-            }],
-        }),
-    );
+    send(&mut s, &sent_frame(sent));
     send(&mut s, &Frame::Goodbye);
     wait_ack(&mut s, 30);
     let stdout = c.stop();
@@ -341,19 +343,7 @@ fn the_end_of_a_connection_after_goodbye_means_its_last_sent_frame_is_durable() 
     }
     wait_ack(&mut s, 5);
     let sent = 5 * TRACES_PER_FRAME;
-    send(
-        &mut s,
-        &Frame::Sent(SentFrame {
-            publisher: 1,
-            entries: vec![SentEntry {
-                stream: 0,
-                messages: sent,
-                metrics: sent,
-                first_sequence: 0,
-                last_sequence: sent - 1,
-            }],
-        }),
-    );
+    send(&mut s, &sent_frame(sent));
     send(&mut s, &Frame::Goodbye);
     // Acks, then the end of the connection.
     loop {

@@ -252,14 +252,7 @@ class CollectorEndToEndTest {
             Integration.run(bin, dir, "publish", "publish", "--to", "kafka://" + Integration.KAFKA + "/" + topic,
                     "--rate", "5000", "--messages", String.valueOf(messages), "--duration", "30s", "--streams", "4",
                     "--publisher-id", "24", "--collector", collector.address, "--pipeline", pipeline.toString());
-            Properties props = new Properties();
-            props.put("bootstrap.servers", Integration.KAFKA);
-            props.put("group.id", runId);
-            props.put("auto.offset.reset", "earliest");
-            props.put("max.poll.records", String.valueOf(messages));
-            props.put("key.deserializer", ByteArrayDeserializer.class.getName());
-            props.put("value.deserializer", ByteArrayDeserializer.class.getName());
-            props.put("interceptor.classes", HoptraceConsumerInterceptor.class.getName());
+            Properties props = consumerProps(runId, String.valueOf(messages));
             props.put("hoptrace.collector", gate.address());
             props.put("hoptrace.hop", "consume");
             props.put("hoptrace.hops", "publish:0,consume:2");
@@ -347,14 +340,7 @@ class CollectorEndToEndTest {
             Integration.run(bin, dir, "publish", "publish", "--to", "kafka://" + Integration.KAFKA + "/" + topic,
                     "--rate", "5000", "--messages", String.valueOf(messages), "--duration", "30s", "--streams", "4",
                     "--publisher-id", "25", "--collector", listen, "--pipeline", pipeline.toString());
-            Properties props = new Properties();
-            props.put("bootstrap.servers", Integration.KAFKA);
-            props.put("group.id", runId);
-            props.put("auto.offset.reset", "earliest");
-            props.put("max.poll.records", "100");
-            props.put("key.deserializer", ByteArrayDeserializer.class.getName());
-            props.put("value.deserializer", ByteArrayDeserializer.class.getName());
-            props.put("interceptor.classes", HoptraceConsumerInterceptor.class.getName());
+            Properties props = consumerProps(runId, "100");
             props.put("hoptrace.collector", listen);
             props.put("hoptrace.hop", "consume");
             props.put("hoptrace.hops", "publish:0,consume:2");
@@ -417,6 +403,22 @@ class CollectorEndToEndTest {
                 second.close();
             }
         }
+    }
+
+    /**
+     * A KafkaConsumer of group {@code group} with the consumer interceptor, from the start of
+     * its topic, {@code maxPoll} records a poll at most; the test adds the hoptrace settings.
+     */
+    static Properties consumerProps(String group, String maxPoll) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", Integration.KAFKA);
+        props.put("group.id", group);
+        props.put("auto.offset.reset", "earliest");
+        props.put("max.poll.records", maxPoll);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("interceptor.classes", HoptraceConsumerInterceptor.class.getName());
+        return props;
     }
 
     /** The exporter the interceptors of this JVM share for {@code collector}, or fails. */
