@@ -8,159 +8,39 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{closed_port, collector, flag, link, tempdir, unique_id, wait_for};
+use common::mosquitto::Mosquitto;
+use common::{collector, flag, link, tempdir, unique_id, wait_for};
 use hoptrace_broker::target;
 use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
 use hoptrace_publisher::{Carrier, Endpoint};
 
-const MOSQUITTO: &str = "/usr/sbin/mosquitto";
-
-/// Fails the test clearly when Mosquitto is not installed.
-fn require_mosquitto() {
-    assert!(
-        Path::new(MOSQUITTO).exists(),
-        "{MOSQUITTO} is missing: run infra/setup.sh (or infra/test.sh, which runs these tests)"
-    );
+/// A broker configured as `infra/mosquitto/mosquitto.conf` (in-flight window 100, deep
+/// queues), with or without persistence (saved every second).
+fn broker(tag: &str, persistence: bool) -> Mosquitto {
+    let persist = if persistence {
+        "persistence true\npersistence_location {dir}/\nautosave_interval 1\n"
+    } else {
+        "persistence false\n"
+    };
+    Mosquitto::start(
+        tag,
+        &format!(
+            "set_tcp_nodelay true\nconnection_messages true\n{persist}max_inflight_messages 100\n\
+             max_queued_messages 100000\nmax_queued_bytes 0"
+        ),
+    )
 }
 
-/// A Mosquitto of the test's own on a free loopback port, configured as
-/// `infra/mosquitto/mosquitto.conf` (in-flight window 100, deep queues), with or without
-/// persistence (saved every second).
-struct Broker {
-    dir: PathBuf,
-    conf: PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Broker {
-    fn start(tag: &str, persistence: bool) -> Self {
-        let dir = tempdir(tag);
-        let mut b = Self {
-            conf: dir.join("mosquitto.conf"),
-            dir,
-            port: 0,
-            child: None,
-        };
-        // A free port can be taken by another socket before Mosquitto binds it: try a few.
-        for _ in 0..3 {
-            b.port = closed_port();
-            b.configure(persistence);
-            if b.try_spawn() {
-                return b;
-            }
-        }
-        panic!("Mosquitto did not start; see {}", b.log().display());
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.join("mosquitto.log")
-    }
-
-    /// The end of the broker's log, for failure messages.
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn configure(&self, persistence: bool) {
-        let (dir, port, conf) = (&self.dir, self.port, &self.conf);
-        let db = dir.join("db");
-        std::fs::create_dir_all(&db).unwrap();
-        let persist = if persistence {
-            format!(
-                "persistence true\npersistence_location {}/\nautosave_interval 1\n",
-                db.display()
-            )
-        } else {
-            "persistence false\n".to_owned()
-        };
-        std::fs::write(
-            conf,
-            format!(
-                "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
-                 {persist}max_inflight_messages 100\nmax_queued_messages 100000\nmax_queued_bytes 0\n\
-                 log_dest file {}\nlog_type error\nlog_type warning\nlog_type notice\n\
-                 log_type information\nconnection_messages true\nlog_timestamp true\n",
-                self.log().display()
-            ),
-        )
-        .unwrap();
-    }
-
-    /// Starts the broker process and waits until it listens; `false` if it exited.
-    fn try_spawn(&mut self) -> bool {
-        let mut child = Command::new(MOSQUITTO)
-            .arg("-c")
-            .arg(&self.conf)
-            .spawn()
-            .unwrap();
-        let mut exited = false;
-        wait_for("the private Mosquitto to listen", || {
-            exited = child.try_wait().unwrap().is_some();
-            exited || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-        });
-        if !exited {
-            self.child = Some(child);
-        }
-        !exited
-    }
-
-    /// Starts the broker again on its port.
-    fn spawn(&mut self) {
-        assert!(
-            self.try_spawn(),
-            "Mosquitto did not restart:\n{}",
-            self.log_tail()
-        );
-    }
-
-    /// SIGSTOP: the broker hangs, reading and answering nothing.
-    fn freeze(&self) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .args(["-STOP", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -STOP {pid}");
-    }
-
-    /// SIGKILL: the broker keeps nothing it had not saved.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Whether the persistence file was written after `t`.
-    fn saved_since(&self, t: SystemTime) -> bool {
-        std::fs::metadata(self.dir.join("db").join("mosquitto.db"))
-            .and_then(|m| m.modified())
-            .is_ok_and(|m| m > t)
-    }
-
-    fn url(&self, rest: &str) -> Endpoint {
-        Endpoint::parse(&format!("mqtt://127.0.0.1:{}{rest}", self.port)).unwrap()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
-        if !std::thread::panicking() {
-            std::fs::remove_dir_all(&self.dir).ok();
-        }
-    }
+/// Whether `broker` wrote its persistence file after `t`.
+fn saved_since(broker: &Mosquitto, t: SystemTime) -> bool {
+    std::fs::metadata(broker.dir.join("mosquitto.db"))
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| m > t)
 }
 
 /// `n` messages at `rate` messages per second over 100 streams.
@@ -213,7 +93,6 @@ fn assert_publisher_accounts(p: &PublishSummary) {
 #[test]
 #[ignore = "needs Mosquitto installed (infra/setup.sh): infra/test.sh runs it"]
 fn qos1_messages_survive_a_broker_killed_and_restarted_mid_publish() {
-    require_mosquitto();
     survive_a_restart("5");
 }
 
@@ -221,12 +100,11 @@ fn qos1_messages_survive_a_broker_killed_and_restarted_mid_publish() {
 #[test]
 #[ignore = "needs Mosquitto installed (infra/setup.sh): infra/test.sh runs it"]
 fn qos1_messages_survive_a_broker_restart_over_mqtt_3_1_1() {
-    require_mosquitto();
     survive_a_restart("3.1.1");
 }
 
 fn survive_a_restart(version: &str) {
-    let mut broker = Broker::start("restart", true);
+    let mut broker = broker("restart", true);
     let id = unique_id();
     let prefix = format!("hoptrace-test/restart-{id}");
     let run_dir = tempdir("restart-run");
@@ -247,7 +125,7 @@ fn survive_a_restart(version: &str) {
         std::thread::spawn(move || tap.run(&stop))
     };
     wait_for("Mosquitto to save the tap's session", || {
-        broker.saved_since(subscribed)
+        saved_since(&broker, subscribed)
     });
 
     let n = 40_000;
@@ -322,8 +200,7 @@ fn survive_a_restart(version: &str) {
 #[test]
 #[ignore = "needs Mosquitto installed (infra/setup.sh): infra/test.sh runs it"]
 fn a_broker_that_stays_down_leaves_each_message_counted_by_reason() {
-    require_mosquitto();
-    let mut broker = Broker::start("down", false);
+    let mut broker = broker("down", false);
     let id = unique_id();
     let mut pc = PublishConfig::new(
         broker.url(&format!("/hoptrace-test/down-{id}?qos=1")),
@@ -367,8 +244,7 @@ fn a_broker_that_stays_down_leaves_each_message_counted_by_reason() {
 #[test]
 #[ignore = "needs Mosquitto installed (infra/setup.sh): infra/test.sh runs it"]
 fn a_persistent_tap_session_gets_what_was_published_while_it_was_away() {
-    require_mosquitto();
-    let broker = Broker::start("session", false);
+    let broker = broker("session", false);
     let id = unique_id();
     let topic = format!("hoptrace-test/session-{id}");
     let filters = vec![format!("{topic}/#")];

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use common::mosquitto::Mosquitto;
 use common::{broker, closed_port, collector, flag, link, tempdir, unique_id, wait_for};
 use hoptrace_broker::target::{self, Meta, TargetError};
 use hoptrace_collector::RunSummary;
@@ -576,41 +577,11 @@ mod kafka_admin {
 #[test]
 #[ignore = "needs Mosquitto installed (infra/setup.sh): infra/test.sh runs it"]
 fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
-    const MOSQUITTO: &str = "/usr/sbin/mosquitto";
-    assert!(
-        std::path::Path::new(MOSQUITTO).exists(),
-        "{MOSQUITTO} is missing: run infra/setup.sh (or infra/test.sh, which runs this test)"
+    let broker = Mosquitto::start(
+        "lossy",
+        "set_tcp_nodelay true\npersistence false\nmax_inflight_messages 1\nmax_queued_messages 10",
     );
-    let dir = tempdir("lossy");
-    let port = closed_port();
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
-             persistence false\nmax_inflight_messages 1\nmax_queued_messages 10\n\
-             log_dest file {}\nlog_type warning\n",
-            dir.join("mosquitto.log").display()
-        ),
-    )
-    .unwrap();
-    let mut broker = std::process::Command::new(MOSQUITTO)
-        .arg("-c")
-        .arg(&conf)
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    wait_for("the lossy Mosquitto to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            || broker.try_wait().unwrap().is_some()
-    });
-    let _broker = Kill(broker);
+    let port = broker.port;
 
     let id = unique_id();
     let n = 5_000;
@@ -657,7 +628,6 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
     let tap = tap_thread.join().unwrap().unwrap();
     let run = collector.stop().unwrap();
     std::fs::remove_dir_all(&run_dir).ok();
-    std::fs::remove_dir_all(&dir).ok();
 
     let delivered = tap.traced;
     assert!(

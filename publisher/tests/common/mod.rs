@@ -15,6 +15,8 @@ use hoptrace_probe::ExporterConfig;
 #[allow(unused_imports)]
 pub use hoptrace_testkit::{broker, closed_port, tempdir, unique_id};
 
+pub mod mosquitto;
+
 /// A collector on a loopback port for the pipeline `publish` (hop 0) -> `broker` (hop 1).
 pub fn collector(dir: &std::path::Path) -> Collector {
     let spec = PipelineSpec::chain("publisher-test", &["publish".into(), "broker".into()]).unwrap();
