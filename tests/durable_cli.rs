@@ -308,6 +308,56 @@ fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_ro
         "{stdout}"
     );
     assert!(!run.join("wal").exists(), "the log outlived a clean stop");
+
+    // The instance's two connections with their times: the first cut by the kill before
+    // the restart, the second taken after it and ended by Goodbye.
+    let probes = json["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2, "{probes:?}");
+    let t = |i: usize, k: &str| {
+        probes[i][k]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{k} of {}", probes[i]))
+    };
+    let restart = json["restarts"][0]["at_unix_ns"].as_i64().unwrap();
+    assert_eq!(
+        (&probes[0]["clean_close"], &probes[1]["clean_close"]),
+        (&false.into(), &true.into())
+    );
+    assert!(t(0, "connected_unix_ns") <= t(0, "closed_unix_ns"));
+    assert!(
+        t(0, "closed_unix_ns") <= restart,
+        "{probes:?}, restart at {restart}"
+    );
+    assert!(restart <= t(1, "connected_unix_ns"));
+    assert!(t(1, "connected_unix_ns") <= t(1, "closed_unix_ns"));
+    assert!(t(1, "closed_unix_ns") <= json["ended_unix_ns"].as_i64().unwrap());
+    // The report lists them as the run's events, in time order.
+    let o = Command::new(common::bin())
+        .arg("report")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("report/summary.json")).unwrap()).unwrap();
+    let kinds: Vec<&str> = summary["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "probe_disconnected",
+            "collector_restarted",
+            "probe_reconnected"
+        ],
+        "{}",
+        summary["events"]
+    );
+    let md = std::fs::read_to_string(run.join("report/report.md")).unwrap();
+    assert!(md.contains("| collector restarted | collector |"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -248,8 +248,46 @@ pub fn heatmap(summary: &Summary, h: &StageHistograms) -> Chart {
     Chart {
         stem: format!("heatmap-{}", hoptrace_format::spec::slug(&h.name)),
         title,
-        spec,
+        spec: with_events(spec, summary),
     }
+}
+
+/// A chart over the run's time axis with the run's events ([`crate::events`]) as dashed
+/// vertical lines over it: its mark becomes the first layer of two.
+fn with_events(mut spec: Value, summary: &Summary) -> Value {
+    if summary.events.is_empty() {
+        return spec;
+    }
+    let events: Vec<Value> = summary
+        .events
+        .iter()
+        .map(|e| {
+            json!({"t_s": (e.at_unix_ns - summary.throughput.start_unix_ns) as f64 / 1e9,
+                   "event": e.kind.label(), "of": e.subject, "detail": e.detail})
+        })
+        .collect();
+    let Some(o) = spec.as_object_mut() else {
+        return spec;
+    };
+    let mut first = serde_json::Map::new();
+    for k in ["data", "mark", "encoding"] {
+        if let Some(v) = o.remove(k) {
+            first.insert(k.into(), v);
+        }
+    }
+    o.insert(
+        "layer".into(),
+        json!([first, {
+            "data": {"values": events},
+            "mark": {"type": "rule", "color": "#d62728", "strokeDash": [4, 3], "strokeWidth": 1.5},
+            "encoding": {
+                "x": {"field": "t_s", "type": "quantitative"},
+                "tooltip": [{"field": "event"}, {"field": "of"}, {"field": "detail"},
+                            {"field": "t_s", "title": "s", "format": ".1f"}]
+            }
+        }]),
+    );
+    spec
 }
 
 /// Metrics per second over time.
@@ -285,7 +323,7 @@ pub fn throughput(summary: &Summary) -> Chart {
     Chart {
         stem: "throughput".into(),
         title: "Throughput over time".into(),
-        spec,
+        spec: with_events(spec, summary),
     }
 }
 

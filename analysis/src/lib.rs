@@ -15,6 +15,8 @@
 //! - [`summary`]: everything a report says about a run, computed by SQL over its Parquet
 //!   (`summary.json` is this, serialized);
 //! - [`report`]: `report.md`, `report.html` and the Vega-Lite chart specs;
+//! - [`events`]: what a run knows happened on its time axis (lost connections, restarts,
+//!   clock changes, probes losing records), marked on its charts;
 //! - [`compare`]: percentiles of several runs side by side and CI gates;
 //! - [`bounds`]: the bounds of stages with a polled hop, and decisions made with them;
 //! - [`sweep`]: a sweep's cells, its knee and its report.
@@ -45,6 +47,7 @@ pub mod bounds;
 pub mod charts;
 pub mod compare;
 mod counts;
+pub mod events;
 mod figures;
 pub mod hdr;
 mod polled;

@@ -288,7 +288,7 @@ pub async fn compute_with(
         });
     }
 
-    let tails = crate::tail::attribution(
+    let mut tails = crate::tail::attribution(
         ctx,
         &tail_plans,
         &scan,
@@ -297,6 +297,16 @@ pub async fn compute_with(
         exemplars,
     )
     .await?;
+    let mut events = crate::events::events(runs.runs.iter().map(|r| &r.summary));
+    events.extend(crate::events::probe_losses(ctx).await?);
+    events.sort_by_key(|e| e.at_unix_ns);
+    for c in tails
+        .iter_mut()
+        .flat_map(|t| t.levels.iter_mut())
+        .filter_map(|l| l.concentration.as_mut())
+    {
+        c.mark_events(&events, t_min);
+    }
     let accounting = accounting(runs, rows, &counts, &hops);
     if !accounting.adds_up {
         warnings.push(format!(
@@ -359,6 +369,7 @@ pub async fn compute_with(
         warnings,
         store_taps: polled.iter().flat_map(|p| p.taps.iter().cloned()).collect(),
         tails,
+        events,
     };
     Ok((summary, hists))
 }

@@ -310,6 +310,61 @@ fn a_stalling_processor_is_found_in_the_seconds_of_its_stalls() {
             .all(|(d, v)| d == "second" && (v == "+0 s" || v == "+5 s")),
         "a stall slows every stream alike: {found:?}"
     );
+    assert!(s.events.is_empty(), "{:?}", s.events);
+
+    // A collector restart 5.2 s into the run, as run.json records one: the stall's
+    // second +5 s lines up with it, the first stall's second does not.
+    let path = run.join("run.json");
+    let mut r: hoptrace_format::run::RunSummary =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let at = s.throughput.start_unix_ns + 5_200_000_000;
+    r.restarts.push(hoptrace_format::run::Restart {
+        at_unix_ns: at,
+        log_entries: 12,
+        log_bytes: 4096,
+        torn_bytes: 0,
+        records_replayed: 0,
+        checkpoint_unix_ns: None,
+        replay_ms: 35,
+        log_records: 100,
+        resent_records_dropped: 0,
+    });
+    r.write(&path).unwrap();
+    let s = summarise(&run, 20);
+    assert_eq!(s.events.len(), 1, "{:?}", s.events);
+    assert_eq!(s.events[0].at_unix_ns, at);
+    let seconds = &s.tails[0].levels[0]
+        .concentration
+        .as_ref()
+        .unwrap()
+        .dimensions
+        .iter()
+        .find(|d| d.dimension == "second")
+        .unwrap()
+        .listed;
+    let of = |v: &str| &seconds.iter().find(|c| c.value == v).unwrap().lines_up_with;
+    assert_eq!(of("+5 s").len(), 1);
+    assert!(of("+5 s")[0].starts_with("collector restarted: collector (replayed 12 log entries"));
+    assert!(of("+0 s").is_empty());
+    // The report says so, lists it, and the charts over time mark it.
+    let dir = hoptrace_testkit::tempdir("tail-pause-report");
+    let w = hoptrace_analysis::report::write(&dir, &s, &[]).unwrap();
+    let md = std::fs::read_to_string(&w.markdown).unwrap();
+    assert!(md.contains("+5 s (×"), "{md}");
+    assert!(
+        md.contains("which lines up with collector restarted: collector"),
+        "{md}"
+    );
+    assert!(md.contains("## Events"), "{md}");
+    assert!(
+        md.contains("| +5.2 s | collector restarted | collector |"),
+        "{md}"
+    );
+    let throughput = hoptrace_analysis::charts::throughput(&s);
+    let marks = &throughput.spec["layer"][1]["data"]["values"];
+    assert_eq!(marks[0]["t_s"], 5.2, "{marks}");
+    assert_eq!(marks[0]["event"], "collector restarted");
+    let _ = std::fs::remove_dir_all(&dir);
     hoptrace_collector::generate::remove(&run).unwrap();
 }
 

@@ -157,6 +157,15 @@ pub struct ProbeInfo {
     /// runs of older collectors and of collector groups (Kafka keeps their records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durable: Option<bool>,
+    /// When the collector took the connection's Hello, Unix ns (the collector's clock).
+    /// Absent in runs of older collectors and of collector groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected_unix_ns: Option<i64>,
+    /// When the connection ended, Unix ns (the collector's clock): after Goodbye
+    /// (`clean_close`), or when it broke. A connection a killed collector held ends at the
+    /// last entry of its log. Absent while open and in runs of older collectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_unix_ns: Option<i64>,
 }
 
 /// Per publisher: what was sent and what became of it.

@@ -299,6 +299,45 @@ pub(super) fn date_of_ms(unix_ns: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02}.{ms:03} UTC")
 }
 
+/// The "Events" section: what the runs know happened, in time order, marked on the
+/// throughput chart and the heatmaps.
+fn event_blocks(s: &Summary) -> Vec<Block> {
+    let mut b = vec![Block::Heading(2, "Events".into())];
+    let kinds = "a probe connection lost before the run's end, a probe connecting again, a collector started again on the run, a host's clock losing or regaining synchronisation or its offset moving by 1 ms or more between two reports, a probe counting records it could not deliver";
+    if s.events.is_empty() {
+        b.push(Block::Para(format!(
+            "None of what the runs record happened: {kinds}."
+        )));
+        return b;
+    }
+    b.push(Block::Para(format!(
+        "What the runs record happening ({kinds}), by the collector's clock (a clock change: the reporting host's), from the start of the time axis of the charts, where each is a dashed line."
+    )));
+    let rows = s
+        .events
+        .iter()
+        .map(|e| {
+            vec![
+                date_of_ms(e.at_unix_ns),
+                format!(
+                    "{:+.1} s",
+                    (e.at_unix_ns - s.throughput.start_unix_ns) as f64 / 1e9
+                ),
+                e.kind.label().to_owned(),
+                e.subject.clone(),
+                e.detail.clone(),
+            ]
+        })
+        .collect();
+    b.push(Block::Table(
+        ["Time", "From start", "Event", "Of", "Detail"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    ));
+    b
+}
+
 /// The report's blocks.
 #[must_use]
 pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
@@ -523,6 +562,7 @@ pub fn blocks(s: &Summary, charts: &[Chart]) -> Vec<Block> {
     if let Some(i) = charts.iter().position(|c| c.stem == "throughput") {
         b.push(Block::Chart(i));
     }
+    b.extend(event_blocks(s));
 
     b.push(Block::Heading(2, "Accounting".into()));
     let a = &s.accounting;

@@ -6,7 +6,7 @@ use hoptrace_format::units::{count, duration_f64, signed_ns};
 
 use super::block::{Block, TimelineRow, Timelines};
 use crate::summary::Summary;
-use crate::tail::{Concentration, TailAttribution, TailLevel};
+use crate::tail::{Concentrated, Concentration, TailAttribution, TailLevel};
 
 /// Rows shown per dimension in the report (the flagged ones always): the JSON lists more.
 const SHOWN: usize = 3;
@@ -22,6 +22,19 @@ fn p_value(p: f64) -> String {
     }
 }
 
+/// ", which lines up with …" for a second that lines up with events of the run.
+fn lines_up(v: &Concentrated) -> String {
+    match v.lines_up_with.as_slice() {
+        [] => String::new(),
+        [one] => format!(", which lines up with {one}"),
+        [first, rest @ ..] => format!(
+            ", which lines up with {first} and {} more event{}",
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" }
+        ),
+    }
+}
+
 /// The sentence on a tail's likely causes, or that it is spread as chance would spread it.
 fn causes_sentence(c: &Concentration) -> String {
     let causes = c.causes();
@@ -33,10 +46,11 @@ fn causes_sentence(c: &Concentration) -> String {
         .take(3)
         .map(|(d, v)| {
             format!(
-                "{d} {} (×{:.1} the tail's rate, p {})",
+                "{d} {} (×{:.1} the tail's rate, p {}{})",
                 v.value,
                 v.times,
-                p_value(v.p_value)
+                p_value(v.p_value),
+                lines_up(v)
             )
         })
         .collect();
@@ -114,6 +128,31 @@ fn concentration_blocks(l: &TailLevel, c: &Concentration) -> Vec<Block> {
             "Nothing to compare in: {}.",
             single.join(", ")
         )));
+    }
+    let lined: Vec<String> = c
+        .dimensions
+        .iter()
+        .flat_map(|d| &d.listed)
+        .filter(|v| !v.lines_up_with.is_empty())
+        .map(|v| {
+            format!(
+                "second {}{}: {}",
+                v.value,
+                if v.likely_cause {
+                    " (likely cause)"
+                } else {
+                    ""
+                },
+                v.lines_up_with.join("; ")
+            )
+        })
+        .collect();
+    if !lined.is_empty() {
+        b.push(Block::Para(format!(
+            "Seconds above that line up with an event of the run (within {} s of it; see Events):",
+            crate::events::LINE_UP_NS / 1_000_000_000
+        )));
+        b.push(Block::Bullets(lined));
     }
     b
 }

@@ -54,6 +54,10 @@ pub struct Summary {
     /// stage splits into components.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tails: Vec<crate::tail::TailAttribution>,
+    /// What the runs know happened, in time order ([`crate::events`]): lost and renewed
+    /// probe connections, collector restarts, clock changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<crate::events::RunEvent>,
 }
 
 /// One run's identity.

@@ -70,6 +70,10 @@ pub struct Concentrated {
     pub p_value: f64,
     /// Below the corrected level ([`Concentration::level`]).
     pub likely_cause: bool,
+    /// Of a second: the run's events that line up with it ([`crate::events::lines_up`]),
+    /// one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines_up_with: Vec<String>,
 }
 
 /// One dimension of a tail set.
@@ -120,6 +124,38 @@ impl Concentration {
             .collect();
         out.sort_by(|a, b| a.1.p_value.total_cmp(&b.1.p_value));
         out
+    }
+}
+
+/// The value of the `second` dimension for second `k` of the run: `+k s`.
+fn second_value(k: i64) -> String {
+    format!("+{k} s")
+}
+
+/// The second of the run a `second` dimension's value names.
+fn second_of(value: &str) -> Option<i64> {
+    value.strip_prefix('+')?.strip_suffix(" s")?.parse().ok()
+}
+
+impl Concentration {
+    /// Fills each listed second's [`Concentrated::lines_up_with`] from `events`, second 0
+    /// starting at `t_min` (Unix ns).
+    pub fn mark_events(&mut self, events: &[crate::events::RunEvent], t_min: i64) {
+        for d in self
+            .dimensions
+            .iter_mut()
+            .filter(|d| d.dimension == "second")
+        {
+            for v in &mut d.listed {
+                if let Some(k) = second_of(&v.value) {
+                    let start = t_min.saturating_add(k.saturating_mul(1_000_000_000));
+                    v.lines_up_with = crate::events::lines_up(events, start)
+                        .into_iter()
+                        .map(crate::events::RunEvent::line)
+                        .collect();
+                }
+            }
+        }
     }
 }
 
@@ -177,6 +213,7 @@ pub fn concentration(dimensions: Dimensions, cluster_size: f64) -> Concentration
                         times: (*in_tail as f64 / *messages as f64) / rate,
                         p_value,
                         likely_cause: p_value < level,
+                        lines_up_with: Vec::new(),
                     }
                 })
                 .collect();
@@ -368,7 +405,7 @@ impl DimensionStats {
                 }),
             ),
             ("metric count", named(&self.metrics, |k| k.to_string())),
-            ("second", named(&self.seconds, |k| format!("+{k} s"))),
+            ("second", named(&self.seconds, second_value)),
         ];
         (0..self.thresholds.len())
             .map(|j| {

@@ -28,6 +28,9 @@ pub(crate) struct ProbeConn {
     counters: Option<CountersFrame>,
     /// Stamps stored in traces, by hop index.
     pub(crate) stamps: [u64; MAX_HOPS],
+    /// When it connected and when it ended, Unix ns (`None`: not known, or open).
+    connected_unix_ns: Option<i64>,
+    closed_unix_ns: Option<i64>,
 }
 
 /// What probes said besides their records: who they are, their clocks, their counters
@@ -77,6 +80,10 @@ struct ProbeSnapshot {
     /// The last Counters frame: (at ns, values).
     counters: Option<(i64, Vec<(u16, u64)>)>,
     stamps: Vec<u64>,
+    #[serde(default)]
+    connected_unix_ns: Option<i64>,
+    #[serde(default)]
+    closed_unix_ns: Option<i64>,
 }
 
 /// The reason of a clock alert, for one alert per host and reason.
@@ -100,6 +107,11 @@ impl Control {
 
     /// Takes a connection event or a control frame; records frames are not its business.
     pub(crate) fn handle(&mut self, ev: Event) {
+        self.handle_at(ev, None);
+    }
+
+    /// [`Self::handle`], with the collector's Unix time of a connection's start or end.
+    pub(crate) fn handle_at(&mut self, ev: Event, unix_ns: Option<i64>) {
         match ev {
             Event::FrameWithBytes(id, f, _) => self.handle(Event::Frame(id, f)),
             Event::Connected(id, peer, hello) => {
@@ -112,6 +124,8 @@ impl Control {
                         clean: false,
                         counters: None,
                         stamps: [0; MAX_HOPS],
+                        connected_unix_ns: unix_ns,
+                        closed_unix_ns: None,
                     },
                 );
             }
@@ -119,6 +133,7 @@ impl Control {
                 if let Some(p) = self.probes.get_mut(&id) {
                     p.open = false;
                     p.clean = clean;
+                    p.closed_unix_ns = unix_ns;
                 }
             }
             Event::Frame(id, Frame::Clock(c)) => {
@@ -194,6 +209,8 @@ impl Control {
                     clean: p.clean,
                     counters: p.counters.as_ref().map(|c| (c.at_ns, c.values.clone())),
                     stamps: p.stamps.to_vec(),
+                    connected_unix_ns: p.connected_unix_ns,
+                    closed_unix_ns: p.closed_unix_ns,
                 })
                 .collect(),
             clock: self.clock.clone(),
@@ -254,6 +271,8 @@ impl Control {
                             .counters
                             .map(|(at_ns, values)| CountersFrame { at_ns, values }),
                         stamps,
+                        connected_unix_ns: p.connected_unix_ns,
+                        closed_unix_ns: p.closed_unix_ns,
                     };
                     (p.id, conn)
                 })
@@ -443,6 +462,8 @@ impl Control {
                 }),
                 protocol_version: Some(p.hello.version),
                 durable: durable.map(|d| d && p.hello.version >= 2),
+                connected_unix_ns: p.connected_unix_ns,
+                closed_unix_ns: p.closed_unix_ns,
             })
             .collect()
     }

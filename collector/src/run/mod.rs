@@ -279,6 +279,7 @@ impl Collector {
                 started_unix_ns,
                 epoch: Instant::now(),
                 clock_offset_ns: 0,
+                realtime_anchor: (0, started_unix_ns),
                 wal: None,
                 durable: durable.clone(),
                 sync_interval: cfg.sync_interval.min(Duration::from_secs(1)),

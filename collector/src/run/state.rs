@@ -47,6 +47,10 @@ pub(super) struct JoinState {
     /// Added to `epoch.elapsed()`: a restarted collector's join clock goes on from the
     /// log's last entry.
     pub(super) clock_offset_ns: u64,
+    /// A join clock reading and the `CLOCK_REALTIME` of the same moment (the latest step,
+    /// start or restart, live or replayed): the Unix time of an event at join clock `at`
+    /// is `realtime + (at - join)`. The join clock does not run while no collector does.
+    pub(super) realtime_anchor: (u64, i64),
     /// The write-ahead log, when durable.
     pub(super) wal: Option<crate::wal::Wal>,
     /// What is durable per exporter instance, for the connection readers' Acks.
@@ -130,6 +134,17 @@ impl Checkpoints {
 }
 
 impl JoinState {
+    /// The Unix time, ns, of join clock `at` ([`Self::realtime_anchor`]).
+    fn unix_ns(&self, at: u64) -> i64 {
+        let (join, realtime) = self.realtime_anchor;
+        let d = i64::try_from(at.abs_diff(join)).unwrap_or(i64::MAX);
+        if at >= join {
+            realtime.saturating_add(d)
+        } else {
+            realtime.saturating_sub(d)
+        }
+    }
+
     fn now_ns(&self) -> u64 {
         self.clock_offset_ns
             .saturating_add(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
@@ -158,6 +173,7 @@ impl JoinState {
             replayed = crate::wal::replay::<CollectorError>(&run_dir, from_segment, |entry| {
                 match entry {
                     Entry::Started { realtime_ns } => {
+                        self.realtime_anchor = (0, realtime_ns);
                         self.started_unix_ns = realtime_ns;
                         self.interval_start_ns = realtime_ns;
                         if let Some(st) = self.stages.as_mut() {
@@ -176,17 +192,20 @@ impl JoinState {
                         checkpoint_unix_ns,
                         replay_ms,
                         log_records,
-                    } => self.restarts.push(hoptrace_format::run::Restart {
-                        at_unix_ns: realtime_ns,
-                        log_entries: entries,
-                        log_bytes: bytes,
-                        torn_bytes,
-                        records_replayed: self.records,
-                        resent_records_dropped: 0,
-                        checkpoint_unix_ns,
-                        replay_ms,
-                        log_records,
-                    }),
+                    } => {
+                        self.realtime_anchor = (last_at, realtime_ns);
+                        self.restarts.push(hoptrace_format::run::Restart {
+                            at_unix_ns: realtime_ns,
+                            log_entries: entries,
+                            log_bytes: bytes,
+                            torn_bytes,
+                            records_replayed: self.records,
+                            resent_records_dropped: 0,
+                            checkpoint_unix_ns,
+                            replay_ms,
+                            log_records,
+                        });
+                    }
                     Entry::Resent { records, .. } => self.count_resent(records),
                     Entry::Tick { at, realtime_ns } => {
                         last_at = last_at.max(at);
@@ -242,12 +261,14 @@ impl JoinState {
             };
             wal.restarted(&restart)?;
             self.restarts.push(restart);
-            // The connections of the killed collector are gone.
+            // The connections of the killed collector are gone: when, its log does not say
+            // past its last entry.
+            let gone = self.unix_ns(last_at);
+            self.realtime_anchor = (last_at, now);
             let open: Vec<u64> = self.control.open_ids();
-            let at = self.now_ns();
             for id in open {
-                wal.closed(id, at, false)?;
-                self.control.handle(Event::Closed(id, false));
+                wal.closed(id, last_at, false)?;
+                self.control.handle_at(Event::Closed(id, false), Some(gone));
             }
         } else if !continued_closed {
             // A run continued after a clean close keeps the start it had: its log has no
@@ -363,6 +384,7 @@ impl JoinState {
     /// window moves, traces past their window expire, files roll, and each whole second
     /// ends an interval of the stages' logs. Logged, so a replay takes the same steps.
     fn step(&mut self, at: u64, realtime_ns: i64) -> Result<(), CollectorError> {
+        self.realtime_anchor = (at, realtime_ns);
         self.move_plausible_window(realtime_ns);
         self.joiner.expire(at, &mut self.out);
         self.write_out()?;
@@ -535,6 +557,7 @@ impl JoinState {
         self.started_unix_ns = m.started_unix_ns;
         self.interval_start_ns = m.interval_start_ns;
         self.clock_offset_ns = m.at_ns;
+        self.realtime_anchor = (m.at_ns, m.taken_unix_ns);
         self.records = m.records;
         self.resent_dropped = m.resent_dropped;
         self.backpressure_episodes = m.backpressure_episodes;
@@ -678,7 +701,9 @@ impl JoinState {
             }
             return self.write_out();
         }
-        self.control.handle(ev);
+        let unix_ns =
+            matches!(ev, Event::Connected(..) | Event::Closed(..)).then(|| self.unix_ns(at));
+        self.control.handle_at(ev, unix_ns);
         Ok(())
     }
 
