@@ -460,6 +460,53 @@ impl ConsumerContext for MemberContext {
     }
 }
 
+/// How long a member waits, when it ends, for its consumers to leave their groups.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// A group consumer that leaves its group within [`CLOSE_WAIT`] when dropped. A
+/// `BaseConsumer` dropped as it is waits for librdkafka's close without limit, and a close
+/// can wait on a rebalance that never settles (seen with a member the coordinator no
+/// longer knew, its last commit refused with `UnknownMemberId`): the member would never
+/// exit. Past the wait the consumer is left to the process's exit, and the group drops the
+/// member after its session timeout.
+struct Leaving<C: ConsumerContext>(Option<BaseConsumer<C>>);
+
+impl<C: ConsumerContext> Leaving<C> {
+    fn new(consumer: BaseConsumer<C>) -> Self {
+        Self(Some(consumer))
+    }
+}
+
+impl<C: ConsumerContext> std::ops::Deref for Leaving<C> {
+    type Target = BaseConsumer<C>;
+
+    fn deref(&self) -> &BaseConsumer<C> {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl<C: ConsumerContext> Drop for Leaving<C> {
+    fn drop(&mut self) {
+        let Some(c) = self.0.take() else {
+            return;
+        };
+        if c.close_queue().is_ok() {
+            let until = Instant::now() + CLOSE_WAIT;
+            while !c.closed() && Instant::now() < until {
+                // Serves the close's rebalance events.
+                let _ = c.poll(Duration::from_millis(100));
+            }
+        }
+        if !c.closed() {
+            std::mem::forget(c);
+            tracing::warn!(
+                wait = ?CLOSE_WAIT,
+                "a Kafka consumer did not leave its group in time: left to the process's exit (the group drops it after its session timeout)"
+            );
+        }
+    }
+}
+
 /// A stable id for a control message's source.
 fn source_id(source: &str) -> u64 {
     let mut h = DefaultHasher::new();
@@ -584,9 +631,9 @@ pub fn run_member(
         .set("partition.assignment.strategy", "roundrobin")
         .set("isolation.level", "read_committed");
     cfg.target.apply_client(&mut client);
-    let consumer: BaseConsumer<MemberContext> = client.create_with_context(MemberContext {
+    let consumer = Leaving::new(client.create_with_context(MemberContext {
         state: Arc::clone(&state),
-    })?;
+    })?);
     consumer.subscribe(&[&cfg.target.topic])?;
     let mut client = ClientConfig::new();
     client
@@ -595,7 +642,8 @@ pub fn run_member(
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest");
     cfg.target.apply_client(&mut client);
-    let control_consumer: BaseConsumer<QuietContext> = client.create_with_context(QuietContext)?;
+    let control_consumer: Leaving<QuietContext> =
+        Leaving::new(client.create_with_context(QuietContext)?);
     let mut ctl_tpl = TopicPartitionList::new();
     ctl_tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
     control_consumer.assign(&ctl_tpl)?;
