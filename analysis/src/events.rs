@@ -220,7 +220,7 @@ fn clock_events(rows: &[ClockRow], out: &mut Vec<RunEvent>) {
 }
 
 /// The counters whose rise means records a probe could not deliver.
-const LOSS_COUNTERS: [&str; 3] = ["queue_full", "send_failed", "lost_unacked"];
+pub const LOSS_COUNTERS: [&str; 3] = ["queue_full", "send_failed", "lost_unacked"];
 
 /// Each episode of a probe counting undeliverable records (`probes.parquet`: consecutive
 /// Counters frames of an exporter instance in which [`LOSS_COUNTERS`] rose), at its first

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant, SystemTime};
 use common::mosquitto::Mosquitto;
 use common::{collector, flag, link, tempdir, unique_id, wait_for};
 use hoptrace_broker::target;
+use hoptrace_publisher::Carrier;
 use hoptrace_publisher::publish::{PublishConfig, PublishSummary, Publisher};
 use hoptrace_publisher::schedule::LoadShape;
 use hoptrace_publisher::tap::{Tap, TapConfig, TapSummary};
-use hoptrace_publisher::{Carrier, Endpoint};
 
 /// A broker configured as `infra/mosquitto/mosquitto.conf` (in-flight window 100, deep
 /// queues), with or without persistence (saved every second).
