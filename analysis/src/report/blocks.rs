@@ -306,7 +306,7 @@ fn event_blocks(s: &Summary) -> Vec<Block> {
     let kinds = "a probe connection lost before the run's end, a probe connecting again, a collector started again on the run, a host's clock losing or regaining synchronisation or its offset moving by 1 ms or more between two reports, a probe counting records it could not deliver";
     if s.events.is_empty() {
         b.push(Block::Para(format!(
-            "None of what the runs record happened: {kinds}."
+            "None of these happened in the runs: {kinds}."
         )));
         return b;
     }
