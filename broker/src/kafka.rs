@@ -123,6 +123,61 @@ impl ClientContext for QuietContext {
 
 impl ConsumerContext for QuietContext {}
 
+/// How long a [`Leaving`] consumer waits, when dropped, to leave its group.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// A group consumer that leaves its group within [`CLOSE_WAIT`] when dropped. A
+/// `BaseConsumer` dropped as it is waits for librdkafka's close without limit, and a close
+/// can wait on a rebalance that never settles (seen with a collector-group member the
+/// coordinator no longer knew, its last commit refused with `UnknownMemberId`): it would
+/// never exit. Past the wait the consumer is left to the process's exit, and the group drops the
+/// member after its session timeout.
+pub struct Leaving<C: ConsumerContext>(Option<BaseConsumer<C>>);
+
+impl<C: ConsumerContext> Leaving<C> {
+    /// Takes `consumer` over.
+    #[must_use]
+    pub fn new(consumer: BaseConsumer<C>) -> Self {
+        Self(Some(consumer))
+    }
+}
+
+impl<C: ConsumerContext> std::fmt::Debug for Leaving<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leaving").finish_non_exhaustive()
+    }
+}
+
+impl<C: ConsumerContext> std::ops::Deref for Leaving<C> {
+    type Target = BaseConsumer<C>;
+
+    fn deref(&self) -> &BaseConsumer<C> {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl<C: ConsumerContext> Drop for Leaving<C> {
+    fn drop(&mut self) {
+        let Some(c) = self.0.take() else {
+            return;
+        };
+        if c.close_queue().is_ok() {
+            let until = Instant::now() + CLOSE_WAIT;
+            while !c.closed() && Instant::now() < until {
+                // Serves the close's rebalance events.
+                let _ = c.poll(Duration::from_millis(100));
+            }
+        }
+        if !c.closed() {
+            std::mem::forget(c);
+            tracing::warn!(
+                wait = ?CLOSE_WAIT,
+                "a Kafka consumer did not leave its group in time: left to the process's exit (the group drops it after its session timeout)"
+            );
+        }
+    }
+}
+
 /// How long [`check_topics`] waits for a broker to answer.
 pub const BROKER_WAIT: Duration = Duration::from_secs(6);
 

@@ -343,7 +343,7 @@ impl Target for KafkaTarget {
 /// Consumes Kafka topics: every partition assigned directly (or a consumer group when
 /// the address names one), starting at the end (or the beginning).
 pub struct KafkaSource {
-    consumer: BaseConsumer,
+    consumer: crate::kafka::Leaving<rdkafka::consumer::DefaultConsumerContext>,
     describe: String,
 }
 
@@ -394,6 +394,7 @@ impl KafkaSource {
         let consumer: BaseConsumer = c
             .create()
             .map_err(|e| TargetError::Client(format!("Kafka consumer configuration: {e}")))?;
+        let consumer = crate::kafka::Leaving::new(consumer);
         let timeout = Duration::from_millis(k.connect_timeout_ms);
         if k.group.is_some() {
             for t in &topics {

@@ -27,7 +27,7 @@ use hoptrace_format::group::{self, Ownership, Segment};
 use hoptrace_format::run::{GroupInfo, PartFile, RunSummary};
 use hoptrace_format::spec::{PipelineSpec, ResolvedSpec};
 
-use hoptrace_broker::kafka::{BROKER_WAIT, QuietContext, check_topics, quiet};
+use hoptrace_broker::kafka::{BROKER_WAIT, Leaving, QuietContext, check_topics, quiet};
 
 use super::topic::{
     CLEAN_HEADER, FORWARDED_HEADER, KafkaError, PEER_HEADER, RecordsTopic, SOURCE_HEADER, io_err,
@@ -456,53 +456,6 @@ impl ConsumerContext for MemberContext {
                     &format!("kafka: rebalance failed: {code}"),
                 );
             }
-        }
-    }
-}
-
-/// How long a member waits, when it ends, for its consumers to leave their groups.
-const CLOSE_WAIT: Duration = Duration::from_secs(10);
-
-/// A group consumer that leaves its group within [`CLOSE_WAIT`] when dropped. A
-/// `BaseConsumer` dropped as it is waits for librdkafka's close without limit, and a close
-/// can wait on a rebalance that never settles (seen with a member the coordinator no
-/// longer knew, its last commit refused with `UnknownMemberId`): the member would never
-/// exit. Past the wait the consumer is left to the process's exit, and the group drops the
-/// member after its session timeout.
-struct Leaving<C: ConsumerContext>(Option<BaseConsumer<C>>);
-
-impl<C: ConsumerContext> Leaving<C> {
-    fn new(consumer: BaseConsumer<C>) -> Self {
-        Self(Some(consumer))
-    }
-}
-
-impl<C: ConsumerContext> std::ops::Deref for Leaving<C> {
-    type Target = BaseConsumer<C>;
-
-    fn deref(&self) -> &BaseConsumer<C> {
-        self.0.as_ref().expect("taken only when dropped")
-    }
-}
-
-impl<C: ConsumerContext> Drop for Leaving<C> {
-    fn drop(&mut self) {
-        let Some(c) = self.0.take() else {
-            return;
-        };
-        if c.close_queue().is_ok() {
-            let until = Instant::now() + CLOSE_WAIT;
-            while !c.closed() && Instant::now() < until {
-                // Serves the close's rebalance events.
-                let _ = c.poll(Duration::from_millis(100));
-            }
-        }
-        if !c.closed() {
-            std::mem::forget(c);
-            tracing::warn!(
-                wait = ?CLOSE_WAIT,
-                "a Kafka consumer did not leave its group in time: left to the process's exit (the group drops it after its session timeout)"
-            );
         }
     }
 }
