@@ -588,8 +588,12 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
     let prefix = format!("hoptrace-test/lossy-{id}");
     let run_dir = tempdir("lossy-run");
     let collector = collector(&run_dir);
-    let mut tc =
-        TapConfig::new(Endpoint::parse(&format!("mqtt://127.0.0.1:{port}?qos=1")).unwrap());
+    // MQTT 3.1.1 on both sides: over MQTT 5 the broker's in-flight window of one is also
+    // its Receive Maximum, which holds the publisher to the subscriber's pace, and the
+    // queue then overflows only when the publisher happens to run ahead.
+    let mut tc = TapConfig::new(
+        Endpoint::parse(&format!("mqtt://127.0.0.1:{port}?version=3.1.1&qos=1")).unwrap(),
+    );
     tc.topics = vec![format!("{prefix}/#")];
     tc.collector = Some(link(&collector));
     let tap = Tap::start(tc).unwrap();
@@ -600,7 +604,10 @@ fn qos1_losses_under_a_broker_queue_limit_show_in_the_accounting() {
         std::thread::spawn(move || tap.run(&stop))
     };
     let mut pc = PublishConfig::new(
-        Endpoint::parse(&format!("mqtt://127.0.0.1:{port}/{prefix}?qos=1")).unwrap(),
+        Endpoint::parse(&format!(
+            "mqtt://127.0.0.1:{port}/{prefix}?version=3.1.1&qos=1"
+        ))
+        .unwrap(),
         shape(1e6, 10, 1, n),
     );
     pc.publisher_id = id;
