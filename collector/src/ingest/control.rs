@@ -19,12 +19,15 @@ use hoptrace_format::run::{ClockRow, ProbeInfo};
 #[cfg(feature = "kafka")]
 use hoptrace_format::spec::ResolvedSpec;
 
-/// A probe connection: its Hello, where it came from, how it ended, its last counters.
+/// A probe connection: its Hello, where it came from, how it ended, its counters.
 pub(crate) struct ProbeConn {
     hello: Hello,
     peer: SocketAddr,
     open: bool,
     clean: bool,
+    /// The latest value of each counter id its Counters frames held (a frame may hold
+    /// any subset: a tap's or publisher's own frames come beside the exporter's), at
+    /// the latest frame's time.
     counters: Option<CountersFrame>,
     /// Stamps stored in traces, by hop index.
     pub(crate) stamps: [u64; MAX_HOPS],
@@ -77,13 +80,28 @@ struct ProbeSnapshot {
     peer: SocketAddr,
     open: bool,
     clean: bool,
-    /// The last Counters frame: (at ns, values).
+    /// The latest value of each counter id: (latest frame's at ns, values).
     counters: Option<(i64, Vec<(u16, u64)>)>,
     stamps: Vec<u64>,
     #[serde(default)]
     connected_unix_ns: Option<i64>,
     #[serde(default)]
     closed_unix_ns: Option<i64>,
+}
+
+/// Keeps the latest value of each id of `c` in `into` (ids `c` lacks keep theirs).
+fn merge_counters(into: &mut Option<CountersFrame>, c: CountersFrame) {
+    let Some(m) = into else {
+        *into = Some(c);
+        return;
+    };
+    m.at_ns = m.at_ns.max(c.at_ns);
+    for (id, v) in c.values {
+        match m.values.iter_mut().find(|(i, _)| *i == id) {
+            Some(slot) => slot.1 = v,
+            None => m.values.push((id, v)),
+        }
+    }
 }
 
 /// The reason of a clock alert, for one alert per host and reason.
@@ -171,7 +189,7 @@ impl Control {
                         at_ns: c.at_ns,
                         values: c.values.clone(),
                     });
-                    p.counters = Some(c);
+                    merge_counters(&mut p.counters, c);
                 }
             }
             Event::Frame(id, Frame::Sent(s)) => {
@@ -519,5 +537,53 @@ fn clock_row(host: String, instance_id: u64, c: &ClockStatus) -> ClockRow {
         error_bound_ns: c.error_bound_ns,
         leap: c.leap.name().to_owned(),
         detail: c.detail.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hoptrace_protocol::{HopId, PROTOCOL_VERSION};
+
+    fn counters(at_ns: i64, values: &[(u16, u64)]) -> Event {
+        Event::Frame(
+            1,
+            Frame::Counters(CountersFrame {
+                at_ns,
+                values: values.to_vec(),
+            }),
+        )
+    }
+
+    #[test]
+    fn a_frame_of_other_ids_keeps_the_exporters_losses() {
+        let mut c = Control::new(None);
+        c.handle(Event::Connected(
+            1,
+            "127.0.0.1:9".parse().unwrap(),
+            Hello {
+                version: PROTOCOL_VERSION,
+                instance_id: 42,
+                host: "h".into(),
+                process: "tap".into(),
+                software: "s".into(),
+                token: String::new(),
+                hops: vec![(HopId(1), "queryable".into())],
+            },
+        ));
+        c.handle(counters(
+            10,
+            &[(counter_id::QUEUE_FULL, 5), (counter_id::SEND_FAILED, 2)],
+        ));
+        // The tap's own frame (ids of its own), the latest: the exporter's stay.
+        c.handle(counters(20, &[(64, 300)]));
+        c.handle(counters(30, &[(counter_id::QUEUE_FULL, 6)]));
+        assert_eq!(c.records_lost(), 8);
+        let p = &c.probes[&1];
+        let m = p.counters.as_ref().unwrap();
+        assert_eq!(m.at_ns, 30);
+        assert_eq!((m.get(64), m.get(counter_id::QUEUE_FULL)), (300, 6));
+        // Every frame is a row of its own in probes.parquet.
+        assert_eq!(c.counter_rows.len(), 3);
     }
 }
