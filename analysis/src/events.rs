@@ -46,6 +46,10 @@ pub enum EventKind {
     /// A probe counted records it could not deliver (queue full, send failed, evicted
     /// before the collector acknowledged them) in consecutive Counters frames.
     ProbeLostRecords,
+    /// A publisher or a broker tap found its broker connection lost and opened it again.
+    BrokerReconnected,
+    /// A publisher sent messages more than 10 ms after their scheduled time.
+    PublisherBehindSchedule,
 }
 
 impl EventKind {
@@ -60,6 +64,8 @@ impl EventKind {
             Self::ClockSynchronised => "clock synchronised again",
             Self::ClockOffsetMoved => "clock offset moved",
             Self::ProbeLostRecords => "probe lost records",
+            Self::BrokerReconnected => "broker connection opened again",
+            Self::PublisherBehindSchedule => "publisher behind schedule",
         }
     }
 }
@@ -85,9 +91,30 @@ impl RunEvent {
     }
 }
 
-/// Every event of `runs`, in time order.
-#[must_use]
-pub fn events<'a>(runs: impl IntoIterator<Item = &'a RunSummary>) -> Vec<RunEvent> {
+/// Every event of `runs` (their `run.json`) and of the probes' counters in `ctx`'s
+/// `probes` table ([`counter_events`]), in time order.
+///
+/// # Errors
+/// When the `probes` table cannot be read.
+pub async fn all_events<'a>(
+    runs: impl IntoIterator<Item = &'a RunSummary>,
+    ctx: &datafusion::prelude::SessionContext,
+) -> Result<Vec<RunEvent>, crate::AnalysisError> {
+    let mut out = run_json_events(runs);
+    out.extend(counter_events(ctx).await?);
+    sort(&mut out);
+    Ok(out)
+}
+
+fn sort(events: &mut [RunEvent]) {
+    events.sort_by(|a, b| {
+        (a.at_unix_ns, a.kind, &a.subject).cmp(&(b.at_unix_ns, b.kind, &b.subject))
+    });
+}
+
+/// The events `runs`' `run.json` tells (connections, restarts, clocks), in no particular
+/// order.
+fn run_json_events<'a>(runs: impl IntoIterator<Item = &'a RunSummary>) -> Vec<RunEvent> {
     let mut out = Vec::new();
     for run in runs {
         out.extend(events_of(
@@ -97,7 +124,6 @@ pub fn events<'a>(runs: impl IntoIterator<Item = &'a RunSummary>) -> Vec<RunEven
             run.ended_unix_ns,
         ));
     }
-    out.sort_by(|a, b| (a.at_unix_ns, a.kind, &a.subject).cmp(&(b.at_unix_ns, b.kind, &b.subject)));
     out
 }
 
@@ -226,95 +252,207 @@ fn clock_events(rows: &[ClockRow], out: &mut Vec<RunEvent>) {
 /// The counters whose rise means records a probe could not deliver.
 pub const LOSS_COUNTERS: [&str; 3] = ["queue_full", "send_failed", "lost_unacked"];
 
-/// Each episode of a probe counting undeliverable records (`probes.parquet`: consecutive
-/// Counters frames of an exporter instance in which [`LOSS_COUNTERS`] rose), at its first
-/// frame's time (the probe host's clock). Empty when no probe sent such counters.
+/// Counters frames of one exporter instance in which a counter rose belong to one episode
+/// unless this much lies between two of them: processes send their own counters only
+/// when they change, so a quiet stretch has no frames to end an episode.
+pub const EPISODE_GAP_NS: i64 = 3_000_000_000;
+
+/// An episode of a counter rising in consecutive Counters frames of one exporter instance.
+#[derive(Debug)]
+struct Episode {
+    /// Its first and last frames' times (the probe host's clock).
+    start: i64,
+    end: i64,
+    /// `process@host`.
+    subject: String,
+    /// How much the counter rose in it, and its value at its end.
+    rose: i64,
+    total: i64,
+    /// The companion counter's rise in it, and its value at its end (0 when absent).
+    extra_rose: i64,
+    extra: i64,
+}
+
+impl Episode {
+    /// About how long it lasted, s (a frame stands for the second before it).
+    fn seconds(&self) -> f64 {
+        (self.end - self.start) as f64 / 1e9 + 1.0
+    }
+}
+
+/// An event read from `probes.parquet`: the sum of `columns` rising; `extra` a companion
+/// counter the detail quotes.
+struct CounterRise {
+    kind: EventKind,
+    columns: &'static [&'static str],
+    extra: Option<&'static str>,
+    detail: fn(&Episode) -> String,
+}
+
+/// Every event read from counters.
+const RISES: [CounterRise; 3] = [
+    CounterRise {
+        kind: EventKind::ProbeLostRecords,
+        columns: &LOSS_COUNTERS,
+        extra: None,
+        detail: |e| {
+            format!(
+                "{} records it could not deliver (queue full, send failed, evicted unacknowledged) over about {:.0} s of Counters frames, {} in all",
+                e.rose,
+                e.seconds(),
+                e.total
+            )
+        },
+    },
+    CounterRise {
+        kind: EventKind::BrokerReconnected,
+        columns: &["broker_reconnects"],
+        extra: Some("broker_new_sessions"),
+        detail: |e| {
+            let mut d = format!(
+                "{} reconnection{} to the broker over about {:.0} s, {} in all",
+                e.rose,
+                if e.rose == 1 { "" } else { "s" },
+                e.seconds(),
+                e.total
+            );
+            if e.extra_rose > 0 {
+                d.push_str(&format!(
+                    "; {} to a new session: what was published meanwhile never reached it",
+                    e.extra_rose
+                ));
+            }
+            d
+        },
+    },
+    CounterRise {
+        kind: EventKind::PublisherBehindSchedule,
+        columns: &["late_sends"],
+        extra: Some("lag_max_ns"),
+        detail: |e| {
+            format!(
+                "{} messages sent more than {} after their scheduled time over about {:.0} s, {} in all; largest lag so far {}",
+                e.rose,
+                hoptrace_format::units::signed_ns(hoptrace_protocol::counter_id::LATE_SEND_NS),
+                e.seconds(),
+                e.total,
+                hoptrace_format::units::signed_ns(e.extra)
+            )
+        },
+    },
+];
+
+/// The events read from the probes' counters (`probes.parquet`): each episode of a probe
+/// counting records it could not deliver ([`LOSS_COUNTERS`]), of a publisher or broker
+/// tap reconnecting to its broker (`broker_reconnects`), of a publisher sending behind
+/// its schedule (`late_sends`), at the episode's first frame (the probe host's clock), in
+/// no particular order. Empty when no probe sent such counters.
 ///
 /// # Errors
 /// When the `probes` table cannot be read.
-pub async fn probe_losses(
+pub async fn counter_events(
     ctx: &datafusion::prelude::SessionContext,
 ) -> Result<Vec<RunEvent>, crate::AnalysisError> {
+    let schema = ctx.table("probes").await?.schema().clone();
+    let mut out = Vec::new();
+    for rise in &RISES {
+        let present: Vec<&str> = rise
+            .columns
+            .iter()
+            .copied()
+            .filter(|c| schema.has_column_with_unqualified_name(c))
+            .collect();
+        if present.is_empty() {
+            continue;
+        }
+        let extra = rise
+            .extra
+            .filter(|c| schema.has_column_with_unqualified_name(c))
+            .map_or_else(|| "0".to_owned(), |c| format!("coalesce({c}, 0)"));
+        let sql = format!(
+            "SELECT instance_id, host, process, CAST(at_ns AS BIGINT) AS at, CAST({} AS BIGINT) AS n, \
+             CAST({extra} AS BIGINT) AS extra FROM probes WHERE {} ORDER BY instance_id, at_ns",
+            present
+                .iter()
+                .map(|c| format!("coalesce({c}, 0)"))
+                .collect::<Vec<_>>()
+                .join(" + "),
+            present
+                .iter()
+                .map(|c| format!("{c} IS NOT NULL"))
+                .collect::<Vec<_>>()
+                .join(" OR "),
+        );
+        for e in episodes(ctx, &sql).await? {
+            out.push(RunEvent {
+                at_unix_ns: e.start,
+                kind: rise.kind,
+                subject: e.subject.clone(),
+                detail: (rise.detail)(&e),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The episodes of `sql`'s rows (instance, host, process, at, n, extra; ordered by
+/// instance and time): consecutive rows of an instance in which `n` rose, no more than
+/// [`EPISODE_GAP_NS`] apart.
+async fn episodes(
+    ctx: &datafusion::prelude::SessionContext,
+    sql: &str,
+) -> Result<Vec<Episode>, crate::AnalysisError> {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{DataType, Int64Type, UInt64Type};
 
-    let schema = ctx.table("probes").await?.schema().clone();
-    let present: Vec<String> = LOSS_COUNTERS
-        .iter()
-        .filter(|c| schema.has_column_with_unqualified_name(c))
-        .map(|c| format!("coalesce({c}, 0)"))
-        .collect();
-    if present.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sql = format!(
-        "SELECT instance_id, host, process, CAST(at_ns AS BIGINT) AS at, CAST({} AS BIGINT) AS lost FROM probes \
-         ORDER BY instance_id, at_ns",
-        present.join(" + ")
-    );
-    // Per instance: (lost so far, the open episode: its start, subject, lost before it,
-    // its frames' last time).
     let mut out = Vec::new();
-    let mut last: Option<(u64, i64)> = None;
-    let mut episode: Option<(i64, String, i64, i64)> = None;
-    let mut close = |episode: &mut Option<(i64, String, i64, i64)>, lost_now: i64| {
-        if let Some((start, subject, before, end)) = episode.take() {
-            out.push(RunEvent {
-                at_unix_ns: start,
-                kind: EventKind::ProbeLostRecords,
-                subject,
-                detail: format!(
-                    "{} records it could not deliver (queue full, send failed, evicted unacknowledged) over about {:.0} s of Counters frames, {} in all",
-                    lost_now - before,
-                    (end - start) as f64 / 1e9 + 1.0,
-                    lost_now
-                ),
-            });
-        }
-    };
-    for b in ctx.sql(&sql).await?.collect().await? {
+    // The previous row: (instance, time, n so far, extra so far).
+    let mut last: Option<(u64, i64, i64, i64)> = None;
+    let mut open: Option<Episode> = None;
+    for b in ctx.sql(sql).await?.collect().await? {
         // Whatever string type the table holds (Utf8, a view, a dictionary).
         let text = |i: usize| datafusion::arrow::compute::cast(b.column(i), &DataType::Utf8);
         let (hosts, processes) = (text(1)?, text(2)?);
-        let (Some(inst), Some(host), Some(process), Some(at), Some(lost)) = (
+        let (Some(inst), Some(host), Some(process), Some(at), Some(n), Some(extra)) = (
             b.column(0).as_primitive_opt::<UInt64Type>(),
             hosts.as_string_opt::<i32>(),
             processes.as_string_opt::<i32>(),
             b.column(3).as_primitive_opt::<Int64Type>(),
             b.column(4).as_primitive_opt::<Int64Type>(),
+            b.column(5).as_primitive_opt::<Int64Type>(),
         ) else {
             continue;
         };
         for row in 0..b.num_rows() {
-            let (i, t, n) = (inst.value(row), at.value(row), lost.value(row));
-            let before = match last {
-                Some((li, ln)) if li == i => ln,
-                Some((_, ln)) => {
-                    close(&mut episode, ln);
-                    0
-                }
-                None => 0,
+            let (i, t) = (inst.value(row), at.value(row));
+            let (before, extra_before, same) = match last {
+                Some((li, lt, ln, le)) if li == i => (ln, le, t - lt <= EPISODE_GAP_NS),
+                _ => (0, 0, false),
             };
-            if n > before {
-                let e = episode.get_or_insert_with(|| {
-                    (
-                        t,
-                        format!("{}@{}", process.value(row), host.value(row)),
-                        before,
-                        t,
-                    )
-                });
-                e.3 = t;
-            } else {
-                close(&mut episode, before);
+            let (now, extra_now) = (n.value(row).max(before), extra.value(row).max(extra_before));
+            if open.is_some() && (!same || now == before) {
+                out.extend(open.take());
             }
-            last = Some((i, n.max(before)));
+            if now > before {
+                let e = open.get_or_insert_with(|| Episode {
+                    start: t,
+                    end: t,
+                    subject: format!("{}@{}", process.value(row), host.value(row)),
+                    rose: 0,
+                    total: 0,
+                    extra_rose: 0,
+                    extra: 0,
+                });
+                e.end = t;
+                e.rose += now - before;
+                e.total = now;
+                e.extra_rose += extra_now - extra_before;
+                e.extra = extra_now;
+            }
+            last = Some((i, t, now, extra_now));
         }
     }
-    if let Some((_, n)) = last {
-        close(&mut episode, n);
-    }
-    out.sort_by_key(|e| e.at_unix_ns);
+    out.extend(open);
     Ok(out)
 }
 
@@ -416,18 +554,18 @@ mod tests {
         assert_eq!(at(20), Vec::<EventKind>::new());
     }
 
-    /// A `probes` table of (instance, at s, queue_full, send_failed) rows; `at_ns` as the
-    /// collector writes it (a timestamp), `lost_unacked` absent as in a version 1 run.
-    fn losses(rows: &[(u64, i64, Option<u64>, Option<u64>)]) -> Vec<RunEvent> {
+    /// A `probes` table of the given nullable counter columns, one row per (instance, at
+    /// s, values); `at_ns` as the collector writes it (a timestamp), the events read from it.
+    fn counters_table(columns: &[&str], rows: &[(u64, i64, Vec<Option<u64>>)]) -> Vec<RunEvent> {
         use std::sync::Arc;
 
         use datafusion::arrow::array::{
-            RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
+            ArrayRef, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
         };
         use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
         use datafusion::datasource::MemTable;
 
-        let schema = Arc::new(Schema::new(vec![
+        let mut fields = vec![
             Field::new("instance_id", DataType::UInt64, false),
             Field::new("host", DataType::Utf8, false),
             Field::new("process", DataType::Utf8, false),
@@ -436,25 +574,25 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Nanosecond, None),
                 false,
             ),
-            Field::new("queue_full", DataType::UInt64, true),
-            Field::new("send_failed", DataType::UInt64, true),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.0))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|_| "h1"))),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| format!("p{}", r.0)),
-                )),
-                Arc::new(TimestampNanosecondArray::from_iter_values(
-                    rows.iter().map(|r| r.1 * S),
-                )),
-                Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.2))),
-                Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.3))),
-            ],
-        )
-        .unwrap();
+        ];
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|_| "h1"))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| format!("p{}", r.0)),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                rows.iter().map(|r| r.1 * S),
+            )),
+        ];
+        for (i, c) in columns.iter().enumerate() {
+            fields.push(Field::new(*c, DataType::UInt64, true));
+            cols.push(Arc::new(UInt64Array::from_iter(
+                rows.iter().map(|r| r.2[i]),
+            )));
+        }
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(schema.clone(), cols).unwrap();
         let ctx = datafusion::prelude::SessionContext::new();
         ctx.register_table(
             "probes",
@@ -464,8 +602,19 @@ mod tests {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
-            .block_on(probe_losses(&ctx))
+            .block_on(counter_events(&ctx))
+            .map(|mut ev| {
+                ev.sort_by_key(|e| (e.at_unix_ns, e.kind));
+                ev
+            })
             .unwrap()
+    }
+
+    /// (instance, at s, queue_full, send_failed) rows, `lost_unacked` absent as in a
+    /// version 1 run.
+    fn losses(rows: &[(u64, i64, Option<u64>, Option<u64>)]) -> Vec<RunEvent> {
+        let rows: Vec<_> = rows.iter().map(|r| (r.0, r.1, vec![r.2, r.3])).collect();
+        counters_table(&["queue_full", "send_failed"], &rows)
     }
 
     #[test]
@@ -523,5 +672,74 @@ mod tests {
         let mut p = probe(7, S, Some(30 * S), false);
         (p.connected_unix_ns, p.closed_unix_ns) = (None, None);
         assert!(events_of(&[p.clone(), p], &[], &[], 100 * S).is_empty());
+    }
+
+    #[test]
+    fn frames_of_other_counters_and_quiet_stretches_end_an_episode_only_by_their_gap() {
+        let cols = [
+            "queue_full",
+            "broker_reconnects",
+            "broker_new_sessions",
+            "late_sends",
+            "lag_max_ns",
+        ];
+        let none = || vec![None; 5];
+        let with = |i: usize, v: u64, j: usize, w: u64| {
+            let mut r = vec![None; 5];
+            r[i] = Some(v);
+            r[j] = Some(w);
+            r
+        };
+        let ev = counters_table(
+            &cols,
+            &[
+                // A publisher: the exporter's frames (no losses) between its own.
+                (1, 10, with(0, 0, 0, 0)),
+                (1, 11, with(3, 2, 4, 15_000_000)),
+                (1, 11, with(0, 0, 0, 0)),
+                (1, 12, with(3, 9, 4, 31_000_000)),
+                // Quiet for 40 s (no frame of its own), then late again.
+                (1, 52, with(3, 10, 4, 31_000_000)),
+                (1, 53, none()),
+                // A broker tap: two reconnections 1 s apart, the second to a new session,
+                // then one more a minute later.
+                (2, 20, with(1, 1, 2, 0)),
+                (2, 21, with(1, 2, 2, 1)),
+                (2, 80, with(1, 3, 2, 1)),
+            ],
+        );
+        let got: Vec<(i64, EventKind, &str)> = ev
+            .iter()
+            .map(|e| (e.at_unix_ns / S, e.kind, e.subject.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (11, EventKind::PublisherBehindSchedule, "p1@h1"),
+                (20, EventKind::BrokerReconnected, "p2@h1"),
+                (52, EventKind::PublisherBehindSchedule, "p1@h1"),
+                (80, EventKind::BrokerReconnected, "p2@h1"),
+            ]
+        );
+        let d: Vec<&str> = ev.iter().map(|e| e.detail.as_str()).collect();
+        assert!(
+            d[1].starts_with(
+                "2 reconnections to the broker over about 2 s, 2 in all; 1 to a new session"
+            ),
+            "{d:?}"
+        );
+        assert!(
+            d[3].starts_with("1 reconnection to the broker") && !d[3].contains("new session"),
+            "{d:?}"
+        );
+        assert!(
+            d[0].starts_with("9 messages sent more than 10.0ms after")
+                && d[0].ends_with("largest lag so far 31.0ms"),
+            "{d:?}"
+        );
+        assert!(
+            d[2].starts_with("1 messages") && d[2].contains("10 in all"),
+            "{d:?}"
+        );
     }
 }

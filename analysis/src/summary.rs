@@ -297,9 +297,7 @@ pub async fn compute_with(
         exemplars,
     )
     .await?;
-    let mut events = crate::events::events(runs.runs.iter().map(|r| &r.summary));
-    events.extend(crate::events::probe_losses(ctx).await?);
-    events.sort_by_key(|e| e.at_unix_ns);
+    let events = crate::events::all_events(runs.runs.iter().map(|r| &r.summary), ctx).await?;
     for c in tails
         .iter_mut()
         .flat_map(|t| t.levels.iter_mut())

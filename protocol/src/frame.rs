@@ -142,9 +142,24 @@ pub mod counter_id {
     /// Of `evicted`, the records the collector turned out not to have when the exporter
     /// reconnected: lost, counted (version 2).
     pub const LOST_UNACKED: u16 = 12;
+    /// Connections to the broker found lost and opened again (a publisher's or a broker
+    /// tap's own counter).
+    pub const BROKER_RECONNECTS: u16 = 32;
+    /// MQTT: of those, the reconnections the broker answered with a new session: what
+    /// was published meanwhile never reached the tap (a broker tap's own counter).
+    pub const BROKER_NEW_SESSIONS: u16 = 33;
+    /// Messages a publisher sent more than [`LATE_SEND_NS`] after their scheduled time
+    /// (a publisher's own counter).
+    pub const LATE_SENDS: u16 = 34;
+    /// The largest schedule lag of a message sent so far, ns (a publisher's own counter).
+    pub const LAG_MAX_NS: u16 = 35;
     /// Records a relay dropped because their hop was not announced by their connection
     /// (a relay's own counter, on a collector group's control topic).
     pub const UNANNOUNCED_HOP: u16 = 96;
+
+    /// A message sent more than this after its scheduled time counts in [`LATE_SENDS`],
+    /// ns.
+    pub const LATE_SEND_NS: i64 = 10_000_000;
 
     /// The counter's name in `docs/collector-protocol.md`, or `None` for an unknown id.
     #[must_use]
@@ -162,6 +177,10 @@ pub mod counter_id {
             RESENT => "resent",
             EVICTED => "evicted",
             LOST_UNACKED => "lost_unacked",
+            BROKER_RECONNECTS => "broker_reconnects",
+            BROKER_NEW_SESSIONS => "broker_new_sessions",
+            LATE_SENDS => "late_sends",
+            LAG_MAX_NS => "lag_max_ns",
             UNANNOUNCED_HOP => "unannounced_hop",
             _ => return None,
         })

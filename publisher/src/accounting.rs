@@ -1,5 +1,6 @@
-//! What a publisher sent, per stream, for the collector's accounting (Sent frames), and
-//! the schedule lag histogram.
+//! What a publisher sent, per stream, for the collector's accounting (Sent frames), the
+//! schedule lag histogram, and the counters of its own a publisher or a broker tap sends
+//! the collector (late sends, broker reconnections).
 
 use hdrhistogram::Histogram;
 use hoptrace_format::hist::Percentile;
@@ -223,9 +224,66 @@ impl LagHistogram {
     }
 }
 
+/// Counters of a publisher's or a broker tap's own (`docs/collector-protocol.md`: late
+/// sends, broker reconnections), cumulative, sent to the collector in Counters frames of
+/// their own when they change, so that a report can place each change on its time axis.
+#[derive(Debug, Clone, Default)]
+pub struct OwnCounters {
+    values: Vec<(u16, u64)>,
+    sent: Vec<(u16, u64)>,
+}
+
+impl OwnCounters {
+    /// Sets counter `id` to `value`.
+    pub fn set(&mut self, id: u16, value: u64) {
+        match self.values.iter_mut().find(|(i, _)| *i == id) {
+            Some(slot) => slot.1 = value,
+            None => self.values.push((id, value)),
+        }
+    }
+
+    /// Whether a value differs from the last ones sent.
+    #[must_use]
+    pub fn changed(&self) -> bool {
+        self.values != self.sent
+    }
+
+    /// Sends the values to the collector through `exporter` when they changed since the
+    /// last frame (a frame that cannot be queued is logged: these counters are
+    /// cumulative, the next frame carries them).
+    pub fn send_if_changed(&mut self, exporter: Option<&hoptrace_probe::Exporter>) {
+        let Some(e) = exporter else { return };
+        if !self.changed() {
+            return;
+        }
+        self.sent.clone_from(&self.values);
+        if let Err(err) = e.send_counters_frame(hoptrace_protocol::CountersFrame {
+            at_ns: hoptrace_probe::clock::realtime_ns(),
+            values: self.values.clone(),
+        }) {
+            tracing::warn!("cannot send this process's own counters: {err}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_counters_are_sent_only_when_they_change() {
+        let mut c = OwnCounters::default();
+        assert!(!c.changed());
+        c.set(34, 1);
+        assert!(c.changed());
+        c.send_if_changed(None);
+        assert!(c.changed(), "nothing was sent without an exporter");
+        c.sent.clone_from(&c.values);
+        c.set(34, 1);
+        assert!(!c.changed());
+        c.set(35, 12_000_000);
+        assert!(c.changed());
+    }
 
     #[test]
     fn lag_percentiles_stay_within_the_exact_extremes() {

@@ -14,13 +14,14 @@ use hoptrace_probe::{
     TraceContext, TraceKey,
 };
 
-use crate::accounting::{LagHistogram, LagSummary, SentLedger};
+use crate::accounting::{LagHistogram, LagSummary, OwnCounters, SentLedger};
 use crate::capture::{CaptureError, CapturedMessage};
 use crate::payload::PayloadFormat;
 use crate::schedule::{LoadShape, Schedule, ShapeError};
 use crate::uns::TopicScheme;
 use hoptrace_broker::target::{self, Outgoing, SendError, Target, TargetError, TargetStats};
 use hoptrace_broker::url::{Carrier, Endpoint, UrlError};
+use hoptrace_protocol::counter_id;
 
 /// Why a publish run could not start or finish. Each variant says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -706,6 +707,12 @@ impl Publisher {
         let mut ledger = SentLedger::new(publisher, streams);
         let mut lag = LagHistogram::new();
         let mut interval_lag = LagHistogram::new();
+        // Late sends and broker reconnections, sent to the collector as they happen: the
+        // first late send after a frame and each reconnection at once, further late sends
+        // with the Sent frames.
+        let mut own = OwnCounters::default();
+        let (mut late_sends, mut lag_max_ns, mut reconnects) = (0u64, 0u64, 0u64);
+        let mut late_since_frame = false;
         let mut buf: Vec<u8> = Vec::with_capacity(4096);
         let mut traced_headers: Vec<(String, Vec<u8>)> = Vec::new();
         let mut backpressure_waits = 0u64;
@@ -787,6 +794,16 @@ impl Publisher {
                         let l = stamp.ns - intended_ns;
                         lag.record(l);
                         interval_lag.record(l);
+                        if l > counter_id::LATE_SEND_NS {
+                            late_sends += 1;
+                            lag_max_ns = lag_max_ns.max(l.unsigned_abs());
+                            own.set(counter_id::LATE_SENDS, late_sends);
+                            own.set(counter_id::LAG_MAX_NS, lag_max_ns);
+                            if !late_since_frame {
+                                late_since_frame = true;
+                                own.send_if_changed(self.exporter.as_ref());
+                            }
+                        }
                         if let Some(w) = waited_since {
                             backpressure_wait_ns += w.elapsed().as_nanos() as u64;
                         }
@@ -824,6 +841,12 @@ impl Publisher {
                     stopped_early = true;
                     break 'run;
                 }
+                let now_reconnects = self.target.stats().reconnects;
+                if now_reconnects != reconnects {
+                    reconnects = now_reconnects;
+                    own.set(counter_id::BROKER_RECONNECTS, reconnects);
+                    own.send_if_changed(self.exporter.as_ref());
+                }
                 self.update_live(
                     start,
                     &ledger,
@@ -843,10 +866,16 @@ impl Publisher {
                             .expect("the ledger splits sent entries into frames that fit");
                     }
                 }
+                own.send_if_changed(self.exporter.as_ref());
+                late_since_frame = false;
             }
         }
         let elapsed_ns = last_egress.duration_since(start).as_nanos() as u64;
         let broker = self.target.close(self.config.flush_timeout);
+        if broker.reconnects != reconnects {
+            own.set(counter_id::BROKER_RECONNECTS, broker.reconnects);
+        }
+        own.send_if_changed(self.exporter.as_ref());
         let confirmed_ns = start.elapsed().as_nanos() as u64;
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {

@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use hoptrace_probe::{CarrierError, CounterSnapshot, Exporter, ExporterConfig, HopId, Probe};
 
-use crate::accounting::{LagHistogram, LagSummary};
+use crate::accounting::{LagHistogram, LagSummary, OwnCounters};
 use hoptrace_broker::target::{self, BrokerTime, Source, TargetError};
 use hoptrace_broker::url::{Carrier, Endpoint, UrlError};
+use hoptrace_protocol::counter_id;
 
 /// Resolution of Kafka's LogAppendTime, ns.
 pub const LOG_APPEND_TIME_RESOLUTION_NS: u64 = 1_000_000;
@@ -243,6 +244,9 @@ impl Tap {
         let mut failure = None;
         let mut refused: Option<String> = None;
         let mut next_check = Instant::now();
+        // Broker reconnections, sent to the collector within 100 ms of each.
+        let mut own = OwnCounters::default();
+        let mut reconnects = (0u64, 0u64);
         while !shutdown.load(Relaxed)
             && deadline.is_none_or(|d| Instant::now() < d)
             && self
@@ -258,6 +262,13 @@ impl Tap {
                     );
                     refused = Some(r);
                     break;
+                }
+                let now = (self.source.reconnects(), self.source.new_sessions());
+                if now != reconnects {
+                    reconnects = now;
+                    own.set(counter_id::BROKER_RECONNECTS, now.0);
+                    own.set(counter_id::BROKER_NEW_SESSIONS, now.1);
+                    own.send_if_changed(self.exporter.as_ref());
                 }
             }
             let m = match self.source.recv(Duration::from_millis(100)) {
@@ -313,6 +324,11 @@ impl Tap {
                 delivery.record(m.arrival_ns - s.ns);
             }
             live.traced.fetch_add(1, Relaxed);
+        }
+        if self.source.reconnects() > 0 {
+            own.set(counter_id::BROKER_RECONNECTS, self.source.reconnects());
+            own.set(counter_id::BROKER_NEW_SESSIONS, self.source.new_sessions());
+            own.send_if_changed(self.exporter.as_ref());
         }
         self.source.close();
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {

@@ -193,6 +193,36 @@ fn survive_a_restart(version: &str) {
     );
     assert!(a.adds_up);
     assert_eq!(json["accounting"]["adds_up"], true);
+
+    // Each told the collector of its reconnection, and the publisher of its late sends
+    // (the broker frozen, then down: the publisher waited for it), beside its exporter's
+    // counters.
+    let counters = |hop: &str| {
+        let p = json["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["hops"][0] == hop)
+            .unwrap_or_else(|| panic!("no probe of hop {hop}: {}", json["probes"]));
+        p["counters"].clone()
+    };
+    let (publisher, tap) = (counters("publish"), counters("broker"));
+    eprintln!("publisher counters: {publisher}\ntap counters: {tap}");
+    assert_eq!(publisher["broker_reconnects"], 1);
+    assert_eq!(
+        (
+            tap["broker_reconnects"].as_u64(),
+            tap["broker_new_sessions"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
+    assert!(publisher["late_sends"].as_u64().unwrap() > 0, "{publisher}");
+    assert_eq!(publisher["lag_max_ns"].as_u64(), Some(p.lag.max_ns));
+    assert!(p.lag.max_ns > 300_000_000, "{:?}", p.lag);
+    assert_eq!(
+        publisher["sent"], publisher["reported"],
+        "the exporter's own counters stay"
+    );
 }
 
 /// A broker that dies and stays down: the publisher stops with messages it could not
