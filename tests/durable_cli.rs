@@ -238,6 +238,58 @@ fn wait_ack(s: &mut TcpStream, seq: u64) {
     }
 }
 
+/// A probe that finds its connection broken connects again at once, while frames it sent
+/// on the old one are still on their way: Welcome's `resume_seq` covers all of them (the
+/// collector reads the old connection to its end and makes it durable first), so a probe
+/// would count none it had evicted as lost, and the run holds every record once.
+#[test]
+fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
+    let out = common::scratch("reconnect-resume");
+    let spec_path = out.join("spec.toml");
+    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let runs = out.join("runs");
+    let c = Collect::start(&[
+        "--listen",
+        &listen,
+        "--pipeline",
+        spec_path.to_str().unwrap(),
+        "--runs",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "reconnect",
+    ]);
+    let addr = c.listening();
+    let (mut s, resume) = connect(addr, 0xBEE5);
+    assert_eq!(resume, 0);
+    let frames = 300;
+    for seq in 1..=frames {
+        send(&mut s, &frame(seq));
+    }
+    // Broken from the probe's side: no Goodbye, and a new connection at once.
+    drop(s);
+    let (mut s, resume) = connect(addr, 0xBEE5);
+    assert_eq!(
+        resume, frames,
+        "Welcome's resume_seq right after the old connection broke"
+    );
+    let sent = frames * TRACES_PER_FRAME;
+    send(&mut s, &sent_frame(sent));
+    send(&mut s, &Frame::Goodbye);
+    wait_ack(&mut s, frames);
+    c.stop();
+
+    let json = run_json(&runs.join("reconnect"));
+    let a = &json["accounting"];
+    let p = &a["publishers"][0];
+    assert_eq!(
+        (&p["sent"], &p["complete"], &p["unseen"]),
+        (&sent.into(), &sent.into(), &0.into()),
+        "{a}"
+    );
+    assert_eq!(a["adds_up"], true, "{a}");
+}
+
 /// Frames 1 to 20 acknowledged, then SIGKILL; the same command again; Welcome says 20;
 /// frames 11 to 30 sent: the ten below it (1,000 records) are dropped, exactly, and each of
 /// the 1,500 keys is one row.

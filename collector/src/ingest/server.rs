@@ -94,39 +94,55 @@ pub struct ServerConfig {
 /// interval ([`Self::want_sync`]).
 #[derive(Debug, Default)]
 pub struct DurableSeqs {
-    marks: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
+    state: std::sync::Mutex<Durable>,
+    /// Notified when a mark rises, a close becomes durable or a reader ends.
+    changed: std::sync::Condvar,
     sync_wanted: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Durable {
+    marks: std::collections::HashMap<u64, u64>,
+    /// Per instance, the highest frame number its connections' readers forwarded to the
+    /// join thread (durable once its mark reaches it).
+    forwarded: std::collections::HashMap<u64, u64>,
+    /// Per instance, its connections whose readers still read.
+    reading: std::collections::HashMap<u64, usize>,
     /// Connections whose clean close (logged after every frame they sent) is durable, for
     /// the readers that wait on it after Goodbye.
-    closed: std::sync::Mutex<std::collections::HashSet<u64>>,
+    closed: std::collections::HashSet<u64>,
 }
 
 /// Most durable closes kept for readers that no longer wait on them (they waited past
 /// [`GOODBYE_DURABLE_WAIT`]): beyond it the set is emptied.
 const MAX_CLOSED_MARKS: usize = 1 << 16;
 
+/// Longest a waiter sleeps before it asks for a sync again (the join thread may have
+/// synced before it took the frames waited for).
+const SYNC_ASK_TICK: Duration = Duration::from_millis(10);
+
 impl DurableSeqs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Durable> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The durable mark of `instance` (0: nothing).
     #[must_use]
     pub fn get(&self, instance: u64) -> u64 {
-        self.marks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&instance)
-            .copied()
-            .unwrap_or(0)
+        self.lock().marks.get(&instance).copied().unwrap_or(0)
     }
 
     /// Raises the marks of these instances.
     pub fn raise(&self, marks: impl IntoIterator<Item = (u64, u64)>) {
-        let mut m = self
-            .marks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = self.lock();
         for (instance, seq) in marks {
-            let e = m.entry(instance).or_insert(0);
+            let e = s.marks.entry(instance).or_insert(0);
             *e = (*e).max(seq);
         }
+        drop(s);
+        self.changed.notify_all();
     }
 
     /// Asks the join thread to sync the log soon, not at its next interval: someone waits.
@@ -143,25 +159,115 @@ impl DurableSeqs {
     /// The log holds, synced, the clean close of these connections (so every frame each
     /// sent before its Goodbye).
     pub fn mark_closed(&self, ids: impl IntoIterator<Item = u64>) {
-        let mut c = self
-            .closed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if c.len() >= MAX_CLOSED_MARKS {
-            c.clear();
+        let mut s = self.lock();
+        if s.closed.len() >= MAX_CLOSED_MARKS {
+            s.closed.clear();
         }
-        c.extend(ids);
+        s.closed.extend(ids);
+        drop(s);
+        self.changed.notify_all();
     }
 
     /// Whether connection `id`'s clean close is durable (forgotten once told).
     #[must_use]
     pub fn take_closed(&self, id: u64) -> bool {
-        self.closed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&id)
+        self.lock().closed.remove(&id)
+    }
+
+    /// Asks for syncs and waits, until `done` holds or `until` passes; whether it holds.
+    fn wait(&self, until: Instant, mut done: impl FnMut(&mut Durable) -> bool) -> bool {
+        let mut s = self.lock();
+        loop {
+            if done(&mut s) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.want_sync();
+            s = self
+                .changed
+                .wait_timeout(s, left.min(SYNC_ASK_TICK))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// The frame number a new connection of `instance` resumes after (its Welcome's
+    /// `resume_seq`). When the instance's earlier connection is still being read (the
+    /// probe found it broken and connected again while frames it had sent were still on
+    /// their way), waits up to `until` for that reader to end and for what it forwarded to
+    /// be durable: the probe counts what it evicted above `resume_seq` as lost, and those
+    /// frames are not.
+    pub(crate) fn resume_seq(&self, instance: u64, until: Instant) -> u64 {
+        self.wait(until, |s| {
+            let mark = s.marks.get(&instance).copied().unwrap_or(0);
+            s.reading.get(&instance).copied().unwrap_or(0) == 0
+                && mark >= s.forwarded.get(&instance).copied().unwrap_or(0)
+        });
+        self.get(instance)
+    }
+
+    /// A reader of `instance` starts; it ends when the guard drops.
+    pub(crate) fn reading(self: &Arc<Self>, instance: u64) -> Reading {
+        *self.lock().reading.entry(instance).or_insert(0) += 1;
+        Reading {
+            seqs: Arc::clone(self),
+            instance,
+        }
+    }
+
+    /// A reader of `instance` forwarded frame `seq` to the join thread.
+    pub(crate) fn forwarded(&self, instance: u64, seq: u64) {
+        let mut s = self.lock();
+        let e = s.forwarded.entry(instance).or_insert(0);
+        *e = (*e).max(seq);
+    }
+
+    /// After connection `id`'s Goodbye: waits up to `until` for its close to be durable
+    /// and `instance`'s mark to reach `received`; whether the close became durable.
+    pub(crate) fn wait_goodbye(
+        &self,
+        id: u64,
+        instance: u64,
+        received: u64,
+        until: Instant,
+    ) -> bool {
+        let mut durable_close = false;
+        self.wait(until, |s| {
+            durable_close = durable_close || s.closed.remove(&id);
+            durable_close && s.marks.get(&instance).copied().unwrap_or(0) >= received
+        });
+        durable_close
     }
 }
+
+/// A connection reader of an exporter instance at work ([`DurableSeqs::reading`]).
+#[derive(Debug)]
+pub(crate) struct Reading {
+    seqs: Arc<DurableSeqs>,
+    instance: u64,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        let mut s = self.seqs.lock();
+        if let Some(n) = s.reading.get_mut(&self.instance) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.reading.remove(&self.instance);
+            }
+        }
+        drop(s);
+        self.seqs.changed.notify_all();
+    }
+}
+
+/// Longest a new connection's Welcome waits for its instance's earlier connection to be
+/// read to its end and made durable ([`DurableSeqs::resume_seq`]); past it, the Welcome
+/// says what is durable then.
+const RESUME_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a reader waits for bytes before it looks whether there is something to
 /// acknowledge.
@@ -638,8 +744,10 @@ fn serve(
     let welcome = Frame::Welcome {
         version,
         run_id: cfg.run_id.clone(),
-        resume_seq: durable.map_or(0, |d| d.get(instance)),
+        resume_seq: durable.map_or(0, |d| d.resume_seq(instance, Instant::now() + RESUME_WAIT)),
     };
+    // Registered before the Welcome: a newer connection of the instance waits for this one.
+    let _reading = durable.map(|d| d.reading(instance));
     let Ok(welcome) = welcome.to_bytes() else {
         tracing::error!("the run id does not fit a welcome frame");
         return;
@@ -710,17 +818,8 @@ fn serve(
                         return;
                     }
                     closed_sent = true;
-                    d.want_sync();
                     let until = Instant::now() + GOODBYE_DURABLE_WAIT;
-                    let mut durable_close = false;
-                    while Instant::now() < until {
-                        durable_close = durable_close || d.take_closed(id);
-                        if durable_close && d.get(instance) >= received {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    if !durable_close {
+                    if !d.wait_goodbye(id, instance, received, until) {
                         tracing::warn!(%peer, %host, %process, "the log was not synced within {GOODBYE_DURABLE_WAIT:?} of this probe's Goodbye: closing it anyway");
                     }
                     ack(&mut conn, d.get(instance), &mut acked);
@@ -760,6 +859,11 @@ fn serve(
             && tx.send(ev).is_err()
         {
             break;
+        }
+        if let Some(d) = durable
+            && received > 0
+        {
+            d.forwarded(instance, received);
         }
         if let Some(d) = durable
             && !ack(&mut conn, d.get(instance), &mut acked)
