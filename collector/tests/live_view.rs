@@ -421,3 +421,145 @@ definition = "One poll: its send to its response."
     drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// The run's events as they happen: a publisher's late sends and broker reconnection
+/// (counters of its own, beside its exporter's), then its connection cut without Goodbye
+/// and a new one of the same instance: the live view lists what the report's "Events"
+/// section will, in time order.
+#[test]
+fn live_json_lists_the_runs_events_as_they_happen() {
+    use hoptrace_probe::{CountersFrame, Exporter, ExporterConfig, HopId};
+    use hoptrace_protocol::{Frame, Hello, MAX_FRAME_LEN, counter_id};
+
+    let spec = PipelineSpec::default_pipeline();
+    let tmp = hoptrace_testkit::tempdir("live-view-events");
+    let mut cfg = CollectorConfig::new("127.0.0.1:0", spec.clone(), &tmp);
+    cfg.run_id = Some("live-events".into());
+    let collector = Collector::start(cfg).unwrap();
+    let server = MetricsServer::start_live("127.0.0.1:0", &collector.watch(), None).unwrap();
+    let addr = server.local_addr();
+    let publish = (
+        HopId(spec.hops[0].id.unwrap_or(0)),
+        spec.hops[0].name.as_str(),
+    );
+
+    let publisher = Exporter::start(
+        ExporterConfig::new(collector.local_addr().to_string(), "publisher"),
+        &[publish],
+    )
+    .unwrap();
+    let now = hoptrace_probe::clock::realtime_ns();
+    let late = |n: u64, max: u64| {
+        publisher
+            .send_counters_frame(CountersFrame {
+                at_ns: now + n as i64 * 1_000_000,
+                values: vec![(counter_id::LATE_SENDS, n), (counter_id::LAG_MAX_NS, max)],
+            })
+            .unwrap();
+    };
+    let kinds = |l: &Live| -> Vec<String> {
+        l.events
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e.kind)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    // Frames queued together go out as one (the exporter keeps the latest value of each
+    // id): the second waits until the live view shows the first.
+    late(3, 25_000_000);
+    wait_for("the first late sends", Duration::from_secs(30), || {
+        kinds(&live(addr)).contains(&"publisher_behind_schedule".to_owned())
+    });
+    late(7, 40_000_000);
+    publisher
+        .send_counters_frame(CountersFrame {
+            at_ns: now + 10_000_000,
+            values: vec![(counter_id::BROKER_RECONNECTS, 1)],
+        })
+        .unwrap();
+
+    // A raw connection cut without Goodbye, then the same instance again.
+    let hello = Frame::Hello(Hello {
+        version: 1,
+        instance_id: 0x5EED,
+        host: "h9".into(),
+        process: "relay".into(),
+        software: "live_view test".into(),
+        token: String::new(),
+        hops: vec![(publish.0, publish.1.to_owned())],
+    });
+    let connect = || {
+        let mut s = TcpStream::connect(collector.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&hello.to_bytes().unwrap()).unwrap();
+        assert!(matches!(
+            hoptrace_protocol::read_frame(&mut s, MAX_FRAME_LEN).unwrap(),
+            Frame::Welcome { .. }
+        ));
+        s
+    };
+    drop(connect());
+    std::thread::sleep(Duration::from_millis(200));
+    let again = connect();
+
+    let mut last = live(addr);
+    wait_for(
+        "the live view to list the events",
+        Duration::from_secs(30),
+        || {
+            last = live(addr);
+            kinds(&last).len() >= 4
+        },
+    );
+    let k = kinds(&last);
+    for want in [
+        "publisher_behind_schedule",
+        "broker_reconnected",
+        "probe_disconnected",
+        "probe_reconnected",
+    ] {
+        assert_eq!(
+            k.iter().filter(|x| *x == want).count(),
+            1,
+            "{want} in {k:?}"
+        );
+    }
+    let late = last
+        .events
+        .iter()
+        .find(|e| e.subject.starts_with("publisher@"))
+        .filter(|e| e.detail.starts_with("7 messages"))
+        .unwrap_or_else(|| panic!("{:?}", last.events));
+    assert!(
+        late.detail.contains("largest lag so far 40.0ms"),
+        "{}",
+        late.detail
+    );
+    assert_eq!(
+        late.at_unix_ns,
+        now + 3_000_000,
+        "the episode's first frame"
+    );
+    let cut = last
+        .events
+        .iter()
+        .find(|e| serde_json::to_value(e.kind).unwrap() == "probe_disconnected")
+        .unwrap();
+    assert_eq!(cut.subject, "relay@h9");
+    assert!(
+        last.events
+            .windows(2)
+            .all(|w| w[0].at_unix_ns <= w[1].at_unix_ns)
+    );
+
+    drop(again);
+    assert!(publisher.shutdown().clean);
+    collector.stop().unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -26,6 +26,7 @@
 
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod events;
 pub mod group;
 pub mod hist;
 pub mod run;

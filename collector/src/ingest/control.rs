@@ -15,7 +15,8 @@ use crate::live::HostClock;
 use crate::server::Event;
 use crate::tables::{CounterRow, write_clock, write_probes};
 use crate::writer::WriteError;
-use hoptrace_format::run::{ClockRow, ProbeInfo};
+use hoptrace_format::events::{ClockChanges, CounterEpisodes, RunEvent};
+use hoptrace_format::run::{ClockRow, ProbeInfo, Restart};
 #[cfg(feature = "kafka")]
 use hoptrace_format::spec::ResolvedSpec;
 
@@ -51,6 +52,9 @@ pub(crate) struct Control {
     clock_alerts: Vec<String>,
     /// (host, reason) of each alert raised: one per host and reason.
     clock_alert_kinds: Vec<(String, String)>,
+    /// The run's events so far that clock reports and counters tell (the live view's).
+    clock_changes: ClockChanges,
+    counter_episodes: CounterEpisodes,
 }
 
 /// What a checkpoint keeps of [`Control`]: everything it holds.
@@ -178,10 +182,18 @@ impl Control {
                         self.clock_alerts.push(alert);
                     }
                 }
-                self.clock.push(clock_row(host, instance_id, &c));
+                let row = clock_row(host, instance_id, &c);
+                self.clock_changes.row(&row);
+                self.clock.push(row);
             }
             Event::Frame(id, Frame::Counters(c)) => {
                 if let Some(p) = self.probes.get_mut(&id) {
+                    self.counter_episodes.frame(
+                        p.hello.instance_id,
+                        &format!("{}@{}", p.hello.process, p.hello.host),
+                        c.at_ns,
+                        &c.values,
+                    );
                     self.counter_rows.push(CounterRow {
                         instance_id: p.hello.instance_id,
                         host: p.hello.host.clone(),
@@ -259,7 +271,22 @@ impl Control {
 
     /// What a checkpoint held; `max_clock_error_ns` is this collector's.
     pub(crate) fn restore(snap: ControlSnapshot, max_clock_error_ns: Option<u64>) -> Self {
+        let mut clock_changes = ClockChanges::default();
+        for r in &snap.clock {
+            clock_changes.row(r);
+        }
+        let mut counter_episodes = CounterEpisodes::default();
+        for r in &snap.counter_rows {
+            counter_episodes.frame(
+                r.instance_id,
+                &format!("{}@{}", r.process, r.host),
+                r.at_ns,
+                &r.values,
+            );
+        }
         Self {
+            clock_changes,
+            counter_episodes,
             probes: snap
                 .probes
                 .into_iter()
@@ -518,6 +545,18 @@ impl Control {
             .filter(|(_, instances)| instances.len() > 1)
             .map(|(p, instances)| (*p, instances.len()))
             .collect()
+    }
+
+    /// The run's events so far, in time order (`hoptrace_format::events`): connections
+    /// lost before `now` less a second, connections taken up again, `restarts`, clock
+    /// changes and counter episodes (an open one with what it holds so far).
+    pub(crate) fn events(&self, restarts: &[Restart], now: i64) -> Vec<RunEvent> {
+        let mut out =
+            hoptrace_format::events::events_of(&self.probe_infos(None, None), restarts, &[], now);
+        out.extend(self.clock_changes.events.iter().cloned());
+        out.extend(self.counter_episodes.events());
+        hoptrace_format::events::sort(&mut out);
+        out
     }
 
     /// Clock statuses received, and the preflight's alerts.

@@ -51,7 +51,13 @@ pub struct Live {
     pub connections: u64,
     /// Per probe host, its clock as its probes last reported it.
     pub clocks: Vec<HostClock>,
+    /// The run's latest events (at most [`LIVE_EVENTS`]), in time order: what the report's
+    /// "Events" section will list.
+    pub events: Vec<hoptrace_format::events::RunEvent>,
 }
+
+/// Most events `/live.json` holds: the latest.
+pub const LIVE_EVENTS: usize = 50;
 
 /// One interval of the stages' histograms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -391,6 +397,12 @@ mod tests {
             }],
         );
         live.clocks.push(HostClock::new("h", 1, None));
+        live.events.push(hoptrace_format::events::RunEvent {
+            at_unix_ns: 1,
+            kind: hoptrace_format::events::EventKind::CollectorRestarted,
+            subject: "collector".into(),
+            detail: "d".into(),
+        });
         live.interval = Some(Interval::default());
         live.accounting.missing_by_hop.insert("x".into(), 1);
         let v: serde_json::Value = serde_json::to_value(&live).unwrap();

@@ -829,6 +829,8 @@ impl JoinState {
         };
         let connections = self.control.open() as u64;
         let clocks = self.control.host_clocks();
+        let mut events = self.control.events(&self.restarts, end);
+        events.drain(..events.len().saturating_sub(crate::live::LIVE_EVENTS));
         let mut live = self.live.lock().expect("live poisoned");
         live.run_id.clone_from(&self.run_id);
         live.running = running;
@@ -860,6 +862,7 @@ impl JoinState {
         live.accounting = accounting;
         live.connections = connections;
         live.clocks = clocks;
+        live.events = events;
     }
 
     /// Puts each stage's slowest message of the interval just ended into the live view.
