@@ -163,10 +163,11 @@ READ_DOM = """(() => {
     .map(tr => [tr.dataset.key, Number(tr.querySelector('td[data-value]').dataset.value)]));
   const hosts = [...document.querySelectorAll('#clocks tr[data-host]')].map(tr =>
     [...tr.children].map(td => td.textContent));
+  const events = [...document.querySelectorAll('#events tr[data-kind]')].map(tr => tr.dataset.kind);
   return {intervals: Number(document.body.dataset.intervals),
           updates: Number(document.body.dataset.updates),
           state: document.getElementById('state').textContent,
-          rows, thr, acc, hosts};
+          rows, thr, acc, hosts, events};
 })()"""
 
 FIELDS = ["count", "negative", "min_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"]
@@ -306,6 +307,8 @@ def test_the_live_view_shows_the_collectors_figures_in_chromium(run):
         assert [h[0] for h in dom["hosts"]] == [c["host"] for c in live["clocks"]]
         for h, c in zip(dom["hosts"], live["clocks"]):
             assert (h[2] == "unknown") == (c["source"] is None), (h, c)
+        # The run's events, newest first.
+        assert dom["events"] == [e["kind"] for e in reversed(live["events"])], dom["events"]
         # The sparkline drew both lines.
         paths = browser.evaluate(session, "[...document.querySelectorAll('#spark path')]"
                                           ".map(p => p.getAttribute('d'))")
