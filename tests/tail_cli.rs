@@ -68,3 +68,92 @@ fn a_stall_without_its_length_is_refused() {
     assert!(err.contains("--stall-for"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `demo --store-clock-step 2ms --store-clock-step-at 4s`: the simulated store host's
+/// clock moves by 2 ms mid-run. The report lists the step among its events (from the
+/// host's clock reports, near +4 s), and the stages that cross to the store move with it:
+/// Transmission's median before the step and after it differ by about the step.
+#[test]
+fn a_clock_step_of_the_store_host_is_an_event_and_moves_the_stages_that_cross_it() {
+    let dir = scratch("tail-clock-step");
+    let o = hoptrace_in(
+        &dir,
+        &[
+            "demo",
+            "--duration",
+            "9s",
+            "--store-clock-step",
+            "2ms",
+            "--store-clock-step-at",
+            "4s",
+            "--runs",
+            "runs",
+            "--out",
+            "report",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report/summary.json")).unwrap()).unwrap();
+    let events = summary["events"].as_array().unwrap();
+    let steps: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "clock_offset_moved")
+        .collect();
+    assert_eq!(steps.len(), 1, "{events:?}");
+    let step = steps[0];
+    assert!(
+        step["subject"].as_str().unwrap().ends_with("-store"),
+        "{step}"
+    );
+    assert!(
+        step["detail"].as_str().unwrap().contains("0ns → 2.0ms"),
+        "{step}"
+    );
+    let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
+    assert!(md.contains("| clock offset moved |"), "{md}");
+
+    // Transmission (flow_out → store_in) over the run's messages before and after the
+    // step, from the Parquet with the run's own SQL.
+    let run = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let at = step["at_unix_ns"].as_i64().unwrap();
+    let median = |cmp: &str| {
+        let o = hoptrace_in(
+            &dir,
+            &[
+                "sql",
+                run.to_str().unwrap(),
+                "--format",
+                "csv",
+                &format!(
+                    "SELECT median(CAST(store_in_ns AS BIGINT) - CAST(flow_out_ns AS BIGINT)) AS m FROM traces \
+                     WHERE CAST(publish_ns AS BIGINT) {cmp} {} ",
+                    if cmp == "<" {
+                        at - 1_500_000_000
+                    } else {
+                        at + 1_500_000_000
+                    }
+                ),
+            ],
+        );
+        assert!(o.status.success(), "{}", failure(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let moved = median(">") - median("<");
+    assert!(
+        (1_500_000.0..2_500_000.0).contains(&moved),
+        "Transmission's median moved by {moved} ns"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

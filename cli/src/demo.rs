@@ -53,6 +53,14 @@ pub struct DemoArgs {
     /// of its own. Shows what clock error does to a report.
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = units::parse_signed_duration_ns)]
     pub store_clock_offset: Option<i64>,
+    /// Step the (simulated) store host's clock by this much during the run (e.g. 2ms; a
+    /// store host is simulated, with offset 0 unless --store-clock-offset): a clock step
+    /// whose seconds the report's tail attribution and Events should show.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, requires = "store_clock_step_at", value_parser = units::parse_signed_duration_ns)]
+    pub store_clock_step: Option<i64>,
+    /// When the step of --store-clock-step happens, from the pipeline's start (e.g. 15s).
+    #[arg(long, value_name = "DURATION", requires = "store_clock_step", value_parser = units::parse_duration)]
+    pub store_clock_step_at: Option<Duration>,
     /// The error bound the simulated store host claims for its clock.
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = units::parse_duration_ns)]
     pub store_clock_bound: u64,

@@ -23,6 +23,15 @@ struct Slot {
     stop: AtomicBool,
 }
 
+/// A [`ClockReporting::Custom`] source.
+struct CustomClockStatus(crate::exporter::ClockStatusFn);
+
+impl ClockStatusSource for CustomClockStatus {
+    fn read(&mut self) -> ClockStatus {
+        (self.0.0)()
+    }
+}
+
 /// The readings of one exporter's clock status source; none with [`ClockReporting::Off`].
 /// Dropping it stops the reading thread without waiting for it.
 #[derive(Debug)]
@@ -44,6 +53,10 @@ impl ClockFeed {
             ClockReporting::Fixed(status) => {
                 let status = status.clone();
                 Box::new(move || Box::new(StaticClockStatus(status)))
+            }
+            ClockReporting::Custom(f) => {
+                let f = f.clone();
+                Box::new(move || Box::new(CustomClockStatus(f)))
             }
         };
         let shared = Arc::clone(&slot);

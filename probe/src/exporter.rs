@@ -26,7 +26,7 @@ use hoptrace_protocol::{
     SentFrame,
 };
 
-pub use config::{ClockReporting, ExporterConfig, ExporterError};
+pub use config::{ClockReporting, ClockStatusFn, ExporterConfig, ExporterError};
 use conn::Tls;
 use control::{MAX_COUNTERS_PER_FRAME, PendingControl};
 use worker::Worker;

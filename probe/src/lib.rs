@@ -93,7 +93,8 @@ pub use clock::{Clock, ClockStatus, SystemClock};
 pub use context::{DecodeError, HopId, OtelTraceId, Stamp, TraceContext, TraceKey};
 pub use counters::{AsExtracted, CounterSnapshot, Counters};
 pub use exporter::{
-    AWAY_AT_STOP, ClockReporting, ExportSummary, Exporter, ExporterConfig, ExporterError,
+    AWAY_AT_STOP, ClockReporting, ClockStatusFn, ExportSummary, Exporter, ExporterConfig,
+    ExporterError,
 };
 /// The wire protocol's types that this crate's API takes or gives: a publisher's
 /// accounting ([`Exporter::send_sent_frame`]), a caller's own counters

@@ -57,7 +57,7 @@
 use hoptrace_probe::clock::ClockSource;
 use hoptrace_probe::testing::OffsetClock;
 use hoptrace_probe::{
-    ClockReporting, ClockStatus, Exporter, ExporterConfig, HopId, Probe, SystemClock,
+    ClockReporting, ClockStatus, ClockStatusFn, Exporter, ExporterConfig, HopId, Probe, SystemClock,
 };
 
 pub mod broker;
@@ -113,8 +113,53 @@ pub enum RefpipeError {
 }
 
 /// The clock a pipeline part's probes read: this host's, shifted by
-/// [`SimulatedHost::clock_offset_ns`] when the part simulates another host.
-pub type HostClock = OffsetClock<SystemClock>;
+/// [`SimulatedHost::clock_offset_ns`] when the part simulates another host (and by its
+/// [`ClockStep`] once that is due).
+#[derive(Debug, Clone, Copy)]
+pub struct HostClock {
+    offset: OffsetClock<SystemClock>,
+    step: Option<ClockStep>,
+}
+
+impl HostClock {
+    /// This host's clock shifted by `offset_ns`, then by `step` once due.
+    #[must_use]
+    pub const fn new(offset_ns: i64, step: Option<ClockStep>) -> Self {
+        Self {
+            offset: OffsetClock::new(SystemClock, offset_ns),
+            step,
+        }
+    }
+
+    /// The step added now: `by_ns` once its instant has passed, else 0.
+    #[must_use]
+    pub fn stepped_ns(&self) -> i64 {
+        self.step
+            .filter(|s| std::time::Instant::now() >= s.at)
+            .map_or(0, |s| s.by_ns)
+    }
+}
+
+impl hoptrace_probe::Clock for HostClock {
+    #[inline]
+    fn now_ns(&self) -> i64 {
+        let now = self.offset.now_ns();
+        match self.step {
+            None => now,
+            Some(_) => now + self.stepped_ns(),
+        }
+    }
+}
+
+/// A step of a simulated host's clock: from `at` on, it reads `by_ns` more (as a clock
+/// that a time source steps does), and the clock status it reports says so.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockStep {
+    /// When.
+    pub at: std::time::Instant,
+    /// By how much (negative: back).
+    pub by_ns: i64,
+}
 
 /// A pipeline part that pretends to run on another host, whose clock is off: its probes
 /// read this host's clock plus an offset, it announces another host name, and it reports
@@ -128,6 +173,8 @@ pub struct SimulatedHost {
     pub clock_offset_ns: i64,
     /// The error bound its clock status claims, ns.
     pub error_bound_ns: u64,
+    /// A step of its clock during the run, if any.
+    pub step: Option<ClockStep>,
 }
 
 /// Where a part of the pipeline reports its stamps: the collector and how to reach it,
@@ -182,22 +229,34 @@ impl Probes {
         }
         let mut config = self.exporter.clone();
         process.clone_into(&mut config.process);
+        let clock = self.simulate.as_ref().map_or(HostClock::new(0, None), |s| {
+            HostClock::new(s.clock_offset_ns, s.step)
+        });
         if let Some(sim) = &self.simulate {
             config.host.clone_from(&sim.name);
-            config.clock = ClockReporting::Fixed(ClockStatus {
-                source: ClockSource::Injected,
-                synced: true,
-                offset_ns: sim.clock_offset_ns,
-                error_bound_ns: sim.error_bound_ns,
-                detail: format!("simulated host, clock off by {} ns", sim.clock_offset_ns),
-                ..ClockStatus::default()
-            });
+            let (base, error_bound_ns) = (sim.clock_offset_ns, sim.error_bound_ns);
+            config.clock = ClockReporting::Custom(ClockStatusFn(std::sync::Arc::new(move || {
+                let offset_ns = base + clock.stepped_ns();
+                ClockStatus {
+                    at_ns: hoptrace_probe::clock::realtime_ns(),
+                    source: ClockSource::Injected,
+                    synced: true,
+                    offset_ns,
+                    error_bound_ns,
+                    detail: format!("simulated host, clock off by {offset_ns} ns"),
+                    ..ClockStatus::default()
+                }
+            })));
+            if sim.step.is_some() {
+                // A step shows in the clock reports within a second.
+                config.clock_interval =
+                    config.clock_interval.min(std::time::Duration::from_secs(1));
+            }
         }
         let exporter = Exporter::connect(config, &hops)?;
-        let offset = self.simulate.as_ref().map_or(0, |s| s.clock_offset_ns);
         let probes = hops
             .iter()
-            .map(|(id, _)| exporter.probe_with_clock(*id, OffsetClock::new(SystemClock, offset)))
+            .map(|(id, _)| exporter.probe_with_clock(*id, clock))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((exporter, probes))
     }

@@ -33,7 +33,7 @@ use hoptrace_publisher::uns::TopicScheme;
 use hoptrace_refpipe::broker::EmbeddedBroker;
 use hoptrace_refpipe::processor::{Processor, ProcessorConfig, ProcessorSummary};
 use hoptrace_refpipe::server::{StoreServer, StoreServerConfig, StoreServerSummary};
-use hoptrace_refpipe::{DEFAULT_HOPS, Probes, SimulatedHost};
+use hoptrace_refpipe::{ClockStep, DEFAULT_HOPS, Probes, SimulatedHost};
 
 use crate::pipeline::{self, DrainEnd, Parts};
 
@@ -65,6 +65,8 @@ pub struct DemoOptions {
     pub store_clock_offset_ns: Option<i64>,
     /// The error bound the simulated store host claims for its clock, ns.
     pub store_clock_bound_ns: u64,
+    /// Step the simulated store host's clock by `.1` ns `.0` after the pipeline starts.
+    pub store_clock_step: Option<(Duration, i64)>,
     /// The collector's clock check of every probe host, ns.
     pub max_clock_error_ns: Option<u64>,
     /// Serve the collector's live view (and `/metrics`, `/progress.json`) here.
@@ -248,11 +250,17 @@ fn start_parts(
 
     let mut store = StoreServerConfig::new("127.0.0.1:0");
     let mut store_link = link.clone();
-    store_link.simulate = opts.store_clock_offset_ns.map(|offset| SimulatedHost {
-        name: format!("{}-store", hoptrace_clock::hostname()),
-        clock_offset_ns: offset,
-        error_bound_ns: opts.store_clock_bound_ns,
+    let step = opts.store_clock_step.map(|(after, by_ns)| ClockStep {
+        at: std::time::Instant::now() + after,
+        by_ns,
     });
+    store_link.simulate =
+        (opts.store_clock_offset_ns.is_some() || step.is_some()).then(|| SimulatedHost {
+            name: format!("{}-store", hoptrace_clock::hostname()),
+            clock_offset_ns: opts.store_clock_offset_ns.unwrap_or(0),
+            error_bound_ns: opts.store_clock_bound_ns,
+            step,
+        });
     store.probes = Some(store_link);
     let store = StoreServer::start(store).context("starting the store")?;
     let mut flow = ProcessorConfig::new(endpoint.clone(), store.local_addr().to_string());
@@ -401,6 +409,7 @@ impl DemoOptions {
             runs: a.runs.clone(),
             store_clock_offset_ns: a.store_clock_offset,
             store_clock_bound_ns: a.store_clock_bound,
+            store_clock_step: a.store_clock_step_at.zip(a.store_clock_step),
             max_clock_error_ns: a.preflight.max_clock_error,
             ui: a.ui.clone(),
         }

@@ -303,7 +303,7 @@ pub(super) fn date_of_ms(unix_ns: i64) -> String {
 /// throughput chart and the heatmaps.
 fn event_blocks(s: &Summary) -> Vec<Block> {
     let mut b = vec![Block::Heading(2, "Events".into())];
-    let kinds = "a probe connection lost before the run's end, a probe connecting again, a collector started again on the run, a host's clock losing or regaining synchronisation or its offset moving by 1 ms or more between two reports, a probe counting records it could not deliver";
+    let kinds = "a probe connection lost before the run's end, a probe connecting again, a collector started again on the run, a host's clock losing or regaining synchronisation or its offset moving by 1 ms or more between two reports, a probe counting records it could not deliver, a publisher or broker tap opening its broker connection again, a publisher sending more than 10 ms behind its schedule";
     if s.events.is_empty() {
         b.push(Block::Para(format!(
             "None of these happened in the runs: {kinds}."
@@ -311,7 +311,7 @@ fn event_blocks(s: &Summary) -> Vec<Block> {
         return b;
     }
     b.push(Block::Para(format!(
-        "What the runs record happening ({kinds}), by the collector's clock (a clock change: the reporting host's), from the start of the time axis of the charts, where each is a dashed line."
+        "What the runs record happening ({kinds}), by the collector's clock (a clock change or a probe's counters: the reporting host's), from the start of the time axis of the charts, where each is a dashed line."
     )));
     let rows = s
         .events

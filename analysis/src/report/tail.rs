@@ -91,7 +91,9 @@ fn concentration_blocks(l: &TailLevel, c: &Concentration) -> Vec<Block> {
             continue;
         }
         for (i, v) in d.listed.iter().enumerate() {
-            if i >= SHOWN && !v.likely_cause {
+            // Beyond the first few, a value shows when it is a likely cause or a second
+            // that lines up with an event (listed below the table).
+            if i >= SHOWN && !v.likely_cause && v.lines_up_with.is_empty() {
                 continue;
             }
             rows.push(vec![

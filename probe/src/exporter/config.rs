@@ -127,7 +127,29 @@ pub enum ClockReporting {
     /// A status known from elsewhere (or a simulated host's), stamped with the time of
     /// each reading.
     Fixed(ClockStatus),
+    /// A status the embedder computes at each reading (a simulated host whose clock
+    /// steps, a source of its own); called on the exporter's clock thread.
+    Custom(ClockStatusFn),
 }
+
+/// The function of [`ClockReporting::Custom`]: the clock status now. Two are equal when
+/// they are the same function (clones of one).
+#[derive(Clone)]
+pub struct ClockStatusFn(pub std::sync::Arc<dyn Fn() -> ClockStatus + Send + Sync>);
+
+impl std::fmt::Debug for ClockStatusFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClockStatusFn(..)")
+    }
+}
+
+impl PartialEq for ClockStatusFn {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ClockStatusFn {}
 
 /// Why an exporter could not start, or a probe could not be had from it. Each variant
 /// says what to fix.
