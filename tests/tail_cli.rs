@@ -69,10 +69,11 @@ fn a_stall_without_its_length_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `demo --store-clock-step 2ms --store-clock-step-at 4s`: the simulated store host's
+/// `demo --store-clock-step 2ms --store-clock-step-at 8s`: the simulated store host's
 /// clock moves by 2 ms mid-run. The report lists the step among its events (from the
-/// host's clock reports, near +4 s), and the stages that cross to the store move with it:
-/// Transmission's median before the step and after it differ by about the step.
+/// host's clock reports, near +8 s), the P99 tail of Total Ingestion is named as lying
+/// after it, and the stages that cross to the store move with it: Transmission's median
+/// before the step and after it differ by about the step.
 #[test]
 fn a_clock_step_of_the_store_host_is_an_event_and_moves_the_stages_that_cross_it() {
     let dir = scratch("tail-clock-step");
@@ -81,11 +82,11 @@ fn a_clock_step_of_the_store_host_is_an_event_and_moves_the_stages_that_cross_it
         &[
             "demo",
             "--duration",
-            "9s",
+            "16s",
             "--store-clock-step",
             "2ms",
             "--store-clock-step-at",
-            "4s",
+            "8s",
             "--runs",
             "runs",
             "--out",
@@ -112,6 +113,27 @@ fn a_clock_step_of_the_store_host_is_an_event_and_moves_the_stages_that_cross_it
     );
     let md = std::fs::read_to_string(dir.join("report/report.md")).unwrap();
     assert!(md.contains("| clock offset moved |"), "{md}");
+    // The P99 tail of Total Ingestion lies after the step: named as a likely cause.
+    let p99 = &summary["tails"][0]["levels"][0];
+    assert_eq!(p99["percentile"]["label"], "P99");
+    let after: Vec<&serde_json::Value> = p99["concentration"]["dimensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["dimension"] == "the time")
+        .flat_map(|d| d["listed"].as_array().unwrap())
+        .filter(|v| v["value"].as_str().unwrap().contains("clock offset moved"))
+        .collect();
+    assert_eq!(after.len(), 1, "{}", p99["concentration"]);
+    assert!(
+        after[0]["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("after clock offset moved of "),
+        "{}",
+        after[0]
+    );
+    assert_eq!(after[0]["likely_cause"], true, "{}", after[0]);
 
     // Transmission (flow_out → store_in) over the run's messages before and after the
     // step, from the Parquet with the run's own SQL.

@@ -288,6 +288,7 @@ pub async fn compute_with(
         });
     }
 
+    let events = crate::events::all_events(runs.runs.iter().map(|r| &r.summary), ctx).await?;
     let mut tails = crate::tail::attribution(
         ctx,
         &tail_plans,
@@ -295,9 +296,9 @@ pub async fn compute_with(
         &whole,
         (&time_col, t_min),
         exemplars,
+        &events,
     )
     .await?;
-    let events = crate::events::all_events(runs.runs.iter().map(|r| &r.summary), ctx).await?;
     for c in tails
         .iter_mut()
         .flat_map(|t| t.levels.iter_mut())

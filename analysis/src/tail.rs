@@ -695,7 +695,8 @@ struct Planned<'a> {
 /// `figures`, the summary's scan of `scan` (the spec's stages first, then
 /// [`extra_stages`]), and the `exemplars` slowest messages of each: one aggregate per
 /// plan, all in one scan of the rows that can be in a tail; beside it, one scan of every
-/// row ([`concentration::DimensionStats`]) for where each tail concentrates.
+/// row ([`concentration::DimensionStats`]) for where each tail concentrates, before and
+/// after each of the run's `events` too ([`concentration::event_splits`]).
 ///
 /// # Errors
 /// When `exemplars` exceeds [`MAX_EXEMPLARS`], a component is not in `scan`, or the query
@@ -707,6 +708,7 @@ pub async fn attribution(
     figures: &[SignedStats],
     time: (&str, i64),
     exemplars: usize,
+    events: &[crate::events::RunEvent],
 ) -> Result<Vec<TailAttribution>, AnalysisError> {
     let (time_col, t_min) = time;
     if exemplars > MAX_EXEMPLARS {
@@ -886,7 +888,9 @@ pub async fn attribution(
         })
         .collect();
     for (i, (per_level, group)) in grouped.iter().zip(dims) {
-        for (level, counts) in out[*i].levels.iter_mut().zip(per_level) {
+        for (level, mut counts) in out[*i].levels.iter_mut().zip(per_level) {
+            let around = concentration::event_splits(&counts, events, t_min);
+            counts.extend(around);
             level.concentration = Some(concentration::concentration(counts, group));
         }
     }

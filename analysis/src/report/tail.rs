@@ -39,7 +39,18 @@ fn lines_up(v: &Concentrated) -> String {
 fn causes_sentence(c: &Concentration) -> String {
     let causes = c.causes();
     if causes.is_empty() {
-        return " It is spread over publishers, streams, metric counts and seconds as chance would spread it: no value holds significantly more of it than of all messages.".into();
+        let around = c
+            .dimensions
+            .iter()
+            .any(|d| d.dimension == crate::tail::concentration::AROUND_EVENTS);
+        return format!(
+            " It is spread over publishers, streams, metric counts and seconds{} as chance would spread it: no value holds significantly more of it than of all messages.",
+            if around {
+                ", and before and after the run's events,"
+            } else {
+                ""
+            }
+        );
     }
     let named: Vec<String> = causes
         .iter()

@@ -137,6 +137,62 @@ fn second_of(value: &str) -> Option<i64> {
     value.strip_prefix('+')?.strip_suffix(" s")?.parse().ok()
 }
 
+/// Most events whose before and after are compared ([`event_splits`]).
+pub const MAX_EVENT_SPLITS: usize = 8;
+
+/// The dimension of [`event_splits`].
+pub const AROUND_EVENTS: &str = "the time";
+
+/// For each event of the run (at most [`MAX_EVENT_SPLITS`], one per second), a dimension
+/// [`AROUND_EVENTS`] of two values, the seconds before the event's and those after it,
+/// from the `second` counts of `dimensions` (second 0 starting at `t_min`; the event's own
+/// second is in neither): a cause that starts with an event (a clock step, a restart) and
+/// lasts shows as the tail's share after it, when no single second stands out.
+#[must_use]
+pub fn event_splits(
+    dimensions: &Dimensions,
+    events: &[crate::events::RunEvent],
+    t_min: i64,
+) -> Dimensions {
+    let Some((_, seconds)) = dimensions.iter().find(|(n, _)| n == "second") else {
+        return Vec::new();
+    };
+    let seconds: Vec<(i64, u64, u64)> = seconds
+        .iter()
+        .filter_map(|(v, m, t)| Some((second_of(v)?, *m, *t)))
+        .collect();
+    let mut out = Vec::new();
+    let mut split_at = std::collections::BTreeSet::new();
+    for e in events {
+        if out.len() == MAX_EVENT_SPLITS {
+            break;
+        }
+        let k = (e.at_unix_ns - t_min).div_euclid(1_000_000_000);
+        if !split_at.insert(k) {
+            continue;
+        }
+        let side = |before: bool| {
+            seconds
+                .iter()
+                .filter(|(s, ..)| if before { *s < k } else { *s > k })
+                .fold((0u64, 0u64), |(m, t), (_, sm, st)| (m + sm, t + st))
+        };
+        let (before, after) = (side(true), side(false));
+        if before.0 == 0 || after.0 == 0 {
+            continue;
+        }
+        let name = format!("{} of {} at {}", e.kind.label(), e.subject, second_value(k));
+        out.push((
+            AROUND_EVENTS.to_owned(),
+            vec![
+                (format!("before {name}"), before.0, before.1),
+                (format!("after {name}"), after.0, after.1),
+            ],
+        ));
+    }
+    out
+}
+
 impl Concentration {
     /// Fills each listed second's [`Concentrated::lines_up_with`] from `events`, second 0
     /// starting at `t_min` (Unix ns).
@@ -850,5 +906,42 @@ mod tests {
             }
         }
         assert!(DimensionStats::decode(&[0x44, 9]).is_err());
+    }
+
+    #[test]
+    fn a_cause_that_starts_with_an_event_and_lasts_is_found_after_it() {
+        // 20 seconds of 1,000 messages; 10 tail messages a second before second 10, 30
+        // after: no second alone is unlikely at the level, the time after the event is.
+        let seconds: Counts = (0..20)
+            .map(|k| (second_value(k), 1_000, if k < 10 { 10 } else { 30 }))
+            .collect();
+        let dims: Dimensions = vec![("second".into(), seconds)];
+        let t_min = 1_000_000_000_000;
+        let event = |at_s: i64| crate::events::RunEvent {
+            at_unix_ns: t_min + at_s * 1_000_000_000 + 400_000_000,
+            kind: crate::events::EventKind::ClockOffsetMoved,
+            subject: "h2".into(),
+            detail: "d".into(),
+        };
+        // Two events in one second split once; one after the last second, not at all.
+        let splits = event_splits(&dims, &[event(9), event(9), event(25)], t_min);
+        assert_eq!(splits.len(), 1, "{splits:?}");
+        assert_eq!(splits[0].0, AROUND_EVENTS);
+        assert_eq!(
+            splits[0].1,
+            vec![
+                ("before clock offset moved of h2 at +9 s".into(), 9_000, 90),
+                ("after clock offset moved of h2 at +9 s".into(), 10_000, 300),
+            ]
+        );
+        let mut all = dims.clone();
+        all.extend(splits);
+        let c = concentration(all, 1.0);
+        assert_eq!(c.tested, 22);
+        let causes = c.causes();
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].0, AROUND_EVENTS);
+        assert_eq!(causes[0].1.value, "after clock offset moved of h2 at +9 s");
+        assert!(c.dimensions[0].likely_causes == 0);
     }
 }

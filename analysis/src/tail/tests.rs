@@ -374,6 +374,7 @@ fn a_run_without_a_message_of_both_ends_says_so() {
             &figures,
             ("publish_ns", 0),
             20,
+            &[],
         ))
         .unwrap();
     assert_eq!(t.len(), 1);
@@ -390,6 +391,7 @@ fn a_run_without_a_message_of_both_ends_says_so() {
             &figures,
             ("publish_ns", 0),
             MAX_EXEMPLARS + 1,
+            &[],
         ))
         .unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
