@@ -65,7 +65,7 @@ struct Collect {
 }
 
 impl Collect {
-    fn start(args: &[&str]) -> Self {
+    fn start<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Self {
         let mut child = Command::new(common::bin())
             .arg("collect")
             .args(args)
@@ -131,6 +131,49 @@ impl Collect {
         std::io::Read::read_to_string(&mut self.child.stdout.take().unwrap(), &mut out).unwrap();
         out
     }
+}
+
+/// A fresh scratch directory `tag` holding the spec (part files of `roll` rows), and the
+/// arguments of `hoptrace collect` for run `run_id` on a free loopback port, then `extra`:
+/// (the directory, its runs directory, the arguments).
+fn collect_setup(
+    tag: &str,
+    roll: u64,
+    run_id: &str,
+    extra: &[&str],
+) -> (PathBuf, PathBuf, Vec<String>) {
+    let out = common::scratch(tag);
+    let spec_path = out.join("spec.toml");
+    std::fs::write(&spec_path, spec(roll)).unwrap();
+    let runs = out.join("runs");
+    let mut args: Vec<String> = [
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+        "--pipeline",
+        spec_path.to_str().unwrap(),
+        "--runs",
+        runs.to_str().unwrap(),
+        "--run-id",
+        run_id,
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    (out, runs, args)
+}
+
+/// The run's one publisher sent `sent` messages, every one complete, and its accounting
+/// adds up (`why` prefixes the failure message).
+fn assert_every_message_complete(json: &serde_json::Value, sent: u64, why: &str) {
+    let a = &json["accounting"];
+    let p = &a["publishers"][0];
+    assert_eq!(
+        (&p["sent"], &p["complete"], &p["unseen"]),
+        (&sent.into(), &sent.into(), &0.into()),
+        "{why}{a}"
+    );
+    assert_eq!(a["adds_up"], true, "{a}");
 }
 
 fn run_json(run: &Path) -> serde_json::Value {
@@ -244,21 +287,8 @@ fn wait_ack(s: &mut TcpStream, seq: u64) {
 /// would count none it had evicted as lost, and the run holds every record once.
 #[test]
 fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
-    let out = common::scratch("reconnect-resume");
-    let spec_path = out.join("spec.toml");
-    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let runs = out.join("runs");
-    let c = Collect::start(&[
-        "--listen",
-        &listen,
-        "--pipeline",
-        spec_path.to_str().unwrap(),
-        "--runs",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "reconnect",
-    ]);
+    let (_out, runs, args) = collect_setup("reconnect-resume", 1_000_000, "reconnect", &[]);
+    let c = Collect::start(&args);
     let addr = c.listening();
     let (mut s, resume) = connect(addr, 0xBEE5);
     assert_eq!(resume, 0);
@@ -279,15 +309,7 @@ fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
     wait_ack(&mut s, frames);
     c.stop();
 
-    let json = run_json(&runs.join("reconnect"));
-    let a = &json["accounting"];
-    let p = &a["publishers"][0];
-    assert_eq!(
-        (&p["sent"], &p["complete"], &p["unseen"]),
-        (&sent.into(), &sent.into(), &0.into()),
-        "{a}"
-    );
-    assert_eq!(a["adds_up"], true, "{a}");
+    assert_every_message_complete(&run_json(&runs.join("reconnect")), sent, "");
 }
 
 /// Frames 1 to 20 acknowledged, then SIGKILL; the same command again; Welcome says 20;
@@ -295,21 +317,7 @@ fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
 /// the 1,500 keys is one row.
 #[test]
 fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_row() {
-    let out = common::scratch("resent");
-    let spec_path = out.join("spec.toml");
-    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let runs = out.join("runs");
-    let args = [
-        "--listen",
-        &listen,
-        "--pipeline",
-        spec_path.to_str().unwrap(),
-        "--runs",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "resent",
-    ];
+    let (out, runs, args) = collect_setup("resent", 1_000_000, "resent", &[]);
     let c = Collect::start(&args);
     let addr = c.listening();
     let (mut s, resume) = connect(addr, 0xD0_0D);
@@ -420,23 +428,12 @@ fn frames_sent_again_below_resume_seq_are_dropped_exactly_and_each_key_is_one_ro
 /// publisher said it sent, and adds up.
 #[test]
 fn the_end_of_a_connection_after_goodbye_means_its_last_sent_frame_is_durable() {
-    let out = common::scratch("goodbye-durable");
-    let spec_path = out.join("spec.toml");
-    std::fs::write(&spec_path, spec(1_000_000)).unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let runs = out.join("runs");
-    let args = [
-        "--listen",
-        &listen,
-        "--pipeline",
-        spec_path.to_str().unwrap(),
-        "--runs",
-        runs.to_str().unwrap(),
-        "--run-id",
+    let (out, runs, args) = collect_setup(
+        "goodbye-durable",
+        1_000_000,
         "goodbye",
-        "--log-sync",
-        "1s",
-    ];
+        &["--log-sync", "1s"],
+    );
     let c = Collect::start(&args);
     let addr = c.listening();
     let (mut s, _) = connect(addr, 0xB7E);
@@ -460,15 +457,11 @@ fn the_end_of_a_connection_after_goodbye_means_its_last_sent_frame_is_durable() 
     let c = Collect::start(&args);
     c.listening();
     c.stop();
-    let json = run_json(&runs.join("goodbye"));
-    let a = &json["accounting"];
-    let p = &a["publishers"][0];
-    assert_eq!(
-        (&p["sent"], &p["complete"], &p["unseen"]),
-        (&sent.into(), &sent.into(), &0.into()),
-        "the Sent frame before Goodbye survived the kill: {a}"
+    assert_every_message_complete(
+        &run_json(&runs.join("goodbye")),
+        sent,
+        "the Sent frame before Goodbye survived the kill: ",
     );
-    assert_eq!(a["adds_up"], true, "{a}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -501,23 +494,12 @@ fn log_on_disk(run: &Path) -> (u64, Vec<u32>) {
 #[test]
 fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothing() {
     const TRACES: u64 = 300_000;
-    let out = common::scratch("checkpoints");
-    let spec_path = out.join("spec.toml");
-    std::fs::write(&spec_path, spec(5_000)).unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let runs = out.join("runs");
-    let args = [
-        "--listen",
-        &listen,
-        "--pipeline",
-        spec_path.to_str().unwrap(),
-        "--runs",
-        runs.to_str().unwrap(),
-        "--run-id",
+    let (out, runs, args) = collect_setup(
+        "checkpoints",
+        5_000,
         "long",
-        "--checkpoint-interval",
-        "200ms",
-    ];
+        &["--checkpoint-interval", "200ms"],
+    );
     let run = runs.join("long");
     let c = Collect::start(&args);
     c.listening();
@@ -541,7 +523,8 @@ fn a_long_run_keeps_its_log_bounded_and_a_restart_after_a_checkpoint_loses_nothi
         })
     };
 
-    let mut cfg = ExporterConfig::new(listen.clone(), "checkpoint-test");
+    // The collector's address: the value of --listen.
+    let mut cfg = ExporterConfig::new(args[1].clone(), "checkpoint-test");
     cfg.backoff_min = Duration::from_millis(20);
     cfg.backoff_max = Duration::from_millis(200);
     cfg.max_batch = 2_000;

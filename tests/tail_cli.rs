@@ -6,30 +6,32 @@ use std::collections::BTreeSet;
 mod common;
 use common::{failure, hoptrace_in, scratch, text};
 
+/// `hoptrace demo ARGS --runs runs --out report` in `dir`; its `summary.json`.
+fn demo(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["demo"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--runs", "runs", "--out", "report"]);
+    let o = hoptrace_in(dir, &all);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&std::fs::read(dir.join("report/summary.json")).unwrap()).unwrap()
+}
+
 /// `demo --stall-every 4s --stall-for 40ms`: the P99 tail of Total Ingestion concentrates
 /// in seconds four apart (the stalls), never in a stream.
 #[test]
 fn a_stalling_processor_is_named_by_the_seconds_of_its_stalls() {
     let dir = scratch("tail-stall");
-    let o = hoptrace_in(
+    let summary = demo(
         &dir,
         &[
-            "demo",
             "--duration",
             "17s",
             "--stall-every",
             "4s",
             "--stall-for",
             "40ms",
-            "--runs",
-            "runs",
-            "--out",
-            "report",
         ],
     );
-    assert!(o.status.success(), "{}", text(&o));
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report/summary.json")).unwrap()).unwrap();
     let p99 = &summary["tails"][0]["levels"][0];
     assert_eq!(p99["percentile"]["label"], "P99");
     let c = &p99["concentration"];
@@ -77,25 +79,17 @@ fn a_stall_without_its_length_is_refused() {
 #[test]
 fn a_clock_step_of_the_store_host_is_an_event_and_moves_the_stages_that_cross_it() {
     let dir = scratch("tail-clock-step");
-    let o = hoptrace_in(
+    let summary = demo(
         &dir,
         &[
-            "demo",
             "--duration",
             "16s",
             "--store-clock-step",
             "2ms",
             "--store-clock-step-at",
             "8s",
-            "--runs",
-            "runs",
-            "--out",
-            "report",
         ],
     );
-    assert!(o.status.success(), "{}", text(&o));
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report/summary.json")).unwrap()).unwrap();
     let events = summary["events"].as_array().unwrap();
     let steps: Vec<&serde_json::Value> = events
         .iter()

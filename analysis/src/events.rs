@@ -115,6 +115,13 @@ mod tests {
 
     const S: i64 = 1_000_000_000;
 
+    /// Each event's (second, kind, subject).
+    fn seconds_kinds_subjects(ev: &[RunEvent]) -> Vec<(i64, EventKind, &str)> {
+        ev.iter()
+            .map(|e| (e.at_unix_ns / S, e.kind, e.subject.as_str()))
+            .collect()
+    }
+
     fn probe(instance: u64, connected: i64, closed: Option<i64>, clean: bool) -> ProbeInfo {
         serde_json::from_value(serde_json::json!({"instance_id": instance, "host": "h1",
             "process": "relay", "software": "x", "hops": ["broker"], "peer": "127.0.0.1:1",
@@ -156,10 +163,7 @@ mod tests {
         ];
         let mut ev = events_of(&probes, &restarts, &clock, 100 * S);
         ev.sort_by_key(|e| e.at_unix_ns);
-        let got: Vec<(i64, EventKind, &str)> = ev
-            .iter()
-            .map(|e| (e.at_unix_ns / S, e.kind, e.subject.as_str()))
-            .collect();
+        let got = seconds_kinds_subjects(&ev);
         // Instance 8 and 7's second connection ended with the run; instance 9 said Goodbye.
         assert_eq!(
             got,
@@ -347,10 +351,7 @@ mod tests {
                 (2, 80, with(1, 3, 2, 1)),
             ],
         );
-        let got: Vec<(i64, EventKind, &str)> = ev
-            .iter()
-            .map(|e| (e.at_unix_ns / S, e.kind, e.subject.as_str()))
-            .collect();
+        let got = seconds_kinds_subjects(&ev);
         assert_eq!(
             got,
             vec![
