@@ -225,6 +225,16 @@ impl DurableSeqs {
         *e = (*e).max(seq);
     }
 
+    /// Waits up to `until` (asking for syncs) for each `(instance, seq)` of `marks` to be
+    /// durable; whether they all are.
+    pub(crate) fn wait_marks(&self, marks: &[(u64, u64)], until: Instant) -> bool {
+        self.wait(until, |s| {
+            marks
+                .iter()
+                .all(|(i, seq)| s.marks.get(i).copied().unwrap_or(0) >= *seq)
+        })
+    }
+
     /// After connection `id`'s Goodbye: waits up to `until` for its close to be durable
     /// and `instance`'s mark to reach `received`; whether the close became durable.
     pub(crate) fn wait_goodbye(

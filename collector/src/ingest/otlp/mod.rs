@@ -945,21 +945,20 @@ fn deliver(
         return Ok(());
     };
     let until = Instant::now() + DURABLE_WAIT;
-    while !wait_for
-        .iter()
-        .all(|(instance, seq)| durable.get(*instance) >= *seq)
-    {
-        // Asked again each time: the join may have synced before it took these frames.
-        durable.want_sync();
+    // Woken as the marks rise; the stop is looked at every STOP_TICK.
+    while !durable.wait_marks(&wait_for, until.min(Instant::now() + STOP_TICK)) {
         if Instant::now() >= until
             || stopping.load(Relaxed) && Instant::now() + DURABLE_WAIT / 2 >= until
         {
             return Err("the spans were taken but are not yet in the run's log: retry (what is sent twice is counted once)".into());
         }
-        std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
 }
+
+/// How often a request waiting for its spans to be durable looks whether the collector
+/// stops.
+const STOP_TICK: Duration = Duration::from_millis(20);
 
 /// An exporter-instance id for a sender: random per collector, distinct per connection.
 fn random_instance(id: u64) -> u64 {
