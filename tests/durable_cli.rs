@@ -292,7 +292,7 @@ fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
     let addr = c.listening();
     let (mut s, resume) = connect(addr, 0xBEE5);
     assert_eq!(resume, 0);
-    let frames = 300;
+    let frames = 100;
     for seq in 1..=frames {
         send(&mut s, &frame(seq));
     }
@@ -310,6 +310,35 @@ fn a_reconnection_resumes_after_every_frame_the_broken_connection_delivered() {
     c.stop();
 
     assert_every_message_complete(&run_json(&runs.join("reconnect")), sent, "");
+}
+
+/// The same instance connects again while its earlier connection is still open at the
+/// collector (its peer gone without a close, as across a network partition): the
+/// Welcome comes within the half second the collector waits for that connection, well
+/// within the 2 s every probe gives a connection attempt, and says what is durable.
+#[test]
+fn a_reconnection_is_welcomed_while_the_earlier_connection_stays_open() {
+    let (_out, _runs, args) = collect_setup("reconnect-open", 1_000_000, "open", &[]);
+    let c = Collect::start(&args);
+    let addr = c.listening();
+    let (mut old, _) = connect(addr, 0x0BE7);
+    for seq in 1..=10 {
+        send(&mut old, &frame(seq));
+    }
+    wait_ack(&mut old, 10);
+    let asked = Instant::now();
+    let (mut s, resume) = connect(addr, 0x0BE7);
+    let waited = asked.elapsed();
+    assert_eq!(resume, 10, "what the old connection made durable");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the Welcome took {waited:?}: a probe would have given up"
+    );
+    send(&mut s, &sent_frame(10 * TRACES_PER_FRAME));
+    send(&mut s, &Frame::Goodbye);
+    wait_ack(&mut s, 10);
+    drop(old);
+    c.stop();
 }
 
 /// Frames 1 to 20 acknowledged, then SIGKILL; the same command again; Welcome says 20;

@@ -276,8 +276,10 @@ impl Drop for Reading {
 
 /// Longest a new connection's Welcome waits for its instance's earlier connection to be
 /// read to its end and made durable ([`DurableSeqs::resume_seq`]); past it, the Welcome
-/// says what is durable then.
-const RESUME_WAIT: Duration = Duration::from_secs(2);
+/// says what is durable then. Well below the 2 s every probe gives a connection attempt
+/// (connect, Hello and Welcome): an earlier connection the collector still holds open
+/// (its peer gone without a close) must not keep the probe from connecting again.
+const RESUME_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a reader waits for bytes before it looks whether there is something to
 /// acknowledge.
