@@ -799,6 +799,8 @@ fn serve(
     let mut closed_sent = false;
     // Highest number received on this connection, and acknowledged.
     let (mut received, mut acked) = (0u64, 0u64);
+    // Highest number told to the durable marks as forwarded.
+    let mut told = 0u64;
     loop {
         let (frame, raw) = match frames.next(&mut conn) {
             Ok(Read1::Frame(f, raw)) => (f, raw),
@@ -873,9 +875,10 @@ fn serve(
             break;
         }
         if let Some(d) = durable
-            && received > 0
+            && received > told
         {
             d.forwarded(instance, received);
+            told = received;
         }
         if let Some(d) = durable
             && !ack(&mut conn, d.get(instance), &mut acked)
