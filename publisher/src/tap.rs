@@ -229,6 +229,16 @@ impl Tap {
         Arc::clone(&self.live)
     }
 
+    /// Sends the collector the broker reconnections so far, when there are any and they
+    /// changed since the last time.
+    fn report_reconnects(&self, own: &mut OwnCounters) {
+        if self.source.reconnects() > 0 {
+            own.set(counter_id::BROKER_RECONNECTS, self.source.reconnects());
+            own.set(counter_id::BROKER_NEW_SESSIONS, self.source.new_sessions());
+            own.send_if_changed(self.exporter.as_ref());
+        }
+    }
+
     /// Receives and reports until `shutdown` is set, the duration passes or
     /// `max_messages` traced messages were seen; then flushes to the collector.
     ///
@@ -246,7 +256,6 @@ impl Tap {
         let mut next_check = Instant::now();
         // Broker reconnections, sent to the collector within 100 ms of each.
         let mut own = OwnCounters::default();
-        let mut reconnects = (0u64, 0u64);
         while !shutdown.load(Relaxed)
             && deadline.is_none_or(|d| Instant::now() < d)
             && self
@@ -263,13 +272,7 @@ impl Tap {
                     refused = Some(r);
                     break;
                 }
-                let now = (self.source.reconnects(), self.source.new_sessions());
-                if now != reconnects {
-                    reconnects = now;
-                    own.set(counter_id::BROKER_RECONNECTS, now.0);
-                    own.set(counter_id::BROKER_NEW_SESSIONS, now.1);
-                    own.send_if_changed(self.exporter.as_ref());
-                }
+                self.report_reconnects(&mut own);
             }
             let m = match self.source.recv(Duration::from_millis(100)) {
                 Ok(Some(m)) => m,
@@ -325,11 +328,7 @@ impl Tap {
             }
             live.traced.fetch_add(1, Relaxed);
         }
-        if self.source.reconnects() > 0 {
-            own.set(counter_id::BROKER_RECONNECTS, self.source.reconnects());
-            own.set(counter_id::BROKER_NEW_SESSIONS, self.source.new_sessions());
-            own.send_if_changed(self.exporter.as_ref());
-        }
+        self.report_reconnects(&mut own);
         self.source.close();
         let (exporter, exporter_clean, run_id) = match self.exporter.take() {
             Some(e) => {
