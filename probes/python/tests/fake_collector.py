@@ -22,6 +22,15 @@ class Connection:
         return [r for f in self.frames if isinstance(f, (protocol.Records, protocol.SeqRecords))
                 for r in f.records]
 
+    def counters(self) -> dict:
+        """Every counter of the connection's Counters frames, the latest value of each id:
+        what a collector holds, since a host's own Counters frames (a store tap's ids) come
+        between the exporter's."""
+        merged = {}
+        for f in self.of(protocol.Counters):
+            merged.update(f.values)
+        return merged
+
     def seqs(self):
         """The numbers of the SeqRecords frames received, in order."""
         return [f.seq for f in self.of(protocol.SeqRecords)]

@@ -165,7 +165,7 @@ def recover(ex: Exporter, port: int) -> FakeCollector:
     fc = FakeCollector(port=port)
     wait_for(lambda: ex.is_connected, 10, "a connection to the collector that behaves")
     local = ex.counters()
-    fc.wait(lambda: any(c.of(protocol.Counters) and c.of(protocol.Counters)[-1].get(2) >= local.queue_full
+    fc.wait(lambda: any(c.counters().get(protocol.CounterId.QUEUE_FULL, -1) >= local.queue_full
                         for c in fc.connections))
     return fc
 
@@ -179,12 +179,11 @@ def check_delivered_after_recovery(ex: Exporter, fc: FakeCollector, load: Load,
         ex.send_frame(protocol.Sent(9, load.last_sent))
     summary = ex.shutdown(timeout_s=5)
     assert summary.clean
-    conn = fc.connections[-1]
-    final = conn.of(protocol.Counters)[-1]
+    final = fc.connections[-1].counters()
     s = summary.counters
-    assert final.get(protocol.CounterId.QUEUE_FULL) == s.queue_full
-    assert final.get(protocol.CounterId.REPORTED) == s.reported == load.records
-    assert final.get(protocol.CounterId.EVICTED) == s.evicted
+    assert final.get(protocol.CounterId.QUEUE_FULL, 0) == s.queue_full
+    assert final.get(protocol.CounterId.REPORTED, 0) == s.reported == load.records
+    assert final.get(protocol.CounterId.EVICTED, 0) == s.evicted
     # Records frames that send_frame refused were counted as queue_full too.
     assert s.queue_full >= load.refused_frames
     # The host's own Sent frames: the newest entry of each stream arrived.
@@ -274,8 +273,8 @@ def test_a_collector_that_restarts_every_200_ms_costs_the_host_nothing():
                  for r in c.records() if r.sequence < 10 ** 9}
     assert len(delivered) + s.queue_full + s.lost_unacked + s.send_failed \
         >= load.records - load.frame_records
-    final = fc.connections[-1].of(protocol.Counters)[-1]
-    assert final.get(protocol.CounterId.QUEUE_FULL) == s.queue_full
+    final = fc.connections[-1].counters()
+    assert final.get(protocol.CounterId.QUEUE_FULL, 0) == s.queue_full
     fc.close()
 
 
