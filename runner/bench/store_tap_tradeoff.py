@@ -86,8 +86,9 @@ SERVER_COMM = {"influxdb": "influxd", "postgres": "postgres", "clickhouse": "cli
 @dataclass
 class Setting:
     """A tap setting: `off`, or a poll interval and a number of pollers, and whether the
-    tap also listens to what the store notifies (`notify+`, PostgreSQL: a trigger on the
-    table for the run's length)."""
+    tap also takes what the store says it accepted (`notify+`; PostgreSQL: a trigger on the
+    table for the run's length, `notify=`; InfluxDB: a subscription the tap makes for its
+    run, `subscribe=`, each write triggering a query for its points)."""
 
     interval: Optional[str]
     pollers: int = 1
@@ -363,7 +364,8 @@ def tap_url(store: str, tag: str, influx_select: str, notify: bool = False,
         regex = f"^hoptrace\\/nr\\/in\\/{tag}\\/"
         select = (f'"topic" =~ /{regex}/' if influx_select == "where" else f"topic=~/{regex}/")
         return (f"influxdb://{INFLUX}/hoptrace?measurement=nodered"
-                f"&{influx_select}={urllib.parse.quote(select, safe='')}")
+                f"&{influx_select}={urllib.parse.quote(select, safe='')}"
+                + ("&subscribe=127.0.0.1:0" if notify else ""))
     if store == "clickhouse":
         where = f"topic LIKE '{TOPIC_ROOTS[store]}/{tag}/%'"
         return (f"clickhouse://{CLICKHOUSE}/hoptrace?table={CH_TABLE}&time=inserted"
@@ -585,7 +587,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--stores", default="influxdb,postgres")
     ap.add_argument("--settings", default="off,20ms:1,10ms:1,5ms:1,2ms:1,1ms:1,1ms:2",
-                    help="comma-separated: off, or [notify+]INTERVAL:POLLERS (notify+: PostgreSQL only)")
+                    help="comma-separated: off, or [notify+]INTERVAL:POLLERS (notify+: a PostgreSQL "
+                         "trigger, an InfluxDB subscription)")
     ap.add_argument("--influx-select", choices=["series", "where"], default="series",
                     help="how the InfluxDB tap restricts its polls to the run's series")
     ap.add_argument("--vm-lookback", help="the VictoriaMetrics tap's lookback= (default: the tap's, 30s)")

@@ -25,7 +25,8 @@
 //!
 //! - [`store`]: store addresses, the [`store::Store`] trait and one module per store.
 //! - [`poll`]: the poll loop, its counters and summary; `pollers` runs its connections,
-//!   `bounds` finds each row's earliest instant.
+//!   `bounds` finds each row's earliest instant; `listen` (PostgreSQL notifications) and
+//!   `subscribe` (InfluxDB subscriptions) take what a store says it took.
 //!
 //! This crate depends on the probe (the wire format and the exporter) and on the stores'
 //! client libraries only. It must never depend on the collector or on the analysis: a tap
@@ -39,6 +40,7 @@ mod listen;
 pub mod poll;
 mod pollers;
 pub mod store;
+mod subscribe;
 
 pub use poll::{
     ROWS_PER_KEY_HINT, StoreTap, StoreTapConfig, StoreTapError, StoreTapLive, StoreTapSummary,

@@ -212,7 +212,14 @@ pub fn store_tap_summary(s: &StoreTapSummary) -> Vec<String> {
             String::new()
         }
     ));
-    if let Some(n) = &s.listen {
+    if let Some(n) = &s.listen
+        && let Some(sub) = &n.subscription
+    {
+        lines.push(format!(
+            "subscription {} on {:?} to {}: {} writes, {} points with a key, {} queries triggered by them, {} keys found by those before any poll (query_start/queryable = that query's send/answer), {} points no query found within 63 ms (left to the polls), {} lines not parsed, {} requests or queries failed",
+            n.channel, sub.retention_policy, sub.destination, sub.writes, n.notifications, sub.queries, n.keys_notified, sub.unconfirmed, n.bad, n.errors
+        ));
+    } else if let Some(n) = &s.listen {
         lines.push(format!(
             "notifications on channel {:?}: {} received, {} keys found by them before any poll (queryable = arrival; query_start the same instant), {} not `KEY TIME_US`, {} listener connections failed or lost",
             n.channel, n.notifications, n.keys_notified, n.bad, n.errors

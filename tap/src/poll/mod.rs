@@ -43,6 +43,7 @@ use crate::bounds::{Covering, Earliest};
 use crate::listen::{self, ListenCounts};
 use crate::pollers::{Answer, NOTIFIER, Pollers, Ticket};
 use crate::store::{self, Store, StoreError};
+use crate::subscribe::{self, SubscribeCounts, Subscription};
 
 mod config;
 pub mod counter_id;
@@ -50,7 +51,9 @@ mod summary;
 mod track;
 
 pub use config::{StoreTapConfig, StoreTapError};
-pub use summary::{Listened, Spread, StoreTapLive, StoreTapSummary, StoreTimeDisagrees};
+pub use summary::{
+    Listened, Spread, StoreTapLive, StoreTapSummary, StoreTimeDisagrees, Subscribed,
+};
 use track::{Hist, Seen, SeriesSet, Tally};
 
 /// A store tap, connected and ready to poll.
@@ -84,6 +87,11 @@ pub struct StoreTap {
     /// The address's `notify=` (PostgreSQL): how to listen, and on which channel.
     listen_target: Option<(tokio_postgres::Config, String)>,
     listen_counts: Arc<ListenCounts>,
+    /// The address's `subscribe=` (InfluxDB): where the tap takes what a subscription
+    /// sends, and, once made, the subscription's name and destination.
+    subscribe_at: Option<std::net::SocketAddr>,
+    subscribed: Option<(String, String, String)>,
+    subscribe_counts: Arc<SubscribeCounts>,
 }
 
 /// A poll loop's state between answers.
@@ -210,6 +218,11 @@ impl StoreTap {
         } else {
             None
         };
+        let subscribe_at = if config.url.kind == store::StoreKind::InfluxDb {
+            store::influxdb::subscribe_target(&config.url)?
+        } else {
+            None
+        };
         // The run's series as they are at start: the baseline poll asks for them.
         let series = store
             .resolve_series()
@@ -239,6 +252,9 @@ impl StoreTap {
             live: Arc::new(StoreTapLive::default()),
             listen_target,
             listen_counts: Arc::new(ListenCounts::default()),
+            subscribe_at,
+            subscribed: None,
+            subscribe_counts: Arc::new(SubscribeCounts::default()),
             config,
         };
         let Some(exporter) = tap.config.collector.clone() else {
@@ -370,6 +386,10 @@ impl StoreTap {
                 .map_err(|e| tracing::error!("cannot start the listener: {e} (polling only)"))
                 .ok()
             }
+            _ => None,
+        };
+        let subscription = match (self.subscribe_at, pollers.as_ref()) {
+            (Some(at), Some(p)) => self.subscribe(at, p.sender()),
             _ => None,
         };
         let mut next_poll = Instant::now();
@@ -543,6 +563,10 @@ impl StoreTap {
             }
         }
         listen_stop.store(true, Relaxed);
+        if let Some(sub) = subscription {
+            sub.stop();
+            self.unsubscribe();
+        }
         drop(pollers);
         if let Some(t) = listener {
             let _ = t.join();
@@ -760,6 +784,16 @@ impl StoreTap {
                     c.keys_found
                 );
             }
+            if let Some((name, _, destination)) = &self.subscribed
+                && before < CHECK_AFTER
+                && c.keys_found >= CHECK_AFTER
+                && c.keys_notified == 0
+            {
+                tracing::warn!(
+                    "{} keys found and not one by a subscription's write: does InfluxDB send to {destination} (subscription {name}; [subscriber] enabled = true in its configuration, and {destination} reachable from it)?",
+                    c.keys_found
+                );
+            }
             if before < CHECK_AFTER && c.keys_found >= CHECK_AFTER {
                 let per_key = summary::rows_per_key(c.keys_found, c.rows_sharing_a_key);
                 if per_key >= 2.0 {
@@ -885,12 +919,24 @@ impl StoreTap {
             listen: self
                 .listen_target
                 .as_ref()
-                .map(|(_, channel)| summary::Listened {
-                    channel: channel.clone(),
+                .map(|(_, channel)| channel.clone())
+                .or_else(|| self.subscribed.as_ref().map(|(name, _, _)| name.clone()))
+                .map(|channel| summary::Listened {
+                    channel,
                     notifications: self.listen_counts.notifications.load(Relaxed),
                     keys_notified: c.keys_notified,
                     bad: self.listen_counts.bad.load(Relaxed),
                     errors: self.listen_counts.errors.load(Relaxed),
+                    subscription: self.subscribed.as_ref().map(|(_, rp, destination)| {
+                        let n = &self.subscribe_counts;
+                        summary::Subscribed {
+                            retention_policy: rp.clone(),
+                            destination: destination.clone(),
+                            writes: n.writes.load(Relaxed),
+                            queries: n.queries.load(Relaxed),
+                            unconfirmed: n.unconfirmed.load(Relaxed),
+                        }
+                    }),
                 }),
             catch_up_pace_max_ns: u64::try_from(c.catch_up_pace_max.as_nanos()).unwrap_or(u64::MAX),
             rows_sharing_a_key: c.rows_sharing_a_key,
@@ -913,6 +959,91 @@ impl StoreTap {
             notice: self.notice.take(),
             exporters,
             collector_refused: refused,
+        }
+    }
+
+    /// Binds `at`, subscribes it to the writes InfluxDB accepts and starts taking them;
+    /// `None` (polling only, said why) when any of it fails.
+    fn subscribe(
+        &mut self,
+        at: std::net::SocketAddr,
+        out: std::sync::mpsc::Sender<Answer>,
+    ) -> Option<Subscription> {
+        let fail = |what: String| {
+            tracing::error!("{what} (polling only)");
+        };
+        let listener = match std::net::TcpListener::bind(at) {
+            Ok(l) => l,
+            Err(e) => {
+                fail(format!(
+                    "cannot take the subscription's writes on {at}: {e}"
+                ));
+                return None;
+            }
+        };
+        let bound = listener.local_addr().unwrap_or(at);
+        let destination = subscribe::destination(bound);
+        let name = format!(
+            "hoptrace_{}",
+            bound
+                .to_string()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        );
+        let made = store::influxdb::InfluxDb::new(&self.config.url)
+            .map_err(StoreError::from)
+            .and_then(|admin| {
+                let rp = admin.subscription_rp()?;
+                admin.subscribe(&rp, &name, &destination)?;
+                let query = store::influxdb::InfluxDb::new(&self.config.url)?;
+                Ok((rp, query))
+            });
+        let (rp, query) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                fail(format!(
+                    "cannot create the subscription {name} to {destination}: {e}"
+                ));
+                return None;
+            }
+        };
+        tracing::info!(
+            "subscription {name} on retention policy {rp:?} sends every accepted write to {destination}: each one triggers a query for its points (polls go on beside it)"
+        );
+        match Subscription::start(
+            listener,
+            query,
+            out,
+            Arc::clone(&self.listen_counts),
+            Arc::clone(&self.subscribe_counts),
+        ) {
+            Ok(s) => {
+                self.subscribed = Some((name, rp, destination));
+                Some(s)
+            }
+            Err(e) => {
+                fail(format!(
+                    "cannot start taking the subscription's writes: {e}"
+                ));
+                self.subscribed = Some((name, rp, destination));
+                self.unsubscribe();
+                self.subscribed = None;
+                None
+            }
+        }
+    }
+
+    /// Drops the subscription the tap made.
+    fn unsubscribe(&mut self) {
+        let Some((name, rp, destination)) = &self.subscribed else {
+            return;
+        };
+        let dropped = store::influxdb::InfluxDb::new(&self.config.url)
+            .map_err(StoreError::from)
+            .and_then(|admin| admin.unsubscribe(rp, name));
+        if let Err(e) = dropped {
+            tracing::warn!(
+                "cannot drop the subscription {name} to {destination}: {e} (InfluxDB goes on sending to it; the next tap with this subscribe= drops it, or DROP SUBSCRIPTION \"{name}\" ON ...)"
+            );
         }
     }
 
@@ -1036,6 +1167,8 @@ impl StoreTap {
                 u64::try_from(self.catch_up_total_ns(l)).unwrap_or(0),
             ),
         ];
+        // (A subscription's counts stay in the tap's summary: its keys came by a query,
+        // which these counters, read as notifications that no query found, would misstate.)
         if self.listen_target.is_some() {
             let n = &self.listen_counts;
             values.extend([

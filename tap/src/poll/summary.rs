@@ -226,10 +226,12 @@ impl StoreTimeDisagrees {
     }
 }
 
-/// What a tap's listener took from the store (PostgreSQL `LISTEN`).
+/// What a tap's listener took from the store: PostgreSQL `LISTEN`, or the writes an
+/// InfluxDB subscription sent (then `subscription` is set, a notification is a point of
+/// the measurement with a key, and a key notified is one the query it triggered found).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listened {
-    /// The channel listened on.
+    /// The channel listened on (or the subscription's name).
     pub channel: String,
     /// Notifications received.
     pub notifications: u64,
@@ -238,6 +240,24 @@ pub struct Listened {
     pub keys_notified: u64,
     /// Notifications whose payload was not `KEY TIME_US`.
     pub bad: u64,
-    /// Listener connections that failed to open or were lost.
+    /// Listener connections that failed to open or were lost (a subscription: requests
+    /// that were not HTTP, and triggered queries that failed).
     pub errors: u64,
+    /// What an InfluxDB subscription brought, where the address has `subscribe=`.
+    pub subscription: Option<Subscribed>,
+}
+
+/// An InfluxDB subscription's own counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subscribed {
+    /// The retention policy subscribed to.
+    pub retention_policy: String,
+    /// Where InfluxDB sends (`http://HOST:PORT`).
+    pub destination: String,
+    /// Write requests received.
+    pub writes: u64,
+    /// Queries the writes triggered.
+    pub queries: u64,
+    /// Points no triggered query found within the retries (left to the polls).
+    pub unconfirmed: u64,
 }

@@ -14,6 +14,9 @@
 //! while new ones appear, backing off to once a second) and asks for them by value, `("TAG" = 'a' OR "TAG" = 'b') ... GROUP BY "TAG"`,
 //! so each row comes back with its series.
 //!
+//! `subscribe=HOST:PORT` makes a subscription that sends the tap every accepted write, and
+//! each write triggers a query for its points (`crate::subscribe`).
+//!
 //! A poll costs InfluxDB about as much per series it touches as per row it reads: a message
 //! written as several points (one per metric, each its own series) is best polled with a
 //! `where=` equality that one of its points meets (`"metric"='m0'`).
@@ -281,7 +284,7 @@ impl InfluxDb {
     /// # Errors
     /// [`UrlError`] for a missing database or measurement, or an unknown parameter.
     pub fn new(url: &StoreUrl) -> Result<Self, UrlError> {
-        url.check_params(&["measurement", "key", "rp", "where", "series"])?;
+        url.check_params(&["measurement", "key", "rp", "where", "series", "subscribe"])?;
         let series = match url.param("series") {
             None => None,
             Some(s) => Some(parse_series(s).ok_or_else(|| {
@@ -324,6 +327,198 @@ impl InfluxDb {
             &[],
         )
     }
+
+    /// A statement that changes the server (InfluxDB takes those only by POST), checked.
+    fn execute(&self, q: &str) -> Result<(), StoreError> {
+        let a = self
+            .http
+            .post("/query", &[("db", &self.database), ("q", q)], "", &[])?;
+        results(a.status, &a.body).map(drop)
+    }
+
+    /// The retention policy a subscription is made on: the address's `rp=`, else the
+    /// database's default one.
+    ///
+    /// # Errors
+    /// Any [`StoreError`]; [`StoreError::Missing`] when the database has no default.
+    pub fn subscription_rp(&self) -> Result<String, StoreError> {
+        if let Some(rp) = &self.rp {
+            return Ok(rp.clone());
+        }
+        let a = self.query(&format!(
+            "SHOW RETENTION POLICIES ON {}",
+            quote_ident(&self.database)
+        ))?;
+        let results = results(a.status, &a.body)?;
+        let series = results
+            .first()
+            .and_then(|r| r.get("series"))
+            .and_then(Value::as_array)
+            .and_then(|s| s.first())
+            .ok_or_else(|| {
+                StoreError::Answer(format!("no retention policies: {}", clip(&a.body, 200)))
+            })?;
+        let columns = series.get("columns").and_then(Value::as_array);
+        let at = |name: &str| columns.and_then(|c| c.iter().position(|v| v.as_str() == Some(name)));
+        let (Some(n), Some(d)) = (at("name"), at("default")) else {
+            return Err(StoreError::Answer(format!(
+                "retention policies without name/default columns: {}",
+                clip(&a.body, 200)
+            )));
+        };
+        series
+            .get("values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|row| row.get(d).and_then(Value::as_bool) == Some(true))
+            .and_then(|row| row.get(n).and_then(Value::as_str))
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                StoreError::Missing(format!(
+                    "database {:?} has no default retention policy: set rp=",
+                    self.database
+                ))
+            })
+    }
+
+    /// Subscribes `destination` (`http://HOST:PORT`) to every write to `rp`, as
+    /// subscription `name`; a subscription of that name or to that destination left by
+    /// an earlier tap is dropped first.
+    ///
+    /// # Errors
+    /// Any [`StoreError`] (a user without the right to manage subscriptions: `Query`).
+    pub fn subscribe(&self, rp: &str, name: &str, destination: &str) -> Result<(), StoreError> {
+        for stale in self.subscriptions(rp, destination, name)? {
+            self.unsubscribe(rp, &stale)?;
+        }
+        self.execute(&format!(
+            "CREATE SUBSCRIPTION {} ON {}.{} DESTINATIONS ALL {}",
+            quote_ident(name),
+            quote_ident(&self.database),
+            quote_ident(rp),
+            quote_literal(destination)
+        ))
+    }
+
+    /// Drops subscription `name` on `rp`.
+    ///
+    /// # Errors
+    /// Any [`StoreError`].
+    pub fn unsubscribe(&self, rp: &str, name: &str) -> Result<(), StoreError> {
+        self.execute(&format!(
+            "DROP SUBSCRIPTION {} ON {}.{}",
+            quote_ident(name),
+            quote_ident(&self.database),
+            quote_ident(rp)
+        ))
+    }
+
+    /// The subscriptions on this database and `rp` named `name` or sending to `destination`.
+    fn subscriptions(
+        &self,
+        rp: &str,
+        destination: &str,
+        name: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let a = self.query("SHOW SUBSCRIPTIONS")?;
+        let results = results(a.status, &a.body)?;
+        let mut out = Vec::new();
+        for s in results
+            .iter()
+            .filter_map(|r| r.get("series").and_then(Value::as_array))
+            .flatten()
+            .filter(|s| s.get("name").and_then(Value::as_str) == Some(self.database.as_str()))
+        {
+            // Columns: retention_policy, name, mode, destinations.
+            for row in s
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let (Some(r), Some(n)) = (
+                    row.get(0).and_then(Value::as_str),
+                    row.get(1).and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let to_us = row
+                    .get(3)
+                    .and_then(Value::as_array)
+                    .is_some_and(|d| d.iter().any(|v| v.as_str() == Some(destination)));
+                if r == rp && (n == name || to_us) {
+                    out.push(n.to_owned());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The key of every point of the measurement with a time in `[from_ns, to_ns]` in
+    /// one of `series` (each a point's tag set; an empty one, a point without tags, makes
+    /// the query ask for every series) that meets the address's `where=`.
+    ///
+    /// # Errors
+    /// Any [`StoreError`].
+    pub fn points(
+        &self,
+        from_ns: i64,
+        to_ns: i64,
+        series: &[&[(String, String)]],
+    ) -> Result<Batch, StoreError> {
+        let mut q = poll_query(
+            &self.measurement,
+            &self.key,
+            self.rp.as_deref(),
+            Some(from_ns),
+            self.filter.as_deref(),
+            None,
+        );
+        q.push_str(&format!(" AND time <= {to_ns}"));
+        if !series.iter().any(|t| t.is_empty()) {
+            let any: Vec<String> = series
+                .iter()
+                .map(|tags| {
+                    let all: Vec<String> = tags
+                        .iter()
+                        .map(|(k, v)| format!("{} = {}", quote_ident(k), quote_literal(v)))
+                        .collect();
+                    format!("({})", all.join(" AND "))
+                })
+                .collect();
+            q.push_str(&format!(" AND ({})", any.join(" OR ")));
+        }
+        let a = self.query(&q)?;
+        parse_poll(a.status, &a.body, None)
+    }
+
+    /// The measurement polled and its key field.
+    #[must_use]
+    pub fn measurement_and_key(&self) -> (&str, &str) {
+        (&self.measurement, &self.key)
+    }
+}
+
+/// The address's `subscribe=HOST:PORT`: where the tap takes the writes an InfluxDB
+/// subscription sends it (`None`: no subscription).
+///
+/// # Errors
+/// [`UrlError`] for a value that is not `HOST:PORT`.
+pub fn subscribe_target(url: &StoreUrl) -> Result<Option<std::net::SocketAddr>, UrlError> {
+    let Some(at) = url.param("subscribe") else {
+        return Ok(None);
+    };
+    use std::net::ToSocketAddrs;
+    at.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .map(Some)
+        .ok_or_else(|| {
+            url.error(format!(
+                "subscribe={at:?}: HOST:PORT where the tap takes what an InfluxDB subscription sends (an address InfluxDB can reach, e.g. subscribe=127.0.0.1:18090)"
+            ))
+        })
 }
 
 impl Store for InfluxDb {
