@@ -176,7 +176,13 @@ pub(crate) struct SubscribeCounts {
     pub(crate) queries: AtomicU64,
     /// Points no triggered query found within the retries (left to the polls).
     pub(crate) unconfirmed: AtomicU64,
+    /// Writes to the subscription that InfluxDB could not deliver, as it counts them
+    /// (`SHOW STATS FOR 'subscriber'`, `writeFailures`, read once a second).
+    pub(crate) delivery_failures: AtomicU64,
 }
+
+/// How often the query thread reads what InfluxDB says of the subscription.
+const STATS_EVERY: Duration = Duration::from_secs(1);
 
 /// A point waiting to be asked for.
 struct Pending {
@@ -205,6 +211,7 @@ impl Subscription {
     pub(crate) fn start(
         listener: TcpListener,
         store: InfluxDb,
+        name: String,
         out: Sender<Answer>,
         counts: Arc<ListenCounts>,
         sub: Arc<SubscribeCounts>,
@@ -226,7 +233,7 @@ impl Subscription {
             let stop = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("store-subscription-query".into())
-                .spawn(move || query_loop(&store, &rx, &out, &stop, &counts, &sub))?
+                .spawn(move || query_loop(&store, &name, &rx, &out, &stop, &counts, &sub))?
         };
         Ok(Self {
             stop,
@@ -464,6 +471,7 @@ fn serve(
 /// those not found yet; what it finds goes to `out`.
 fn query_loop(
     store: &InfluxDb,
+    name: &str,
     rx: &Receiver<Vec<Pending>>,
     out: &Sender<Answer>,
     stop: &AtomicBool,
@@ -472,7 +480,12 @@ fn query_loop(
 ) {
     let mut pending: Vec<Pending> = Vec::new();
     let mut error_logged = false;
+    let mut next_stats = Instant::now() + STATS_EVERY;
     while !stop.load(Relaxed) {
+        if Instant::now() >= next_stats {
+            next_stats = Instant::now() + STATS_EVERY;
+            check_delivery(store, name, sub);
+        }
         // Wait for a write, or for the next retry to be due.
         let wait = pending
             .iter()
@@ -565,6 +578,20 @@ fn query_loop(
     }
 }
 
+/// Reads what InfluxDB says of the subscription's deliveries and says when they fail.
+fn check_delivery(store: &InfluxDb, name: &str, sub: &SubscribeCounts) {
+    // Statistics the user may not read (no admin) leave the check out.
+    let Ok(Some((_, failures))) = store.subscriber_stats(name) else {
+        return;
+    };
+    let before = sub.delivery_failures.swap(failures, Relaxed);
+    if failures > before && before == 0 {
+        tracing::warn!(
+            "InfluxDB cannot deliver the writes of subscription {name} to the tap ({failures} failed so far, its statistics say): is the tap's subscribe= address reachable from the store? (the polls go on finding rows; failures are counted)"
+        );
+    }
+}
+
 /// Where the subscription sends: the listener's address as InfluxDB is to reach it.
 #[must_use]
 pub(crate) fn destination(at: SocketAddr) -> String {
@@ -609,8 +636,15 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let counts = Arc::new(ListenCounts::default());
         let sub = Arc::new(SubscribeCounts::default());
-        let s = Subscription::start(listener, store, tx, Arc::clone(&counts), Arc::clone(&sub))
-            .unwrap();
+        let s = Subscription::start(
+            listener,
+            store,
+            "hoptrace_test".into(),
+            tx,
+            Arc::clone(&counts),
+            Arc::clone(&sub),
+        )
+        .unwrap();
 
         let mut garbage = std::net::TcpStream::connect(at).unwrap();
         garbage.write_all(b"\x16\x03\x01 not http\r\n\r\n").unwrap();

@@ -380,6 +380,58 @@ fn influxdb_refuses_a_missing_database_and_field_at_start() {
     influx_q(&format!("DROP MEASUREMENT \"{m}\""));
 }
 
+/// A subscription InfluxDB cannot deliver to is seen in its statistics (what the tap reads
+/// once a second to say so); one left behind on the same address is replaced, and dropped.
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
+    use hoptrace_tap::store::influxdb::InfluxDb;
+    let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let m = format!("storetap_{}", unique());
+    let name = format!("hoptrace_{m}");
+    let db = InfluxDb::new(
+        &StoreUrl::parse(&format!(
+            "influxdb://127.0.0.1:18086/hoptrace?measurement={m}"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let rp = db.subscription_rp().unwrap();
+    assert_eq!(rp, "autogen");
+    // Port 1 on loopback: nothing listens, every delivery fails.
+    let nowhere = "http://127.0.0.1:1";
+    db.subscribe(&rp, &name, nowhere).unwrap();
+    // Made twice: the one left behind is dropped first, not refused as a duplicate.
+    db.subscribe(&rp, &name, nowhere).unwrap();
+    assert_eq!(
+        db.subscriber_stats(&name).unwrap(),
+        Some((0, 0)),
+        "the service runs; nothing sent yet"
+    );
+    post(
+        "http://127.0.0.1:18086/write?db=hoptrace",
+        &format!("{m} hoptrace=\"x\",v=1"),
+    );
+    wait_for("InfluxDB to count the failed delivery", 10, || {
+        db.subscriber_stats(&name)
+            .unwrap()
+            .is_some_and(|(_, f)| f >= 1)
+    });
+    db.unsubscribe(&rp, &name).unwrap();
+    let listed = http()
+        .get("http://127.0.0.1:18086/query")
+        .query("q", "SHOW SUBSCRIPTIONS")
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(!listed.contains(&name), "{listed}");
+    influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+}
+
 /// `infra/stores/influxdb.sh CMD`.
 fn influxd(cmd: &str) {
     let out = std::process::Command::new(root().join("infra/stores/influxdb.sh"))

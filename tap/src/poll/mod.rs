@@ -935,6 +935,7 @@ impl StoreTap {
                             writes: n.writes.load(Relaxed),
                             queries: n.queries.load(Relaxed),
                             unconfirmed: n.unconfirmed.load(Relaxed),
+                            delivery_failures: n.delivery_failures.load(Relaxed),
                         }
                     }),
                 }),
@@ -1006,12 +1007,23 @@ impl StoreTap {
                 return None;
             }
         };
+        // A subscription the server's subscriber service does not run sends nothing.
+        if let Ok(None) = query.subscriber_stats(&name) {
+            fail(format!(
+                "InfluxDB's subscriber service is off ([subscriber] enabled = false in its configuration): the subscription {name} would send nothing"
+            ));
+            self.subscribed = Some((name, rp, destination));
+            self.unsubscribe();
+            self.subscribed = None;
+            return None;
+        }
         tracing::info!(
             "subscription {name} on retention policy {rp:?} sends every accepted write to {destination}: each one triggers a query for its points (polls go on beside it)"
         );
         match Subscription::start(
             listener,
             query,
+            name.clone(),
             out,
             Arc::clone(&self.listen_counts),
             Arc::clone(&self.subscribe_counts),

@@ -260,4 +260,7 @@ pub struct Subscribed {
     pub queries: u64,
     /// Points no triggered query found within the retries (left to the polls).
     pub unconfirmed: u64,
+    /// Writes InfluxDB could not deliver to the tap (its `writeFailures` of the
+    /// subscription).
+    pub delivery_failures: u64,
 }

@@ -455,6 +455,51 @@ impl InfluxDb {
         Ok(out)
     }
 
+    /// What InfluxDB's subscriber service says (`SHOW STATS FOR 'subscriber'`): `None`
+    /// when the service is off (no statistics of it at all); else the points written to
+    /// subscription `name` and the writes to it that failed (0, 0 before its first write).
+    ///
+    /// # Errors
+    /// Any [`StoreError`] (with authentication on, `SHOW STATS` needs an admin).
+    pub fn subscriber_stats(&self, name: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        let a = self.query("SHOW STATS FOR 'subscriber'")?;
+        let results = results(a.status, &a.body)?;
+        let series: Vec<&Value> = results
+            .iter()
+            .filter_map(|r| r.get("series").and_then(Value::as_array))
+            .flatten()
+            .collect();
+        if series.is_empty() {
+            return Ok(None);
+        }
+        let mine = series.iter().find(|s| {
+            s.get("tags")
+                .and_then(|t| t.get("name"))
+                .and_then(Value::as_str)
+                == Some(name)
+                && s.get("tags")
+                    .and_then(|t| t.get("database"))
+                    .and_then(Value::as_str)
+                    == Some(self.database.as_str())
+        });
+        let Some(mine) = mine else {
+            return Ok(Some((0, 0)));
+        };
+        let columns = mine.get("columns").and_then(Value::as_array);
+        let row = mine
+            .get("values")
+            .and_then(Value::as_array)
+            .and_then(|v| v.first());
+        let field = |n: &str| {
+            columns
+                .and_then(|c| c.iter().position(|v| v.as_str() == Some(n)))
+                .and_then(|i| row.and_then(|r| r.get(i)))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        Ok(Some((field("pointsWritten"), field("writeFailures"))))
+    }
+
     /// The key of every point of the measurement with a time in `[from_ns, to_ns]` in
     /// one of `series` (each a point's tag set; an empty one, a point without tags, makes
     /// the query ask for every series) that meets the address's `where=`.
