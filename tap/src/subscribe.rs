@@ -7,10 +7,11 @@
 //! proves a point queryable is still a query's answer: the tap asks at once for the points
 //! the write carried (their series, by every tag, and their time range: a query that costs
 //! the store about as little as a query can), and asks again after 1, 2, 4 … 32 ms for
-//! those it did not find yet. A key found that way gets `query_start` = the send of the
+//! those it did not find yet (a key is found with any of its points: a message written as
+//! several points needs one of them). A key found that way gets `query_start` = the send of the
 //! query that found it and `queryable` = its answer; its earliest instant is, as for a
 //! polled key, the later of the point's store time and the send of the last poll that
-//! covered it and missed it. Points no query found within that time are left to the polls
+//! covered it and missed it. Keys no query found within that time are left to the polls
 //! (counted: `unconfirmed`). The polls go on beside it (they find what a lost subscription
 //! missed), and whichever finds a key first reports it.
 //!
@@ -174,7 +175,7 @@ pub(crate) struct SubscribeCounts {
     pub(crate) writes: AtomicU64,
     /// Queries the writes triggered.
     pub(crate) queries: AtomicU64,
-    /// Points no triggered query found within the retries (left to the polls).
+    /// Keys no triggered query found within the retries (left to the polls).
     pub(crate) unconfirmed: AtomicU64,
     /// Writes to the subscription that InfluxDB could not deliver, as it counts them
     /// (`SHOW STATS FOR 'subscriber'`, `writeFailures`, read once a second).
@@ -531,26 +532,37 @@ fn query_loop(
                 Batch::default()
             }
         };
-        let found: rustc_hash::FxHashSet<(&str, i64)> = batch
-            .rows
-            .iter()
-            .map(|r| (r.key.as_str(), r.time_ns))
-            .collect();
+        // A key is found with any of its points (a message written as several points, of
+        // which `where=` may keep one): its earliest row, once.
+        let mut found: rustc_hash::FxHashMap<&str, i64> = rustc_hash::FxHashMap::default();
+        for r in &batch.rows {
+            let t = found.entry(r.key.as_str()).or_insert(r.time_ns);
+            *t = (*t).min(r.time_ns);
+        }
         let mut rows = Vec::new();
+        let mut given_up = rustc_hash::FxHashSet::default();
         for mut p in due {
-            if found.contains(&(p.key.as_str(), p.time_ns)) {
+            if let Some(t) = found.remove(p.key.as_str()) {
                 rows.push(Row {
                     key: std::mem::take(&mut p.key),
-                    time_ns: p.time_ns,
+                    time_ns: t,
                     series: None,
                 });
+            } else if rows.iter().any(|r: &Row| r.key == p.key) {
+                // Another point of a key already found.
             } else if let Some(wait) = RETRIES.get(p.tries) {
                 p.tries += 1;
                 p.due = Instant::now() + *wait;
                 pending.push(p);
             } else {
-                sub.unconfirmed.fetch_add(1, Relaxed);
+                given_up.insert(p.key);
             }
+        }
+        sub.unconfirmed.fetch_add(given_up.len() as u64, Relaxed);
+        // Points still waiting whose key was found meanwhile are done.
+        if !rows.is_empty() {
+            let done: rustc_hash::FxHashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+            pending.retain(|p| !done.contains(p.key.as_str()));
         }
         if rows.is_empty() {
             continue;

@@ -1200,6 +1200,68 @@ fn victoriametrics_polls_only_the_runs_series() {
         .call();
 }
 
+/// A subscription's writes of messages written as several points: a key is found with any
+/// of its points, so with `where=` keeping one point per message the others are not asked
+/// for again, and no key is left to the polls.
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_subscription_messages_of_several_points() {
+    const POINTS: u64 = 4;
+    const ROUNDS: u64 = 30;
+    let _guard = store("influxdb");
+    let _shared = INFLUXDB
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for one_point in [false, true] {
+        let m = format!("storetap_{}", unique());
+        post(
+            "http://127.0.0.1:18086/write?db=hoptrace",
+            &format!("{m},metric=m0 hoptrace=\"not a key\",value=0"),
+        );
+        let filter = if one_point {
+            "&where=%22metric%22%3D%27m0%27"
+        } else {
+            ""
+        };
+        let url = format!(
+            "influxdb://127.0.0.1:18086/hoptrace?measurement={m}{filter}&subscribe=127.0.0.1:0"
+        );
+        let mut tc = StoreTapConfig::new(StoreUrl::parse(&url).unwrap());
+        tc.poll_interval = Duration::from_secs(1);
+        tc.idle_poll_interval = Duration::from_secs(1);
+        let polling = Polling::start(StoreTap::start(tc).unwrap());
+        let live = polling.live();
+        wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+        for k in &keys(0..ROUNDS) {
+            let lines: Vec<String> = (0..POINTS)
+                .map(|p| format!("{m},metric=m{p} hoptrace=\"{k}\",value={p}"))
+                .collect();
+            post(
+                "http://127.0.0.1:18086/write?db=hoptrace",
+                &lines.join("\n"),
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        wait_for("every key", 10, || live.keys_found.load(Relaxed) >= ROUNDS);
+        let s = polling.stop();
+        eprintln!("{s:?}");
+        assert_eq!(s.keys_found, ROUNDS, "every key, once");
+        let l = s.listen.as_ref().expect("the subscription's counts");
+        let sub = l.subscription.as_ref().expect("a subscription");
+        assert_eq!(l.notifications, POINTS * ROUNDS, "every point came: {l:?}");
+        assert!(
+            l.keys_notified >= ROUNDS * 3 / 4,
+            "found by the queries the writes triggered: {l:?}"
+        );
+        assert_eq!(
+            (sub.unconfirmed, sub.delivery_failures, l.bad, l.errors),
+            (0, 0, 0, 0),
+            "{l:?}"
+        );
+        influx_q(&format!("DROP MEASUREMENT \"{m}\""));
+    }
+}
+
 /// Messages written as several points each (one per metric, as the Node-RED flow writes a
 /// `metrics` array), all on InfluxDB's clock, none late: the tap finds each key once, counts
 /// the points of a key its own poll had already returned (`rows_sharing_a_key`), and its

@@ -216,7 +216,7 @@ pub fn store_tap_summary(s: &StoreTapSummary) -> Vec<String> {
         && let Some(sub) = &n.subscription
     {
         lines.push(format!(
-            "subscription {} on {:?} to {}: {} writes, {} points with a key, {} queries triggered by them, {} keys found by those before any poll (query_start/queryable = that query's send/answer), {} points no query found within 63 ms (left to the polls), {} lines not parsed, {} requests or queries failed, {} writes InfluxDB could not deliver",
+            "subscription {} on {:?} to {}: {} writes, {} points with a key, {} queries triggered by them, {} keys found by those before any poll (query_start/queryable = that query's send/answer), {} keys no query found within 63 ms (left to the polls), {} lines not parsed, {} requests or queries failed, {} writes InfluxDB could not deliver",
             n.channel, sub.retention_policy, sub.destination, sub.writes, n.notifications, sub.queries, n.keys_notified, sub.unconfirmed, n.bad, n.errors, sub.delivery_failures
         ));
     } else if let Some(n) = &s.listen {

@@ -258,7 +258,7 @@ pub struct Subscribed {
     pub writes: u64,
     /// Queries the writes triggered.
     pub queries: u64,
-    /// Points no triggered query found within the retries (left to the polls).
+    /// Keys no triggered query found within the retries (left to the polls).
     pub unconfirmed: u64,
     /// Writes InfluxDB could not deliver to the tap (its `writeFailures` of the
     /// subscription).
