@@ -50,8 +50,14 @@ const RETRIES: [Duration; 6] = [
 /// The largest write body taken (InfluxDB's subscriber sends one write request per POST).
 const MAX_BODY: usize = 64 << 20;
 
-/// Connections served at once (InfluxDB's subscriber writes over up to 40 by default).
-const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once. InfluxDB's subscriber writes from up to 40 goroutines by
+/// default and keeps few of its connections idle, so under load it opens new ones all the
+/// time; a connection beyond this is answered 503 and closed (InfluxDB counts the write as
+/// failed, the polls find its points).
+const MAX_CONNECTIONS: usize = 256;
+
+/// The stack of a connection's thread (it reads into a buffer on the heap).
+const CONNECTION_STACK: usize = 256 << 10;
 
 /// A point a subscription delivered, as far as the tap needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +191,29 @@ pub(crate) struct SubscribeCounts {
 /// How often the query thread reads what InfluxDB says of the subscription.
 const STATS_EVERY: Duration = Duration::from_secs(1);
 
+/// Which points of a write the tap asks for, and by what.
+#[derive(Debug, Clone)]
+struct Select {
+    measurement: String,
+    key: String,
+    /// The address's `series=` tag.
+    series_tag: Option<String>,
+}
+
+impl Select {
+    /// What a point is asked for by: its `series=` tag where the address has one and the
+    /// point carries it, else every tag (its series exactly).
+    fn series_of(&self, tags: Vec<(String, String)>) -> Vec<(String, String)> {
+        match &self.series_tag {
+            Some(t) => match tags.iter().position(|(k, _)| k == t) {
+                Some(i) => vec![tags.into_iter().nth(i).unwrap_or_default()],
+                None => tags,
+            },
+            None => tags,
+        }
+    }
+}
+
 /// A point waiting to be asked for.
 struct Pending {
     key: String,
@@ -199,6 +228,8 @@ struct Pending {
 /// The subscription's running parts: stop them with [`Subscription::stop`].
 pub(crate) struct Subscription {
     stop: Arc<AtomicBool>,
+    /// The listener's address, to wake its accept at stop.
+    wake: SocketAddr,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -220,15 +251,19 @@ impl Subscription {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Vec<Pending>>();
         let (measurement, key) = store.measurement_and_key();
-        let (measurement, key) = (measurement.to_owned(), key.to_owned());
-        listener.set_nonblocking(true)?;
+        // With `series=TAG` a point is asked for by that tag alone, as the polls ask: the
+        // points of one message (one per metric) then make one condition, not one each.
+        let select = Select {
+            measurement: measurement.to_owned(),
+            key: key.to_owned(),
+            series_tag: store.series_tag().map(str::to_owned),
+        };
+        let wake = listener.local_addr()?;
         let accept = {
             let (stop, counts, sub) = (Arc::clone(&stop), Arc::clone(&counts), Arc::clone(&sub));
             std::thread::Builder::new()
                 .name("store-subscription".into())
-                .spawn(move || {
-                    accept_loop(&listener, &stop, &tx, &counts, &sub, &measurement, &key)
-                })?
+                .spawn(move || accept_loop(&listener, &stop, &tx, &counts, &sub, &select))?
         };
         let query = {
             let stop = Arc::clone(&stop);
@@ -238,6 +273,7 @@ impl Subscription {
         };
         Ok(Self {
             stop,
+            wake,
             threads: vec![accept, query],
         })
     }
@@ -245,6 +281,8 @@ impl Subscription {
     /// Stops taking writes and asking; waits for both threads.
     pub(crate) fn stop(self) {
         self.stop.store(true, Relaxed);
+        // The accept waits for a connection: one of its own ends it.
+        let _ = TcpStream::connect_timeout(&self.wake, Duration::from_secs(1));
         for t in self.threads {
             let _ = t.join();
         }
@@ -257,16 +295,29 @@ fn accept_loop(
     tx: &Sender<Vec<Pending>>,
     counts: &Arc<ListenCounts>,
     sub: &Arc<SubscribeCounts>,
-    measurement: &str,
-    key: &str,
+    select: &Select,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
-    while !stop.load(Relaxed) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
+    let mut full_logged = false;
+    let error_logged = Arc::new(AtomicBool::new(false));
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Relaxed) {
+            return;
+        }
+        match accepted {
+            Ok((mut stream, peer)) => {
                 if open.load(Relaxed) >= MAX_CONNECTIONS {
                     counts.errors.fetch_add(1, Relaxed);
-                    drop(stream);
+                    if !full_logged {
+                        full_logged = true;
+                        tracing::warn!(
+                            "the subscription's writes come over more than {MAX_CONNECTIONS} connections at once: answering further ones 503 (InfluxDB counts those writes as failed; the polls find their points; counted)"
+                        );
+                    }
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
                     continue;
                 }
                 open.fetch_add(1, Relaxed);
@@ -276,17 +327,22 @@ fn accept_loop(
                     Arc::clone(counts),
                     Arc::clone(sub),
                     Arc::clone(&open),
-                    measurement.to_owned(),
-                    key.to_owned(),
+                    select.clone(),
+                    Arc::clone(&error_logged),
                 );
                 let spawned = std::thread::Builder::new()
                     .name("store-subscription-conn".into())
+                    .stack_size(CONNECTION_STACK)
                     .spawn(move || {
-                        let (stop, tx, counts, sub, open, measurement, key) = conn;
-                        if let Err(e) = serve(stream, &stop, &tx, &counts, &sub, &measurement, &key)
-                        {
+                        let (stop, tx, counts, sub, open, select, logged) = conn;
+                        if let Err(e) = serve(stream, &stop, &tx, &counts, &sub, &select) {
                             counts.errors.fetch_add(1, Relaxed);
-                            tracing::debug!(%peer, "subscription connection: {e}");
+                            if !logged.swap(true, Relaxed) {
+                                tracing::warn!(
+                                    %peer,
+                                    "a connection of the subscription: {e} (further ones are counted)"
+                                );
+                            }
                         }
                         open.fetch_sub(1, Relaxed);
                     });
@@ -294,9 +350,6 @@ fn accept_loop(
                     counts.errors.fetch_add(1, Relaxed);
                     open.fetch_sub(1, Relaxed);
                 }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
             }
             Err(_) => {
                 counts.errors.fetch_add(1, Relaxed);
@@ -313,8 +366,7 @@ fn serve(
     tx: &Sender<Vec<Pending>>,
     counts: &ListenCounts,
     sub: &SubscribeCounts,
-    measurement: &str,
-    key: &str,
+    select: &Select,
 ) -> Result<(), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream
@@ -322,7 +374,7 @@ fn serve(
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = [0u8; 64 << 10];
+    let mut chunk = vec![0u8; 64 << 10];
     let mut bad_logged = false;
     loop {
         // The head.
@@ -428,10 +480,10 @@ fn serve(
             let now = Instant::now();
             let mut points = Vec::new();
             for line in String::from_utf8_lossy(&body).lines() {
-                match parse_line(line, key) {
+                match parse_line(line, &select.key) {
                     Ok(None) => {}
                     Ok(Some(p)) => {
-                        if p.measurement != measurement {
+                        if p.measurement != select.measurement {
                             continue;
                         }
                         let (Some(k), Some(t)) = (p.key, p.time_ns) else {
@@ -441,7 +493,7 @@ fn serve(
                         points.push(Pending {
                             key: k,
                             time_ns: t,
-                            tags: p.tags,
+                            tags: select.series_of(p.tags),
                             tries: 0,
                             due: now,
                         });

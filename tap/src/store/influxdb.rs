@@ -538,6 +538,12 @@ impl InfluxDb {
         parse_poll(a.status, &a.body, None)
     }
 
+    /// The tag of the address's `series=`: what tells the run's series apart.
+    #[must_use]
+    pub fn series_tag(&self) -> Option<&str> {
+        self.series.as_ref().map(|(t, _)| t.as_str())
+    }
+
     /// The measurement polled and its key field.
     #[must_use]
     pub fn measurement_and_key(&self) -> (&str, &str) {
