@@ -37,7 +37,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .map_or_else(|| "-".into(), units::rate),
             match (k.first_failing_metrics_per_s, &k.failing_because) {
                 (Some(r), Some(w)) => format!("{}: {w}", units::rate(r as f64)),
-                _ => "-".into(),
+                _ => k.first_failing_shown(),
             },
         ]
     }));

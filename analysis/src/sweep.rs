@@ -199,6 +199,26 @@ pub struct Knee {
 }
 
 impl Knee {
+    /// The first rate that did not hold, as said: when none failed, whether every rate
+    /// held or some were undecided (then the knee may lie above the sweep or not).
+    #[must_use]
+    pub fn first_failing_shown(&self) -> String {
+        match self.first_failing_metrics_per_s {
+            Some(v) => units::rate(v as f64),
+            None if self.undecided_metrics_per_s.is_empty() => {
+                "all held (the knee is above the sweep)".into()
+            }
+            None => format!(
+                "none failed; undecided at {} (the knee may lie above the sweep)",
+                self.undecided_metrics_per_s
+                    .iter()
+                    .map(|v| units::rate(*v as f64))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
     /// The knee as said: `50.0k` when proven, `50.0k to 200.0k (undecided inside its
     /// bounds)` when undecided cells leave a range, `none held` when no rate held.
     #[must_use]
@@ -572,10 +592,7 @@ pub fn blocks(r: &SweepReport) -> (Vec<Block>, Vec<Chart>) {
                 k.shown(),
                 k.achieved_metrics_per_s
                     .map_or_else(|| "-".into(), units::rate),
-                k.first_failing_metrics_per_s.map_or_else(
-                    || "all held (the knee is above the sweep)".into(),
-                    |v| units::rate(v as f64),
-                ),
+                k.first_failing_shown(),
                 k.failing_because.clone().unwrap_or_else(|| "-".into()),
             ];
             if let Some(t) = capacity {
@@ -875,6 +892,19 @@ mod tests {
             (Some(1000), None)
         );
         assert_eq!(k.shown(), "1.0k");
+        assert_eq!(k.first_failing_shown(), "2.0k");
+        // None failed, the last undecided: not "all held".
+        let k = &knees(&[with(1000, Decision::Met), with(2000, Decision::Undecided)])[0];
+        assert_eq!(k.first_failing_metrics_per_s, None);
+        assert_eq!(
+            k.first_failing_shown(),
+            "none failed; undecided at 2.0k (the knee may lie above the sweep)"
+        );
+        let k = &knees(&[with(1000, Decision::Met)])[0];
+        assert_eq!(
+            k.first_failing_shown(),
+            "all held (the knee is above the sweep)"
+        );
     }
 
     /// A stage with a polled hop shows each percentile's bounds beside it; one without
