@@ -372,6 +372,10 @@ fn serve(
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| e.to_string())?;
+    // A peer that stops reading our answers does not hold the thread for ever.
+    stream
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
@@ -435,7 +439,10 @@ fn serve(
         }
         let method = req.method.unwrap_or_default().to_owned();
         buf.drain(..head_end);
-        if chunked || length.is_none_or(|n| n > MAX_BODY) {
+        // A write carries its length (InfluxDB's subscriber sends one); a request without a
+        // body (a GET /ping) has none.
+        if chunked || (method == "POST" && length.is_none()) || length.is_some_and(|n| n > MAX_BODY)
+        {
             let _ = stream.write_all(
                 b"HTTP/1.1 411 Length Required\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
@@ -727,6 +734,18 @@ mod tests {
         let mut head = [0u8; 12];
         w.read_exact(&mut head).unwrap();
         assert_eq!(&head, b"HTTP/1.1 204");
+        // A request without a body needs no length; a write without one is refused.
+        let mut ping = std::net::TcpStream::connect(at).unwrap();
+        ping.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        ping.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 204");
+        let mut unsized_write = std::net::TcpStream::connect(at).unwrap();
+        unsized_write
+            .write_all(b"POST /write HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        unsized_write.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 411");
         wait_for("the write counted", || sub.writes.load(Relaxed) == 1);
         // One point of the measurement with a key; the line without a field value is bad;
         // another measurement's point and a point without the key are skipped.
@@ -735,9 +754,12 @@ mod tests {
         wait_for("the point left to the polls", || {
             sub.unconfirmed.load(Relaxed) == 1
         });
-        // The garbage connection and seven failed queries (the first and six retries).
+        // The garbage connection, the write without a length and seven failed queries (the
+        // first and six retries).
         assert_eq!(sub.queries.load(Relaxed), 7);
-        assert_eq!(counts.errors.load(Relaxed), 1 + 7);
+        wait_for("every error counted", || {
+            counts.errors.load(Relaxed) == 2 + 7
+        });
         assert!(rx.try_recv().is_err(), "nothing found, nothing reported");
         s.stop();
     }

@@ -381,7 +381,8 @@ fn influxdb_refuses_a_missing_database_and_field_at_start() {
 }
 
 /// A subscription InfluxDB cannot deliver to is seen in its statistics (what the tap reads
-/// once a second to say so); one left behind on the same address is replaced, and dropped.
+/// once a second to say so); one left behind on the same address is replaced, and dropped;
+/// one a killed tap left is dropped by the next tap.
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
@@ -391,7 +392,8 @@ fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let m = format!("storetap_{}", unique());
-    let name = format!("hoptrace_{m}");
+    // Not `hoptrace_…`: a tap starting meanwhile would drop it as abandoned (below).
+    let name = format!("test_{m}");
     let db = InfluxDb::new(
         &StoreUrl::parse(&format!(
             "influxdb://127.0.0.1:18086/hoptrace?measurement={m}"
@@ -421,14 +423,42 @@ fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
             .is_some_and(|(_, f)| f >= 1)
     });
     db.unsubscribe(&rp, &name).unwrap();
-    let listed = http()
-        .get("http://127.0.0.1:18086/query")
-        .query("q", "SHOW SUBSCRIPTIONS")
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    assert!(!listed.contains(&name), "{listed}");
+    let listed = || {
+        http()
+            .get("http://127.0.0.1:18086/query")
+            .query("q", "SHOW SUBSCRIPTIONS")
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+    };
+    assert!(!listed().contains(&name), "{}", listed());
+    // One a killed tap left (named as taps name theirs, its address refusing
+    // connections) is dropped by the next tap that subscribes.
+    let abandoned = format!("hoptrace_{m}");
+    db.subscribe(&rp, &abandoned, nowhere).unwrap();
+    assert!(listed().contains(&abandoned));
+    let mut tc = StoreTapConfig::new(
+        StoreUrl::parse(&format!(
+            "influxdb://127.0.0.1:18086/hoptrace?measurement={m}&subscribe=127.0.0.1:0"
+        ))
+        .unwrap(),
+    );
+    tc.poll_interval = Duration::from_millis(100);
+    let polling = Polling::start(StoreTap::start(tc).unwrap());
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    wait_for("the abandoned subscription dropped", 10, || {
+        !listed().contains(&abandoned)
+    });
+    let s = polling.stop();
+    let own = &s.listen.as_ref().expect("a subscription").channel;
+    assert!(own.starts_with("hoptrace_127_0_0_1_"), "{own}");
+    assert!(
+        !listed().contains(own.as_str()),
+        "the tap dropped its own: {}",
+        listed()
+    );
     influx_q(&format!("DROP MEASUREMENT \"{m}\""));
 }
 

@@ -994,6 +994,7 @@ impl StoreTap {
             .map_err(StoreError::from)
             .and_then(|admin| {
                 let rp = admin.subscription_rp()?;
+                drop_abandoned(&admin, &rp);
                 admin.subscribe(&rp, &name, &destination)?;
                 let query = store::influxdb::InfluxDb::new(&self.config.url)?;
                 Ok((rp, query))
@@ -1228,6 +1229,40 @@ pub fn run(
     shutdown: &AtomicBool,
 ) -> Result<StoreTapSummary, StoreTapError> {
     Ok(StoreTap::start(config)?.run(shutdown))
+}
+
+/// Drops the subscriptions a killed tap left on `rp`: named `hoptrace_…`, sending to an
+/// address where nothing listens any more (a connection refused). A tap that runs answers,
+/// so its subscription stays; InfluxDB would otherwise go on trying to deliver every write
+/// to the dead one.
+fn drop_abandoned(admin: &store::influxdb::InfluxDb, rp: &str) {
+    let Ok(subscriptions) = admin.subscriptions(rp) else {
+        return;
+    };
+    for (name, to) in subscriptions {
+        if !name.starts_with("hoptrace_") {
+            continue;
+        }
+        let refused = to.iter().all(|d| {
+            let at = d.strip_prefix("http://").unwrap_or(d);
+            std::net::ToSocketAddrs::to_socket_addrs(at)
+                .ok()
+                .and_then(|mut a| a.next())
+                .is_some_and(|a| {
+                    std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500))
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+                })
+        });
+        if refused && !to.is_empty() {
+            match admin.unsubscribe(rp, &name) {
+                Ok(()) => tracing::info!(
+                    "dropped subscription {name} to {}: nothing listens there (a tap that was killed)",
+                    to.join(", ")
+                ),
+                Err(e) => tracing::warn!("cannot drop the abandoned subscription {name}: {e}"),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -389,8 +389,10 @@ impl InfluxDb {
     /// # Errors
     /// Any [`StoreError`] (a user without the right to manage subscriptions: `Query`).
     pub fn subscribe(&self, rp: &str, name: &str, destination: &str) -> Result<(), StoreError> {
-        for stale in self.subscriptions(rp, destination, name)? {
-            self.unsubscribe(rp, &stale)?;
+        for (stale, to) in self.subscriptions(rp)? {
+            if stale == name || to.iter().any(|d| d == destination) {
+                self.unsubscribe(rp, &stale)?;
+            }
         }
         self.execute(&format!(
             "CREATE SUBSCRIPTION {} ON {}.{} DESTINATIONS ALL {}",
@@ -414,13 +416,11 @@ impl InfluxDb {
         ))
     }
 
-    /// The subscriptions on this database and `rp` named `name` or sending to `destination`.
-    fn subscriptions(
-        &self,
-        rp: &str,
-        destination: &str,
-        name: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    /// The subscriptions on this database and `rp`: each one's name and destinations.
+    ///
+    /// # Errors
+    /// Any [`StoreError`].
+    pub fn subscriptions(&self, rp: &str) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         let a = self.query("SHOW SUBSCRIPTIONS")?;
         let results = results(a.status, &a.body)?;
         let mut out = Vec::new();
@@ -443,12 +443,15 @@ impl InfluxDb {
                 ) else {
                     continue;
                 };
-                let to_us = row
+                let to: Vec<String> = row
                     .get(3)
                     .and_then(Value::as_array)
-                    .is_some_and(|d| d.iter().any(|v| v.as_str() == Some(destination)));
-                if r == rp && (n == name || to_us) {
-                    out.push(n.to_owned());
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect();
+                if r == rp {
+                    out.push((n.to_owned(), to));
                 }
             }
         }
