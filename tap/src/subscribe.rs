@@ -359,6 +359,48 @@ fn accept_loop(
     }
 }
 
+/// What a read brought.
+enum Got {
+    /// Bytes, appended to the buffer.
+    More,
+    /// The peer closed the connection.
+    Closed,
+    /// Nothing came within the read timeout and the tap stops.
+    Stopping,
+}
+
+/// Reads what comes next into `buf`, waiting through read timeouts until something comes,
+/// the peer closes or the tap stops.
+fn read_more(
+    stream: &mut TcpStream,
+    chunk: &mut [u8],
+    buf: &mut Vec<u8>,
+    stop: &AtomicBool,
+) -> Result<Got, String> {
+    loop {
+        match stream.read(chunk) {
+            Ok(0) => return Ok(Got::Closed),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                return Ok(Got::More);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Relaxed) {
+                    return Ok(Got::Stopping);
+                }
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// Serves one connection's write requests until it closes or the tap stops.
 fn serve(
     mut stream: TcpStream,
@@ -389,22 +431,9 @@ fn serve(
             if buf.len() > 64 << 10 {
                 return Err("a request head longer than 64 KiB".into());
             }
-            match stream.read(&mut chunk) {
-                Ok(0) => return Ok(()),
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    if stop.load(Relaxed) {
-                        return Ok(());
-                    }
-                }
-                Err(e) => return Err(e.to_string()),
+            match read_more(&mut stream, &mut chunk, &mut buf, stop)? {
+                Got::More => {}
+                Got::Closed | Got::Stopping => return Ok(()),
             }
         };
         let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -450,22 +479,10 @@ fn serve(
         }
         let n = length.unwrap_or(0);
         while buf.len() < n {
-            match stream.read(&mut chunk) {
-                Ok(0) => return Err("the connection closed within a request body".into()),
-                Ok(k) => buf.extend_from_slice(&chunk[..k]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    if stop.load(Relaxed) {
-                        return Ok(());
-                    }
-                }
-                Err(e) => return Err(e.to_string()),
+            match read_more(&mut stream, &mut chunk, &mut buf, stop)? {
+                Got::More => {}
+                Got::Closed => return Err("the connection closed within a request body".into()),
+                Got::Stopping => return Ok(()),
             }
         }
         let body: Vec<u8> = buf.drain(..n).collect();

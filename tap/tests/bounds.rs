@@ -393,6 +393,46 @@ impl<F: FnMut()> Drop for Cleanup<F> {
     }
 }
 
+/// Drops measurement `m` however the test ends: a store's history is the test's, not the
+/// next one's.
+fn drop_on_exit(m: &str) -> Cleanup<impl FnMut()> {
+    let m = m.to_owned();
+    Cleanup(move || {
+        let _ = http()
+            .post("http://127.0.0.1:18086/query")
+            .query("db", "hoptrace")
+            .query("q", &format!("DROP MEASUREMENT \"{m}\""))
+            .call();
+    })
+}
+
+/// The independent poller's snapshot of measurement `m`: the keys of the last 30 s in the
+/// series whose topic starts with `root/`.
+fn influx_snapshot(m: &str, root: &str) -> impl FnMut() -> Vec<String> + Send + 'static {
+    let q = format!(
+        "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^{root}\\//"
+    );
+    move || {
+        let body = http()
+            .get("http://127.0.0.1:18086/query")
+            .query("db", "hoptrace")
+            .query("q", &q)
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["results"][0]["series"][0]["values"]
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| r[1].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 fn http() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(60))
@@ -405,17 +445,7 @@ fn influxdb_with_history() {
     let _guard = store("influxdb");
     let m = format!("bounds_{}", unique());
     let base = "http://127.0.0.1:18086";
-    // Dropped however the test ends: a store's history is the test's, not the next one's.
-    let _drop = Cleanup({
-        let m = m.clone();
-        move || {
-            let _ = http()
-                .post(&format!("{base}/query"))
-                .query("db", "hoptrace")
-                .query("q", &format!("DROP MEASUREMENT \"{m}\""))
-                .call();
-        }
-    });
+    let _drop = drop_on_exit(&m);
     // History: 30,000 series of older data in the same measurement.
     let hour_ago = realtime_ns() - 3_600_000_000_000;
     for chunk in 0..6 {
@@ -451,28 +481,7 @@ fn influxdb_with_history() {
                 .send_string(&line)
                 .unwrap();
         };
-        let q = format!(
-            "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^{root}\\//"
-        );
-        let snapshot = move || {
-            let body = http()
-                .get(&format!("{base}/query"))
-                .query("db", "hoptrace")
-                .query("q", &q)
-                .call()
-                .unwrap()
-                .into_string()
-                .unwrap();
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            v["results"][0]["series"][0]["values"]
-                .as_array()
-                .map(|rows| {
-                    rows.iter()
-                        .filter_map(|r| r[1].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let snapshot = influx_snapshot(&m, root);
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}&{select}");
         let s = run("influxdb", &url, write, snapshot, None, &|_| {});
         if root == "sr" {
@@ -515,16 +524,7 @@ fn influxdb_subscription_triggers_queries() {
     let _guard = store("influxdb");
     let m = format!("bounds_{}", unique());
     let base = "http://127.0.0.1:18086";
-    let _drop = Cleanup({
-        let m = m.clone();
-        move || {
-            let _ = http()
-                .post(&format!("{base}/query"))
-                .query("db", "hoptrace")
-                .query("q", &format!("DROP MEASUREMENT \"{m}\""))
-                .call();
-        }
-    });
+    let _drop = drop_on_exit(&m);
     // History: older series in the same measurement, and writes to another measurement
     // that the subscription also brings (skipped).
     let hour_ago = realtime_ns() - 3_600_000_000_000;
@@ -550,28 +550,7 @@ fn influxdb_subscription_triggers_queries() {
             .send_string(&line)
             .unwrap();
     };
-    let q = format!(
-        "SELECT \"hoptrace\" FROM \"{m}\" WHERE time > now() - 30s AND \"topic\" =~ /^sb\\//"
-    );
-    let snapshot = move || {
-        let body = http()
-            .get(&format!("{base}/query"))
-            .query("db", "hoptrace")
-            .query("q", &q)
-            .call()
-            .unwrap()
-            .into_string()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["results"][0]["series"][0]["values"]
-            .as_array()
-            .map(|rows| {
-                rows.iter()
-                    .filter_map(|r| r[1].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let snapshot = influx_snapshot(&m, "sb");
     let url = format!(
         "influxdb://127.0.0.1:18086/hoptrace?measurement={m}&series=topic%3D~%2F%5Esb%5C%2F%2F&subscribe=127.0.0.1:0"
     );

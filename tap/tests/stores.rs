@@ -1230,6 +1230,47 @@ fn victoriametrics_polls_only_the_runs_series() {
         .call();
 }
 
+/// A measurement for messages written as several points, holding one untraced point, and
+/// the address's condition keeping one point per message (`one_point`) or none.
+fn several_points_measurement(one_point: bool) -> (String, &'static str) {
+    let m = format!("storetap_{}", unique());
+    post(
+        "http://127.0.0.1:18086/write?db=hoptrace",
+        &format!("{m},metric=m0 hoptrace=\"not a key\",value=0"),
+    );
+    let filter = if one_point {
+        "&where=%22metric%22%3D%27m0%27"
+    } else {
+        ""
+    };
+    (m, filter)
+}
+
+/// Once `polling` has its baseline, writes `rounds` messages to `m`, each as `points`
+/// points of one write, `pause_ms` apart; stops it once it found every key.
+fn write_messages_of_points(
+    polling: Polling,
+    m: &str,
+    points: u64,
+    rounds: u64,
+    pause_ms: u64,
+) -> StoreTapSummary {
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    for k in &keys(0..rounds) {
+        let lines: Vec<String> = (0..points)
+            .map(|p| format!("{m},metric=m{p} hoptrace=\"{k}\",value={p}"))
+            .collect();
+        post(
+            "http://127.0.0.1:18086/write?db=hoptrace",
+            &lines.join("\n"),
+        );
+        std::thread::sleep(Duration::from_millis(pause_ms));
+    }
+    wait_for("every key", 10, || live.keys_found.load(Relaxed) >= rounds);
+    polling.stop()
+}
+
 /// A subscription's writes of messages written as several points: a key is found with any
 /// of its points, so with `where=` keeping one point per message the others are not asked
 /// for again, and no key is left to the polls.
@@ -1243,16 +1284,7 @@ fn influxdb_subscription_messages_of_several_points() {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for one_point in [false, true] {
-        let m = format!("storetap_{}", unique());
-        post(
-            "http://127.0.0.1:18086/write?db=hoptrace",
-            &format!("{m},metric=m0 hoptrace=\"not a key\",value=0"),
-        );
-        let filter = if one_point {
-            "&where=%22metric%22%3D%27m0%27"
-        } else {
-            ""
-        };
+        let (m, filter) = several_points_measurement(one_point);
         let url = format!(
             "influxdb://127.0.0.1:18086/hoptrace?measurement={m}{filter}&subscribe=127.0.0.1:0"
         );
@@ -1260,20 +1292,7 @@ fn influxdb_subscription_messages_of_several_points() {
         tc.poll_interval = Duration::from_secs(1);
         tc.idle_poll_interval = Duration::from_secs(1);
         let polling = Polling::start(StoreTap::start(tc).unwrap());
-        let live = polling.live();
-        wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
-        for k in &keys(0..ROUNDS) {
-            let lines: Vec<String> = (0..POINTS)
-                .map(|p| format!("{m},metric=m{p} hoptrace=\"{k}\",value={p}"))
-                .collect();
-            post(
-                "http://127.0.0.1:18086/write?db=hoptrace",
-                &lines.join("\n"),
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        wait_for("every key", 10, || live.keys_found.load(Relaxed) >= ROUNDS);
-        let s = polling.stop();
+        let s = write_messages_of_points(polling, &m, POINTS, ROUNDS, 50);
         eprintln!("{s:?}");
         assert_eq!(s.keys_found, ROUNDS, "every key, once");
         let l = s.listen.as_ref().expect("the subscription's counts");
@@ -1307,36 +1326,13 @@ fn influxdb_messages_of_several_points() {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for one_point in [false, true] {
-        let m = format!("storetap_{}", unique());
-        post(
-            "http://127.0.0.1:18086/write?db=hoptrace",
-            &format!("{m},metric=m0 hoptrace=\"not a key\",value=0"),
-        );
-        let filter = if one_point {
-            "&where=%22metric%22%3D%27m0%27"
-        } else {
-            ""
-        };
+        let (m, filter) = several_points_measurement(one_point);
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}{filter}");
         let polling = Polling::start(
             StoreTap::start(StoreTapConfig::new(StoreUrl::parse(&url).unwrap())).unwrap(),
         );
-        let live = polling.live();
-        wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
-        // A message every 200 ms for 9 s, each as POINTS points of one write.
-        let all = keys(0..ROUNDS);
-        for k in &all {
-            let lines: Vec<String> = (0..POINTS)
-                .map(|p| format!("{m},metric=m{p} hoptrace=\"{k}\",value={p}"))
-                .collect();
-            post(
-                "http://127.0.0.1:18086/write?db=hoptrace",
-                &lines.join("\n"),
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        wait_for("every key", 10, || live.keys_found.load(Relaxed) >= ROUNDS);
-        let s = polling.stop();
+        // A message every 200 ms for 9 s.
+        let s = write_messages_of_points(polling, &m, POINTS, ROUNDS, 200);
         eprintln!("{s:?}");
         assert_eq!(s.keys_found, ROUNDS, "every key, once");
         assert_eq!((s.bad_keys, s.foreign_keys, s.caught_up_keys), (0, 0, 0));
