@@ -4,6 +4,7 @@
 #
 #   influxdb.sh start     install the package if missing, write the config, start influxd, create
 #                         the database "hoptrace", and check a real write and read
+#                         (HOPTRACE_INFLUXDB_SUBSCRIBER=false: without the subscriber service)
 #   influxdb.sh stop      stop it (data is kept)
 #   influxdb.sh status    show whether it runs (exit 3 when it does not)
 #   influxdb.sh wipe      delete the data of a stopped instance
@@ -91,7 +92,12 @@ cmd_start() {
     [[ -x $INFLUXD ]] || die "$INFLUXD not found although package influxdb is installed"
     require_ports_free "$HTTP_PORT" "$RPC_PORT"
     mkdir -p "$RUN_DIR"
-    sed "s|@RUN_DIR@|$RUN_DIR|g" "$HERE/influxdb.conf" >"$CONF"
+    case ${HOPTRACE_INFLUXDB_SUBSCRIBER:-true} in
+        true | false) ;;
+        *) die "HOPTRACE_INFLUXDB_SUBSCRIBER=${HOPTRACE_INFLUXDB_SUBSCRIBER}: true or false" ;;
+    esac
+    sed -e "s|@RUN_DIR@|$RUN_DIR|g" -e "s|@SUBSCRIBER@|${HOPTRACE_INFLUXDB_SUBSCRIBER:-true}|g" \
+        "$HERE/influxdb.conf" >"$CONF"
     launch "$LOG_FILE" "$INFLUXD" -config "$CONF"
     wait_ready
     log "ready in $(elapsed "$started")s: $URL, database $DATABASE (log $LOG_FILE)"

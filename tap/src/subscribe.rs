@@ -669,7 +669,7 @@ fn query_loop(
 /// Reads what InfluxDB says of the subscription's deliveries and says when they fail.
 fn check_delivery(store: &InfluxDb, name: &str, sub: &SubscribeCounts) {
     // Statistics the user may not read (no admin) leave the check out.
-    let Ok(Some((_, failures))) = store.subscriber_stats(name) else {
+    let Ok((_, failures)) = store.subscriber_stats(name) else {
         return;
     };
     let before = sub.delivery_failures.swap(failures, Relaxed);

@@ -408,19 +408,18 @@ fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
     db.subscribe(&rp, &name, nowhere).unwrap();
     // Made twice: the one left behind is dropped first, not refused as a duplicate.
     db.subscribe(&rp, &name, nowhere).unwrap();
+    assert_eq!(db.subscriber_enabled().unwrap(), Some(true));
     assert_eq!(
         db.subscriber_stats(&name).unwrap(),
-        Some((0, 0)),
-        "the service runs; nothing sent yet"
+        (0, 0),
+        "nothing sent yet"
     );
     post(
         "http://127.0.0.1:18086/write?db=hoptrace",
         &format!("{m} hoptrace=\"x\",v=1"),
     );
     wait_for("InfluxDB to count the failed delivery", 10, || {
-        db.subscriber_stats(&name)
-            .unwrap()
-            .is_some_and(|(_, f)| f >= 1)
+        db.subscriber_stats(&name).unwrap().1 >= 1
     });
     db.unsubscribe(&rp, &name).unwrap();
     let listed = || {
@@ -485,6 +484,79 @@ impl Drop for RunningAgain {
             .arg("start")
             .output();
     }
+}
+
+/// InfluxDB restarted without its subscriber service, and on drop (however the test ends)
+/// with the test configuration again.
+struct WithoutSubscriber;
+
+impl WithoutSubscriber {
+    fn start() -> Self {
+        influxd("stop");
+        let out = std::process::Command::new(root().join("infra/stores/influxdb.sh"))
+            .arg("start")
+            .env("HOPTRACE_INFLUXDB_SUBSCRIBER", "false")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self
+    }
+}
+
+impl Drop for WithoutSubscriber {
+    fn drop(&mut self) {
+        let sh = root().join("infra/stores/influxdb.sh");
+        let _ = std::process::Command::new(&sh).arg("stop").output();
+        let _ = std::process::Command::new(&sh).arg("start").output();
+    }
+}
+
+/// A tap asked to subscribe to a server whose subscriber service is off says so at start,
+/// drops the subscription it made, and polls.
+#[test]
+#[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
+fn influxdb_subscriber_service_off_leaves_the_tap_polling() {
+    let _guard = store("influxdb");
+    let _alone = INFLUXDB
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _off = WithoutSubscriber::start();
+    let m = format!("storetap_{}", unique());
+    influx_write(&m, &keys(0..1));
+    let mut tc = StoreTapConfig::new(
+        StoreUrl::parse(&format!(
+            "influxdb://127.0.0.1:18086/hoptrace?measurement={m}&subscribe=127.0.0.1:0"
+        ))
+        .unwrap(),
+    );
+    tc.poll_interval = Duration::from_millis(20);
+    let polling = Polling::start(StoreTap::start(tc).unwrap());
+    let live = polling.live();
+    wait_for("the baseline", 10, || live.baseline_taken.load(Relaxed));
+    // One write each: points of one write without a time or tags share one.
+    for k in keys(1..6) {
+        influx_write(&m, &[k]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_for("the keys, by polls", 10, || {
+        live.keys_found.load(Relaxed) >= 5
+    });
+    let s = polling.stop();
+    assert_eq!(s.keys_found, 5);
+    assert!(s.listen.is_none(), "no subscription taken: {:?}", s.listen);
+    let listed = http()
+        .get("http://127.0.0.1:18086/query")
+        .query("q", "SHOW SUBSCRIPTIONS")
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(!listed.contains("hoptrace_127_0_0_1_"), "dropped: {listed}");
+    influx_q(&format!("DROP MEASUREMENT \"{m}\""));
 }
 
 /// Writes one point per key into measurement `m`.

@@ -1009,7 +1009,7 @@ impl StoreTap {
             }
         };
         // A subscription the server's subscriber service does not run sends nothing.
-        if let Ok(None) = query.subscriber_stats(&name) {
+        if let Ok(Some(false)) = query.subscriber_enabled() {
             fail(format!(
                 "InfluxDB's subscriber service is off ([subscriber] enabled = false in its configuration): the subscription {name} would send nothing"
             ));

@@ -458,13 +458,36 @@ impl InfluxDb {
         Ok(out)
     }
 
-    /// What InfluxDB's subscriber service says (`SHOW STATS FOR 'subscriber'`): `None`
-    /// when the service is off (no statistics of it at all); else the points written to
-    /// subscription `name` and the writes to it that failed (0, 0 before its first write).
+    /// Whether InfluxDB's subscriber service runs, as `SHOW DIAGNOSTICS` says
+    /// (`config-subscriber`, `enabled`); `None` when it does not say.
+    ///
+    /// # Errors
+    /// Any [`StoreError`] (with authentication on, `SHOW DIAGNOSTICS` needs an admin).
+    pub fn subscriber_enabled(&self) -> Result<Option<bool>, StoreError> {
+        let a = self.query("SHOW DIAGNOSTICS")?;
+        let results = results(a.status, &a.body)?;
+        let config = results
+            .iter()
+            .filter_map(|r| r.get("series").and_then(Value::as_array))
+            .flatten()
+            .find(|s| s.get("name").and_then(Value::as_str) == Some("config-subscriber"));
+        Ok(config.and_then(|c| {
+            let i = c
+                .get("columns")?
+                .as_array()?
+                .iter()
+                .position(|v| v.as_str() == Some("enabled"))?;
+            c.get("values")?.as_array()?.first()?.get(i)?.as_bool()
+        }))
+    }
+
+    /// What InfluxDB's subscriber service says of subscription `name` (`SHOW STATS FOR
+    /// 'subscriber'`): the points written to it and the writes to it that failed (0, 0
+    /// before its first write).
     ///
     /// # Errors
     /// Any [`StoreError`] (with authentication on, `SHOW STATS` needs an admin).
-    pub fn subscriber_stats(&self, name: &str) -> Result<Option<(u64, u64)>, StoreError> {
+    pub fn subscriber_stats(&self, name: &str) -> Result<(u64, u64), StoreError> {
         let a = self.query("SHOW STATS FOR 'subscriber'")?;
         let results = results(a.status, &a.body)?;
         let series: Vec<&Value> = results
@@ -472,9 +495,6 @@ impl InfluxDb {
             .filter_map(|r| r.get("series").and_then(Value::as_array))
             .flatten()
             .collect();
-        if series.is_empty() {
-            return Ok(None);
-        }
         let mine = series.iter().find(|s| {
             s.get("tags")
                 .and_then(|t| t.get("name"))
@@ -486,7 +506,7 @@ impl InfluxDb {
                     == Some(self.database.as_str())
         });
         let Some(mine) = mine else {
-            return Ok(Some((0, 0)));
+            return Ok((0, 0));
         };
         let columns = mine.get("columns").and_then(Value::as_array);
         let row = mine
@@ -500,7 +520,7 @@ impl InfluxDb {
                 .and_then(Value::as_u64)
                 .unwrap_or(0)
         };
-        Ok(Some((field("pointsWritten"), field("writeFailures"))))
+        Ok((field("pointsWritten"), field("writeFailures")))
     }
 
     /// The key of every point of the measurement with a time in `[from_ns, to_ns]` in
