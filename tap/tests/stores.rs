@@ -30,7 +30,8 @@ use hoptrace_tap::{StoreTap, StoreTapConfig, StoreUrl};
 /// Rows written per test, besides one row already there at start and one bad key.
 const N: u64 = 40;
 
-/// Tests that stop InfluxDB take it for themselves; the others share it.
+/// Tests that stop InfluxDB take it for themselves; the others share it. Taken before the
+/// store guard, which starts a store it finds down: one another test stopped on purpose.
 static INFLUXDB: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// One store under test: its address and how to write rows carrying `keys` (in one
@@ -313,10 +314,10 @@ fn influx_q(q: &str) {
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb() {
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     let m = format!("storetap_{}", unique());
     let base = "http://127.0.0.1:18086";
     let mut write = |keys: &[&str]| {
@@ -355,10 +356,10 @@ fn influxdb() {
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_refuses_a_missing_database_and_field_at_start() {
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     let e = StoreTap::start(StoreTapConfig::new(
         StoreUrl::parse("influxdb://127.0.0.1:18086/no_such_db?measurement=m").unwrap(),
     ))
@@ -387,10 +388,10 @@ fn influxdb_refuses_a_missing_database_and_field_at_start() {
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_subscription_that_cannot_be_delivered_is_seen() {
     use hoptrace_tap::store::influxdb::InfluxDb;
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     let m = format!("storetap_{}", unique());
     // Not `hoptrace_…`: a tap starting meanwhile would drop it as abandoned (below).
     let name = format!("test_{m}");
@@ -520,10 +521,10 @@ impl Drop for WithoutSubscriber {
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_subscriber_service_off_leaves_the_tap_polling() {
-    let _guard = store("influxdb");
     let _alone = INFLUXDB
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     let _off = WithoutSubscriber::start();
     let m = format!("storetap_{}", unique());
     influx_write(&m, &keys(0..1));
@@ -605,10 +606,10 @@ fn keys(seqs: std::ops::Range<u64>) -> Vec<String> {
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_down_at_start_then_stopped_and_started_mid_run() {
-    let _guard = store("influxdb");
     let _alone = INFLUXDB
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     let _again = RunningAgain;
     let m = format!("storetap_{}", unique());
     let url = StoreUrl::parse(&format!(
@@ -1070,10 +1071,10 @@ fn postgres_rows_visible_far_behind_the_newest_row_time() {
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_rows_visible_far_behind_the_newest_row_time() {
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     for catch_up in [Duration::from_secs(10), Duration::ZERO] {
         let m = format!("storetap_{}", unique());
         // The measurement must exist for the tap to start.
@@ -1150,10 +1151,10 @@ const CLOCK_OFFSETS_NS: [i64; 3] = [5_000_000_000, -20_000_000_000, 0];
 #[test]
 #[ignore = "needs the stores (infra/stores, installed by infra/setup.sh): infra/test.sh runs it"]
 fn influxdb_row_times_off_the_taps_clock() {
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     for offset_ns in CLOCK_OFFSETS_NS {
         let m = format!("storetap_{}", unique());
         // The measurement must exist for the tap to start: a row a second before the
@@ -1351,10 +1352,10 @@ fn write_messages_of_points(
 fn influxdb_subscription_messages_of_several_points() {
     const POINTS: u64 = 4;
     const ROUNDS: u64 = 30;
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     for one_point in [false, true] {
         let (m, filter) = several_points_measurement(one_point);
         let url = format!(
@@ -1393,10 +1394,10 @@ fn influxdb_subscription_messages_of_several_points() {
 fn influxdb_messages_of_several_points() {
     const POINTS: u64 = 4;
     const ROUNDS: u64 = 45;
-    let _guard = store("influxdb");
     let _shared = INFLUXDB
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = store("influxdb");
     for one_point in [false, true] {
         let (m, filter) = several_points_measurement(one_point);
         let url = format!("influxdb://127.0.0.1:18086/hoptrace?measurement={m}{filter}");
