@@ -1,7 +1,9 @@
 //! What probes say besides their records, kept for the run: who they are (Hello), their
 //! clocks (with the preflight's alerts), their counters and what publishers sent. The TCP
 //! collector ([`crate::run`]) and the group members ([`crate::kafka`]) both keep one;
-//! checkpoints hold it whole ([`ControlSnapshot`]).
+//! checkpoints hold it whole ([`ControlSnapshot`]), except the rows of the clock and
+//! counters tables, which the TCP collector keeps in files of the run directory
+//! ([`crate::ingest::rows`]) and a checkpoint records the length of.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,10 +13,11 @@ use hoptrace_protocol::ClockStatus;
 use hoptrace_protocol::{CountersFrame, Frame, Hello, MAX_HOPS, SentEntry, counter_id};
 use serde::{Deserialize, Serialize};
 
+use crate::CollectorError;
+use crate::ingest::rows::{CLOCK_ROWS, COUNTER_ROWS, RowFile, Rows};
 use crate::live::HostClock;
 use crate::server::Event;
 use crate::tables::{CounterRow, write_clock, write_probes};
-use crate::writer::WriteError;
 use hoptrace_format::events::{ClockChanges, CounterEpisodes, RunEvent};
 use hoptrace_format::run::{ClockRow, ProbeInfo, Restart};
 #[cfg(feature = "kafka")]
@@ -43,8 +46,10 @@ pub(crate) struct ProbeConn {
 #[derive(Default)]
 pub(crate) struct Control {
     pub(crate) probes: BTreeMap<u64, ProbeConn>,
-    clock: Vec<ClockRow>,
-    counter_rows: Vec<CounterRow>,
+    clock: Rows<ClockRow>,
+    /// Each host's latest clock status.
+    clock_last: BTreeMap<String, ClockRow>,
+    counter_rows: Rows<CounterRow>,
     sent: BTreeMap<(u16, u32), SentEntry>,
     /// Exporter instances that sent Sent frames, per publisher id.
     sent_by: BTreeMap<u16, std::collections::BTreeSet<u64>>,
@@ -61,8 +66,13 @@ pub(crate) struct Control {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct ControlSnapshot {
     probes: Vec<ProbeSnapshot>,
+    /// The rows, when they are kept in memory.
     clock: Vec<ClockRow>,
     counter_rows: Vec<CounterRow>,
+    /// When they are kept in files of the run directory ([`crate::ingest::rows`]): the
+    /// length of each, clock statuses then Counters frames, once synced.
+    #[serde(default)]
+    row_files: Option<(u64, u64)>,
     /// (publisher, stream, messages, metrics, first sequence, last sequence).
     sent: Vec<(u16, u32, u64, u64, u64, u64)>,
     sent_by: Vec<(u16, Vec<u64>)>,
@@ -127,15 +137,44 @@ impl Control {
         }
     }
 
+    /// Keeps the rows of the clock and counters tables in files of `run_dir` from now on
+    /// (created empty), not in memory; the rows held so far go there first.
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when a file cannot be created or written.
+    pub(crate) fn rows_to_files(&mut self, run_dir: &Path) -> Result<(), CollectorError> {
+        let clock = std::mem::take(&mut self.clock).all()?;
+        let counters = std::mem::take(&mut self.counter_rows).all()?;
+        self.clock = Rows::File(RowFile::create(run_dir.join(CLOCK_ROWS))?);
+        self.counter_rows = Rows::File(RowFile::create(run_dir.join(COUNTER_ROWS))?);
+        for r in clock {
+            self.clock.push(r)?;
+        }
+        for r in counters {
+            self.counter_rows.push(r)?;
+        }
+        Ok(())
+    }
+
     /// Takes a connection event or a control frame; records frames are not its business.
-    pub(crate) fn handle(&mut self, ev: Event) {
-        self.handle_at(ev, None);
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when a row cannot be written to its file.
+    pub(crate) fn handle(&mut self, ev: Event) -> Result<(), CollectorError> {
+        self.handle_at(ev, None)
     }
 
     /// [`Self::handle`], with the collector's Unix time of a connection's start or end.
-    pub(crate) fn handle_at(&mut self, ev: Event, unix_ns: Option<i64>) {
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when a row cannot be written to its file.
+    pub(crate) fn handle_at(
+        &mut self,
+        ev: Event,
+        unix_ns: Option<i64>,
+    ) -> Result<(), CollectorError> {
         match ev {
-            Event::FrameWithBytes(id, f, _) => self.handle(Event::Frame(id, f)),
+            Event::FrameWithBytes(id, f, _) => return self.handle(Event::Frame(id, f)),
             Event::Connected(id, peer, hello) => {
                 self.probes.insert(
                     id,
@@ -184,7 +223,8 @@ impl Control {
                 }
                 let row = clock_row(host, instance_id, &c);
                 self.clock_changes.row(&row);
-                self.clock.push(row);
+                self.clock_last.insert(row.host.clone(), row.clone());
+                self.clock.push(row)?;
             }
             Event::Frame(id, Frame::Counters(c)) => {
                 if let Some(p) = self.probes.get_mut(&id) {
@@ -200,7 +240,7 @@ impl Control {
                         process: p.hello.process.clone(),
                         at_ns: c.at_ns,
                         values: c.values.clone(),
-                    });
+                    })?;
                     merge_counters(&mut p.counters, c);
                 }
             }
@@ -217,11 +257,19 @@ impl Control {
             }
             Event::Frame(..) => {}
         }
+        Ok(())
     }
 
-    /// Everything it holds, for a checkpoint.
-    pub(crate) fn snapshot(&self) -> ControlSnapshot {
-        ControlSnapshot {
+    /// Everything it holds, for a checkpoint; the files of rows are synced first.
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when a file of rows cannot be written or synced.
+    pub(crate) fn snapshot(&mut self) -> Result<ControlSnapshot, CollectorError> {
+        let row_files = match (self.clock.synced_len()?, self.counter_rows.synced_len()?) {
+            (Some(c), Some(p)) => Some((c, p)),
+            _ => None,
+        };
+        Ok(ControlSnapshot {
             probes: self
                 .probes
                 .iter()
@@ -243,8 +291,9 @@ impl Control {
                     closed_unix_ns: p.closed_unix_ns,
                 })
                 .collect(),
-            clock: self.clock.clone(),
-            counter_rows: self.counter_rows.clone(),
+            clock: self.clock.in_memory().to_vec(),
+            counter_rows: self.counter_rows.in_memory().to_vec(),
+            row_files,
             sent: self
                 .sent
                 .iter()
@@ -266,17 +315,51 @@ impl Control {
                 .collect(),
             clock_alerts: self.clock_alerts.clone(),
             clock_alert_kinds: self.clock_alert_kinds.clone(),
-        }
+        })
     }
 
-    /// What a checkpoint held; `max_clock_error_ns` is this collector's.
-    pub(crate) fn restore(snap: ControlSnapshot, max_clock_error_ns: Option<u64>) -> Self {
+    /// What a checkpoint held; `max_clock_error_ns` is this collector's. With `run_dir`,
+    /// the rows of the clock and counters tables are kept in its files: cut back to the
+    /// lengths the checkpoint recorded, or written from the checkpoint's own rows when it
+    /// held them in memory.
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when a file of rows cannot be read, is shorter than the
+    /// checkpoint recorded, or cannot be written.
+    pub(crate) fn restore(
+        mut snap: ControlSnapshot,
+        max_clock_error_ns: Option<u64>,
+        run_dir: Option<&Path>,
+    ) -> Result<Self, CollectorError> {
+        let (clock, counter_rows, clock_rows, count_rows) = match (run_dir, snap.row_files) {
+            (Some(dir), Some((c, p))) => {
+                let (cf, cr) = RowFile::reopen(dir.join(CLOCK_ROWS), c)?;
+                let (pf, pr) = RowFile::reopen(dir.join(COUNTER_ROWS), p)?;
+                (Rows::File(cf), Rows::File(pf), cr, pr)
+            }
+            (None, Some(_)) => {
+                return Err(CollectorError::Io {
+                    path: CLOCK_ROWS.into(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "the checkpoint's clock and counters rows are in files of a run directory, and none was given",
+                    ),
+                });
+            }
+            (_, None) => {
+                let cr = std::mem::take(&mut snap.clock);
+                let pr = std::mem::take(&mut snap.counter_rows);
+                (Rows::Memory(cr.clone()), Rows::Memory(pr.clone()), cr, pr)
+            }
+        };
         let mut clock_changes = ClockChanges::default();
-        for r in &snap.clock {
+        let mut clock_last = BTreeMap::new();
+        for r in &clock_rows {
             clock_changes.row(r);
+            clock_last.insert(r.host.clone(), r.clone());
         }
         let mut counter_episodes = CounterEpisodes::default();
-        for r in &snap.counter_rows {
+        for r in &count_rows {
             counter_episodes.frame(
                 r.instance_id,
                 &format!("{}@{}", r.process, r.host),
@@ -284,7 +367,10 @@ impl Control {
                 &r.values,
             );
         }
-        Self {
+        let mut restored = Self {
+            clock,
+            clock_last,
+            counter_rows,
             clock_changes,
             counter_episodes,
             probes: snap
@@ -322,8 +408,6 @@ impl Control {
                     (p.id, conn)
                 })
                 .collect(),
-            clock: snap.clock,
-            counter_rows: snap.counter_rows,
             sent: snap
                 .sent
                 .into_iter()
@@ -350,7 +434,11 @@ impl Control {
             max_clock_error_ns,
             clock_alerts: snap.clock_alerts,
             clock_alert_kinds: snap.clock_alert_kinds,
+        };
+        if let (Some(dir), Rows::Memory(_)) = (run_dir, &restored.clock) {
+            restored.rows_to_files(dir)?;
         }
+        Ok(restored)
     }
 
     /// Every probe host (of a connection now or before), with its connections open and
@@ -360,12 +448,11 @@ impl Control {
         for p in self.probes.values() {
             *open.entry(p.hello.host.as_str()).or_default() += u64::from(p.open);
         }
-        // The rows come in the order the frames arrived: the last one of a host is its
-        // latest report.
-        let mut last: BTreeMap<&str, &ClockRow> = BTreeMap::new();
-        for r in &self.clock {
-            last.insert(r.host.as_str(), r);
-        }
+        let last: BTreeMap<&str, &ClockRow> = self
+            .clock_last
+            .iter()
+            .map(|(h, r)| (h.as_str(), r))
+            .collect();
         let mut hosts: Vec<&str> = open.keys().chain(last.keys()).copied().collect();
         hosts.sort_unstable();
         hosts.dedup();
@@ -397,9 +484,13 @@ impl Control {
     }
 
     /// Writes `clock.parquet` and `probes.parquet` into `run_dir`.
-    pub(crate) fn write_tables(&self, run_dir: &Path) -> Result<(), WriteError> {
-        write_clock(&run_dir.join("clock.parquet"), &self.clock)?;
-        write_probes(&run_dir.join("probes.parquet"), &self.counter_rows)
+    ///
+    /// # Errors
+    /// [`CollectorError`] when the rows cannot be read back or a table written.
+    pub(crate) fn write_tables(&mut self, run_dir: &Path) -> Result<(), CollectorError> {
+        write_clock(&run_dir.join("clock.parquet"), &self.clock.all()?)?;
+        write_probes(&run_dir.join("probes.parquet"), &self.counter_rows.all()?)?;
+        Ok(())
     }
 
     /// What publishers said they sent, per (publisher, stream): their last Sent entries.
@@ -559,9 +650,12 @@ impl Control {
         out
     }
 
-    /// Clock statuses received, and the preflight's alerts.
-    pub(crate) fn clock(&self) -> (&[ClockRow], &[String]) {
-        (&self.clock, &self.clock_alerts)
+    /// Clock statuses received (read back from their file), and the preflight's alerts.
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when the file cannot be read.
+    pub(crate) fn clock(&mut self) -> Result<(Vec<ClockRow>, &[String]), CollectorError> {
+        Ok((self.clock.all()?, &self.clock_alerts))
     }
 }
 
@@ -609,14 +703,17 @@ mod tests {
                 token: String::new(),
                 hops: vec![(HopId(1), "queryable".into())],
             },
-        ));
+        ))
+        .unwrap();
         c.handle(counters(
             10,
             &[(counter_id::QUEUE_FULL, 5), (counter_id::SEND_FAILED, 2)],
-        ));
+        ))
+        .unwrap();
         // The tap's own frame (ids of its own), the latest: the exporter's stay.
-        c.handle(counters(20, &[(64, 300)]));
-        c.handle(counters(30, &[(counter_id::QUEUE_FULL, 6)]));
+        c.handle(counters(20, &[(64, 300)])).unwrap();
+        c.handle(counters(30, &[(counter_id::QUEUE_FULL, 6)]))
+            .unwrap();
         assert_eq!(c.records_lost(), 8);
         let p = &c.probes[&1];
         let m = p.counters.as_ref().unwrap();
@@ -624,5 +721,99 @@ mod tests {
         assert_eq!((m.get(64), m.get(counter_id::QUEUE_FULL)), (300, 6));
         // Every frame is a row of its own in probes.parquet.
         assert_eq!(c.counter_rows.len(), 3);
+    }
+
+    fn clock(at_ns: i64, error_bound_ns: u64) -> Event {
+        Event::Frame(
+            1,
+            Frame::Clock(ClockStatus {
+                at_ns,
+                source: hoptrace_protocol::ClockSource::Chrony,
+                synced: true,
+                leap: hoptrace_protocol::Leap::None,
+                offset_ns: 10,
+                error_bound_ns,
+                detail: "test".into(),
+            }),
+        )
+    }
+
+    #[test]
+    fn rows_in_files_are_cut_back_to_the_checkpoint_and_not_held_by_it() {
+        let dir = std::env::temp_dir().join(format!("hoptrace-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = Control::new(None);
+        c.rows_to_files(&dir).unwrap();
+        c.handle(Event::Connected(
+            1,
+            "127.0.0.1:9".parse().unwrap(),
+            Hello {
+                version: PROTOCOL_VERSION,
+                instance_id: 42,
+                host: "h".into(),
+                process: "p".into(),
+                software: "s".into(),
+                token: String::new(),
+                hops: vec![(HopId(1), "flow_in".into())],
+            },
+        ))
+        .unwrap();
+        for i in 0..50 {
+            c.handle(counters(i, &[(counter_id::QUEUE_FULL, i as u64)]))
+                .unwrap();
+        }
+        c.handle(clock(7, 1_000)).unwrap();
+        let snap = c.snapshot().unwrap();
+        // The checkpoint holds the files' lengths, not the rows.
+        assert!(snap.clock.is_empty() && snap.counter_rows.is_empty());
+        let (clock_len, counters_len) = snap.row_files.expect("lengths");
+        assert_eq!(
+            clock_len,
+            std::fs::metadata(dir.join(CLOCK_ROWS)).unwrap().len()
+        );
+        assert!(counters_len > 50 * 20, "{counters_len}");
+        // After the checkpoint: rows a killed collector wrote, which its log replays.
+        c.handle(counters(99, &[(counter_id::QUEUE_FULL, 99)]))
+            .unwrap();
+        c.handle(clock(100, 5_000)).unwrap();
+        drop(c);
+        let json = serde_json::to_string(&snap).unwrap();
+        let back: ControlSnapshot = serde_json::from_str(&json).unwrap();
+        let mut r = Control::restore(back, None, Some(&dir)).unwrap();
+        assert_eq!(r.counter_rows.len(), 50);
+        let (rows, _) = r.clock().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].error_bound_ns, 1_000);
+        let h = r.host_clocks();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].host, "h");
+        // Taken up again, the files go on from the checkpoint.
+        r.handle(counters(99, &[(counter_id::QUEUE_FULL, 99)]))
+            .unwrap();
+        r.write_tables(&dir).unwrap();
+        assert_eq!(r.counter_rows.all().unwrap().last().unwrap().at_ns, 99);
+        assert!(dir.join("probes.parquet").exists() && dir.join("clock.parquet").exists());
+        // A checkpoint of rows held in memory (a collector of before the files) is taken
+        // up into the files.
+        let mut mem = Control::new(None);
+        mem.clock
+            .push(clock_row("g".into(), 1, &ClockStatus::default()))
+            .unwrap();
+        let snap = mem.snapshot().unwrap();
+        assert!(snap.row_files.is_none());
+        assert_eq!(snap.clock.len(), 1);
+        let mut up = Control::restore(snap, None, Some(&dir)).unwrap();
+        assert!(matches!(up.clock, Rows::File(_)));
+        assert_eq!(up.clock().unwrap().0[0].host, "g");
+        // A file shorter than its checkpoint says: refused, naming it.
+        let snap = up.snapshot().unwrap();
+        std::fs::write(dir.join(CLOCK_ROWS), "").unwrap();
+        let err = Control::restore(snap, None, Some(&dir))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(CLOCK_ROWS) && err.contains("shorter"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

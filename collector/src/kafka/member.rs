@@ -653,7 +653,7 @@ pub fn run_member(
                 Ok(m) => {
                     control_position = m.offset() + 1;
                     match control_message(&m) {
-                        Some(ControlMessage::Event(ev)) => control.handle(ev),
+                        Some(ControlMessage::Event(ev)) => control.handle(ev)?,
                         Some(ControlMessage::Forwarded(id, c)) => control.forwarded(id, &c, &spec),
                         None => {
                             state
@@ -722,7 +722,7 @@ pub fn run_member(
         s.out = out;
     }
     s.checkpoint(&consumer, &ps)?;
-    let summary = member_summary(&s, &control, started_unix_ns);
+    let summary = member_summary(&s, &mut control, started_unix_ns)?;
     control.write_tables(&dir)?;
     let path = dir.join("run.json");
     summary.write(&path).map_err(io_err(&path))?;
@@ -768,7 +768,11 @@ fn caught_up(
     Some(done)
 }
 
-fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> RunSummary {
+fn member_summary(
+    s: &MemberState,
+    control: &mut Control,
+    started_unix_ns: i64,
+) -> Result<RunSummary, KafkaError> {
     let mut total = group::Tally::default();
     let mut files = Vec::new();
     for seg in &s.segments {
@@ -777,7 +781,8 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
     }
     let (publishers, discrepancies) =
         group::publishers_by_keys(&control.sent_by_publisher(), &total.rows(), &total.keys);
-    let (clock, alerts) = control.clock();
+    let (clock, alerts) = control.clock()?;
+    let alerts = alerts.to_vec();
     let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     for o in &s.owners {
         owners
@@ -785,15 +790,15 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
             .or_default()
             .push(o.member.clone());
     }
-    RunSummary {
+    Ok(RunSummary {
         run_id: s.cfg.run_id.clone(),
         pipeline: s.cfg.spec.clone(),
         started_unix_ns,
         ended_unix_ns: hoptrace_clock::realtime_ns(),
         collector_host: host_info(),
         probes: control.probe_infos(Some(s.spec.hop_names()), None),
-        clock: clock.to_vec(),
-        clock_alerts: alerts.to_vec(),
+        clock,
+        clock_alerts: alerts,
         files,
         stages: Vec::new(),
         recovered: None,
@@ -818,5 +823,5 @@ fn member_summary(s: &MemberState, control: &Control, started_unix_ns: i64) -> R
         }),
         interrupted: false,
         restarts: Vec::new(),
-    }
+    })
 }

@@ -266,7 +266,12 @@ impl Collector {
             };
             *live.lock().expect("live poisoned") =
                 Live::starting(&run_id, started_unix_ns, stages.live_stages());
-            let control = Control::new(cfg.max_clock_error_ns);
+            let mut control = Control::new(cfg.max_clock_error_ns);
+            if checkpoint.is_none() {
+                // A run, or a log replayed from its start, writes these rows from the
+                // first; taken up from a checkpoint, they are cut back to it (`take_up`).
+                control.rows_to_files(&run_dir)?;
+            }
             let mut state = JoinState {
                 joiner,
                 kept,
@@ -311,7 +316,7 @@ impl Collector {
                     // The run as it was at its checkpoint; the traces emitted after its
                     // last closed file go to the writer first, as they did then.
                     let segment = c.segment;
-                    let unwritten = state.take_up(c, cfg.max_clock_error_ns);
+                    let unwritten = state.take_up(c, cfg.max_clock_error_ns)?;
                     let w = state.writer.as_mut().expect("set above");
                     for t in &unwritten {
                         w.push(t)?;

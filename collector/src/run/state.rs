@@ -268,7 +268,8 @@ impl JoinState {
             let open: Vec<u64> = self.control.open_ids();
             for id in open {
                 wal.closed(id, last_at, false)?;
-                self.control.handle_at(Event::Closed(id, false), Some(gone));
+                self.control
+                    .handle_at(Event::Closed(id, false), Some(gone))?;
             }
         } else if !continued_closed {
             // A run continued after a clean close keeps the start it had: its log has no
@@ -465,9 +466,10 @@ impl JoinState {
         fsync(&self.run_dir.join("hdr"))?;
         let segment = wal.start_segment()?;
         self.checkpoints.taken += 1;
+        let control = self.control.snapshot()?;
         let c = crate::checkpoint::Checkpoint {
             segment,
-            meta: self.meta(realtime_ns, files.to_vec()),
+            meta: self.meta(realtime_ns, files.to_vec(), control),
             written: self.joiner.written().clone(),
             stages,
             pending: self.joiner.pending_traces(),
@@ -490,8 +492,14 @@ impl JoinState {
         Ok(())
     }
 
-    /// The run's state at `realtime_ns` with closed part files `files`, for a checkpoint.
-    fn meta(&self, realtime_ns: i64, files: Vec<PartFile>) -> crate::checkpoint::Meta {
+    /// The run's state at `realtime_ns` with closed part files `files` and what probes
+    /// said, `control`, for a checkpoint.
+    fn meta(
+        &self,
+        realtime_ns: i64,
+        files: Vec<PartFile>,
+        control: crate::control::ControlSnapshot,
+    ) -> crate::checkpoint::Meta {
         crate::checkpoint::Meta {
             taken_unix_ns: realtime_ns,
             at_ns: self.now_ns(),
@@ -514,7 +522,7 @@ impl JoinState {
             files,
             hops: self.spec.hop_count(),
             checkpoints: self.checkpoints.taken,
-            control: self.control.snapshot(),
+            control,
         }
     }
 
@@ -529,12 +537,13 @@ impl JoinState {
         // The probes of this collector are gone when the run is continued.
         let open: Vec<u64> = self.control.open_ids();
         for id in open {
-            self.control.handle(Event::Closed(id, false));
+            self.control.handle(Event::Closed(id, false))?;
         }
         self.control.forget_senders();
+        let control = self.control.snapshot()?;
         let c = crate::checkpoint::Checkpoint {
             segment: 1,
-            meta: self.meta(realtime_ns, files.to_vec()),
+            meta: self.meta(realtime_ns, files.to_vec(), control),
             written: self.joiner.written().clone(),
             stages,
             pending: Vec::new(),
@@ -546,11 +555,15 @@ impl JoinState {
 
     /// Takes up the run from a checkpoint; returns the traces it holds that no closed
     /// file has, for the writer.
+    ///
+    /// # Errors
+    /// [`CollectorError::Io`] when the files of the clock and counters rows do not hold
+    /// what the checkpoint recorded.
     pub(super) fn take_up(
         &mut self,
         c: crate::checkpoint::Checkpoint,
         max_clock_error_ns: Option<u64>,
-    ) -> Vec<JoinedTrace> {
+    ) -> Result<Vec<JoinedTrace>, CollectorError> {
         let m = c.meta;
         self.joiner
             .restore(m.stats, m.joiner_clock_ns, c.written, &c.pending);
@@ -588,13 +601,13 @@ impl JoinState {
         );
         self.logged_seq = m.logged_seq.into_iter().collect();
         self.instances = m.instances.into_iter().collect();
-        self.control = Control::restore(m.control, max_clock_error_ns);
+        self.control = Control::restore(m.control, max_clock_error_ns, Some(&self.run_dir))?;
         self.checkpoints.taken = m.checkpoints;
         self.checkpoints.files_synced = m.files.len();
         if let Some(w) = self.writer.as_mut() {
             w.resume_closed(m.files);
         }
-        c.unwritten
+        Ok(c.unwritten)
     }
 
     /// Records a probe sent again that the log already held: dropped, counted in the run
@@ -703,8 +716,7 @@ impl JoinState {
         }
         let unix_ns =
             matches!(ev, Event::Connected(..) | Event::Closed(..)).then(|| self.unix_ns(at));
-        self.control.handle_at(ev, unix_ns);
-        Ok(())
+        self.control.handle_at(ev, unix_ns)
     }
 
     fn write_out(&mut self) -> Result<(), CollectorError> {
@@ -910,7 +922,9 @@ impl JoinState {
         };
         self.publish_progress();
         self.control.write_tables(&self.run_dir)?;
-        let summary = self.summary(files, stages);
+        let (clock, clock_alerts) = self.control.clock()?;
+        let clock_alerts = clock_alerts.to_vec();
+        let summary = self.summary(files, stages, clock, clock_alerts);
         if let Some(stages) = stages_snapshot {
             self.write_closed_state(end_unix_ns, &summary.files, stages)?;
         }
@@ -926,7 +940,13 @@ impl JoinState {
         Ok(summary)
     }
 
-    fn summary(&self, files: Vec<PartFile>, stages: Vec<StageStats>) -> RunSummary {
+    fn summary(
+        &self,
+        files: Vec<PartFile>,
+        stages: Vec<StageStats>,
+        clock: Vec<hoptrace_format::run::ClockRow>,
+        clock_alerts: Vec<String>,
+    ) -> RunSummary {
         let stats = self.joiner.stats();
         let names = self.spec.hop_names();
         let rows: BTreeMap<u16, Rows> = self.tallies.iter().map(|(p, r)| (*p, *r)).collect();
@@ -959,8 +979,8 @@ impl JoinState {
             ended_unix_ns: hoptrace_clock::realtime_ns(),
             collector_host: host_info(),
             probes,
-            clock: self.control.clock().0.to_vec(),
-            clock_alerts: self.control.clock().1.to_vec(),
+            clock,
+            clock_alerts,
             files,
             stages,
             recovered: self.recovered.clone(),
