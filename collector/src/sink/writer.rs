@@ -178,6 +178,9 @@ pub struct TraceWriter {
     props: WriterProperties,
     cols: Columns,
     open: Option<OpenFile>,
+    /// When the next file's first row came (buffered, or in the open file): the file
+    /// closes `roll_seconds` later, however few rows it has.
+    started: Option<Instant>,
     next_index: u32,
     closed: Vec<PartFile>,
 }
@@ -196,7 +199,6 @@ struct OpenFile {
     tmp: PathBuf,
     name: String,
     rows: u64,
-    opened: Instant,
 }
 
 impl TraceWriter {
@@ -218,6 +220,7 @@ impl TraceWriter {
             schema,
             props,
             open: None,
+            started: None,
             next_index,
             closed: Vec::new(),
         })
@@ -253,6 +256,7 @@ impl TraceWriter {
     /// # Errors
     /// Any [`WriteError`] of flushing a batch or rolling a file.
     pub fn push(&mut self, t: &JoinedTrace) -> Result<(), WriteError> {
+        self.started.get_or_insert_with(Instant::now);
         self.cols.push(&self.cfg.run_id, t);
         // A batch never straddles a file boundary, so files hold exactly `roll_rows`.
         let in_file = self.open.as_ref().map_or(0, |o| o.rows);
@@ -263,15 +267,16 @@ impl TraceWriter {
         Ok(())
     }
 
-    /// Rolls the open file when it is older than `roll_seconds` (call periodically).
+    /// Rolls the file when its first row came `roll_seconds` ago or more (call
+    /// periodically): the rows still buffered go to it, so at a low rate a row is in a
+    /// closed file within `roll_seconds` and the buffers hold at most that long's rows.
     ///
     /// # Errors
-    /// Any [`WriteError`] of closing the file.
+    /// Any [`WriteError`] of writing the rows or closing the file.
     pub fn tick(&mut self) -> Result<(), WriteError> {
         let old = self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.opened.elapsed().as_secs() >= self.cfg.roll_seconds);
+            .started
+            .is_some_and(|t| t.elapsed().as_secs() >= self.cfg.roll_seconds);
         if old {
             self.flush_batch()?;
             self.close_file()?;
@@ -320,7 +325,6 @@ impl TraceWriter {
             tmp,
             name,
             rows: 0,
-            opened: Instant::now(),
         });
         Ok(())
     }
@@ -329,6 +333,7 @@ impl TraceWriter {
         let Some(o) = self.open.take() else {
             return Ok(());
         };
+        self.started = None;
         o.writer.close().map_err(|source| WriteError::Parquet {
             path: o.tmp.clone(),
             source,
@@ -558,4 +563,69 @@ pub fn write_table(path: &Path, batch: &RecordBatch) -> Result<(), WriteError> {
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hoptrace_protocol::{MAX_HOPS, TraceKey};
+
+    fn trace(sequence: u64) -> JoinedTrace {
+        let mut stamps_ns = [0; MAX_HOPS];
+        stamps_ns[0] = 1_000;
+        stamps_ns[1] = 2_000;
+        JoinedTrace {
+            key: TraceKey {
+                publisher: 1,
+                stream: 2,
+                sequence,
+            },
+            metric_count: 1,
+            intended_ns: 900,
+            otel_trace_id: None,
+            present_mask: 0b11,
+            stamps_ns,
+            complete: true,
+            missing_mask: 0,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn a_file_closes_roll_seconds_after_its_first_row_however_few_rows_it_has() {
+        let dir = std::env::temp_dir().join(format!("hoptrace-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = TraceWriter::new(TraceWriterConfig {
+            dir: dir.clone(),
+            run_id: "r".into(),
+            hop_names: vec!["publish".into(), "flow_in".into()],
+            row_group_rows: 1_000_000,
+            roll_rows: 1_000_000,
+            roll_seconds: 0,
+            zstd_level: 1,
+        })
+        .unwrap();
+        // Nothing buffered: nothing to roll.
+        w.tick().unwrap();
+        assert!(w.closed().is_empty());
+        // Three rows, far fewer than a batch: still in a closed file once their time is up
+        // (a file used to be opened only by a full batch, 65,536 rows, and to roll only
+        // after that: minutes at a low rate, all of it held in memory).
+        for s in 0..3 {
+            w.push(&trace(s)).unwrap();
+        }
+        assert_eq!(w.rows_not_closed(), 3);
+        w.tick().unwrap();
+        assert_eq!(w.closed().len(), 1);
+        assert_eq!(w.closed()[0].rows, 3);
+        assert_eq!(w.rows_not_closed(), 0);
+        assert!(dir.join(&w.closed()[0].name).exists());
+        w.tick().unwrap();
+        assert_eq!(w.closed().len(), 1, "no empty file");
+        w.push(&trace(3)).unwrap();
+        let files = w.finish().unwrap();
+        assert_eq!(files.iter().map(|f| f.rows).collect::<Vec<_>>(), vec![3, 1]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
